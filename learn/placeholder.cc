@@ -1,0 +1,1 @@
+// learn: placeholder until the real sources land.

@@ -1,0 +1,141 @@
+// SWIM membership with the Lifeguard extensions (as shipped in HashiCorp memberlist), written as
+// a sans-I/O state machine: the caller feeds it inbound messages and the current time, and takes
+// from it the datagrams and push-pull streams to send, the events to report, and the next time
+// it must be ticked. It never reads a clock, never touches a socket, and draws randomness only
+// from the seed it was given, so the same inputs always give the same outputs.
+//
+// Thread-safety: none. One thread owns a Swim at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "membership/types.h"
+
+namespace meshtrain::membership {
+
+// Timing and sizing knobs. Profiles carry memberlist's values (SPEC §5).
+struct Config {
+  std::string name;  // unique node name
+  std::string addr;  // advertised "ip:port"
+
+  TimeMs probe_interval = 1000;
+  TimeMs probe_timeout = 500;
+  int indirect_checks = 3;             // k
+  int suspicion_mult = 4;              // SuspicionMult
+  int suspicion_max_timeout_mult = 6;  // SuspicionMaxTimeoutMult
+  int retransmit_mult = 4;             // RetransmitMult
+  TimeMs push_pull_interval = 30000;   // 0 disables periodic push-pull
+  TimeMs gossip_interval = 200;        // extra gossip rounds between probes
+  int gossip_nodes = 3;                // peers per gossip round
+  TimeMs gossip_to_dead_time = 30000;  // keep gossiping to recently-dead members this long
+  TimeMs reap_timeout = 60000;         // forget failed/left members after this long
+  int awareness_max_multiplier = 8;    // Lifeguard local health awareness cap
+  size_t max_packet_bytes = 1400;      // UDP payload budget (SPEC §4)
+  size_t packet_overhead_bytes = 120;  // reserved for envelope, framing and AEAD
+
+  static Config Lan();
+  static Config Wan();
+  static Config Local();
+  // "lan" | "wan" | "local"; nullopt for an unknown name.
+  static std::optional<Config> Profile(const std::string& name);
+};
+
+// A member as the application sees it.
+struct Member {
+  std::string name;
+  std::string addr;
+  Status status = Status::kAlive;
+  uint32_t incarnation = 0;
+  Meta meta;
+  uint64_t step = 0;
+  TimeMs state_change = 0;  // when status last changed
+  TimeMs step_learned = 0;  // when `step` was last learned (for progress views)
+};
+
+// Something the application may want to know about.
+struct Event {
+  enum class Kind { kJoined, kUpdated, kSuspect, kAlive, kFailed, kLeft, kReaped };
+  Kind kind;
+  Member member;
+};
+
+struct OutPacket {
+  std::string to_addr;
+  Packet packet;
+};
+
+// A push-pull exchange to start over TCP: send `request` to `to_addr`, read one PushPull back
+// and pass it to HandlePushPullResponse. If the connection fails, call PushPullFailed.
+struct OutPushPull {
+  std::string to_addr;
+  PushPull request;
+};
+
+struct Stats {
+  uint64_t probes = 0;
+  uint64_t indirect_probes = 0;
+  uint64_t suspicions_raised = 0;  // times this node began suspecting someone
+  uint64_t refutations = 0;        // times this node refuted suspicion about itself
+  uint64_t failures_declared = 0;  // times this node's suspicion timer expired
+  uint64_t packets_sent = 0;
+  uint64_t pushpulls = 0;
+};
+
+class Swim {
+ public:
+  Swim(Config config, uint64_t seed, TimeMs now);
+  ~Swim();
+  Swim(const Swim&) = delete;
+  Swim& operator=(const Swim&) = delete;
+
+  // Contact these addresses ("ip:port") with a join push-pull.
+  void Join(const std::vector<std::string>& addrs, TimeMs now);
+
+  // Inbound UDP packet; `from_addr` is the transport source address.
+  void HandlePacket(const std::string& from_addr, const Packet& packet, TimeMs now);
+  // Inbound push-pull request (TCP): merges it and returns our state for the reply.
+  PushPull HandlePushPullRequest(const PushPull& request, TimeMs now);
+  // Reply to a push-pull we started.
+  void HandlePushPullResponse(const PushPull& response, TimeMs now);
+  void PushPullFailed(const std::string& to_addr, TimeMs now);
+
+  // Advance timers: probes, probe timeouts, suspicion timeouts, gossip, push-pull, reaping.
+  void Tick(TimeMs now);
+  // Earliest time Tick must be called again.
+  TimeMs NextDeadline() const;
+
+  // Graceful leave: announce kLeft about ourselves; keep ticking a few seconds so it spreads.
+  void Leave(TimeMs now);
+  bool HasLeft() const;
+  // Mark a failed member as left (Serf force-leave). False if unknown or not failed/suspect.
+  bool ForceLeave(const std::string& name, TimeMs now);
+
+  // Update our metadata (new incarnation, gossiped) and our progress (piggybacked, cheap).
+  void SetMeta(const Meta& meta, TimeMs now);
+  void SetStep(uint64_t step);
+
+  // Drain outputs.
+  std::vector<OutPacket> TakePackets();
+  std::vector<OutPushPull> TakePushPulls();
+  std::vector<Event> TakeEvents();
+
+  // Views.
+  std::vector<Member> Members() const;  // includes self, sorted by name
+  const Member* Find(const std::string& name) const;
+  size_t NumAlive() const;  // alive or suspect, including self
+  int HealthScore() const;  // Lifeguard awareness score (0 = healthy)
+  const Stats& stats() const;
+  const Config& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshtrain::membership

@@ -1,0 +1,130 @@
+// Plain value types shared by the SWIM/Lifeguard core, the wire codec (gossip/), the agent
+// (daemon/) and the simulator (sim/). Nothing here depends on FlatBuffers, sockets or clocks:
+// the codec converts wire bytes to these structs at the edge, and the core only sees these.
+//
+// Times are milliseconds on a monotonic clock chosen by the caller (real or virtual).
+// Thread-safety: plain values, no shared state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace meshtrain::membership {
+
+using TimeMs = int64_t;
+
+// Member status as users see it. memberlist calls kFailed "dead"; kLeft is a dead state that the
+// member announced itself (graceful leave), so it is never reported as a failure.
+enum class Status : uint8_t { kAlive = 0, kSuspect = 1, kFailed = 2, kLeft = 3 };
+
+const char* StatusName(Status s);  // "alive", "suspect", "failed", "left"
+
+// Application metadata a member publishes about itself. Changing it requires a new incarnation
+// (it travels in alive messages), so it holds slowly-changing fields; the fast-changing training
+// step travels separately as progress (see Progress below).
+struct Meta {
+  std::string data_addr;     // "ip:port" for parameter transfers (TCP); empty = same as addr
+  bool training = false;     // still taking SGD steps (SPEC §6: finished nodes leave barriers)
+  float uplink_mbps = 0;     // measured available uplink, MB/s (0 = unknown)
+  float downlink_mbps = 0;   // measured available downlink, MB/s (0 = unknown)
+
+  bool operator==(const Meta& o) const {
+    return data_addr == o.data_addr && training == o.training && uplink_mbps == o.uplink_mbps &&
+           downlink_mbps == o.downlink_mbps;
+  }
+  bool operator!=(const Meta& o) const { return !(*this == o); }
+};
+
+// ---- Piggybacked state updates (SWIM §4.3 dissemination) ------------------------------------
+
+struct AliveMsg {
+  std::string name;
+  std::string addr;  // "ip:port" the member is reached at for membership (UDP) and push-pull (TCP)
+  uint32_t incarnation = 0;
+  Meta meta;
+};
+
+struct SuspectMsg {
+  std::string name;
+  uint32_t incarnation = 0;
+  std::string from;  // who suspects (Lifeguard counts independent confirmations)
+};
+
+// A dead message from the member itself (from == name) is a graceful leave: status kLeft.
+struct DeadMsg {
+  std::string name;
+  uint32_t incarnation = 0;
+  std::string from;
+};
+
+// Training progress of a member, as last learned. Spread by piggybacking; newer step wins.
+struct ProgressMsg {
+  std::string name;
+  uint64_t step = 0;
+};
+
+using Update = std::variant<AliveMsg, SuspectMsg, DeadMsg, ProgressMsg>;
+
+// ---- Failure-detector messages ----------------------------------------------------------------
+
+struct PingMsg {
+  uint32_t seq = 0;
+  std::string target;  // name the sender expects at this address (guards against stale addrs)
+};
+
+// Ask the receiver to ping `target` at `target_addr` on our behalf (SWIM §3.1 ping-req).
+struct IndirectPingMsg {
+  uint32_t seq = 0;
+  std::string target;
+  std::string target_addr;
+  bool want_nack = true;  // Lifeguard: answer with a nack if the target does not ack in time
+};
+
+struct AckMsg {
+  uint32_t seq = 0;
+};
+
+struct NackMsg {
+  uint32_t seq = 0;
+};
+
+using Primary = std::variant<std::monostate, PingMsg, IndirectPingMsg, AckMsg, NackMsg>;
+
+// One UDP datagram worth of membership traffic: at most one primary message plus piggybacked
+// updates (a "compound" packet in memberlist terms). Every packet carries the sender's own
+// progress, so peers learn steps from all membership traffic.
+struct Packet {
+  std::string from;      // sender name (also in the wire envelope)
+  std::string from_addr; // sender's advertised addr, so replies go to it and not a NAT'd source
+  uint64_t from_step = 0;
+  Primary primary;
+  std::vector<Update> updates;
+};
+
+// ---- Push-pull anti-entropy (TCP) ------------------------------------------------------------
+
+struct MemberState {
+  std::string name;
+  std::string addr;
+  uint32_t incarnation = 0;
+  Status status = Status::kAlive;
+  Meta meta;
+  uint64_t step = 0;
+};
+
+struct PushPull {
+  bool join = false;  // the sender is joining: its first contact with this cluster
+  std::string from;
+  std::vector<MemberState> members;
+};
+
+// Conservative upper bound on the encoded size of one update / packet header, in bytes. The
+// codec guarantees encoded sizes never exceed these, so the core can fill a datagram budget
+// without encoding.
+size_t EstimateSize(const Update& u);
+size_t EstimatePacketOverhead(const Packet& p);
+
+}  // namespace meshtrain::membership

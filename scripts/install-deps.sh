@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages meshtrain builds and runs with (SPEC §2).
+# Idempotent: skips apt entirely when every package is already installed.
+set -euo pipefail
+PKGS=(build-essential cmake pkg-config libuv1-dev libeigen3-dev libflatbuffers-dev
+      flatbuffers-compiler catch2 libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+      libsodium-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables procps python3)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

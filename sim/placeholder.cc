@@ -1,0 +1,1 @@
+// sim: placeholder until the real sources land.

@@ -1,0 +1,1 @@
+// sync: placeholder until the real sources land.
