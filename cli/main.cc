@@ -1,1 +1,264 @@
-int main() { return 0; }
+// The `meshtrain` executable: Serf-style subcommands (SPEC §3). `agent` runs the daemon in the
+// foreground; the other subcommands talk to a running agent over its RPC endpoint.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "cli/rpc_client.h"
+#include "daemon/agent.h"
+#include "daemon/config.h"
+#include "gossip/crypto.h"
+
+namespace {
+
+using nlohmann::json;
+namespace cli = meshtrain::cli;
+
+constexpr const char* kDefaultRpc = "127.0.0.1:7951";
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  return 1;
+}
+
+// Calls the agent and returns the reply, or prints a one-line error and returns nullopt.
+std::optional<json> Call(const std::string& rpc, const json& req) {
+  auto r = cli::CallAgent(rpc, req);
+  if (!r.ok) {
+    Fail(r.error);
+    return std::nullopt;
+  }
+  if (!r.reply.value("ok", false)) {
+    Fail(r.reply.value("error", std::string("the agent refused the request")));
+    return std::nullopt;
+  }
+  r.reply.erase("ok");
+  return r.reply;
+}
+
+std::string Cell(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "-";
+  if (v.is_number_float()) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.3f", v.get<double>());
+    return buf;
+  }
+  return v.dump();
+}
+
+void PrintTable(const std::vector<std::string>& cols, const std::vector<json>& rows) {
+  std::vector<size_t> width(cols.size());
+  for (size_t i = 0; i < cols.size(); ++i) width[i] = cols[i].size();
+  std::vector<std::vector<std::string>> cells;
+  for (const auto& r : rows) {
+    std::vector<std::string> line;
+    for (size_t i = 0; i < cols.size(); ++i) {
+      line.push_back(Cell(r.contains(cols[i]) ? r[cols[i]] : json()));
+      width[i] = std::max(width[i], line.back().size());
+    }
+    cells.push_back(std::move(line));
+  }
+  auto print_line = [&](const std::vector<std::string>& line) {
+    std::string out;
+    for (size_t i = 0; i < line.size(); ++i) {
+      std::string cell = line[i];
+      if (i + 1 < line.size()) cell.resize(width[i] + 2, ' ');
+      out += cell;
+    }
+    std::printf("%s\n", out.c_str());
+  };
+  std::vector<std::string> header;
+  for (const auto& c : cols) {
+    std::string h = c;
+    std::transform(h.begin(), h.end(), h.begin(), ::toupper);
+    header.push_back(h);
+  }
+  print_line(header);
+  for (const auto& line : cells) print_line(line);
+}
+
+void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
+  a->add_option("--name", c.name, "Unique node name (default: hostname-port)");
+  a->add_option("--bind", c.bind, "UDP+TCP address for membership and parameters")
+      ->capture_default_str();
+  a->add_option("--advertise", c.advertise, "Address given to peers (default: bind address)");
+  a->add_option("--rpc", c.rpc, "Control endpoint for the CLI")
+      ->envname("MESHTRAIN_RPC_ADDR")
+      ->capture_default_str();
+  a->add_option("--join", c.join, "Peer to contact at start (repeatable)");
+  a->add_flag("--retry-join", c.retry_join, "Keep retrying --join until it succeeds");
+  a->add_option("--profile", c.profile, "Membership timing: lan, wan or local")
+      ->capture_default_str();
+  a->add_option("--probe-interval", c.probe_interval_ms, "Override the probe interval (ms)");
+  a->add_option("--probe-timeout", c.probe_timeout_ms, "Override the probe timeout (ms)");
+  a->add_option("--suspicion-mult", c.suspicion_mult, "Override SuspicionMult");
+  a->add_option("--gossip-interval", c.gossip_interval_ms, "Override the gossip interval (ms)");
+  a->add_option("--push-pull-interval", c.push_pull_interval_s,
+                "Override the push-pull interval (s, 0 = off)");
+  a->add_option("--cluster", c.cluster, "Cluster label; other labels are dropped")
+      ->capture_default_str();
+  a->add_option("--encrypt", c.encrypt, "Base64 key from `meshtrain keygen`")
+      ->envname("MESHTRAIN_ENCRYPT_KEY");
+  a->add_option("--data-dir", c.data_dir, "Checkpoints and peer snapshot directory");
+  a->add_option("--task", c.task, "none, synthetic, fmnist-softmax or fmnist-mlp")
+      ->capture_default_str();
+  a->add_option("--dataset-dir", c.dataset_dir, "Fashion-MNIST IDX files")->capture_default_str();
+  a->add_option("--shard", c.shard, "Train on the I-th of N disjoint shards (I/N)");
+  a->add_option("--batch", c.batch, "Mini-batch size")->capture_default_str();
+  a->add_option("--lr", c.lr, "Learning rate")->capture_default_str();
+  a->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
+  a->add_option("--seed", c.seed, "Data-order seed (default: hash of name)");
+  a->add_option("--steps", c.steps, "Stop training after N steps (0 = unbounded)");
+  a->add_option("--target-accuracy", c.target_accuracy, "Stop training at this test accuracy");
+  a->add_option("--eval-every", c.eval_every, "Evaluate every K steps")->capture_default_str();
+  a->add_option("--barrier", c.barrier, "bsp, ssp, asp, pbsp, pssp or dssp")
+      ->capture_default_str();
+  a->add_option("--staleness", c.staleness, "SSP/PSP staleness bound")->capture_default_str();
+  a->add_option("--sample", c.sample, "PSP sample size (beta)")->capture_default_str();
+  a->add_option("--select", c.select, "Receiver selection: all, random or selmcast")
+      ->capture_default_str();
+  a->add_option("--fanout", c.fanout, "Receivers per round (P)")->capture_default_str();
+  a->add_option("--sync-every", c.sync_every, "Local steps between parameter multicasts")
+      ->capture_default_str();
+  a->add_option("--uplink-limit", c.uplink_limit, "Uplink cap for parameter traffic (MB/s)");
+  a->add_option("--downlink-limit", c.downlink_limit, "Downlink cap (MB/s)");
+  a->add_option("--slowdown", c.slowdown, "Make each step F times slower (straggler emulation)");
+  a->add_option("--metrics-file", c.metrics_file, "JSON-lines metrics log");
+  a->add_option("--log-level", c.log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+}
+
+int RunAgent(meshtrain::daemon::AgentConfig config) {
+  if (auto err = config.Finalize(); !err.empty()) return Fail(err);
+  auto logger = spdlog::stderr_color_mt("meshtrain");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [%^%l%$] " + config.name + ": %v");
+  std::signal(SIGPIPE, SIG_IGN);
+  meshtrain::daemon::Agent agent(std::move(config));
+  return agent.Run();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshtrain: a peer-to-peer, serverless learning daemon"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Help for every subcommand");
+
+  std::string rpc = kDefaultRpc;
+  auto add_rpc = [&rpc](CLI::App* sub) {
+    sub->add_option("--rpc", rpc, "Agent RPC address")
+        ->envname("MESHTRAIN_RPC_ADDR")
+        ->capture_default_str();
+  };
+
+  meshtrain::daemon::AgentConfig agent_config;
+  auto* agent = app.add_subcommand("agent", "Run an agent in the foreground");
+  agent->set_config("--config", "", "Read options from a TOML/INI file");
+  AddAgentOptions(agent, agent_config);
+
+  std::vector<std::string> join_addrs;
+  auto* join = app.add_subcommand("join", "Ask the local agent to join peers");
+  join->add_option("ADDR", join_addrs, "Peer addresses (IP:PORT)")->required();
+  add_rpc(join);
+
+  auto* leave = app.add_subcommand("leave", "Graceful leave; the agent then exits");
+  add_rpc(leave);
+
+  std::string force_name;
+  auto* force = app.add_subcommand("force-leave", "Mark a failed member as left");
+  force->add_option("NAME", force_name, "Member name")->required();
+  add_rpc(force);
+
+  std::string format = "table";
+  std::string status_re;
+  auto* members = app.add_subcommand("members", "List the members this agent knows");
+  members->add_option("--format", format, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  members->add_option("--status", status_re, "Only members whose status matches this regex");
+  add_rpc(members);
+
+  auto* status = app.add_subcommand("status", "This agent: step, loss, accuracy, peers, traffic");
+  status->add_option("--format", format, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  add_rpc(status);
+
+  auto* keygen = app.add_subcommand("keygen", "Print a new base64 32-byte cluster key");
+  auto* version = app.add_subcommand("version", "Print the version");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (agent->parsed()) return RunAgent(agent_config);
+  if (version->parsed()) {
+    std::printf("meshtrain %s (protocol 1)\n", MESHTRAIN_VERSION);
+    return 0;
+  }
+  if (keygen->parsed()) {
+    std::printf("%s\n", meshtrain::gossip::GenerateKeyBase64().c_str());
+    return 0;
+  }
+  if (join->parsed()) {
+    auto r = Call(rpc, {{"cmd", "join"}, {"addrs", join_addrs}});
+    if (!r) return 1;
+    std::printf("Successfully joined cluster by contacting %d nodes.\n",
+                r->value("joined", 0));
+    return 0;
+  }
+  if (leave->parsed()) {
+    if (!Call(rpc, {{"cmd", "leave"}})) return 1;
+    std::printf("Graceful leave started; the agent exits once the news has spread.\n");
+    return 0;
+  }
+  if (force->parsed()) {
+    if (!Call(rpc, {{"cmd", "force-leave"}, {"name", force_name}})) return 1;
+    std::printf("Member %s marked as left.\n", force_name.c_str());
+    return 0;
+  }
+  if (members->parsed()) {
+    std::optional<std::regex> re;
+    if (!status_re.empty()) {
+      try {
+        re.emplace(status_re);
+      } catch (const std::regex_error& e) {
+        return Fail("invalid --status regex '" + status_re + "': " + e.what());
+      }
+    }
+    auto r = Call(rpc, {{"cmd", "members"}});
+    if (!r) return 1;
+    json list = json::array();
+    for (const auto& m : (*r)["members"]) {
+      if (re && !std::regex_search(m.value("status", ""), *re)) continue;
+      list.push_back(m);
+    }
+    if (format == "json") {
+      std::printf("%s\n", json{{"members", list}}.dump().c_str());
+    } else {
+      PrintTable({"name", "addr", "status", "incarnation", "step", "training", "uplink_mbps",
+                  "downlink_mbps"},
+                 std::vector<json>(list.begin(), list.end()));
+    }
+    return 0;
+  }
+  if (status->parsed()) {
+    auto r = Call(rpc, {{"cmd", "status"}});
+    if (!r) return 1;
+    if (format == "json") {
+      std::printf("%s\n", r->dump().c_str());
+    } else {
+      for (auto& [k, v] : r->items()) std::printf("%-17s %s\n", (k + ":").c_str(), Cell(v).c_str());
+    }
+    return 0;
+  }
+  return 0;
+}

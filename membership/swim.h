@@ -113,6 +113,9 @@ class Swim {
   // Graceful leave: announce kLeft about ourselves; keep ticking a few seconds so it spreads.
   void Leave(TimeMs now);
   bool HasLeft() const;
+  // Updates still queued for retransmission (0 = everything queued has been sent its full
+  // retransmit budget). The agent waits on this after Leave() so the news spreads.
+  size_t PendingUpdates() const;
   // Mark a failed member as left (Serf force-leave). False if unknown or not failed/suspect.
   bool ForceLeave(const std::string& name, TimeMs now);
 

@@ -1,0 +1,847 @@
+#include "daemon/agent.h"
+
+#include <spdlog/spdlog.h>
+#include <uv.h>
+
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "daemon/metrics.h"
+#include "daemon/trainer.h"
+#include "gossip/codec.h"
+#include "gossip/crypto.h"
+#include "gossip/transport.h"
+#include "learn/task.h"
+#include "membership/swim.h"
+#include "sync/barrier.h"
+#include "sync/selection.h"
+
+namespace meshtrain::daemon {
+
+using gossip::Bytes;
+using gossip::NetAddr;
+using gossip::TcpHub;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxRpcFrame = 64 * 1024;
+constexpr int64_t kLeavePollMs = 50;
+constexpr int64_t kLeaveMaxMs = 3000;
+
+uint64_t RandomSeed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+}  // namespace
+
+struct Agent::Impl {
+  explicit Impl(AgentConfig c) : config(std::move(c)) {}
+
+  AgentConfig config;
+  uv_loop_t loop{};
+  std::unique_ptr<membership::Swim> swim;
+  std::shared_ptr<gossip::Keyring> keyring;
+  std::unique_ptr<gossip::Codec> codec;
+  std::unique_ptr<gossip::UdpEndpoint> udp;
+  std::unique_ptr<TcpHub> data_tcp;
+  std::unique_ptr<TcpHub> rpc_tcp;
+  std::unique_ptr<gossip::Timer> swim_timer;
+  std::unique_ptr<gossip::Timer> join_timer;
+  std::unique_ptr<gossip::Timer> leave_timer;
+  std::vector<std::unique_ptr<gossip::Signal>> signals;
+  MetricsLog metrics;
+  gossip::RejectCounters rejects;
+  uint64_t rpc_rejects = 0;
+  uint64_t oversize_drops = 0;
+
+  // Outgoing push-pulls: connection -> target address and the RPC join waiting on it (if any).
+  struct PushPullCtx {
+    std::string addr;
+    bool done = false;
+    uint64_t join_req = 0;
+  };
+  std::map<TcpHub::ConnId, PushPullCtx> pushpulls;
+  // RPC joins waiting for their push-pulls: id -> (rpc conn, outstanding, succeeded).
+  struct JoinReq {
+    TcpHub::ConnId rpc_conn;
+    int outstanding = 0;
+    int joined = 0;
+  };
+  std::map<uint64_t, JoinReq> join_reqs;
+  uint64_t next_join_req = 1;
+  bool retry_join_active = false;
+
+  bool leaving = false;
+  int64_t leave_started = 0;
+  int exit_code = 0;
+
+  // ---- training (absent with --task none) ----
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<gossip::Async> trainer_wake;
+  std::unique_ptr<gossip::Timer> barrier_timer;
+  std::unique_ptr<sync::BarrierCore> barrier;
+  sync::SelectPolicy select_policy = sync::SelectPolicy::kRandom;
+  std::mt19937_64 rng{RandomSeed()};
+  std::map<std::string, gossip::ParamAssembler> assemblers;  // by sender name
+  uint64_t published_step = 0;
+  bool published_training = false;
+  // Barrier episode for the step the trainer is waiting to start (0 = none).
+  bool barrier_waiting = false;
+  uint64_t barrier_step = 0;
+  // Parameter multicast: one round in flight at a time; a newer snapshot replaces a pending one.
+  struct Round {
+    uint64_t id = 0;
+    int64_t started = 0;
+    int outstanding = 0;
+    int delivered = 0;
+    int fanout = 0;
+    uint64_t bytes = 0;
+  };
+  std::optional<Round> round;
+  std::optional<Snapshot> pending_snapshot;
+  uint64_t next_round = 1;
+  uint64_t rounds_done = 0;
+  uint64_t fanout_sum = 0;
+  uint64_t params_bytes_sent = 0;
+  uint64_t params_received = 0;
+
+  int64_t Now() { return gossip::LoopNowMs(&loop); }
+
+  // ---- start-up ------------------------------------------------------------------------------
+
+  int Start() {
+    if (auto err = metrics.Open(config.metrics_file); !err.empty()) {
+      spdlog::error("{}", err);
+      return 2;
+    }
+    if (!config.encrypt.empty()) {
+      auto key = gossip::ParseKeyBase64(config.encrypt);
+      if (!key) {
+        spdlog::error("invalid --encrypt key: expected base64 of 32 bytes (see `meshtrain keygen`)");
+        return 2;
+      }
+      keyring = std::make_shared<gossip::Keyring>(*key);
+    }
+    codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
+    swim = std::make_unique<membership::Swim>(config.MembershipConfig(), RandomSeed(), Now());
+
+    udp = std::make_unique<gossip::UdpEndpoint>(&loop);
+    gossip::TcpOptions data_opts;
+    data_opts.max_frame_bytes = codec->max_frame_bytes();
+    data_opts.idle_timeout_ms = 10000;
+    data_tcp = std::make_unique<TcpHub>(&loop, data_opts);
+    gossip::TcpOptions rpc_opts;
+    rpc_opts.max_frame_bytes = kMaxRpcFrame;
+    rpc_opts.max_connections = 32;
+    rpc_opts.idle_timeout_ms = 10000;
+    rpc_tcp = std::make_unique<TcpHub>(&loop, rpc_opts);
+
+    const auto bind = *NetAddr::Parse(config.bind);
+    if (int rc = udp->Bind(bind, [this](const uint8_t* d, size_t n, const NetAddr& from) {
+          OnDatagram(d, n, from);
+        });
+        rc != 0) {
+      spdlog::error("cannot bind UDP {}: {}", config.bind, uv_strerror(rc));
+      return 1;
+    }
+    if (int rc = data_tcp->Listen(
+            bind, [this](TcpHub::ConnId id, Bytes&& f) { OnDataFrame(id, std::move(f)); });
+        rc != 0) {
+      spdlog::error("cannot listen on TCP {}: {}", config.bind, uv_strerror(rc));
+      return 1;
+    }
+    const auto rpc_addr = *NetAddr::Parse(config.rpc);
+    if (!rpc_addr.IsLoopback()) {
+      spdlog::warn("RPC endpoint {} is not on loopback: anyone who can reach it controls this "
+                   "agent",
+                   config.rpc);
+    }
+    if (int rc = rpc_tcp->Listen(
+            rpc_addr, [this](TcpHub::ConnId id, Bytes&& f) { OnRpcFrame(id, std::move(f)); });
+        rc != 0) {
+      spdlog::error("cannot listen for RPC on {}: {}", config.rpc, uv_strerror(rc));
+      return 1;
+    }
+
+    swim_timer = std::make_unique<gossip::Timer>(&loop);
+    join_timer = std::make_unique<gossip::Timer>(&loop);
+    leave_timer = std::make_unique<gossip::Timer>(&loop);
+    for (int sig : {SIGINT, SIGTERM}) {
+      signals.push_back(std::make_unique<gossip::Signal>(&loop, sig, [this, sig] {
+        if (leaving) {
+          spdlog::warn("second signal: exiting without waiting for the leave to spread");
+          Shutdown();
+          return;
+        }
+        spdlog::info("received {}, leaving the mesh", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        StartLeave();
+      }));
+    }
+    if (int rc = StartTraining(); rc != 0) return rc;
+    PrintBanner();
+    if (!config.join.empty()) {
+      swim->Join(config.join, Now());
+      Pump(0);
+      if (config.retry_join) {
+        retry_join_active = true;
+        join_timer->Start(
+            config.retry_join_interval_ms,
+            [this] {
+              if (!retry_join_active || leaving) return;
+              if (swim->NumAlive() > 1) {
+                retry_join_active = false;
+                join_timer->Stop();
+                return;
+              }
+              spdlog::info("retry-join: contacting {}", fmt::join(config.join, ", "));
+              swim->Join(config.join, Now());
+              Pump(0);
+            },
+            config.retry_join_interval_ms);
+      }
+    }
+    Pump(0);
+    return 0;
+  }
+
+  int StartTraining() {
+    if (config.task == "none") return 0;
+    learn::TaskOptions opts;
+    opts.dataset_dir = config.dataset_dir;
+    if (!config.shard.empty()) {
+      auto shard = learn::ParseShard(config.shard);
+      if (!shard.ok()) {
+        spdlog::error("invalid --shard: {}", shard.status().message());
+        return 2;
+      }
+      opts.shard = shard.value();
+    }
+    opts.batch_size = config.batch;
+    opts.lr = static_cast<float>(config.lr);
+    opts.momentum = static_cast<float>(config.momentum);
+    // Every node starts from the same parameters (gossip averaging assumes one model);
+    // sample order differs per node.
+    opts.init_seed = 0x6d657368;
+    opts.data_seed = config.seed ? *config.seed : std::hash<std::string>{}(config.name);
+    spdlog::info("loading task {}", config.task);
+    auto task = learn::MakeTask(config.task, opts);
+    if (!task.ok()) {
+      spdlog::error("cannot start task {}: {}", config.task, task.status().message());
+      return 2;
+    }
+    TrainerOptions topts;
+    topts.max_steps = config.steps;
+    topts.target_accuracy = config.target_accuracy;
+    topts.eval_every = config.eval_every;
+    topts.sync_every = config.sync_every;
+    topts.slowdown = config.slowdown;
+    topts.name = config.name;
+    trainer_wake = std::make_unique<gossip::Async>(&loop, [this] { OnTrainerWake(); });
+    barrier_timer = std::make_unique<gossip::Timer>(&loop);
+    trainer = std::make_unique<Trainer>(std::move(task).value(), topts, &metrics,
+                                        [this] { trainer_wake->Send(); });
+    codec->set_expected_params(static_cast<uint32_t>(trainer->num_params()));
+    sync::BarrierConfig bc;
+    bc.policy = *sync::ParsePolicy(config.barrier);
+    bc.staleness = static_cast<uint64_t>(config.staleness);
+    bc.sample = static_cast<size_t>(config.sample);
+    bc.probe_timeout = swim->config().probe_timeout;
+    barrier = std::make_unique<sync::BarrierCore>(bc, config.name);
+    select_policy = *sync::ParseSelectPolicy(config.select);
+    published_training = true;
+    membership::Meta meta;
+    meta.training = true;
+    swim->SetMeta(meta, Now());
+    spdlog::info("task {}: {} parameters", config.task, trainer->num_params());
+    trainer->Start();
+    return 0;
+  }
+
+  // ---- training plumbing (loop thread) -------------------------------------------------------
+
+  void OnTrainerWake() {
+    if (!trainer) return;
+    uv_update_time(&loop);
+    const TrainerState st = trainer->state();
+    if (st.step != published_step) {
+      published_step = st.step;
+      swim->SetStep(st.step);
+    }
+    if (st.training != published_training) {
+      published_training = st.training;
+      membership::Meta meta = swim->Find(config.name)->meta;
+      meta.training = st.training;
+      swim->SetMeta(meta, Now());  // peers' barriers stop waiting on us (SPEC §6)
+      Pump(0);
+    }
+    if (auto snap = trainer->TakeSnapshot()) {
+      pending_snapshot = std::move(snap);
+      if (!round) StartRound();
+    }
+    if (st.waiting) {
+      if (!barrier_waiting || barrier_step != st.step) {
+        barrier_waiting = true;
+        barrier_step = st.step;
+      }
+      RunBarrier();
+    }
+  }
+
+  // Feeds the barrier with what membership knows: every live, training peer's step; everyone
+  // else leaves the barrier set at once.
+  void RefreshProgress() {
+    const int64_t now = Now();
+    for (const auto& m : swim->Members()) {
+      if (m.name == config.name) continue;
+      const bool live = m.status == membership::Status::kAlive ||
+                        m.status == membership::Status::kSuspect;
+      if (live && m.meta.training) {
+        barrier->OnProgress(m.name, m.step, now);
+      } else {
+        barrier->OnPeerRemoved(m.name);
+      }
+    }
+  }
+
+  void RunBarrier() {
+    if (!barrier_waiting || !trainer) return;
+    RefreshProgress();
+    const int64_t now = Now();
+    const sync::Decision d = barrier->Check(barrier_step, now, rng);
+    for (const auto& q : barrier->TakeQueries()) {
+      const membership::Member* m = swim->Find(q.to);
+      auto to = m ? NetAddr::Parse(m->addr) : std::nullopt;
+      if (!to) continue;
+      gossip::Datagram dg;
+      dg.sender = config.name;
+      dg.body = gossip::ProgressQuery{q.seq, barrier_step};
+      auto bytes = codec->EncodeDatagram(dg);
+      if (!bytes.empty()) udp->Send(*to, std::move(bytes));
+    }
+    if (d == sync::Decision::kPass) {
+      barrier_waiting = false;
+      barrier_timer->Stop();
+      trainer->Permit(barrier_step + 1);
+      return;
+    }
+    const sync::TimeMs deadline = barrier->NextDeadline();
+    const int64_t delay = deadline == sync::kNoDeadline ? 1000 : std::max<int64_t>(1, deadline - now);
+    barrier_timer->Start(delay, [this] { RunBarrier(); });
+  }
+
+  // Receivers for one round, among live training peers (SPEC §7).
+  std::vector<std::string> ChooseReceivers() {
+    std::vector<std::string> candidates;
+    sync::BandwidthView bw;
+    for (const auto& m : swim->Members()) {
+      const bool live = m.status == membership::Status::kAlive;
+      if (!live || !m.meta.training) continue;
+      bw[m.name] = sync::NodeBandwidth{m.meta.uplink_mbps, m.meta.downlink_mbps, 0};
+      if (m.name != config.name) candidates.push_back(m.name);
+    }
+    if (candidates.empty()) return {};
+    bw[config.name];  // the sender itself is part of the global plan
+    return sync::Select(select_policy, config.name, candidates,
+                        static_cast<size_t>(config.fanout), bw, rng);
+  }
+
+  void StartRound() {
+    if (!pending_snapshot || round || leaving) return;
+    Snapshot snap = std::move(*pending_snapshot);
+    pending_snapshot.reset();
+    const auto receivers = ChooseReceivers();
+    if (receivers.empty()) return;
+    Round r;
+    r.id = next_round++;
+    r.started = Now();
+    r.fanout = static_cast<int>(receivers.size());
+    auto chunks = gossip::SplitParams(*snap.params, r.id, snap.step);
+    std::vector<Bytes> frames;
+    for (auto& c : chunks) {
+      gossip::Frame f;
+      f.sender = config.name;
+      f.body = std::move(c);
+      frames.push_back(codec->EncodeFrame(f));
+    }
+    round = r;
+    for (const auto& name : receivers) {
+      const membership::Member* m = swim->Find(name);
+      const std::string& addr = m->meta.data_addr.empty() ? m->addr : m->meta.data_addr;
+      auto to = NetAddr::Parse(addr);
+      if (!to) continue;
+      uint64_t bytes = 0;
+      for (const auto& f : frames) bytes += f.size() + 4;
+      const uint64_t round_id = r.id;
+      TcpHub::ConnId id = data_tcp->Connect(
+          *to, [this](TcpHub::ConnId cid, Bytes&&) { data_tcp->Abort(cid); },
+          [this, round_id, bytes](TcpHub::ConnId, int status) {
+            OnTransferDone(round_id, status == 0, bytes);
+          });
+      round->outstanding++;
+      for (const auto& f : frames) {
+        if (!data_tcp->Send(id, f)) break;
+      }
+      data_tcp->Close(id);
+    }
+    if (round && round->outstanding == 0) round.reset();
+  }
+
+  void OnTransferDone(uint64_t round_id, bool ok, uint64_t bytes) {
+    if (!round || round->id != round_id) return;
+    round->outstanding--;
+    if (ok) {
+      round->delivered++;
+      round->bytes += bytes;
+      params_bytes_sent += bytes;
+    }
+    if (round->outstanding > 0) return;
+    const double seconds = static_cast<double>(Now() - round->started) / 1000.0;
+    rounds_done++;
+    fanout_sum += static_cast<uint64_t>(round->delivered);
+    metrics.Write("sync", {{"fanout", round->delivered}, {"bytes", round->bytes},
+                           {"seconds", seconds}});
+    round.reset();
+    StartRound();
+  }
+
+  void OnParamChunk(TcpHub::ConnId id, const std::string& sender, gossip::ParamChunk&& chunk) {
+    const membership::Member* m = swim->Find(sender);
+    if (!trainer || m == nullptr || m->status == membership::Status::kFailed ||
+        m->status == membership::Status::kLeft) {
+      // Parameters only from live members of this mesh.
+      rejects.add(gossip::Reject::kSemantic);
+      data_tcp->Abort(id);
+      return;
+    }
+    auto model = assemblers[sender].Add(chunk);
+    if (!model) return;
+    params_received++;
+    if (barrier->OnProgress(sender, model->step, Now()) && barrier_waiting) RunBarrier();
+    trainer->Deliver(sender, std::move(model->params));
+  }
+
+  void PrintBanner() {
+    std::printf(
+        "meshtrain agent %s\n"
+        "  name:      %s\n  bind:      %s\n  advertise: %s\n  rpc:       %s\n"
+        "  cluster:   %s\n  encrypted: %s\n  profile:   %s\n  task:      %s\n"
+        "  barrier:   %s\n  selection: %s\n",
+        MESHTRAIN_VERSION_STRING, config.name.c_str(), config.bind.c_str(),
+        config.advertise.c_str(), config.rpc.c_str(), config.cluster.c_str(),
+        keyring ? "yes" : "no", config.profile.c_str(), config.task.c_str(),
+        config.barrier.c_str(), config.select.c_str());
+    std::fflush(stdout);
+  }
+
+  // ---- membership plumbing -------------------------------------------------------------------
+
+  // Sends what the core wants sent, reports its events, and re-arms its timer. `join_req`
+  // tags new push-pulls with the RPC join that caused them.
+  void Pump(uint64_t join_req) {
+    for (auto& out : swim->TakePackets()) {
+      auto to = NetAddr::Parse(out.to_addr);
+      if (!to) continue;
+      gossip::Datagram dg;
+      dg.sender = config.name;
+      dg.body = std::move(out.packet);
+      Bytes bytes = codec->EncodeDatagram(dg);
+      if (bytes.empty()) {
+        oversize_drops++;
+          spdlog::warn("dropping a datagram to {} that does not fit in {} bytes", out.to_addr,
+                     gossip::kMaxDatagramBytes);
+        continue;
+      }
+      udp->Send(*to, std::move(bytes));
+    }
+    for (auto& pp : swim->TakePushPulls()) StartPushPull(pp, join_req);
+    bool membership_changed = false;
+    for (auto& ev : swim->TakeEvents()) {
+      OnEvent(ev);
+      membership_changed = true;
+    }
+    ArmSwimTimer();
+    if (barrier_waiting && (membership_changed || swim_progress_dirty)) {
+      swim_progress_dirty = false;
+      RunBarrier();
+    }
+  }
+  bool swim_progress_dirty = false;
+
+  void ArmSwimTimer() {
+    const int64_t delay = std::max<int64_t>(1, swim->NextDeadline() - Now());
+    swim_timer->Start(delay, [this] {
+      uv_update_time(&loop);
+      swim->Tick(Now());
+      Pump(0);
+    });
+  }
+
+  void StartPushPull(const membership::OutPushPull& pp, uint64_t join_req) {
+    auto to = NetAddr::Parse(pp.to_addr);
+    if (!to) {
+      swim->PushPullFailed(pp.to_addr, Now());
+      return;
+    }
+    TcpHub::ConnId id = data_tcp->Connect(
+        *to,
+        [this](TcpHub::ConnId cid, Bytes&& payload) {
+          gossip::Reject why{};
+          auto frame = codec->DecodeFrame(payload.data(), payload.size(), &why);
+          if (!frame) {
+            rejects.add(why);
+            data_tcp->Abort(cid);
+            return;
+          }
+          auto* msg = std::get_if<gossip::PushPullMsg>(&frame->body);
+          auto it = pushpulls.find(cid);
+          if (msg == nullptr || !msg->response || it == pushpulls.end()) {
+            rejects.add(gossip::Reject::kSemantic);
+            data_tcp->Abort(cid);
+            return;
+          }
+          it->second.done = true;
+          swim->HandlePushPullResponse(msg->state, Now());
+          data_tcp->Close(cid);
+          Pump(0);
+        },
+        [this](TcpHub::ConnId cid, int status) {
+          auto it = pushpulls.find(cid);
+          if (it == pushpulls.end()) return;
+          PushPullCtx ctx = it->second;
+          pushpulls.erase(it);
+          if (!ctx.done) {
+            spdlog::debug("push-pull with {} failed: {}", ctx.addr,
+                          status < -100000 ? "protocol error" : uv_strerror(status));
+            swim->PushPullFailed(ctx.addr, Now());
+          }
+          FinishJoinPart(ctx.join_req, ctx.done);
+          Pump(0);
+        });
+    // Register before sending: a synchronous connect failure has already called on_close, in
+    // which case the id is unknown to the hub and Send fails.
+    gossip::Frame frame;
+    frame.sender = config.name;
+    frame.body = gossip::PushPullMsg{false, pp.request};
+    pushpulls[id] = PushPullCtx{pp.to_addr, false, join_req};
+    if (join_req != 0) {
+      auto jr = join_reqs.find(join_req);
+      if (jr != join_reqs.end()) jr->second.outstanding++;
+    }
+    if (!data_tcp->Send(id, codec->EncodeFrame(frame))) {
+      auto it = pushpulls.find(id);
+      if (it != pushpulls.end()) {
+        pushpulls.erase(it);
+        swim->PushPullFailed(pp.to_addr, Now());
+        FinishJoinPart(join_req, false);
+      }
+    }
+  }
+
+  void FinishJoinPart(uint64_t join_req, bool ok) {
+    if (join_req == 0) return;
+    auto it = join_reqs.find(join_req);
+    if (it == join_reqs.end()) return;
+    it->second.outstanding--;
+    if (ok) it->second.joined++;
+    if (it->second.outstanding <= 0) {
+      json reply = {{"ok", it->second.joined > 0}, {"joined", it->second.joined}};
+      if (it->second.joined == 0) reply["error"] = "could not contact any of the given peers";
+      RpcReply(it->second.rpc_conn, reply);
+      join_reqs.erase(it);
+    }
+  }
+
+  void OnEvent(const membership::Event& ev) {
+    using K = membership::Event::Kind;
+    const char* status = nullptr;
+    switch (ev.kind) {
+      case K::kJoined:
+        spdlog::info("member {} joined at {}", ev.member.name, ev.member.addr);
+        status = "alive";
+        break;
+      case K::kAlive:
+        spdlog::info("member {} is alive again", ev.member.name);
+        status = "alive";
+        break;
+      case K::kSuspect:
+        spdlog::info("member {} is suspect", ev.member.name);
+        status = "suspect";
+        break;
+      case K::kFailed:
+        spdlog::warn("member {} failed", ev.member.name);
+        status = "failed";
+        break;
+      case K::kLeft:
+        spdlog::info("member {} left", ev.member.name);
+        status = "left";
+        break;
+      case K::kReaped:
+        spdlog::info("member {} reaped", ev.member.name);
+        status = "reaped";
+        break;
+      case K::kUpdated:
+        return;
+    }
+    metrics.Write("member", {{"name", ev.member.name}, {"status", status}});
+  }
+
+  void OnDatagram(const uint8_t* data, size_t len, const NetAddr& from) {
+    gossip::Reject why{};
+    auto dg = codec->DecodeDatagram(data, len, &why);
+    if (!dg) {
+      rejects.add(why);
+      return;
+    }
+    uv_update_time(&loop);
+    if (auto* pkt = std::get_if<membership::Packet>(&dg->body)) {
+      swim->HandlePacket(from.ToString(), *pkt, Now());
+      swim_progress_dirty = true;
+      Pump(0);
+    } else if (auto* q = std::get_if<gossip::ProgressQuery>(&dg->body)) {
+      gossip::Datagram reply;
+      reply.sender = config.name;
+      const TrainerState st = trainer ? trainer->state() : TrainerState{};
+      reply.body = gossip::ProgressReply{q->seq, st.step, trainer != nullptr && st.training};
+      if (barrier && trainer) barrier->OnProgress(dg->sender, q->step, Now());
+      udp->Send(from, codec->EncodeDatagram(reply));
+    } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg->body)) {
+      if (!barrier) return;
+      bool changed = rep->training ? barrier->OnReply(dg->sender, rep->seq, rep->step, Now())
+                                   : barrier->OnPeerRemoved(dg->sender);
+      if (changed && barrier_waiting) RunBarrier();
+    }
+  }
+
+  void OnDataFrame(TcpHub::ConnId id, Bytes&& payload) {
+    gossip::Reject why{};
+    auto frame = codec->DecodeFrame(payload.data(), payload.size(), &why);
+    if (!frame) {
+      rejects.add(why);
+      data_tcp->Abort(id);
+      return;
+    }
+    uv_update_time(&loop);
+    if (auto* pp = std::get_if<gossip::PushPullMsg>(&frame->body)) {
+      if (pp->response) {
+        rejects.add(gossip::Reject::kSemantic);
+        data_tcp->Abort(id);
+        return;
+      }
+      gossip::Frame reply;
+      reply.sender = config.name;
+      reply.body = gossip::PushPullMsg{true, swim->HandlePushPullRequest(pp->state, Now())};
+      data_tcp->Send(id, codec->EncodeFrame(reply));
+      data_tcp->Close(id);
+      Pump(0);
+    } else if (auto* chunk = std::get_if<gossip::ParamChunk>(&frame->body)) {
+      OnParamChunk(id, frame->sender, std::move(*chunk));
+    }
+  }
+
+  // ---- RPC -----------------------------------------------------------------------------------
+
+  void RpcReply(TcpHub::ConnId id, const json& j) {
+    const std::string s = j.dump();
+    rpc_tcp->Send(id, Bytes(s.begin(), s.end()));
+    rpc_tcp->Close(id);
+  }
+
+  json MembersJson() {
+    json arr = json::array();
+    for (const auto& m : swim->Members()) {
+      arr.push_back({{"name", m.name},
+                     {"addr", m.addr},
+                     {"status", membership::StatusName(m.status)},
+                     {"incarnation", m.incarnation},
+                     {"step", m.step},
+                     {"training", m.meta.training},
+                     {"uplink_mbps", m.meta.uplink_mbps},
+                     {"downlink_mbps", m.meta.downlink_mbps}});
+    }
+    return {{"members", arr}};
+  }
+
+  uint64_t RejectedPackets() const {
+    return rejects.total() + rpc_rejects + data_tcp->framing_errors();
+  }
+
+  json StatusJson() {
+    size_t peers_alive = 0;
+    for (const auto& m : swim->Members()) {
+      if (m.name != config.name && (m.status == membership::Status::kAlive ||
+                                    m.status == membership::Status::kSuspect)) {
+        peers_alive++;
+      }
+    }
+    const TrainerState st = trainer ? trainer->state() : TrainerState{};
+    json loss = st.loss ? json(*st.loss) : json(nullptr);
+    json acc = st.accuracy ? json(*st.accuracy) : json(nullptr);
+    const double wait_s = barrier ? barrier->WaitSeconds(Now()) : 0.0;
+    return {{"name", config.name},
+            {"step", st.step},
+            {"loss", loss},
+            {"accuracy", acc},
+            {"training", trainer != nullptr && st.training},
+            {"train_loss", st.train_loss},
+            {"params_received", params_received},
+            {"rounds", rounds_done},
+            {"barrier", config.barrier},
+            {"select", config.select},
+            {"peers_alive", peers_alive},
+            {"barrier_wait_s", wait_s},
+            {"bytes_sent", udp->bytes_sent() + data_tcp->bytes_sent()},
+            {"bytes_received", udp->bytes_received() + data_tcp->bytes_received()},
+            {"mean_fanout", rounds_done ? static_cast<double>(fanout_sum) / rounds_done : 0.0},
+            {"rejected_packets", RejectedPackets()},
+            {"health_score", swim->HealthScore()},
+            {"incarnation", swim->Find(config.name) ? swim->Find(config.name)->incarnation : 0},
+            {"uptime_s", metrics.Elapsed()}};
+  }
+
+  void OnRpcFrame(TcpHub::ConnId id, Bytes&& payload) {
+    json req = json::parse(payload.begin(), payload.end(), nullptr, /*allow_exceptions=*/false);
+    if (req.is_discarded() || !req.is_object() || !req.contains("cmd") ||
+        !req["cmd"].is_string()) {
+      rpc_rejects++;
+      RpcReply(id, {{"ok", false}, {"error", "malformed RPC request"}});
+      return;
+    }
+    uv_update_time(&loop);
+    const std::string cmd = req["cmd"];
+    if (cmd == "members") {
+      json out = MembersJson();
+      out["ok"] = true;
+      RpcReply(id, out);
+    } else if (cmd == "status") {
+      json out = StatusJson();
+      out["ok"] = true;
+      RpcReply(id, out);
+    } else if (cmd == "join") {
+      std::vector<std::string> addrs;
+      if (req.contains("addrs") && req["addrs"].is_array()) {
+        for (const auto& a : req["addrs"]) {
+          auto parsed = a.is_string() ? NetAddr::Parse(a.get<std::string>()) : std::nullopt;
+          if (!parsed || parsed->port() == 0) {
+            RpcReply(id, {{"ok", false}, {"error", "invalid address: " + a.dump()}});
+            return;
+          }
+          addrs.push_back(parsed->ToString());
+        }
+      }
+      if (addrs.empty() || addrs.size() > 64) {
+        RpcReply(id, {{"ok", false}, {"error", "join needs 1-64 addresses"}});
+        return;
+      }
+      if (leaving) {
+        RpcReply(id, {{"ok", false}, {"error", "agent is leaving"}});
+        return;
+      }
+      const uint64_t jr = next_join_req++;
+      join_reqs[jr] = JoinReq{id, 0, 0};
+      swim->Join(addrs, Now());
+      Pump(jr);
+      auto it = join_reqs.find(jr);
+      if (it != join_reqs.end() && it->second.outstanding == 0) {
+        join_reqs.erase(it);
+        RpcReply(id, {{"ok", false}, {"error", "no push-pull could be started"}});
+      }
+    } else if (cmd == "leave") {
+      RpcReply(id, {{"ok", true}});
+      StartLeave();
+    } else if (cmd == "force-leave") {
+      const std::string name = req.value("name", "");
+      if (name.empty()) {
+        RpcReply(id, {{"ok", false}, {"error", "force-leave needs a member name"}});
+      } else if (swim->ForceLeave(name, Now())) {
+        Pump(0);
+        RpcReply(id, {{"ok", true}});
+      } else {
+        const auto* m = swim->Find(name);
+        RpcReply(id, {{"ok", false},
+                      {"error", m == nullptr ? "no member named '" + name + "'"
+                                             : "member '" + name + "' is " +
+                                                   membership::StatusName(m->status) +
+                                                   ", not failed"}});
+      }
+    } else {
+      rpc_rejects++;
+      RpcReply(id, {{"ok", false}, {"error", "unknown command '" + cmd + "'"}});
+    }
+  }
+
+  // ---- leave and shutdown --------------------------------------------------------------------
+
+  void StartLeave() {
+    if (leaving) return;
+    leaving = true;
+    retry_join_active = false;
+    join_timer->Stop();
+    leave_started = Now();
+    swim->Leave(Now());
+    Pump(0);
+    // SPEC §3: announce "left", wait up to 3 s for the news to spread, then exit.
+    leave_timer->Start(
+        kLeavePollMs,
+        [this] {
+          const bool others = swim->NumAlive() > 1;
+          const bool spread = swim->PendingUpdates() == 0;
+          if (!others || spread || Now() - leave_started >= kLeaveMaxMs) {
+            spdlog::info("left the mesh after {} ms", Now() - leave_started);
+            Shutdown();
+          }
+        },
+        kLeavePollMs);
+  }
+
+  void Shutdown() {
+    if (trainer) trainer->Stop();
+    if (trainer_wake) trainer_wake->Close();
+    if (barrier_timer) barrier_timer->Close();
+    swim_timer->Close();
+    join_timer->Close();
+    leave_timer->Close();
+    for (auto& s : signals) s->Close();
+    udp->Close();
+    data_tcp->CloseAll();
+    rpc_tcp->CloseAll();
+    uv_stop(&loop);
+  }
+};
+
+Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Agent::~Agent() = default;
+
+int Agent::Run() {
+  Impl& s = *impl_;
+  uv_loop_init(&s.loop);
+  int rc = s.Start();
+  if (rc == 0) {
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+  } else {
+    s.Shutdown();
+  }
+  // Free everything that holds handles, then check the loop closes cleanly.
+  s.trainer.reset();
+  s.trainer_wake.reset();
+  s.barrier_timer.reset();
+  s.swim_timer.reset();
+  s.join_timer.reset();
+  s.leave_timer.reset();
+  s.signals.clear();
+  s.udp.reset();
+  s.data_tcp.reset();
+  s.rpc_tcp.reset();
+  if (int close_rc = gossip::DrainAndCloseLoop(&s.loop); close_rc != 0) {
+    spdlog::warn("event loop closed with handles still open ({})", uv_strerror(close_rc));
+  }
+  return rc == 0 ? s.exit_code : rc;
+}
+
+}  // namespace meshtrain::daemon

@@ -1,0 +1,31 @@
+// The meshtrain agent: wires the SWIM core, the wire codec and the libuv transports together on
+// one event loop, serves the CLI's RPC, and (with a task) runs training beside the loop.
+//
+// Thread-safety: Run() owns the calling thread as the loop thread. RequestStop() may be called
+// from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "daemon/config.h"
+
+namespace meshtrain::daemon {
+
+class Agent {
+ public:
+  explicit Agent(AgentConfig config);  // config must have passed Finalize()
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Binds, prints the banner, joins, and runs until a graceful leave completes (exit code 0)
+  // or start-up fails (non-zero, with the reason logged).
+  int Run();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshtrain::daemon

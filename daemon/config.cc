@@ -1,0 +1,105 @@
+#include "daemon/config.h"
+
+#include <unistd.h>
+
+#include <regex>
+
+#include "gossip/net_addr.h"
+
+namespace meshtrain::daemon {
+namespace {
+
+bool OneOf(const std::string& v, std::initializer_list<const char*> options) {
+  for (const char* o : options) {
+    if (v == o) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string AgentConfig::Finalize() {
+  auto bind_addr = gossip::NetAddr::Parse(bind);
+  if (!bind_addr) return "invalid --bind '" + bind + "': expected IP:PORT, e.g. 127.0.0.1:7950";
+  if (bind_addr->port() == 0) return "invalid --bind '" + bind + "': port 0 is not allowed";
+  if (advertise.empty()) {
+    advertise = bind_addr->IsAny() ? "127.0.0.1:" + std::to_string(bind_addr->port())
+                                   : bind_addr->ToString();
+  }
+  auto adv = gossip::NetAddr::Parse(advertise);
+  if (!adv || adv->IsAny() || adv->port() == 0) {
+    return "invalid --advertise '" + advertise + "': expected a routable IP:PORT";
+  }
+  advertise = adv->ToString();
+  if (!gossip::NetAddr::Parse(rpc)) return "invalid --rpc '" + rpc + "': expected IP:PORT";
+  for (auto& j : join) {
+    auto a = gossip::NetAddr::Parse(j);
+    if (!a || a->port() == 0) return "invalid --join '" + j + "': expected IP:PORT";
+    j = a->ToString();
+  }
+  if (name.empty()) {
+    char host[256] = {0};
+    if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "node");
+    name = std::string(host) + "-" + std::to_string(bind_addr->port());
+  }
+  static const std::regex kName("[A-Za-z0-9._-]{1,64}");
+  if (!std::regex_match(name, kName)) {
+    return "invalid --name '" + name + "': use 1-64 characters of [A-Za-z0-9._-]";
+  }
+  if (!membership::Config::Profile(profile)) {
+    return "invalid --profile '" + profile + "': expected lan, wan or local";
+  }
+  if (cluster.empty() || cluster.size() > 64) return "invalid --cluster: 1-64 characters";
+  if (!OneOf(task, {"none", "synthetic", "fmnist-softmax", "fmnist-mlp"})) {
+    return "invalid --task '" + task + "': expected none, synthetic, fmnist-softmax or fmnist-mlp";
+  }
+  if (!OneOf(barrier, {"bsp", "ssp", "asp", "pbsp", "pssp", "dssp"})) {
+    return "invalid --barrier '" + barrier + "': expected bsp, ssp, asp, pbsp, pssp or dssp";
+  }
+  if (!OneOf(select, {"all", "random", "selmcast"})) {
+    return "invalid --select '" + select + "': expected all, random or selmcast";
+  }
+  if (batch < 1 || batch > 65536) return "invalid --batch: 1..65536";
+  if (!(lr > 0 && lr < 100)) return "invalid --lr: must be > 0";
+  if (!(momentum >= 0 && momentum < 1)) return "invalid --momentum: must be in [0, 1)";
+  if (!(target_accuracy >= 0 && target_accuracy <= 1)) {
+    return "invalid --target-accuracy: must be in [0, 1]";
+  }
+  if (eval_every < 1) return "invalid --eval-every: must be >= 1";
+  if (staleness < 0) return "invalid --staleness: must be >= 0";
+  if (sample < 0) return "invalid --sample: must be >= 0";
+  if (fanout < 1) return "invalid --fanout: must be >= 1";
+  if (sync_every < 1) return "invalid --sync-every: must be >= 1";
+  if (uplink_limit < 0 || downlink_limit < 0) return "invalid bandwidth limit: must be >= 0";
+  if (!(slowdown >= 1 && slowdown <= 1000)) return "invalid --slowdown: must be in [1, 1000]";
+  if (!shard.empty()) {
+    static const std::regex kShard("([0-9]{1,6})/([0-9]{1,6})");
+    std::smatch m;
+    if (!std::regex_match(shard, m, kShard) || std::stoi(m[1]) >= std::stoi(m[2])) {
+      return "invalid --shard '" + shard + "': expected I/N with 0 <= I < N";
+    }
+  }
+  if (probe_interval_ms == 0 || probe_timeout_ms == 0 || gossip_interval_ms == 0) {
+    return "timing overrides must be positive";
+  }
+  if (!OneOf(log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"})) {
+    return "invalid --log-level '" + log_level + "'";
+  }
+  return "";
+}
+
+membership::Config AgentConfig::MembershipConfig() const {
+  membership::Config c = *membership::Config::Profile(profile);
+  c.name = name;
+  c.addr = advertise;
+  if (probe_interval_ms > 0) c.probe_interval = probe_interval_ms;
+  if (probe_timeout_ms > 0) c.probe_timeout = probe_timeout_ms;
+  if (suspicion_mult > 0) c.suspicion_mult = suspicion_mult;
+  if (gossip_interval_ms > 0) c.gossip_interval = gossip_interval_ms;
+  if (push_pull_interval_s >= 0) {
+    c.push_pull_interval = static_cast<membership::TimeMs>(push_pull_interval_s * 1000);
+  }
+  return c;
+}
+
+}  // namespace meshtrain::daemon

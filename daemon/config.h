@@ -1,0 +1,61 @@
+// Agent configuration: every `meshtrain agent` option of SPEC §3, validated into one value.
+// Thread-safety: plain value type.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "membership/swim.h"
+
+namespace meshtrain::daemon {
+
+struct AgentConfig {
+  std::string name;  // empty: hostname-port
+  std::string bind = "0.0.0.0:7950";
+  std::string advertise;  // empty: bind (or 127.0.0.1:port when bind is 0.0.0.0)
+  std::string rpc = "127.0.0.1:7951";
+  std::vector<std::string> join;
+  bool retry_join = false;
+  int64_t retry_join_interval_ms = 2000;
+  std::string profile = "lan";
+  // Single-timing overrides (< 0 = the profile's).
+  int64_t probe_interval_ms = -1;
+  int64_t probe_timeout_ms = -1;
+  int suspicion_mult = -1;
+  int64_t gossip_interval_ms = -1;
+  double push_pull_interval_s = -1;
+  std::string cluster = "default";
+  std::string encrypt;  // base64 key, empty = off
+  std::string data_dir;
+  std::string task = "fmnist-mlp";
+  std::string dataset_dir = "/usr/share/datasets/fashion-mnist";
+  std::string shard;  // "I/N" or empty
+  int batch = 64;
+  double lr = 0.05;
+  double momentum = 0.9;
+  std::optional<uint64_t> seed;
+  uint64_t steps = 0;  // 0 = unbounded
+  double target_accuracy = 0;  // 0 = none
+  int eval_every = 100;
+  std::string barrier = "pssp";
+  int staleness = 4;
+  int sample = 4;
+  std::string select = "selmcast";
+  int fanout = 3;
+  int sync_every = 1;
+  double uplink_limit = 0;    // MB/s, 0 = none
+  double downlink_limit = 0;  // MB/s, 0 = none
+  double slowdown = 1;
+  std::string metrics_file;
+  std::string log_level = "info";
+
+  // Fills defaults that depend on other fields (name, advertise) and checks every value.
+  // Returns an error message, or empty when the configuration is usable.
+  std::string Finalize();
+  // The membership timing for this configuration (profile plus overrides).
+  membership::Config MembershipConfig() const;
+};
+
+}  // namespace meshtrain::daemon

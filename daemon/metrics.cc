@@ -1,0 +1,35 @@
+#include "daemon/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace meshtrain::daemon {
+
+MetricsLog::~MetricsLog() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+std::string MetricsLog::Open(const std::string& path) {
+  if (path.empty()) return "";
+  std::lock_guard<std::mutex> lock(mu_);
+  file_ = std::fopen(path.c_str(), "a");
+  if (file_ == nullptr) return "cannot open metrics file '" + path + "': " + std::strerror(errno);
+  return "";
+}
+
+double MetricsLog::Elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void MetricsLog::Write(const std::string& event, nlohmann::json fields) {
+  fields["t"] = Elapsed();
+  fields["event"] = event;
+  const std::string line = fields.dump() + "\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+}
+
+}  // namespace meshtrain::daemon

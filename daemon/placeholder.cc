@@ -1,1 +1,0 @@
-// daemon: placeholder until the real sources land.

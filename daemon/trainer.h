@@ -1,0 +1,103 @@
+// The trainer: a thread beside the libuv loop that takes SGD steps on the local task.
+//
+// The loop thread stays in charge of everything protocol-related; the trainer only computes.
+// Before each step the trainer asks for permission (the loop runs the barrier policy and calls
+// Permit); at each step boundary it mixes the parameters that arrived since the last step
+// (SPEC §6 gossip averaging); every `sync_every` steps it leaves a parameter snapshot for the
+// loop to multicast, so communication overlaps the next step's computation. Nothing the trainer
+// does waits on the network: a newer snapshot replaces one the loop has not taken yet.
+//
+// Thread-safety: the public methods are safe to call from any thread; `notify` is called from
+// the trainer thread whenever there is something new for the loop (it must be thread-safe,
+// e.g. uv_async_send).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "learn/task.h"
+
+namespace meshtrain::daemon {
+
+class MetricsLog;
+
+struct TrainerOptions {
+  uint64_t max_steps = 0;        // 0 = unbounded
+  double target_accuracy = 0;    // 0 = none
+  int eval_every = 100;
+  int sync_every = 1;
+  double slowdown = 1;           // each step takes this many times its compute time
+  std::string name;              // for log lines
+};
+
+// A copy of the parameters at a step boundary, to send.
+struct Snapshot {
+  uint64_t step = 0;
+  std::shared_ptr<const std::vector<float>> params;
+};
+
+struct TrainerState {
+  uint64_t step = 0;
+  bool training = true;
+  bool waiting = false;  // blocked on the barrier for step `step + 1`
+  std::optional<double> loss;      // last evaluated test loss
+  std::optional<double> accuracy;  // last evaluated test accuracy
+  double train_loss = 0;           // EWMA of minibatch losses
+  uint64_t mixes = 0;              // parameter vectors mixed in
+  double compute_s = 0;            // time spent computing steps
+};
+
+class Trainer {
+ public:
+  Trainer(std::unique_ptr<learn::Task> task, TrainerOptions options, MetricsLog* metrics,
+          std::function<void()> notify);
+  ~Trainer();  // stops and joins
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  void Start();
+  void Stop();
+
+  // Allows the trainer to start steps up to and including `step`.
+  void Permit(uint64_t step);
+  // Parameters received from `from` at its step `step`; mixed at the next step boundary (the
+  // newest vector per sender wins).
+  void Deliver(const std::string& from, std::vector<float> params);
+  std::optional<Snapshot> TakeSnapshot();
+  TrainerState state() const;
+  size_t num_params() const { return num_params_; }
+  // Restores a checkpointed position before Start().
+  learn::Task& task() { return *task_; }
+
+ private:
+  void Run();
+  void Evaluate(uint64_t step);
+
+  std::unique_ptr<learn::Task> task_;
+  const TrainerOptions options_;
+  MetricsLog* metrics_;
+  std::function<void()> notify_;
+  const size_t num_params_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_:
+  bool stop_ = false;
+  uint64_t permitted_ = 0;
+  std::map<std::string, std::vector<float>> inbox_;
+  std::optional<Snapshot> outbox_;
+  TrainerState state_;
+
+  std::thread thread_;
+};
+
+}  // namespace meshtrain::daemon

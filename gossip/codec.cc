@@ -1,0 +1,668 @@
+#include "gossip/codec.h"
+
+#include <arpa/inet.h>
+#include <flatbuffers/flatbuffers.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "gossip/schema/meshtrain_generated.h"
+
+namespace meshtrain::gossip {
+namespace {
+
+namespace fb = ::flatbuffers;
+namespace w = ::meshtrain::wire;
+namespace ms = ::meshtrain::membership;
+
+// Verifier limits. An envelope nests at most Envelope > body > update > Meta (depth 4).
+// A datagram holds at most kMaxUpdatesPerDatagram updates with a Meta each; a push-pull
+// frame at most kMaxPushPullMembers members with a Meta each.
+constexpr fb::uoffset_t kMaxDepth = 8;
+constexpr fb::uoffset_t kMaxDatagramTables = 2 * kMaxUpdatesPerDatagram + 8;
+constexpr fb::uoffset_t kMaxFrameTables = 2 * kMaxPushPullMembers + 8;
+// Marker plus root offset and file identifier: anything shorter cannot be an envelope.
+constexpr size_t kMinEnvelopeBytes = 8;
+
+bool Fail(Reject r, Reject* why) {
+  if (why != nullptr) *why = r;
+  return false;
+}
+
+std::string ToString(const fb::String* s) {
+  return s == nullptr ? std::string() : std::string(s->data(), s->size());
+}
+
+bool NoControlChars(std::string_view s) {
+  return std::none_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+}
+
+bool ValidName(std::string_view s, size_t max) {
+  return !s.empty() && s.size() <= max && NoControlChars(s);
+}
+
+bool ValidAddr(std::string_view a) {
+  if (a.size() > kMaxStringBytes) return false;
+  const size_t colon = a.rfind(':');
+  if (colon == std::string_view::npos) return false;
+  const std::string_view port = a.substr(colon + 1);
+  if (port.empty() || port.size() > 5) return false;
+  uint32_t p = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') return false;
+    p = p * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (p == 0 || p > 65535) return false;
+  std::string_view host = a.substr(0, colon);
+  int family = AF_INET;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+    family = AF_INET6;
+  }
+  if (host.empty() || host.size() >= INET6_ADDRSTRLEN) return false;
+  char buf[INET6_ADDRSTRLEN];
+  std::memcpy(buf, host.data(), host.size());
+  buf[host.size()] = '\0';
+  unsigned char out[sizeof(in6_addr)];
+  return inet_pton(family, buf, out) == 1;
+}
+
+// ---- Encoding -------------------------------------------------------------------------------
+
+// Default metadata is left out (the decoder reads an absent Meta as defaults).
+fb::Offset<w::Meta> EncodeMeta(fb::FlatBufferBuilder& b, const ms::Meta& m) {
+  if (m == ms::Meta{}) return 0;
+  const auto data_addr = m.data_addr.empty() ? 0 : b.CreateString(m.data_addr);
+  return w::CreateMeta(b, data_addr, m.training, m.uplink_mbps, m.downlink_mbps);
+}
+
+struct UpdateEncoder {
+  fb::FlatBufferBuilder& b;
+
+  std::pair<w::Update, fb::Offset<void>> operator()(const ms::AliveMsg& u) const {
+    const auto name = b.CreateString(u.name);
+    const auto addr = b.CreateString(u.addr);
+    const auto meta = EncodeMeta(b, u.meta);
+    return {w::Update::AliveUpdate,
+            w::CreateAliveUpdate(b, name, addr, u.incarnation, meta).Union()};
+  }
+  std::pair<w::Update, fb::Offset<void>> operator()(const ms::SuspectMsg& u) const {
+    const auto name = b.CreateString(u.name);
+    const auto from = u.from.empty() ? 0 : b.CreateString(u.from);
+    return {w::Update::SuspectUpdate,
+            w::CreateSuspectUpdate(b, name, u.incarnation, from).Union()};
+  }
+  std::pair<w::Update, fb::Offset<void>> operator()(const ms::DeadMsg& u) const {
+    const auto name = b.CreateString(u.name);
+    const auto from = u.from.empty() ? 0 : b.CreateString(u.from);
+    return {w::Update::DeadUpdate, w::CreateDeadUpdate(b, name, u.incarnation, from).Union()};
+  }
+  std::pair<w::Update, fb::Offset<void>> operator()(const ms::ProgressMsg& u) const {
+    const auto name = b.CreateString(u.name);
+    return {w::Update::ProgressUpdate, w::CreateProgressUpdate(b, name, u.step).Union()};
+  }
+};
+
+struct PrimaryEncoder {
+  fb::FlatBufferBuilder& b;
+
+  std::pair<w::Primary, fb::Offset<void>> operator()(const std::monostate&) const {
+    return {w::Primary::NONE, 0};
+  }
+  std::pair<w::Primary, fb::Offset<void>> operator()(const ms::PingMsg& m) const {
+    const auto target = m.target.empty() ? 0 : b.CreateString(m.target);
+    return {w::Primary::Ping, w::CreatePing(b, m.seq, target).Union()};
+  }
+  std::pair<w::Primary, fb::Offset<void>> operator()(const ms::IndirectPingMsg& m) const {
+    const auto target = b.CreateString(m.target);
+    const auto addr = b.CreateString(m.target_addr);
+    return {w::Primary::IndirectPing,
+            w::CreateIndirectPing(b, m.seq, target, addr, m.want_nack).Union()};
+  }
+  std::pair<w::Primary, fb::Offset<void>> operator()(const ms::AckMsg& m) const {
+    return {w::Primary::Ack, w::CreateAck(b, m.seq).Union()};
+  }
+  std::pair<w::Primary, fb::Offset<void>> operator()(const ms::NackMsg& m) const {
+    return {w::Primary::Nack, w::CreateNack(b, m.seq).Union()};
+  }
+};
+
+std::pair<w::Body, fb::Offset<void>> EncodePacket(fb::FlatBufferBuilder& b,
+                                                  const ms::Packet& p) {
+  std::vector<w::Update> types;
+  std::vector<fb::Offset<void>> values;
+  types.reserve(p.updates.size());
+  values.reserve(p.updates.size());
+  for (const ms::Update& u : p.updates) {
+    const auto [type, value] = std::visit(UpdateEncoder{b}, u);
+    types.push_back(type);
+    values.push_back(value);
+  }
+  const auto [primary_type, primary] = std::visit(PrimaryEncoder{b}, p.primary);
+  fb::Offset<fb::Vector<w::Update>> types_vec = 0;
+  fb::Offset<fb::Vector<fb::Offset<void>>> values_vec = 0;
+  if (!types.empty()) {
+    types_vec = b.CreateVector(types);
+    values_vec = b.CreateVector(values);
+  }
+  const auto from_addr = b.CreateString(p.from_addr);
+  return {w::Body::MembershipPacket,
+          w::CreateMembershipPacket(b, from_addr, p.from_step, primary_type, primary, types_vec,
+                                    values_vec)
+              .Union()};
+}
+
+std::pair<w::Body, fb::Offset<void>> EncodePushPull(fb::FlatBufferBuilder& b,
+                                                    const PushPullMsg& m) {
+  std::vector<fb::Offset<w::MemberState>> members;
+  members.reserve(m.state.members.size());
+  for (const ms::MemberState& s : m.state.members) {
+    const auto name = b.CreateString(s.name);
+    const auto addr = b.CreateString(s.addr);
+    const auto meta = EncodeMeta(b, s.meta);
+    members.push_back(w::CreateMemberState(
+        b, name, addr, s.incarnation, static_cast<w::MemberStatus>(s.status), meta, s.step));
+  }
+  const auto vec = b.CreateVector(members);
+  return {w::Body::PushPull,
+          w::CreatePushPull(b, m.response, m.state.join, vec).Union()};
+}
+
+std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
+                                                      const ParamChunk& c) {
+  const auto data = b.CreateVector(c.data.data(), c.data.size());
+  return {w::Body::ParamChunk, w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks,
+                                                   c.total, c.offset, data)
+                                   .Union()};
+}
+
+// ---- Decoding: semantic checks and conversion -----------------------------------------------
+
+// A Meta is optional on the wire (absent = defaults).
+bool DecodeMeta(const w::Meta* m, ms::Meta* out, Reject* why) {
+  *out = ms::Meta{};
+  if (m == nullptr) return true;
+  out->data_addr = ToString(m->data_addr());
+  if (!out->data_addr.empty() && !ValidAddr(out->data_addr)) return Fail(Reject::kSemantic, why);
+  out->training = m->training();
+  out->uplink_mbps = m->uplink_mbps();
+  out->downlink_mbps = m->downlink_mbps();
+  for (float v : {out->uplink_mbps, out->downlink_mbps}) {
+    if (!std::isfinite(v) || v < 0) return Fail(Reject::kSemantic, why);
+  }
+  return true;
+}
+
+// A required member name: present (else kVerify), 1..kMaxStringBytes, no control characters.
+bool DecodeName(const fb::String* s, std::string* out, Reject* why) {
+  if (s == nullptr) return Fail(Reject::kVerify, why);
+  std::string_view v(s->data(), s->size());
+  if (!ValidName(v, kMaxStringBytes)) return Fail(Reject::kSemantic, why);
+  out->assign(v);
+  return true;
+}
+
+// An optional name (absent or empty allowed).
+bool DecodeOptionalName(const fb::String* s, std::string* out, Reject* why) {
+  out->clear();
+  if (s == nullptr || s->size() == 0) return true;
+  return DecodeName(s, out, why);
+}
+
+bool DecodeAddr(const fb::String* s, std::string* out, Reject* why) {
+  if (s == nullptr) return Fail(Reject::kVerify, why);
+  std::string_view v(s->data(), s->size());
+  if (!ValidAddr(v)) return Fail(Reject::kSemantic, why);
+  out->assign(v);
+  return true;
+}
+
+bool DecodeUpdate(w::Update type, const void* value, ms::Update* out, Reject* why) {
+  if (value == nullptr) return Fail(Reject::kVerify, why);
+  switch (type) {
+    case w::Update::AliveUpdate: {
+      const auto* u = static_cast<const w::AliveUpdate*>(value);
+      ms::AliveMsg m;
+      if (!DecodeName(u->name(), &m.name, why) || !DecodeAddr(u->addr(), &m.addr, why) ||
+          !DecodeMeta(u->meta(), &m.meta, why)) {
+        return false;
+      }
+      m.incarnation = u->incarnation();
+      *out = std::move(m);
+      return true;
+    }
+    case w::Update::SuspectUpdate: {
+      const auto* u = static_cast<const w::SuspectUpdate*>(value);
+      ms::SuspectMsg m;
+      if (!DecodeName(u->name(), &m.name, why) || !DecodeOptionalName(u->from(), &m.from, why)) {
+        return false;
+      }
+      m.incarnation = u->incarnation();
+      *out = std::move(m);
+      return true;
+    }
+    case w::Update::DeadUpdate: {
+      const auto* u = static_cast<const w::DeadUpdate*>(value);
+      ms::DeadMsg m;
+      if (!DecodeName(u->name(), &m.name, why) || !DecodeOptionalName(u->from(), &m.from, why)) {
+        return false;
+      }
+      m.incarnation = u->incarnation();
+      *out = std::move(m);
+      return true;
+    }
+    case w::Update::ProgressUpdate: {
+      const auto* u = static_cast<const w::ProgressUpdate*>(value);
+      ms::ProgressMsg m;
+      if (!DecodeName(u->name(), &m.name, why)) return false;
+      m.step = u->step();
+      *out = std::move(m);
+      return true;
+    }
+    default:
+      // NONE, or a union member this version does not know.
+      return Fail(Reject::kSemantic, why);
+  }
+}
+
+bool DecodePrimary(w::Primary type, const void* value, ms::Primary* out, Reject* why) {
+  if (type == w::Primary::NONE) {
+    *out = std::monostate{};
+    return true;
+  }
+  if (value == nullptr) return Fail(Reject::kVerify, why);
+  switch (type) {
+    case w::Primary::Ping: {
+      const auto* p = static_cast<const w::Ping*>(value);
+      ms::PingMsg m;
+      m.seq = p->seq();
+      if (!DecodeOptionalName(p->target(), &m.target, why)) return false;
+      *out = std::move(m);
+      return true;
+    }
+    case w::Primary::IndirectPing: {
+      const auto* p = static_cast<const w::IndirectPing*>(value);
+      ms::IndirectPingMsg m;
+      m.seq = p->seq();
+      m.want_nack = p->want_nack();
+      if (!DecodeName(p->target(), &m.target, why) ||
+          !DecodeAddr(p->target_addr(), &m.target_addr, why)) {
+        return false;
+      }
+      *out = std::move(m);
+      return true;
+    }
+    case w::Primary::Ack:
+      *out = ms::AckMsg{static_cast<const w::Ack*>(value)->seq()};
+      return true;
+    case w::Primary::Nack:
+      *out = ms::NackMsg{static_cast<const w::Nack*>(value)->seq()};
+      return true;
+    default:
+      return Fail(Reject::kSemantic, why);
+  }
+}
+
+bool DecodePacket(const w::MembershipPacket* p, ms::Packet* out, Reject* why) {
+  if (!DecodeAddr(p->from_addr(), &out->from_addr, why)) return false;
+  out->from_step = p->from_step();
+  if (!DecodePrimary(p->primary_type(), p->primary(), &out->primary, why)) return false;
+  const auto* types = p->updates_type();
+  const auto* values = p->updates();
+  if (types == nullptr || values == nullptr) return true;  // the verifier saw both or neither
+  if (values->size() > kMaxUpdatesPerDatagram) return Fail(Reject::kSemantic, why);
+  out->updates.resize(values->size());
+  for (fb::uoffset_t i = 0; i < values->size(); ++i) {
+    if (!DecodeUpdate(types->GetEnum<w::Update>(i), values->Get(i), &out->updates[i], why)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool DecodePushPull(const w::PushPull* p, PushPullMsg* out, Reject* why) {
+  out->response = p->response();
+  out->state.join = p->join();
+  const auto* members = p->members();
+  if (members == nullptr) return true;
+  if (members->size() > kMaxPushPullMembers) return Fail(Reject::kSemantic, why);
+  out->state.members.resize(members->size());
+  for (fb::uoffset_t i = 0; i < members->size(); ++i) {
+    const w::MemberState* s = members->Get(i);
+    ms::MemberState& m = out->state.members[i];
+    if (s == nullptr) return Fail(Reject::kVerify, why);
+    if (!DecodeName(s->name(), &m.name, why) || !DecodeAddr(s->addr(), &m.addr, why) ||
+        !DecodeMeta(s->meta(), &m.meta, why)) {
+      return false;
+    }
+    const auto status = static_cast<uint8_t>(s->status());
+    if (status > static_cast<uint8_t>(w::MemberStatus::MAX)) return Fail(Reject::kSemantic, why);
+    m.status = static_cast<ms::Status>(status);
+    m.incarnation = s->incarnation();
+    m.step = s->step();
+  }
+  return true;
+}
+
+bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out,
+                      Reject* why) {
+  const auto* data = c->data();
+  if (data == nullptr) return Fail(Reject::kVerify, why);
+  out->round = c->round();
+  out->step = c->step();
+  out->chunk = c->chunk();
+  out->chunks = c->chunks();
+  out->total = c->total();
+  out->offset = c->offset();
+  const uint64_t len = data->size();
+  // Chunk geometry: a non-empty slice inside a model of `total` floats, and the model size the
+  // local trainer uses (a different architecture must never be mixed in).
+  if (len == 0 || len > kParamChunkFloats || out->total == 0 || out->chunks == 0 ||
+      out->chunk >= out->chunks || out->chunks > out->total ||
+      uint64_t{out->offset} + len > out->total || (expected != 0 && out->total != expected)) {
+    return Fail(Reject::kSemantic, why);
+  }
+  out->data.resize(len);
+  for (fb::uoffset_t i = 0; i < len; ++i) {
+    const float v = data->Get(i);
+    if (!std::isfinite(v)) return Fail(Reject::kSemantic, why);
+    out->data[i] = v;
+  }
+  return true;
+}
+
+// Verifies `buf` and checks the envelope fields every message shares. On success returns the
+// envelope; `buf` must stay alive while it is used.
+const w::Envelope* CheckEnvelope(const std::vector<uint8_t>& buf, fb::uoffset_t max_tables,
+                                 const std::string& cluster, Reject* why) {
+  fb::Verifier::Options opts;
+  opts.max_depth = kMaxDepth;
+  opts.max_tables = max_tables;
+  opts.check_alignment = true;
+  opts.check_nested_flatbuffers = false;  // the schema has none
+  fb::Verifier verifier(buf.data(), buf.size(), opts);
+  if (!w::VerifyEnvelopeBuffer(verifier)) {
+    Fail(Reject::kVerify, why);
+    return nullptr;
+  }
+  const w::Envelope* env = w::GetEnvelope(buf.data());
+  if (env->cluster() == nullptr || env->sender() == nullptr || env->body() == nullptr) {
+    Fail(Reject::kVerify, why);
+    return nullptr;
+  }
+  if (env->version() != kProtocolVersion) {
+    Fail(Reject::kVersion, why);
+    return nullptr;
+  }
+  if (env->cluster()->string_view() != cluster) {
+    Fail(Reject::kCluster, why);
+    return nullptr;
+  }
+  if (!ValidName(env->sender()->string_view(), kMaxSenderBytes)) {
+    Fail(Reject::kSemantic, why);
+    return nullptr;
+  }
+  return env;
+}
+
+fb::Offset<w::Envelope> FinishEnvelope(fb::FlatBufferBuilder& b, uint16_t version,
+                                       const std::string& cluster, const std::string& sender,
+                                       uint64_t sent_ms, w::Body type, fb::Offset<void> body) {
+  const auto c = b.CreateString(cluster);
+  const auto s = b.CreateString(sender);
+  const auto env = w::CreateEnvelope(b, version, c, s, sent_ms, type, body);
+  w::FinishEnvelopeBuffer(b, env);
+  return env;
+}
+
+}  // namespace
+
+// ---- Public helpers -------------------------------------------------------------------------
+
+const char* RejectName(Reject r) {
+  switch (r) {
+    case Reject::kTooLarge:
+      return "too_large";
+    case Reject::kTooSmall:
+      return "too_small";
+    case Reject::kAuth:
+      return "auth";
+    case Reject::kVerify:
+      return "verify";
+    case Reject::kVersion:
+      return "version";
+    case Reject::kCluster:
+      return "cluster";
+    case Reject::kSemantic:
+      return "semantic";
+  }
+  return "unknown";
+}
+
+uint64_t RejectCounters::total() const {
+  uint64_t sum = 0;
+  for (uint64_t c : count) sum += c;
+  return sum;
+}
+
+bool ValidNodeName(const std::string& name) { return ValidName(name, kMaxSenderBytes); }
+bool ValidClusterLabel(const std::string& label) { return ValidName(label, kMaxClusterBytes); }
+bool ValidWireAddr(const std::string& addr) { return ValidAddr(addr); }
+
+// ---- Codec ----------------------------------------------------------------------------------
+
+Codec::Codec(std::string cluster, std::shared_ptr<Keyring> keyring)
+    : cluster_(std::move(cluster)), keyring_(std::move(keyring)) {}
+
+size_t Codec::DatagramOverhead() const {
+  // The cluster string costs its bytes plus a 4-byte length, a NUL and up to 3 bytes of padding.
+  return kEnvelopeOverhead + cluster_.size() + 8 + (keyring_ ? kSealOverhead : kPlainOverhead);
+}
+
+std::vector<uint8_t> Codec::Wrap(const uint8_t* fb, size_t len) const {
+  if (keyring_) return keyring_->Seal(fb, len, cluster_);
+  std::vector<uint8_t> out(kPlainOverhead + len);
+  out[0] = kPlainMarker;
+  std::memcpy(out.data() + kPlainOverhead, fb, len);
+  return out;
+}
+
+bool Codec::Unwrap(const uint8_t* data, size_t len, size_t max_len,
+                   std::vector<uint8_t>* storage, Reject* why) const {
+  if (len > max_len) return Fail(Reject::kTooLarge, why);
+  const size_t overhead = keyring_ ? kSealOverhead : kPlainOverhead;
+  if (data == nullptr || len < overhead + kMinEnvelopeBytes) return Fail(Reject::kTooSmall, why);
+  if (keyring_) {
+    // An encrypted agent accepts sealed buffers only (SPEC §4: no key, no entry).
+    auto opened = keyring_->Open(data, len, cluster_);
+    if (!opened) return Fail(Reject::kAuth, why);
+    *storage = std::move(*opened);
+  } else {
+    if (data[0] != kPlainMarker) return Fail(Reject::kAuth, why);
+    // Copy so the envelope starts at an allocation boundary: FlatBuffers accessors read
+    // scalars in place and need them aligned (the marker byte would misalign them).
+    storage->assign(data + kPlainOverhead, data + len);
+  }
+  if (storage->size() < kMinEnvelopeBytes) return Fail(Reject::kTooSmall, why);
+  return true;
+}
+
+std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
+  fb::FlatBufferBuilder b(512);
+  std::pair<w::Body, fb::Offset<void>> body;
+  if (const auto* p = std::get_if<ms::Packet>(&d.body)) {
+    body = EncodePacket(b, *p);
+  } else if (const auto* q = std::get_if<ProgressQuery>(&d.body)) {
+    body = {w::Body::ProgressQuery, w::CreateProgressQuery(b, q->seq, q->step).Union()};
+  } else {
+    const auto& r = std::get<ProgressReply>(d.body);
+    body = {w::Body::ProgressReply,
+            w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
+  }
+  FinishEnvelope(b, send_version_, cluster_, d.sender, d.sent_ms, body.first, body.second);
+  const size_t wrapped = b.GetSize() + (keyring_ ? kSealOverhead : kPlainOverhead);
+  if (wrapped > kMaxDatagramBytes) return {};
+  return Wrap(b.GetBufferPointer(), b.GetSize());
+}
+
+std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
+  const auto* chunk = std::get_if<ParamChunk>(&f.body);
+  const auto* pp = std::get_if<PushPullMsg>(&f.body);
+  if (chunk != nullptr && chunk->data.size() > kParamChunkFloats) return {};
+  if (pp != nullptr && pp->state.members.size() > kMaxPushPullMembers) return {};
+  fb::FlatBufferBuilder b(chunk != nullptr ? chunk->data.size() * sizeof(float) + 512 : 4096);
+  const auto body = chunk != nullptr ? EncodeParamChunk(b, *chunk) : EncodePushPull(b, *pp);
+  FinishEnvelope(b, send_version_, cluster_, f.sender, f.sent_ms, body.first, body.second);
+  const size_t wrapped = b.GetSize() + (keyring_ ? kSealOverhead : kPlainOverhead);
+  if (wrapped > max_frame_bytes()) return {};
+  return Wrap(b.GetBufferPointer(), b.GetSize());
+}
+
+std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len,
+                                              Reject* why) const {
+  std::vector<uint8_t> buf;
+  if (!Unwrap(data, len, kMaxDatagramBytes, &buf, why)) return std::nullopt;
+  const w::Envelope* env = CheckEnvelope(buf, kMaxDatagramTables, cluster_, why);
+  if (env == nullptr) return std::nullopt;
+  Datagram out;
+  out.sender = ToString(env->sender());
+  out.sent_ms = env->sent_ms();
+  switch (env->body_type()) {
+    case w::Body::MembershipPacket: {
+      ms::Packet p;
+      if (!DecodePacket(env->body_as_MembershipPacket(), &p, why)) return std::nullopt;
+      p.from = out.sender;
+      out.body = std::move(p);
+      break;
+    }
+    case w::Body::ProgressQuery: {
+      const auto* q = env->body_as_ProgressQuery();
+      out.body = ProgressQuery{q->seq(), q->step()};
+      break;
+    }
+    case w::Body::ProgressReply: {
+      const auto* r = env->body_as_ProgressReply();
+      out.body = ProgressReply{r->seq(), r->step(), r->training()};
+      break;
+    }
+    default:
+      // A frame-only body, or a body this version does not know.
+      Fail(Reject::kSemantic, why);
+      return std::nullopt;
+  }
+  return out;
+}
+
+std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject* why) const {
+  std::vector<uint8_t> buf;
+  if (!Unwrap(data, len, max_frame_bytes(), &buf, why)) return std::nullopt;
+  const w::Envelope* env = CheckEnvelope(buf, kMaxFrameTables, cluster_, why);
+  if (env == nullptr) return std::nullopt;
+  Frame out;
+  out.sender = ToString(env->sender());
+  out.sent_ms = env->sent_ms();
+  switch (env->body_type()) {
+    case w::Body::PushPull: {
+      PushPullMsg m;
+      if (!DecodePushPull(env->body_as_PushPull(), &m, why)) return std::nullopt;
+      m.state.from = out.sender;
+      out.body = std::move(m);
+      break;
+    }
+    case w::Body::ParamChunk: {
+      ParamChunk c;
+      if (!DecodeParamChunk(env->body_as_ParamChunk(), expected_params(), &c, why)) {
+        return std::nullopt;
+      }
+      out.body = std::move(c);
+      break;
+    }
+    default:
+      Fail(Reject::kSemantic, why);
+      return std::nullopt;
+  }
+  return out;
+}
+
+// ---- Parameter chunking ---------------------------------------------------------------------
+
+std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round,
+                                    uint64_t step, uint32_t chunk_floats) {
+  std::vector<ParamChunk> out;
+  if (params.empty() || params.size() > UINT32_MAX) return out;
+  chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
+  const auto total = static_cast<uint32_t>(params.size());
+  const uint32_t chunks = static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
+  out.reserve(chunks);
+  for (uint32_t i = 0; i < chunks; ++i) {
+    ParamChunk c;
+    c.round = round;
+    c.step = step;
+    c.chunk = i;
+    c.chunks = chunks;
+    c.total = total;
+    c.offset = i * chunk_floats;
+    const uint32_t len = std::min(chunk_floats, total - c.offset);
+    c.data.assign(params.begin() + c.offset, params.begin() + c.offset + len);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void ParamAssembler::Reset() {
+  active_ = false;
+  seen_.clear();
+  spans_.clear();
+  params_.clear();
+  received_ = 0;
+}
+
+std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
+  if (c.chunks == 0 || c.chunk >= c.chunks || c.total == 0 ||
+      uint64_t{c.offset} + c.data.size() > c.total) {
+    return std::nullopt;
+  }
+  if (have_round_ && c.round < round_) return std::nullopt;  // stale
+  if (!have_round_ || c.round > round_) {
+    Reset();
+    have_round_ = true;
+    active_ = true;
+    round_ = c.round;
+    step_ = c.step;
+    chunks_ = c.chunks;
+    total_ = c.total;
+    seen_.assign(chunks_, false);
+    params_.assign(total_, 0.0f);
+  }
+  if (!active_ || c.chunks != chunks_ || c.total != total_ || c.step != step_ || seen_[c.chunk]) {
+    return std::nullopt;
+  }
+  seen_[c.chunk] = true;
+  ++received_;
+  std::copy(c.data.begin(), c.data.end(), params_.begin() + c.offset);
+  spans_.emplace_back(c.offset, static_cast<uint32_t>(c.data.size()));
+  if (received_ < chunks_) return std::nullopt;
+  // Every chunk arrived. Their slices must tile the model exactly; otherwise a gap would be
+  // silently zero, so the round is dropped instead.
+  std::sort(spans_.begin(), spans_.end());
+  uint64_t next = 0;
+  bool tiled = true;
+  for (const auto& [offset, len] : spans_) {
+    tiled = tiled && offset == next;
+    next = uint64_t{offset} + len;
+  }
+  tiled = tiled && next == total_;
+  Model m{round_, step_, std::move(params_)};
+  Reset();  // the round stays recorded so its late duplicates are ignored
+  if (!tiled) return std::nullopt;
+  return m;
+}
+
+}  // namespace meshtrain::gossip

@@ -1,0 +1,229 @@
+// The wire codec (SPEC §4): converts the plain message structs of membership/types.h and of this
+// header to and from the bytes of one UDP datagram or one TCP frame payload (no length prefix;
+// see gossip/framing.h), sealing and opening them when a keyring is set (gossip/crypto.h).
+//
+// Every inbound buffer passes, in this order, and is rejected with the first failing reason:
+//   size limit (kTooLarge / kTooSmall) -> format marker and AEAD (kAuth) -> FlatBuffers Verifier
+//   with tight depth/table limits and the "MSHT" file identifier, then null checks of required
+//   fields (kVerify) -> version (kVersion) -> cluster label (kCluster) -> semantic checks: known
+//   enum and union values, name/address syntax and lengths, vector counts, chunk geometry,
+//   finite floats (kSemantic) -> conversion to plain structs.
+// Decoders never throw, abort or read outside the buffer; FlatBuffers types stay in codec.cc.
+//
+// Thread-safety: Encode*/Decode* are const and may run concurrently on several threads (the
+// keyring is internally synchronized and expected_params is atomic). RejectCounters is a plain
+// value owned by one thread (the loop thread).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "gossip/crypto.h"
+#include "membership/types.h"
+
+namespace meshtrain::gossip {
+
+// Envelope.version. Bumped only for incompatible changes; fields are appended without a bump.
+constexpr uint16_t kProtocolVersion = 1;
+
+// UDP payload limit after sealing (SPEC §4): below the 1500-byte Ethernet MTU minus IP/UDP
+// headers, so datagrams never fragment.
+constexpr size_t kMaxDatagramBytes = 1400;
+constexpr size_t MaxDatagramBytes = kMaxDatagramBytes;  // spelling used by the brief
+
+// Semantic limits on decoded fields.
+constexpr size_t kMaxSenderBytes = 64;   // node names (Envelope.sender)
+constexpr size_t kMaxClusterBytes = 64;  // cluster labels
+constexpr size_t kMaxStringBytes = 256;  // member names and addresses inside messages
+constexpr size_t kMaxUpdatesPerDatagram = 64;
+constexpr size_t kMaxPushPullMembers = 100000;
+
+// Parameter transfers: a model of `total` floats travels as chunks of at most this many floats,
+// so that each chunk fits in one frame together with its envelope and seal.
+constexpr uint32_t kParamChunkFloats = 64 * 1024;
+constexpr size_t kMaxParamFrameBytes = kParamChunkFloats * sizeof(float) + 1024;
+// A push-pull carries the whole member list; memberlist caps its push-pull state at 20 MB.
+constexpr size_t kMaxPushPullFrameBytes = size_t{16} << 20;
+// The frame payload limit every TCP reader should give its FrameDecoder.
+constexpr size_t kMaxFrameBytes =
+    kMaxParamFrameBytes > kMaxPushPullFrameBytes ? kMaxParamFrameBytes : kMaxPushPullFrameBytes;
+
+// Bytes of a datagram's envelope beyond what membership::EstimatePacketOverhead counts for the
+// packet itself (which includes the sender name), excluding the cluster label and the
+// marker/seal. Codec::DatagramOverhead() adds those; codec_test checks the bound.
+constexpr size_t kEnvelopeOverhead = 64;
+
+// ---- Message structs (besides membership::Packet and membership::PushPull) ----
+
+// PSP barrier sampling (SPEC §6): "what step are you at?" and its answer.
+struct ProgressQuery {
+  uint32_t seq = 0;
+  uint64_t step = 0;  // the querier's own step
+};
+
+struct ProgressReply {
+  uint32_t seq = 0;  // echoes the query
+  uint64_t step = 0;
+  bool training = false;  // false: the replier finished training; barriers ignore it (SPEC §6)
+};
+
+// Floats [offset, offset + data.size()) of a model of `total` floats, chunk `chunk` of `chunks`.
+struct ParamChunk {
+  uint64_t round = 0;  // sender's transfer counter; all chunks of one snapshot share it
+  uint64_t step = 0;   // sender's step when it snapshotted the parameters
+  uint32_t chunk = 0;
+  uint32_t chunks = 0;
+  uint32_t total = 0;
+  uint32_t offset = 0;
+  std::vector<float> data;
+};
+
+struct PushPullMsg {
+  bool response = false;  // false: a request (the receiver answers with its own state)
+  membership::PushPull state;
+};
+
+// A UDP datagram. For a Packet, the wire carries the sender name once, as `sender`: Packet::from
+// is not encoded, and the decoder sets it to `sender`.
+struct Datagram {
+  std::string sender;
+  std::variant<membership::Packet, ProgressQuery, ProgressReply> body;
+  uint64_t sent_ms = 0;  // sender's clock, informational
+};
+
+// A TCP frame payload. As for datagrams, PushPull::from travels as `sender`.
+struct Frame {
+  std::string sender;
+  std::variant<PushPullMsg, ParamChunk> body;
+  uint64_t sent_ms = 0;
+};
+
+// ---- Rejections ----
+
+enum class Reject : uint8_t {
+  kTooLarge = 0,  // above the datagram or frame limit
+  kTooSmall,      // cannot even hold a marker and an envelope header
+  kAuth,          // wrong marker (plaintext vs. sealed) or AEAD failure (wrong key/cluster)
+  kVerify,        // FlatBuffers verification failed, or a required field is missing
+  kVersion,       // Envelope.version != kProtocolVersion
+  kCluster,       // another cluster's label
+  kSemantic,      // well-formed but meaningless or out of range
+};
+constexpr size_t kNumRejects = 7;
+
+const char* RejectName(Reject r);  // "too_large", "too_small", "auth", ...
+
+// Per-reason counts of dropped inbound buffers (SPEC §3 `rejected_packets` is total()).
+struct RejectCounters {
+  uint64_t count[kNumRejects] = {};
+
+  void add(Reject r) { ++count[static_cast<size_t>(r)]; }
+  uint64_t get(Reject r) const { return count[static_cast<size_t>(r)]; }
+  uint64_t total() const;
+};
+
+// ---- Codec ----
+
+class Codec {
+ public:
+  // `keyring` null: plaintext mode. Otherwise every buffer is sealed, and unsealed input is
+  // rejected. `cluster` should satisfy ValidClusterLabel.
+  Codec(std::string cluster, std::shared_ptr<Keyring> keyring);
+  Codec(const Codec&) = delete;
+  Codec& operator=(const Codec&) = delete;
+
+  // The datagram bytes, sealed when a keyring is set; empty if the result would exceed
+  // kMaxDatagramBytes (the caller put too much in it).
+  std::vector<uint8_t> EncodeDatagram(const Datagram& d) const;
+  // One frame payload (without the length prefix), sealed when a keyring is set; empty if the
+  // result would exceed max_frame_bytes().
+  std::vector<uint8_t> EncodeFrame(const Frame& f) const;
+
+  // Nullopt and *why (if non-null) set when the buffer is rejected. `data` need not be aligned.
+  std::optional<Datagram> DecodeDatagram(const uint8_t* data, size_t len, Reject* why) const;
+  std::optional<Frame> DecodeFrame(const uint8_t* data, size_t len, Reject* why) const;
+
+  // Number of floats of the local model; 0 = unknown. When set, a ParamChunk whose total
+  // differs is rejected (SPEC §4: tensor sizes must match the local model).
+  void set_expected_params(uint32_t n) { expected_params_.store(n, std::memory_order_relaxed); }
+  uint32_t expected_params() const { return expected_params_.load(std::memory_order_relaxed); }
+
+  size_t max_frame_bytes() const { return kMaxFrameBytes; }
+  // Upper bound of a datagram's bytes beyond EstimatePacketOverhead + sum of EstimateSize:
+  // envelope, cluster label and marker/seal. The membership core's
+  // Config::packet_overhead_bytes must be at least this.
+  size_t DatagramOverhead() const;
+
+  const std::string& cluster() const { return cluster_; }
+  bool encrypted() const { return keyring_ != nullptr; }
+  const std::shared_ptr<Keyring>& keyring() const { return keyring_; }
+
+  // Envelope.version written by the encoders. Only tests change it, to play a peer that speaks
+  // another protocol version.
+  void set_send_version(uint16_t v) { send_version_ = v; }
+
+ private:
+  std::vector<uint8_t> Wrap(const uint8_t* fb, size_t len) const;
+  // Size, marker/AEAD checks; copies (or decrypts) the envelope into `*storage`, which is
+  // suitably aligned for FlatBuffers accessors.
+  bool Unwrap(const uint8_t* data, size_t len, size_t max_len, std::vector<uint8_t>* storage,
+              Reject* why) const;
+
+  std::string cluster_;
+  std::shared_ptr<Keyring> keyring_;
+  std::atomic<uint32_t> expected_params_{0};
+  uint16_t send_version_ = kProtocolVersion;
+};
+
+// Name and label syntax the decoders accept: 1..max bytes, no ASCII control characters.
+bool ValidNodeName(const std::string& name);      // max kMaxSenderBytes
+bool ValidClusterLabel(const std::string& label);  // max kMaxClusterBytes
+// "a.b.c.d:port" or "[ipv6]:port" with a numeric address and port 1..65535.
+bool ValidWireAddr(const std::string& addr);
+
+// ---- Parameter chunking ----
+
+// Splits a model into ParamChunks of at most `chunk_floats` floats (clamped to
+// 1..kParamChunkFloats). Empty when `params` is empty or longer than 2^32-1 floats.
+std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round,
+                                    uint64_t step, uint32_t chunk_floats = kParamChunkFloats);
+
+// Reassembles the chunks of one sender's transfers into whole models. A chunk of a newer round
+// discards an unfinished older round (the sender moved on); chunks of older rounds, duplicates
+// and chunks whose geometry disagrees with their round's first chunk are ignored.
+// Thread-safety: none; one per sender, owned by the loop thread.
+class ParamAssembler {
+ public:
+  struct Model {
+    uint64_t round = 0;
+    uint64_t step = 0;
+    std::vector<float> params;
+  };
+
+  // The complete model once `chunk` was its last missing piece; nullopt otherwise.
+  std::optional<Model> Add(const ParamChunk& chunk);
+  // Drops a partial transfer (e.g. when the connection it came on closed).
+  void Reset();
+  bool in_progress() const { return active_; }
+
+ private:
+  bool active_ = false;
+  bool have_round_ = false;
+  uint64_t round_ = 0;
+  uint64_t step_ = 0;
+  uint32_t chunks_ = 0;
+  uint32_t total_ = 0;
+  uint32_t received_ = 0;
+  std::vector<bool> seen_;                              // by chunk index
+  std::vector<std::pair<uint32_t, uint32_t>> spans_;   // (offset, len) of received chunks
+  std::vector<float> params_;
+};
+
+}  // namespace meshtrain::gossip

@@ -1,0 +1,45 @@
+// TCP stream framing (SPEC §4): every message on a stream is a 4-byte big-endian payload length
+// followed by the payload. FrameDecoder reassembles payloads from arbitrary read boundaries and
+// refuses a length prefix of 0 or above its limit, so a peer cannot make it buffer more than one
+// maximal frame; after such an error the stream is unusable and must be closed.
+//
+// Thread-safety: EncodeFramed is a pure function; a FrameDecoder belongs to one connection and
+// one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace meshtrain::gossip {
+
+constexpr size_t kFrameHeaderBytes = 4;
+
+// Length prefix + payload. The payload must be non-empty and shorter than 4 GiB.
+std::vector<uint8_t> EncodeFramed(const uint8_t* payload, size_t len);
+std::vector<uint8_t> EncodeFramed(const std::vector<uint8_t>& payload);
+
+class FrameDecoder {
+ public:
+  explicit FrameDecoder(size_t max_frame);
+
+  // Appends bytes read from the stream. Ignored once error() is set.
+  void Feed(const uint8_t* data, size_t len);
+  void Feed(const std::vector<uint8_t>& data) { Feed(data.data(), data.size()); }
+  // The next complete payload, or nullopt if more bytes are needed or the stream is in error.
+  std::optional<std::vector<uint8_t>> Next();
+  // Sticky: a length prefix was 0 or exceeded max_frame. The connection must be closed.
+  bool error() const { return error_; }
+  // Bytes received but not yet returned by Next().
+  size_t buffered() const { return buf_.size() - start_; }
+  size_t max_frame() const { return max_frame_; }
+
+ private:
+  size_t max_frame_;
+  std::vector<uint8_t> buf_;
+  size_t start_ = 0;  // first unconsumed byte of buf_
+  bool error_ = false;
+};
+
+}  // namespace meshtrain::gossip

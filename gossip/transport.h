@@ -1,0 +1,167 @@
+// libuv transports: a UDP endpoint for membership datagrams, a TCP hub for length-prefixed
+// frames (push-pull, parameter transfers, RPC), and small timer/async/signal wrappers.
+//
+// Ownership follows libuv's rules: every uv handle is heap-allocated, closed with uv_close, and
+// freed only in its close callback; the C++ wrapper objects may be destroyed after Close()
+// even while the close is still pending. Callbacks never throw. Each handle's `data` is
+// cleared on Close() so a late libuv callback cannot reach a dead wrapper.
+//
+// Thread-safety: everything here must be used from the loop thread, except Async::Send.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gossip/net_addr.h"
+
+namespace meshtrain::gossip {
+
+using Bytes = std::vector<uint8_t>;
+
+// Milliseconds on the loop's monotonic clock.
+int64_t LoopNowMs(uv_loop_t* loop);
+
+class Timer {
+ public:
+  explicit Timer(uv_loop_t* loop);
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  // (Re)arms the timer: fn runs once after `delay_ms`, then every `repeat_ms` if > 0.
+  void Start(int64_t delay_ms, std::function<void()> fn, int64_t repeat_ms = 0);
+  void Stop();
+  void Close();  // idempotent
+
+ private:
+  uv_timer_t* handle_;
+  std::function<void()> fn_;
+};
+
+// Wakes the loop thread from any thread; fn runs on the loop thread (coalesced).
+class Async {
+ public:
+  Async(uv_loop_t* loop, std::function<void()> fn);
+  ~Async();
+  Async(const Async&) = delete;
+  Async& operator=(const Async&) = delete;
+  void Send();   // thread-safe
+  void Close();  // idempotent, loop thread only
+
+ private:
+  uv_async_t* handle_;
+  std::function<void()> fn_;
+};
+
+class Signal {
+ public:
+  Signal(uv_loop_t* loop, int signum, std::function<void()> fn);
+  ~Signal();
+  Signal(const Signal&) = delete;
+  Signal& operator=(const Signal&) = delete;
+  void Close();
+
+ private:
+  uv_signal_t* handle_;
+  std::function<void()> fn_;
+};
+
+class UdpEndpoint {
+ public:
+  // Called for every datagram; `from` is the source address.
+  using RecvFn = std::function<void(const uint8_t* data, size_t len, const NetAddr& from)>;
+
+  explicit UdpEndpoint(uv_loop_t* loop);
+  ~UdpEndpoint();
+  UdpEndpoint(const UdpEndpoint&) = delete;
+  UdpEndpoint& operator=(const UdpEndpoint&) = delete;
+
+  // Binds and starts receiving. Returns 0 or a libuv error code (see uv_strerror).
+  int Bind(const NetAddr& addr, RecvFn on_recv);
+  // Sends one datagram (copied into the request). False if the send could not be queued.
+  bool Send(const NetAddr& to, Bytes data);
+  void Close();  // idempotent
+
+  uint64_t datagrams_sent() const { return sent_; }
+  uint64_t datagrams_received() const { return received_; }
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  static void OnRecv(uv_udp_t* h, ssize_t nread, const uv_buf_t* buf, const sockaddr* addr,
+                     unsigned flags);
+  uv_udp_t* handle_;
+  RecvFn on_recv_;
+  uint64_t sent_ = 0, received_ = 0, bytes_sent_ = 0, bytes_received_ = 0;
+};
+
+struct TcpOptions {
+  size_t max_frame_bytes = 1 << 20;  // larger length prefixes close the connection
+  size_t max_connections = 256;      // accepted beyond this are closed at once
+  int64_t idle_timeout_ms = 30000;   // no bytes in either direction for this long: close
+};
+
+// A set of TCP connections speaking length-prefixed frames (4-byte big-endian length).
+// Connections are identified by ConnId (never reused); a closed id is simply ignored.
+class TcpHub {
+ public:
+  using ConnId = uint64_t;
+  using FrameFn = std::function<void(ConnId, Bytes&& payload)>;
+  // status 0 = orderly close (ours or the peer's EOF); otherwise a libuv error code, or
+  // kFramingError / kIdleTimeout / kTooManyConnections.
+  using CloseFn = std::function<void(ConnId, int status)>;
+  static constexpr int kFramingError = -100001;
+  static constexpr int kIdleTimeout = -100002;
+  static constexpr int kTooManyConnections = -100003;
+
+  TcpHub(uv_loop_t* loop, TcpOptions options);
+  ~TcpHub();
+  TcpHub(const TcpHub&) = delete;
+  TcpHub& operator=(const TcpHub&) = delete;
+
+  // Listens on addr; frames from accepted connections go to on_frame. Returns 0 or a uv error.
+  int Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close = nullptr);
+  // Starts a connection; Send() may be called at once (writes queue until connected).
+  ConnId Connect(const NetAddr& addr, FrameFn on_frame, CloseFn on_close);
+  // Queues one frame. False if the connection is unknown or closing.
+  bool Send(ConnId id, const Bytes& payload);
+  // Closes once queued writes have flushed (graceful); Abort closes at once.
+  void Close(ConnId id);
+  void Abort(ConnId id);
+  void CloseAll();  // listeners and connections; idempotent
+
+  size_t num_connections() const { return conns_.size(); }
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t framing_errors() const { return framing_errors_; }
+  uint64_t refused_connections() const { return refused_; }
+
+ private:
+  struct Conn;
+  struct Listener;
+  Conn* NewConn(FrameFn on_frame, CloseFn on_close);
+  void StartReading(Conn* c);
+  void Flush(Conn* c);
+  void Finish(Conn* c, int status);
+  void Touch(Conn* c);
+  static void OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+
+  uv_loop_t* loop_;
+  TcpOptions options_;
+  ConnId next_id_ = 1;
+  std::unordered_map<ConnId, Conn*> conns_;
+  std::vector<Listener*> listeners_;
+  uint64_t bytes_sent_ = 0, bytes_received_ = 0, framing_errors_ = 0, refused_ = 0;
+};
+
+// Closes every handle still open on the loop and runs it until they are gone. Returns the
+// result of uv_loop_close (0 when nothing leaked).
+int DrainAndCloseLoop(uv_loop_t* loop);
+
+}  // namespace meshtrain::gossip

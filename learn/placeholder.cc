@@ -1,1 +1,0 @@
-// learn: placeholder until the real sources land.

@@ -1,0 +1,140 @@
+// A training task: a model, its data (this node's shard of the training set plus the test set)
+// and its SGD-with-momentum optimizer, behind one interface the agent's trainer thread and the
+// simulator drive. Tasks (SPEC §8, created by MakeTask):
+//   "fmnist-mlp"      784-256-128-10 ReLU MLP, softmax cross-entropy, He init
+//   "fmnist-softmax"  multinomial logistic regression (784-10)
+//   "synthetic"       seeded linear regression (default d = 32, 4096 train / 1024 test samples,
+//                     y = w*.x + b* + N(0, 0.1^2)); loss = MSE and "accuracy" = R^2 on the test
+//                     set, clamped at 0 (1 = perfect fit; the noise floor caps it near 0.9997)
+// All parameters are ONE contiguous Eigen::VectorXf (params()): that vector is what is
+// multicast, mixed (learn/mixing.h) and checkpointed (learn/checkpoint.h).
+//
+// Determinism: parameters depend only on init_seed (nodes sharing it start identical, which
+// gossip averaging assumes); the order of training samples depends only on data_seed (reshuffled
+// every epoch). The synthetic data depend only on synthetic.data_seed, so every node learns the
+// same function.
+//
+// Thread-safety: a Task is not thread-safe; one trainer thread owns it. To send parameters while
+// training continues, copy params() at a step boundary (SPEC §6 snapshot) and send the copy.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "learn/dataset.h"
+#include "learn/optimizer.h"
+#include "learn/rng.h"
+#include "learn/status.h"
+
+namespace meshtrain::learn {
+
+// The synthetic regression data set; generate once with MakeSyntheticData and share it between
+// the tasks of many simulated nodes.
+struct SyntheticOptions {
+  int dim = 32;
+  int train_samples = 4096;
+  int test_samples = 1024;
+  float noise_stddev = 0.1f;
+  uint64_t data_seed = 0x5eed;  // the same for every node: one function to learn
+};
+
+struct SyntheticData {
+  Eigen::MatrixXf train_x;  // dim x train_samples, features ~ N(0, 1)
+  Eigen::VectorXf train_y;
+  Eigen::MatrixXf test_x;  // dim x test_samples
+  Eigen::VectorXf test_y;
+  Eigen::VectorXf true_w;  // the generating weights and bias
+  float true_bias = 0;
+};
+
+std::shared_ptr<const SyntheticData> MakeSyntheticData(const SyntheticOptions& options);
+
+struct TaskOptions {
+  std::string dataset_dir = kDefaultFashionMnistDir;
+  // Already loaded data to share (one load per agent process); when null, MakeTask loads
+  // dataset_dir for the fmnist tasks / generates `synthetic` for the synthetic task.
+  std::shared_ptr<const FashionMnist> fashion_mnist;
+  std::shared_ptr<const SyntheticData> synthetic_data;
+  SyntheticOptions synthetic;
+  Shard shard;  // of the training set; the test set is always whole
+  int batch_size = 64;
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  uint64_t init_seed = 1;  // parameter initialisation: keep equal across nodes
+  uint64_t data_seed = 1;  // sample order: differs per node (SPEC §3 default: hash of name)
+};
+
+struct EvalResult {
+  double loss = 0;      // mean cross-entropy (classifiers) or MSE (synthetic)
+  double accuracy = 0;  // fraction correct (classifiers) or max(0, R^2) (synthetic)
+  size_t samples = 0;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+
+  const std::string& name() const { return name_; }
+  size_t num_params() const { return static_cast<size_t>(params_.size()); }
+  Eigen::VectorXf& params() { return params_; }
+  const Eigen::VectorXf& params() const { return params_; }
+  SgdMomentum& optimizer() { return optimizer_; }
+  const SgdMomentum& optimizer() const { return optimizer_; }
+
+  // Local SGD steps taken (Step/StepOn calls), restorable from a checkpoint.
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t steps) { steps_ = steps; }
+  // Completed passes over this node's shard by Step().
+  int64_t epoch() const { return epoch_; }
+  int batch_size() const { return batch_size_; }
+  virtual size_t train_size() const = 0;  // samples in this node's shard
+  virtual size_t test_size() const = 0;
+
+  // One SGD step on the next minibatch of this node's shard (sequential over a per-epoch seeded
+  // shuffle; the last batch of an epoch may be smaller). Returns the minibatch loss before the
+  // update.
+  float Step();
+  // One SGD step on explicit samples, indices into this node's shard (< train_size()).
+  float StepOn(const std::vector<uint32_t>& batch);
+  // Loss at params() on the given shard samples and its gradient (resized to num_params()),
+  // without changing anything.
+  float LossAndGradient(const std::vector<uint32_t>& batch, Eigen::VectorXf* grad);
+
+  // Mean loss and accuracy of params() on the whole test set.
+  virtual EvalResult Evaluate() const = 0;
+
+ protected:
+  Task(std::string name, Eigen::Index num_params, const TaskOptions& options);
+
+  // Loss and gradient at params() for shard samples idx[0..n); grad has num_params() entries.
+  virtual float ComputeLossAndGradient(const uint32_t* idx, size_t n, float* grad) = 0;
+
+  Eigen::VectorXf params_;
+
+ private:
+  std::string name_;
+  SgdMomentum optimizer_;
+  int batch_size_;
+  Rng order_rng_;
+  std::vector<uint32_t> order_;  // shard-local sample order of the current epoch
+  size_t cursor_ = 0;
+  int64_t steps_ = 0;
+  int64_t epoch_ = 0;
+  Eigen::VectorXf grad_;
+};
+
+// Names accepted by MakeTask.
+const std::vector<std::string>& TaskNames();
+
+// Builds a task. Errors: unknown name, invalid options (batch < 1, lr <= 0, momentum outside
+// [0, 1), a shard with no samples), or the data set failing to load (message from
+// LoadFashionMnist).
+Result<std::unique_ptr<Task>> MakeTask(const std::string& name, const TaskOptions& options);
+
+}  // namespace meshtrain::learn

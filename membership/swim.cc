@@ -1,0 +1,792 @@
+#include "membership/swim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "membership/broadcast_queue.h"
+#include "membership/lifeguard.h"
+
+namespace meshtrain::membership {
+
+namespace {
+
+constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
+
+// Lifeguard nacks: an intermediary that has not heard from the target after this fraction of
+// the probe timeout tells the origin so, early enough to reach it before the origin's deadline.
+constexpr double kNackFraction = 0.8;
+
+// memberlist pushPullScale: above this many members the push-pull interval grows with
+// log2(n), so full-state syncs stay O(1) per second cluster-wide instead of O(n).
+constexpr size_t kPushPullScaleThreshold = 32;
+
+bool IsLive(Status s) { return s == Status::kAlive || s == Status::kSuspect; }
+bool IsDeadOrLeft(Status s) { return !IsLive(s); }
+
+TimeMs PushPullScale(TimeMs interval, size_t n) {
+  if (n <= kPushPullScaleThreshold) return interval;
+  const double mult =
+      std::ceil(std::log2(static_cast<double>(n)) - std::log2(double{kPushPullScaleThreshold})) +
+      1.0;
+  return static_cast<TimeMs>(static_cast<double>(interval) * mult);
+}
+
+// Lifeguard suspicion state for one suspected member (memberlist suspicion.go).
+struct Suspicion {
+  TimeMs start = 0;
+  TimeMs min = 0;
+  TimeMs max = 0;
+  int expected = 0;       // K: confirmations that bring the timeout down to min
+  int confirmations = 0;  // independent confirmations so far (the first accuser excluded)
+  std::vector<std::string> accusers;
+  TimeMs deadline = 0;
+};
+
+struct NodeState {
+  Member m;
+  std::optional<Suspicion> suspicion;
+  TimeMs reap_at = kNever;
+};
+
+// Our own probe in flight (memberlist probeNode, as a resumable state machine).
+struct Probe {
+  bool active = false;
+  uint32_t seq = 0;
+  std::string target;
+  TimeMs timeout_at = 0;  // direct ack deadline; then indirect pings
+  TimeMs deadline = 0;    // end of the probe interval; then suspect the target
+  bool indirect_sent = false;
+  int expected_nacks = 0;
+  int nacks = 0;
+};
+
+// An indirect ping we are running for another member (SWIM ping-req at the intermediary).
+struct Relay {
+  std::string origin_addr;
+  uint32_t origin_seq = 0;
+  bool want_nack = false;
+  bool nack_sent = false;
+  TimeMs nack_at = 0;
+  TimeMs expire_at = 0;
+};
+
+}  // namespace
+
+struct Swim::Impl {
+  Impl(Config c, uint64_t seed, TimeMs now);
+
+  // ---- state updates (memberlist state.go) ----
+  NodeState* FindState(const std::string& name) {
+    auto it = map_.find(name);
+    return it == map_.end() ? nullptr : it->second.get();
+  }
+  NodeState* AddNode(const std::string& name);
+  void RemoveNode(NodeState* st);
+  void SetStatus(NodeState* st, Status s);
+  void Emit(Event::Kind kind, const NodeState* st) {
+    if (st != self_) events_.push_back(Event{kind, st->m});
+  }
+  void ClearSuspicion(NodeState* st);
+  void StartSuspicion(NodeState* st, const std::string& from);
+  bool Confirm(NodeState* st, const std::string& from);
+  void OnAlive(const AliveMsg& a);
+  void OnSuspect(const SuspectMsg& s);
+  void OnDead(const DeadMsg& d);
+  void OnProgress(const ProgressMsg& p);
+  void OnUpdate(const Update& u);
+  void Refute(uint32_t accused);
+  void MergeState(const std::vector<MemberState>& remote);
+  std::vector<MemberState> LocalState() const;
+
+  // ---- failure detector ----
+  NodeState* NextProbeTarget();
+  void StartProbe();
+  void SendIndirectPings();
+  void ProbeFailed();
+  void ProbeSucceeded();
+
+  // ---- dissemination ----
+  int RetransmitLimit() const {
+    const double n = static_cast<double>(nodes_.size());
+    return cfg_.retransmit_mult * static_cast<int>(std::ceil(std::log10(n + 1.0)));
+  }
+  void SendPacket(const std::string& to, Primary primary, std::vector<Update> extra = {});
+  void Gossip();
+  void StartPushPulls();
+  void QueueProgress();
+  TimeMs NextGossip() const;
+
+  // Up to k distinct random members accepted by `accept`, by rejection sampling over at most
+  // 3·n draws (memberlist kRandomNodes): O(k) when most members qualify, never O(n²).
+  template <typename F>
+  std::vector<NodeState*> RandomNodes(size_t k, F accept) {
+    std::vector<NodeState*> out;
+    const size_t n = nodes_.size();
+    for (size_t i = 0; i < 3 * n && out.size() < k; ++i) {
+      NodeState* cand = nodes_[rng_() % n];
+      if (!accept(cand)) continue;
+      if (std::find(out.begin(), out.end(), cand) != out.end()) continue;
+      out.push_back(cand);
+    }
+    return out;
+  }
+  // One uniformly random member accepted by `accept`, by a full O(n) scan (for rare states).
+  template <typename F>
+  NodeState* PickOne(F accept) {
+    NodeState* chosen = nullptr;
+    uint64_t seen = 0;
+    for (NodeState* st : nodes_) {
+      if (!accept(st)) continue;
+      ++seen;
+      if (rng_() % seen == 0) chosen = st;  // reservoir sampling
+    }
+    return chosen;
+  }
+
+  uint32_t NextSeq() { return next_seq_++; }
+
+  Config cfg_;
+  std::mt19937_64 rng_;
+  TimeMs now_;
+
+  std::unordered_map<std::string, std::unique_ptr<NodeState>> map_;
+  std::vector<NodeState*> nodes_;  // probe order (memberlist's shuffled nodes slice)
+  size_t probe_index_ = 0;
+  NodeState* self_ = nullptr;
+  size_t num_live_ = 0;
+
+  Probe probe_;
+  std::map<uint32_t, Relay> relays_;  // by the seq of our ping to the target
+  uint32_t next_seq_ = 1;
+
+  std::set<std::pair<TimeMs, std::string>> suspicion_timers_;
+  std::set<std::pair<TimeMs, std::string>> reap_timers_;
+
+  TimeMs next_probe_;
+  TimeMs next_gossip_;
+  TimeMs next_push_pull_;
+  bool progress_dirty_ = false;
+  TimeMs last_progress_queued_ = std::numeric_limits<TimeMs>::min() / 2;
+  bool left_ = false;
+
+  BroadcastQueue queue_;
+  Awareness awareness_;
+
+  std::vector<OutPacket> out_packets_;
+  std::vector<OutPushPull> out_push_pulls_;
+  std::vector<Event> events_;
+  Stats stats_;
+};
+
+Swim::Impl::Impl(Config c, uint64_t seed, TimeMs now)
+    : cfg_(std::move(c)), rng_(seed), now_(now), awareness_(cfg_.awareness_max_multiplier) {
+  self_ = AddNode(cfg_.name);
+  self_->m.addr = cfg_.addr;
+  self_->m.state_change = now;
+  self_->m.step_learned = now;
+  num_live_ = 1;
+  // Random stagger so that nodes started together do not probe and gossip in lockstep
+  // (memberlist schedule()).
+  auto stagger = [&](TimeMs interval) {
+    return interval > 0 ? static_cast<TimeMs>(rng_() % static_cast<uint64_t>(interval)) : 0;
+  };
+  next_probe_ = now + stagger(cfg_.probe_interval);
+  next_gossip_ = now + stagger(cfg_.gossip_interval);
+  next_push_pull_ = now + cfg_.push_pull_interval + stagger(cfg_.push_pull_interval);
+}
+
+NodeState* Swim::Impl::AddNode(const std::string& name) {
+  auto owned = std::make_unique<NodeState>();
+  NodeState* st = owned.get();
+  st->m.name = name;
+  st->m.state_change = now_;
+  map_.emplace(name, std::move(owned));
+  // Insert at a random offset, not at the end, so a new member is probed after a random
+  // fraction of the round, keeping the expected detection bound low (memberlist aliveNode).
+  const size_t n = nodes_.size();
+  nodes_.push_back(st);
+  if (n > 0) std::swap(nodes_[rng_() % n], nodes_[n]);
+  return st;
+}
+
+void Swim::Impl::RemoveNode(NodeState* st) {
+  ClearSuspicion(st);
+  if (st->reap_at != kNever) reap_timers_.erase({st->reap_at, st->m.name});
+  if (IsLive(st->m.status)) --num_live_;
+  auto it = std::find(nodes_.begin(), nodes_.end(), st);
+  if (it != nodes_.end()) {
+    const size_t idx = static_cast<size_t>(it - nodes_.begin());
+    nodes_.erase(it);
+    if (idx < probe_index_) --probe_index_;
+  }
+  map_.erase(st->m.name);  // destroys *st
+}
+
+void Swim::Impl::SetStatus(NodeState* st, Status s) {
+  const Status old = st->m.status;
+  if (old == s) return;
+  if (IsLive(old) && !IsLive(s)) --num_live_;
+  if (!IsLive(old) && IsLive(s)) ++num_live_;
+  st->m.status = s;
+  st->m.state_change = now_;
+  if (st->reap_at != kNever) {
+    reap_timers_.erase({st->reap_at, st->m.name});
+    st->reap_at = kNever;
+  }
+  if (IsDeadOrLeft(s) && st != self_) {
+    st->reap_at = now_ + cfg_.reap_timeout;
+    reap_timers_.emplace(st->reap_at, st->m.name);
+  }
+}
+
+void Swim::Impl::ClearSuspicion(NodeState* st) {
+  if (!st->suspicion) return;
+  suspicion_timers_.erase({st->suspicion->deadline, st->m.name});
+  st->suspicion.reset();
+}
+
+void Swim::Impl::StartSuspicion(NodeState* st, const std::string& from) {
+  // memberlist suspectNode: expect SuspicionMult − 2 confirmations, so the nominal timeout is
+  // hit two probe intervals short of what the multiplier implies; none if the cluster is too
+  // small to provide them (n − 2 excludes ourselves and the suspect).
+  int k = cfg_.suspicion_mult - 2;
+  const size_t n = nodes_.size();
+  if (static_cast<int>(n) - 2 < k) k = 0;
+  Suspicion sp;
+  sp.start = now_;
+  sp.min = SuspicionMinTimeout(cfg_.suspicion_mult, n, cfg_.probe_interval);
+  sp.max = static_cast<TimeMs>(cfg_.suspicion_max_timeout_mult) * sp.min;
+  sp.expected = k;
+  sp.accusers.push_back(from);
+  sp.deadline = now_ + (k < 1 ? sp.min : sp.max);
+  suspicion_timers_.emplace(sp.deadline, st->m.name);
+  st->suspicion = std::move(sp);
+}
+
+bool Swim::Impl::Confirm(NodeState* st, const std::string& from) {
+  Suspicion& sp = *st->suspicion;
+  if (sp.confirmations >= sp.expected) return false;
+  if (std::find(sp.accusers.begin(), sp.accusers.end(), from) != sp.accusers.end()) return false;
+  sp.accusers.push_back(from);
+  ++sp.confirmations;
+  const TimeMs deadline =
+      std::max(now_, sp.start + SuspicionTimeout(sp.confirmations, sp.expected, sp.min, sp.max));
+  suspicion_timers_.erase({sp.deadline, st->m.name});
+  sp.deadline = deadline;
+  suspicion_timers_.emplace(sp.deadline, st->m.name);
+  return true;
+}
+
+void Swim::Impl::OnAlive(const AliveMsg& a) {
+  // A leave must not be undone by an alive message about us still in flight (memberlist).
+  if (left_ && a.name == cfg_.name) return;
+  NodeState* st = FindState(a.name);
+  if (st == nullptr) {
+    st = AddNode(a.name);
+    st->m.addr = a.addr;
+    st->m.incarnation = a.incarnation;
+    st->m.meta = a.meta;
+    ++num_live_;  // AddNode creates it alive
+    queue_.Queue(a);
+    Emit(Event::Kind::kJoined, st);
+    return;
+  }
+  const bool local = st == self_;
+  bool reclaim = false;
+  if (st->m.addr != a.addr) {
+    // A different address is a name conflict, unless the old owner is gone (memberlist lets a
+    // left node be replaced; we also let a failed one be, so a restart on a new port rejoins).
+    if (local || IsLive(st->m.status)) return;
+    reclaim = true;
+  }
+  if (!local && !reclaim && a.incarnation <= st->m.incarnation) return;
+  if (local && a.incarnation < st->m.incarnation) return;
+  ClearSuspicion(st);
+  if (local) {
+    // Same incarnation and same data is our own news echoed back. Anything else claims our
+    // name with our incarnation or newer: out-vote it (SWIM §4.2).
+    if (a.incarnation == st->m.incarnation && a.meta == st->m.meta) return;
+    Refute(a.incarnation);
+    return;
+  }
+  queue_.Queue(a);
+  const Status old_status = st->m.status;
+  const bool meta_changed = st->m.meta != a.meta;
+  st->m.incarnation = a.incarnation;
+  st->m.meta = a.meta;
+  st->m.addr = a.addr;
+  SetStatus(st, Status::kAlive);
+  if (old_status != Status::kAlive) {
+    Emit(Event::Kind::kAlive, st);
+  } else if (meta_changed) {
+    Emit(Event::Kind::kUpdated, st);
+  }
+}
+
+void Swim::Impl::OnSuspect(const SuspectMsg& s) {
+  NodeState* st = FindState(s.name);
+  if (st == nullptr || s.incarnation < st->m.incarnation) return;
+  // Lifeguard: a suspicion already running counts independent accusers; new information is
+  // re-gossiped so that confirmations keep flowing to everyone.
+  if (st->suspicion) {
+    if (Confirm(st, s.from)) queue_.Queue(s);
+    return;
+  }
+  if (st->m.status != Status::kAlive) return;
+  if (st == self_) {
+    Refute(s.incarnation);  // SWIM §4.2: refute with a higher incarnation
+    return;
+  }
+  queue_.Queue(s);
+  st->m.incarnation = s.incarnation;
+  SetStatus(st, Status::kSuspect);
+  StartSuspicion(st, s.from);
+  Emit(Event::Kind::kSuspect, st);
+}
+
+void Swim::Impl::OnDead(const DeadMsg& d) {
+  NodeState* st = FindState(d.name);
+  if (st == nullptr || d.incarnation < st->m.incarnation) return;
+  ClearSuspicion(st);
+  const bool leave = d.from == d.name;
+  if (IsDeadOrLeft(st->m.status)) {
+    // Serf force-leave semantics: a member already failed here that is announced as left is
+    // reported as left, and the news passed on, so the whole cluster agrees.
+    if (leave && st->m.status == Status::kFailed && st != self_) {
+      queue_.Queue(d);
+      st->m.incarnation = d.incarnation;
+      SetStatus(st, Status::kLeft);
+      Emit(Event::Kind::kLeft, st);
+    }
+    return;
+  }
+  if (st == self_ && !left_) {
+    Refute(d.incarnation);  // we are alive: nobody else may declare us dead
+    return;
+  }
+  queue_.Queue(d);
+  st->m.incarnation = d.incarnation;
+  SetStatus(st, leave ? Status::kLeft : Status::kFailed);
+  Emit(leave ? Event::Kind::kLeft : Event::Kind::kFailed, st);
+}
+
+void Swim::Impl::OnProgress(const ProgressMsg& p) {
+  NodeState* st = FindState(p.name);
+  if (st == nullptr || st == self_ || p.step <= st->m.step) return;
+  st->m.step = p.step;
+  st->m.step_learned = now_;
+  queue_.Queue(p);  // new to us: pass it on, so progress spreads transitively
+}
+
+void Swim::Impl::OnUpdate(const Update& u) {
+  if (const auto* a = std::get_if<AliveMsg>(&u)) {
+    OnAlive(*a);
+  } else if (const auto* s = std::get_if<SuspectMsg>(&u)) {
+    OnSuspect(*s);
+  } else if (const auto* d = std::get_if<DeadMsg>(&u)) {
+    OnDead(*d);
+  } else if (const auto* p = std::get_if<ProgressMsg>(&u)) {
+    OnProgress(*p);
+  }
+}
+
+void Swim::Impl::Refute(uint32_t accused) {
+  uint32_t inc = self_->m.incarnation + 1;
+  if (accused >= inc) inc = accused + 1;
+  self_->m.incarnation = inc;
+  // Lifeguard: being accused suggests we are the slow one; probe less eagerly.
+  awareness_.ApplyDelta(1);
+  ++stats_.refutations;
+  queue_.Queue(AliveMsg{cfg_.name, cfg_.addr, inc, self_->m.meta});
+}
+
+void Swim::Impl::MergeState(const std::vector<MemberState>& remote) {
+  // memberlist mergeState: a remote "dead" only makes us suspect (our own probes decide), and
+  // a remote claim that we are dead goes through the refutation path.
+  for (const MemberState& r : remote) {
+    switch (r.status) {
+      case Status::kAlive:
+        OnAlive(AliveMsg{r.name, r.addr, r.incarnation, r.meta});
+        break;
+      case Status::kLeft:
+        OnDead(DeadMsg{r.name, r.incarnation, r.name});
+        break;
+      case Status::kFailed:
+      case Status::kSuspect:
+        OnSuspect(SuspectMsg{r.name, r.incarnation, cfg_.name});
+        break;
+    }
+    NodeState* st = FindState(r.name);
+    if (st != nullptr && st != self_ && r.step > st->m.step) {
+      st->m.step = r.step;
+      st->m.step_learned = now_;
+    }
+  }
+}
+
+std::vector<MemberState> Swim::Impl::LocalState() const {
+  std::vector<MemberState> out;
+  out.reserve(nodes_.size());
+  for (const NodeState* st : nodes_) {
+    out.push_back(MemberState{st->m.name, st->m.addr, st->m.incarnation, st->m.status, st->m.meta,
+                              st->m.step});
+  }
+  return out;
+}
+
+NodeState* Swim::Impl::NextProbeTarget() {
+  // Randomized round-robin (SWIM §4.3): walk a shuffled list, reshuffle after each pass.
+  for (size_t checked = 0; checked < nodes_.size(); ++checked) {
+    if (probe_index_ >= nodes_.size()) {
+      std::shuffle(nodes_.begin(), nodes_.end(), rng_);
+      probe_index_ = 0;
+    }
+    NodeState* st = nodes_[probe_index_++];
+    if (st == self_ || IsDeadOrLeft(st->m.status)) continue;
+    return st;
+  }
+  return nullptr;
+}
+
+void Swim::Impl::StartProbe() {
+  // Lifeguard: the interval and the timeout stretch with our own health score.
+  const TimeMs interval = awareness_.Scale(cfg_.probe_interval);
+  next_probe_ = now_ + interval;
+  NodeState* target = NextProbeTarget();
+  if (target == nullptr) return;
+  probe_ = Probe{};
+  probe_.active = true;
+  probe_.seq = NextSeq();
+  probe_.target = target->m.name;
+  probe_.timeout_at = now_ + awareness_.Scale(cfg_.probe_timeout);
+  probe_.deadline = now_ + interval;
+  ++stats_.probes;
+  std::vector<Update> extra;
+  // Tell a suspect it is suspected, so it can refute at once (memberlist probeNode).
+  if (target->m.status == Status::kSuspect) {
+    extra.push_back(SuspectMsg{target->m.name, target->m.incarnation, cfg_.name});
+  }
+  SendPacket(target->m.addr, PingMsg{probe_.seq, target->m.name}, std::move(extra));
+}
+
+void Swim::Impl::SendIndirectPings() {
+  probe_.indirect_sent = true;
+  NodeState* target = FindState(probe_.target);
+  if (target == nullptr) {
+    probe_.active = false;
+    return;
+  }
+  auto peers = RandomNodes(static_cast<size_t>(std::max(0, cfg_.indirect_checks)),
+                           [&](const NodeState* st) {
+                             return st != self_ && st != target && st->m.status == Status::kAlive;
+                           });
+  for (NodeState* peer : peers) {
+    SendPacket(peer->m.addr, IndirectPingMsg{probe_.seq, target->m.name, target->m.addr, true});
+    ++probe_.expected_nacks;
+    ++stats_.indirect_probes;
+  }
+}
+
+void Swim::Impl::ProbeFailed() {
+  probe_.active = false;
+  // Lifeguard: missing nacks mean our own network path is suspect, not only the target; with
+  // nobody to send nacks we blame ourselves by one.
+  int delta = 1;
+  if (probe_.expected_nacks > 0) delta = std::max(0, probe_.expected_nacks - probe_.nacks);
+  awareness_.ApplyDelta(delta);
+  NodeState* target = FindState(probe_.target);
+  if (target == nullptr) return;
+  const bool was_alive = target->m.status == Status::kAlive;
+  OnSuspect(SuspectMsg{target->m.name, target->m.incarnation, cfg_.name});
+  if (was_alive && target->m.status == Status::kSuspect) ++stats_.suspicions_raised;
+}
+
+void Swim::Impl::ProbeSucceeded() {
+  probe_.active = false;
+  awareness_.ApplyDelta(-1);
+}
+
+void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<Update> extra) {
+  Packet p;
+  p.from = cfg_.name;
+  p.from_addr = cfg_.addr;
+  p.from_step = self_->m.step;
+  p.primary = std::move(primary);
+  const size_t limit = cfg_.max_packet_bytes > cfg_.packet_overhead_bytes
+                           ? cfg_.max_packet_bytes - cfg_.packet_overhead_bytes
+                           : 0;
+  const size_t header = EstimatePacketOverhead(p);
+  size_t budget = limit > header ? limit - header : 0;
+  for (Update& u : extra) {
+    const size_t bytes = EstimateSize(u);
+    if (bytes > budget) continue;
+    budget -= bytes;
+    p.updates.push_back(std::move(u));
+  }
+  queue_.Fill(budget, RetransmitLimit(), &p.updates);
+  if (std::holds_alternative<std::monostate>(p.primary) && p.updates.empty()) return;
+  ++stats_.packets_sent;
+  out_packets_.push_back(OutPacket{to, std::move(p)});
+}
+
+void Swim::Impl::Gossip() {
+  // Gossip to live members and to the recently dead, so a wrongly declared node still hears
+  // about it and can refute (memberlist gossip, GossipToTheDeadTime).
+  auto targets = RandomNodes(static_cast<size_t>(std::max(0, cfg_.gossip_nodes)),
+                             [&](const NodeState* st) {
+                               if (st == self_) return false;
+                               if (IsLive(st->m.status)) return true;
+                               return now_ - st->m.state_change <= cfg_.gossip_to_dead_time;
+                             });
+  for (NodeState* t : targets) {
+    if (queue_.empty()) break;
+    SendPacket(t->m.addr, std::monostate{});
+  }
+}
+
+TimeMs Swim::Impl::NextGossip() const {
+  if (next_gossip_ > now_ || cfg_.gossip_interval <= 0) return next_gossip_;
+  // Keep the gossip cadence while idle: the next slot on the original grid after now.
+  return next_gossip_ + ((now_ - next_gossip_) / cfg_.gossip_interval + 1) * cfg_.gossip_interval;
+}
+
+void Swim::Impl::StartPushPulls() {
+  next_push_pull_ = now_ + PushPullScale(cfg_.push_pull_interval, nodes_.size());
+  // Anti-entropy with one random live member (memberlist pushPull), and — like Serf's
+  // reconnect — with one random failed member: after a partition heals, each side learns
+  // that it was declared dead and refutes, which merges the two views again.
+  NodeState* live =
+      PickOne([&](const NodeState* st) { return st != self_ && st->m.status == Status::kAlive; });
+  NodeState* failed = PickOne([](const NodeState* st) { return st->m.status == Status::kFailed; });
+  for (NodeState* st : {live, failed}) {
+    if (st == nullptr) continue;
+    out_push_pulls_.push_back(OutPushPull{st->m.addr, PushPull{false, cfg_.name, LocalState()}});
+    ++stats_.pushpulls;
+  }
+}
+
+void Swim::Impl::QueueProgress() {
+  queue_.Queue(ProgressMsg{cfg_.name, self_->m.step});
+  last_progress_queued_ = now_;
+  progress_dirty_ = false;
+}
+
+// ---- Swim ----------------------------------------------------------------------------------
+
+Swim::Swim(Config config, uint64_t seed, TimeMs now)
+    : impl_(std::make_unique<Impl>(std::move(config), seed, now)) {}
+
+Swim::~Swim() = default;
+
+void Swim::Join(const std::vector<std::string>& addrs, TimeMs now) {
+  impl_->now_ = now;
+  for (const std::string& addr : addrs) {
+    impl_->out_push_pulls_.push_back(
+        OutPushPull{addr, PushPull{true, impl_->cfg_.name, impl_->LocalState()}});
+    ++impl_->stats_.pushpulls;
+  }
+}
+
+void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, TimeMs now) {
+  Impl& s = *impl_;
+  s.now_ = now;
+  if (NodeState* sender = s.FindState(packet.from); sender != nullptr && sender != s.self_) {
+    sender->m.step = packet.from_step;  // straight from the source: authoritative
+    sender->m.step_learned = now;
+  }
+  // Updates first, so a reply piggybacks whatever they made us say (e.g. a refutation).
+  for (const Update& u : packet.updates) s.OnUpdate(u);
+  const std::string& reply_to = packet.from_addr.empty() ? from_addr : packet.from_addr;
+  if (const auto* ping = std::get_if<PingMsg>(&packet.primary)) {
+    // A ping for another name reached us at a stale address: stay silent.
+    if (!ping->target.empty() && ping->target != s.cfg_.name) return;
+    s.SendPacket(reply_to, AckMsg{ping->seq});
+  } else if (const auto* ind = std::get_if<IndirectPingMsg>(&packet.primary)) {
+    const uint32_t seq = s.NextSeq();
+    Relay r;
+    r.origin_addr = reply_to;
+    r.origin_seq = ind->seq;
+    r.want_nack = ind->want_nack;
+    r.nack_at = now + static_cast<TimeMs>(kNackFraction * static_cast<double>(s.cfg_.probe_timeout));
+    r.expire_at = now + s.cfg_.probe_timeout;
+    s.relays_.emplace(seq, std::move(r));
+    s.SendPacket(ind->target_addr, PingMsg{seq, ind->target});
+  } else if (const auto* ack = std::get_if<AckMsg>(&packet.primary)) {
+    if (s.probe_.active && ack->seq == s.probe_.seq) {
+      s.ProbeSucceeded();
+    } else if (auto it = s.relays_.find(ack->seq); it != s.relays_.end()) {
+      const Relay r = std::move(it->second);
+      s.relays_.erase(it);
+      s.SendPacket(r.origin_addr, AckMsg{r.origin_seq});
+    }
+  } else if (const auto* nack = std::get_if<NackMsg>(&packet.primary)) {
+    if (s.probe_.active && nack->seq == s.probe_.seq) ++s.probe_.nacks;
+  }
+}
+
+PushPull Swim::HandlePushPullRequest(const PushPull& request, TimeMs now) {
+  impl_->now_ = now;
+  impl_->MergeState(request.members);
+  // Reply with the merged state: it then carries any refutation the request provoked, so the
+  // requester learns at once that we are alive (this is what heals partitions).
+  return PushPull{false, impl_->cfg_.name, impl_->LocalState()};
+}
+
+void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
+  impl_->now_ = now;
+  impl_->MergeState(response.members);
+}
+
+void Swim::PushPullFailed(const std::string& /*to_addr*/, TimeMs now) {
+  // Nothing to undo: the failure detector, not the stream, decides liveness, and the next
+  // push-pull round picks another peer.
+  impl_->now_ = now;
+}
+
+void Swim::Tick(TimeMs now) {
+  Impl& s = *impl_;
+  s.now_ = now;
+  for (auto it = s.relays_.begin(); it != s.relays_.end();) {
+    Relay& r = it->second;
+    if (r.want_nack && !r.nack_sent && now >= r.nack_at) {
+      r.nack_sent = true;
+      s.SendPacket(r.origin_addr, NackMsg{r.origin_seq});
+    }
+    it = now >= r.expire_at ? s.relays_.erase(it) : std::next(it);
+  }
+  if (s.probe_.active && !s.probe_.indirect_sent && now >= s.probe_.timeout_at) {
+    s.SendIndirectPings();
+  }
+  if (s.probe_.active && now >= s.probe_.deadline) s.ProbeFailed();
+  if (!s.left_ && now >= s.next_probe_) s.StartProbe();
+
+  while (!s.suspicion_timers_.empty() && s.suspicion_timers_.begin()->first <= now) {
+    const std::string name = s.suspicion_timers_.begin()->second;
+    s.suspicion_timers_.erase(s.suspicion_timers_.begin());
+    NodeState* st = s.FindState(name);
+    if (st == nullptr) continue;
+    st->suspicion.reset();
+    if (st->m.status != Status::kSuspect) continue;
+    ++s.stats_.failures_declared;
+    s.OnDead(DeadMsg{name, st->m.incarnation, s.cfg_.name});
+  }
+  while (!s.reap_timers_.empty() && s.reap_timers_.begin()->first <= now) {
+    NodeState* st = s.FindState(s.reap_timers_.begin()->second);
+    s.reap_timers_.erase(s.reap_timers_.begin());
+    if (st == nullptr) continue;
+    st->reap_at = kNever;
+    s.events_.push_back(Event{Event::Kind::kReaped, st->m});
+    s.RemoveNode(st);
+  }
+  if (now >= s.next_gossip_) {
+    if (!s.queue_.empty()) s.Gossip();
+    s.next_gossip_ = s.NextGossip();
+  }
+  if (s.cfg_.push_pull_interval > 0 && !s.left_ && now >= s.next_push_pull_) s.StartPushPulls();
+  if (s.progress_dirty_ && now >= s.last_progress_queued_ + s.cfg_.probe_interval) {
+    s.QueueProgress();
+  }
+}
+
+TimeMs Swim::NextDeadline() const {
+  const Impl& s = *impl_;
+  TimeMs d = kNever;
+  if (!s.left_) d = std::min(d, s.next_probe_);
+  if (s.probe_.active) {
+    d = std::min(d, s.probe_.deadline);
+    if (!s.probe_.indirect_sent) d = std::min(d, s.probe_.timeout_at);
+  }
+  for (const auto& [seq, r] : s.relays_) {
+    d = std::min(d, r.expire_at);
+    if (r.want_nack && !r.nack_sent) d = std::min(d, r.nack_at);
+  }
+  if (!s.suspicion_timers_.empty()) d = std::min(d, s.suspicion_timers_.begin()->first);
+  if (!s.reap_timers_.empty()) d = std::min(d, s.reap_timers_.begin()->first);
+  // Idle gossip rounds do nothing, so they need no wake-up.
+  if (!s.queue_.empty()) d = std::min(d, s.NextGossip());
+  if (s.cfg_.push_pull_interval > 0 && !s.left_) d = std::min(d, s.next_push_pull_);
+  if (s.progress_dirty_) d = std::min(d, s.last_progress_queued_ + s.cfg_.probe_interval);
+  return d;
+}
+
+void Swim::Leave(TimeMs now) {
+  Impl& s = *impl_;
+  s.now_ = now;
+  if (s.left_) return;
+  s.left_ = true;
+  s.probe_.active = false;
+  // A dead message from ourselves about ourselves is a graceful leave (memberlist Leave).
+  s.OnDead(DeadMsg{s.cfg_.name, s.self_->m.incarnation, s.cfg_.name});
+}
+
+bool Swim::HasLeft() const { return impl_->left_; }
+
+size_t Swim::PendingUpdates() const { return impl_->queue_.size(); }
+
+bool Swim::ForceLeave(const std::string& name, TimeMs now) {
+  Impl& s = *impl_;
+  s.now_ = now;
+  NodeState* st = s.FindState(name);
+  if (st == nullptr || st == s.self_) return false;
+  if (st->m.status != Status::kFailed && st->m.status != Status::kSuspect) return false;
+  s.ClearSuspicion(st);
+  s.queue_.Queue(DeadMsg{name, st->m.incarnation, name});
+  s.SetStatus(st, Status::kLeft);
+  s.Emit(Event::Kind::kLeft, st);
+  return true;
+}
+
+void Swim::SetMeta(const Meta& meta, TimeMs now) {
+  Impl& s = *impl_;
+  s.now_ = now;
+  if (s.left_) return;
+  s.self_->m.meta = meta;
+  ++s.self_->m.incarnation;  // metadata travels in alive messages, which need a new incarnation
+  s.queue_.Queue(AliveMsg{s.cfg_.name, s.cfg_.addr, s.self_->m.incarnation, meta});
+}
+
+void Swim::SetStep(uint64_t step) {
+  Impl& s = *impl_;
+  s.self_->m.step = step;
+  s.self_->m.step_learned = s.now_;
+  s.progress_dirty_ = true;
+  // Every packet carries our step anyway; a gossiped progress update at most once per probe
+  // interval lets it reach members we do not talk to directly.
+  if (s.now_ >= s.last_progress_queued_ + s.cfg_.probe_interval) s.QueueProgress();
+}
+
+std::vector<OutPacket> Swim::TakePackets() { return std::exchange(impl_->out_packets_, {}); }
+
+std::vector<OutPushPull> Swim::TakePushPulls() {
+  return std::exchange(impl_->out_push_pulls_, {});
+}
+
+std::vector<Event> Swim::TakeEvents() { return std::exchange(impl_->events_, {}); }
+
+std::vector<Member> Swim::Members() const {
+  std::vector<Member> out;
+  out.reserve(impl_->nodes_.size());
+  for (const NodeState* st : impl_->nodes_) out.push_back(st->m);
+  std::sort(out.begin(), out.end(),
+            [](const Member& a, const Member& b) { return a.name < b.name; });
+  return out;
+}
+
+const Member* Swim::Find(const std::string& name) const {
+  const NodeState* st = impl_->FindState(name);
+  return st == nullptr ? nullptr : &st->m;
+}
+
+size_t Swim::NumAlive() const { return impl_->num_live_; }
+
+int Swim::HealthScore() const { return impl_->awareness_.score(); }
+
+const Stats& Swim::stats() const { return impl_->stats_; }
+
+const Config& Swim::config() const { return impl_->cfg_; }
+
+}  // namespace meshtrain::membership

@@ -1,0 +1,75 @@
+#include "membership/types.h"
+
+#include <type_traits>
+
+namespace meshtrain::membership {
+
+namespace {
+
+// Conservative FlatBuffers cost model (SPEC §4): every table pays for its vtable, its offset
+// and alignment; every field pays for its vtable slot, its inline value or offset, a string's
+// length prefix, terminator and padding. The codec (gossip/) guarantees it never exceeds these.
+constexpr size_t kFieldBytes = 16;
+constexpr size_t kTableBytes = 32;
+
+size_t MetaSize(const Meta& m) { return kTableBytes + 4 * kFieldBytes + m.data_addr.size(); }
+
+// Each update is a union member held by a wrapper table in the packet's update vector.
+constexpr size_t kUpdateWrapperBytes = kTableBytes + 2 * kFieldBytes;
+
+}  // namespace
+
+const char* StatusName(Status s) {
+  switch (s) {
+    case Status::kAlive:
+      return "alive";
+    case Status::kSuspect:
+      return "suspect";
+    case Status::kFailed:
+      return "failed";
+    case Status::kLeft:
+      return "left";
+  }
+  return "unknown";
+}
+
+size_t EstimateSize(const Update& u) {
+  return std::visit(
+      [](const auto& m) -> size_t {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, AliveMsg>) {
+          return kUpdateWrapperBytes + kTableBytes + 4 * kFieldBytes + m.name.size() +
+                 m.addr.size() + MetaSize(m.meta);
+        } else if constexpr (std::is_same_v<T, SuspectMsg> || std::is_same_v<T, DeadMsg>) {
+          return kUpdateWrapperBytes + kTableBytes + 3 * kFieldBytes + m.name.size() +
+                 m.from.size();
+        } else {
+          static_assert(std::is_same_v<T, ProgressMsg>);
+          return kUpdateWrapperBytes + kTableBytes + 2 * kFieldBytes + m.name.size();
+        }
+      },
+      u);
+}
+
+size_t EstimatePacketOverhead(const Packet& p) {
+  // Packet table: from, from_addr, from_step, primary (type + offset), updates vector.
+  size_t bytes = kTableBytes + 6 * kFieldBytes + p.from.size() + p.from_addr.size();
+  bytes += std::visit(
+      [](const auto& m) -> size_t {
+        using T = std::decay_t<decltype(m)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          return 0;
+        } else if constexpr (std::is_same_v<T, PingMsg>) {
+          return kTableBytes + 2 * kFieldBytes + m.target.size();
+        } else if constexpr (std::is_same_v<T, IndirectPingMsg>) {
+          return kTableBytes + 4 * kFieldBytes + m.target.size() + m.target_addr.size();
+        } else {
+          static_assert(std::is_same_v<T, AckMsg> || std::is_same_v<T, NackMsg>);
+          return kTableBytes + kFieldBytes;
+        }
+      },
+      p.primary);
+  return bytes;
+}
+
+}  // namespace meshtrain::membership

@@ -1,1 +1,0 @@
-// sim: placeholder until the real sources land.

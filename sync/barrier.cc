@@ -1,0 +1,348 @@
+#include "sync/barrier.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace meshtrain::sync {
+namespace {
+
+// c_i − c_j ≤ bound, without unsigned wrap-around.
+bool Within(uint64_t mine, uint64_t theirs, uint64_t bound) {
+  return mine <= theirs || mine - theirs <= bound;
+}
+
+// k distinct indices drawn uniformly from [0, n), in ascending order.
+std::vector<size_t> SampleIndices(size_t n, size_t k, Rng& rng) {
+  k = std::min(k, n);
+  std::vector<size_t> out;
+  if (k == 0) return out;
+  if (k == n) {
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i) out[i] = i;
+    return out;
+  }
+  // Floyd's algorithm: k draws, no O(n) scratch space.
+  std::set<size_t> chosen;
+  for (size_t j = n - k; j < n; ++j) {
+    const size_t t = std::uniform_int_distribution<size_t>(0, j)(rng);
+    if (!chosen.insert(t).second) chosen.insert(j);
+  }
+  out.assign(chosen.begin(), chosen.end());
+  return out;
+}
+
+}  // namespace
+
+std::optional<Policy> ParsePolicy(std::string_view name) {
+  if (name == "asp") return Policy::kAsp;
+  if (name == "bsp") return Policy::kBsp;
+  if (name == "ssp") return Policy::kSsp;
+  if (name == "pbsp") return Policy::kPbsp;
+  if (name == "pssp") return Policy::kPssp;
+  if (name == "dssp") return Policy::kDssp;
+  return std::nullopt;
+}
+
+const char* PolicyName(Policy policy) {
+  switch (policy) {
+    case Policy::kAsp:
+      return "asp";
+    case Policy::kBsp:
+      return "bsp";
+    case Policy::kSsp:
+      return "ssp";
+    case Policy::kPbsp:
+      return "pbsp";
+    case Policy::kPssp:
+      return "pssp";
+    case Policy::kDssp:
+      return "dssp";
+  }
+  return "unknown";
+}
+
+bool IsProbabilistic(Policy policy) { return policy == Policy::kPbsp || policy == Policy::kPssp; }
+
+BarrierCore::BarrierCore(BarrierConfig config, std::string self)
+    : config_(config), view_(std::move(self), config.interval_alpha) {
+  if (config_.probe_timeout <= 0) config_.probe_timeout = 1;
+}
+
+Decision BarrierCore::Check(uint64_t my_step, TimeMs now, Rng& rng) {
+  ++stats_.checks;
+  if (!in_episode_ || my_step != episode_step_) StartEpisode(my_step, now);
+  if (!Evaluate(my_step, now, rng)) {
+    if (!waiting_) {
+      waiting_ = true;
+      wait_start_ = now;
+      ++stats_.waits;
+    }
+    return Decision::kWait;
+  }
+  if (waiting_) {
+    wait_ms_ += std::max<TimeMs>(0, now - wait_start_);
+    waiting_ = false;
+  }
+  ++stats_.passes;
+  have_last_pass_ = true;
+  last_pass_step_ = my_step;
+  last_pass_time_ = now;
+  EndEpisode();
+  return Decision::kPass;
+}
+
+void BarrierCore::StartEpisode(uint64_t my_step, TimeMs now) {
+  // The first Check after a pass marks the end of the step's computation: its duration is this
+  // node's pace, which dssp needs to project when it would finish r more steps.
+  if (have_last_pass_ && my_step == last_pass_step_ + 1) {
+    const double sample = static_cast<double>(std::max<TimeMs>(0, now - last_pass_time_));
+    own_interval_ms_ = own_interval_ms_ > 0 ? config_.interval_alpha * sample +
+                                                  (1 - config_.interval_alpha) * own_interval_ms_
+                                            : sample;
+  }
+  EndEpisode();
+  in_episode_ = true;
+  episode_step_ = my_step;
+}
+
+void BarrierCore::EndEpisode() {
+  in_episode_ = false;
+  round_active_ = false;
+  round_deadline_ = kNoDeadline;
+  slots_.clear();
+  round_tried_.clear();
+  needs_refill_ = false;
+  queries_.clear();  // unsent queries of a passed step are useless
+}
+
+bool BarrierCore::Evaluate(uint64_t my_step, TimeMs now, Rng& rng) {
+  switch (config_.policy) {
+    case Policy::kAsp:
+      return true;
+    case Policy::kBsp:
+      return EvaluateBound(my_step, 0);
+    case Policy::kSsp:
+      return EvaluateBound(my_step, config_.staleness);
+    case Policy::kPbsp:
+    case Policy::kPssp:
+      return EvaluateSampled(my_step, now, rng);
+    case Policy::kDssp:
+      return EvaluateDssp(my_step, now);
+  }
+  return true;
+}
+
+bool BarrierCore::EvaluateBound(uint64_t my_step, uint64_t bound) const {
+  // SPEC §6 bsp/ssp: c_i − c_j ≤ bound for every live peer j, i.e. against the live minimum.
+  const std::optional<uint64_t> min = view_.MinStep();
+  return !min || Within(my_step, *min, bound);
+}
+
+// Dynamic SSP (Zhao et al., "Dynamic Stale Synchronous Parallel Distributed Training for Deep
+// Learning", ICDCS 2019), read for a serverless mesh:
+//   - Like SSP with the lower bound s_L: pass while c_i − c_min ≤ s_L.
+//   - Never pass beyond the upper bound s_H = s_L + r_max.
+//   - When the node would be blocked at s_L and it is the fastest node it knows of
+//     (c_i ≥ every peer's step), its synchronization controller picks r* ∈ [0, r_max]: the number
+//     of extra steps whose projected finish time now + r·T_self best matches the slowest peer's
+//     projected next arrival, t_slow = learned_slow + T_slow (T = step-interval EWMAs; with
+//     several peers at the minimum step, the latest of their projections). The node may then
+//     pass up to c_min + s_L + r*. The paper's rationale: the fastest worker keeps computing
+//     instead of idling for exactly as long as the straggler needs to deliver its next update.
+//   - A grant is made once per position of the slowest peer: after spending it the node waits
+//     until c_min advances, then the controller decides afresh. Nodes that are not the fastest
+//     obey plain SSP(s_L). Unknown intervals give r* = 0 (plain SSP).
+bool BarrierCore::EvaluateDssp(uint64_t my_step, TimeMs now) {
+  const std::optional<uint64_t> min = view_.MinStep();
+  if (!min) return true;
+  const uint64_t s_low = config_.staleness;
+  if (Within(my_step, *min, s_low)) return true;
+  if (!Within(my_step, *min, s_low + config_.r_max)) return false;
+  if (!has_grant_ || *min > grant_base_) {
+    // Blocked at s_L with no grant for the slowest peer's current position.
+    if (my_step < *view_.MaxStep()) return false;  // not the fastest: plain SSP(s_L)
+    const uint64_t r = ChooseDsspExtra(now);
+    has_grant_ = true;
+    grant_base_ = *min;
+    grant_limit_ = *min + s_low + r;
+    if (r > 0) ++stats_.dssp_grants;
+  }
+  if (my_step > grant_limit_) return false;
+  ++stats_.dssp_extra_passes;
+  return true;
+}
+
+uint64_t BarrierCore::ChooseDsspExtra(TimeMs now) const {
+  const double t_self = own_interval_ms_;
+  if (t_self <= 0 || config_.r_max == 0) return 0;
+  const uint64_t min = *view_.MinStep();
+  double t_slow = -1;
+  bool any = false;
+  for (const ProgressView::Entry& e : view_.entries()) {
+    if (e.progress.step != min) continue;
+    if (e.progress.interval_ms <= 0) return 0;  // cannot project the straggler
+    const double t = static_cast<double>(e.progress.learned) + e.progress.interval_ms;
+    t_slow = any ? std::max(t_slow, t) : t;
+    any = true;
+  }
+  if (!any) return 0;
+  // argmin over r ∈ [0, r_max] of |now + r·T_self − t_slow|; the cost is convex in r, so the
+  // best r is one of the integers around the real minimiser. Ties go to the smaller r.
+  const double ideal = (t_slow - static_cast<double>(now)) / t_self;
+  if (ideal <= 0) return 0;
+  const double r_max = static_cast<double>(config_.r_max);
+  const double lo = std::min(std::floor(ideal), r_max);
+  const double hi = std::min(lo + 1, r_max);
+  const auto cost = [&](double r) { return std::fabs(static_cast<double>(now) + r * t_self - t_slow); };
+  return static_cast<uint64_t>(cost(hi) < cost(lo) ? hi : lo);
+}
+
+bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
+  if (config_.sample == 0 || view_.empty()) return true;  // β = 0 is asp; alone passes
+  if (!round_active_) {
+    NewRound(rng);
+  } else if (now >= round_deadline_) {
+    // Probe timeout: peers that never answered and still block are replaced (marked silent,
+    // sampled last), and a fresh sample is drawn.
+    ++stats_.timeouts;
+    const uint64_t bound = config_.policy == Policy::kPssp ? config_.staleness : 0;
+    for (const Slot& slot : slots_) {
+      const PeerProgress* p = view_.Find(slot.name);
+      if (slot.seq != 0 && !slot.answered && p && !Within(my_step, p->step, bound)) {
+        silent_.insert(slot.name);
+      }
+    }
+    NewRound(rng);
+  }
+  if (needs_refill_) Refill(rng);
+
+  const uint64_t bound = config_.policy == Policy::kPssp ? config_.staleness : 0;
+  bool pass = true;
+  for (Slot& slot : slots_) {
+    const PeerProgress* p = view_.Find(slot.name);
+    if (!p || Within(my_step, p->step, bound)) continue;
+    pass = false;
+    if (slot.seq != 0) continue;  // already asked in this round
+    slot.seq = next_seq_++;
+    if (next_seq_ == 0) next_seq_ = 1;  // 0 means "not queried"
+    queries_.push_back(ProgressQuery{slot.name, slot.seq});
+    ++stats_.queries;
+    const TimeMs deadline = now + config_.probe_timeout;
+    round_deadline_ =
+        round_deadline_ == kNoDeadline ? deadline : std::max(round_deadline_, deadline);
+  }
+  return pass;
+}
+
+void BarrierCore::NewRound(Rng& rng) {
+  ++stats_.rounds;
+  round_active_ = true;
+  round_deadline_ = kNoDeadline;
+  slots_.clear();
+  round_tried_.clear();
+  needs_refill_ = false;
+
+  const std::vector<ProgressView::Entry>& entries = view_.entries();
+  const size_t k = std::min(config_.sample, entries.size());
+  std::vector<size_t> picked;
+  if (silent_.empty()) {
+    picked = SampleIndices(entries.size(), k, rng);
+  } else {
+    // Silent peers are replaced by others; they fill the sample only when too few others live.
+    std::vector<size_t> fresh, silent;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      (silent_.count(entries[i].name) ? silent : fresh).push_back(i);
+    }
+    for (size_t i : SampleIndices(fresh.size(), k, rng)) picked.push_back(fresh[i]);
+    if (picked.size() < k) {
+      for (size_t i : SampleIndices(silent.size(), k - picked.size(), rng)) {
+        picked.push_back(silent[i]);
+      }
+    }
+  }
+  for (size_t i : picked) {
+    slots_.push_back(Slot{entries[i].name, 0, false});
+    round_tried_.insert(entries[i].name);
+  }
+}
+
+void BarrierCore::Refill(Rng& rng) {
+  needs_refill_ = false;
+  const size_t want = std::min(config_.sample, view_.size());
+  if (slots_.size() >= want) return;
+  // Replacements come from live peers not yet sampled in this round, non-silent ones first.
+  std::vector<std::string> fresh, silent;
+  for (const ProgressView::Entry& e : view_.entries()) {
+    if (round_tried_.count(e.name)) continue;
+    (silent_.count(e.name) ? silent : fresh).push_back(e.name);
+  }
+  for (std::vector<std::string>* pool : {&fresh, &silent}) {
+    const size_t need = want - slots_.size();
+    for (size_t i : SampleIndices(pool->size(), need, rng)) {
+      slots_.push_back(Slot{(*pool)[i], 0, false});
+      round_tried_.insert((*pool)[i]);
+    }
+  }
+}
+
+bool BarrierCore::OnProgress(const std::string& name, uint64_t step, TimeMs now) {
+  const PeerProgress* before = view_.Find(name);
+  const bool known = before != nullptr;
+  const bool changed = view_.Update(name, step, now);
+  if (changed && known) silent_.erase(name);  // its step advanced: it is making progress
+  return changed;
+}
+
+bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now) {
+  bool matched = false;
+  for (Slot& slot : slots_) {
+    if (slot.name == name && slot.seq == seq && seq != 0 && !slot.answered) {
+      slot.answered = true;
+      matched = true;
+      ++stats_.replies;
+    }
+  }
+  silent_.erase(name);
+  // Never re-add a peer that left the view (it departed, or finished training).
+  const bool changed = view_.Contains(name) && view_.Update(name, step, now);
+  return matched || changed;
+}
+
+bool BarrierCore::OnPeerRemoved(const std::string& name) {
+  const bool removed = view_.Remove(name);
+  silent_.erase(name);
+  const auto it = std::find_if(slots_.begin(), slots_.end(),
+                               [&](const Slot& s) { return s.name == name; });
+  if (it != slots_.end()) {
+    slots_.erase(it);
+    needs_refill_ = true;  // replaced at the next Check, which has the RNG
+  }
+  return removed;
+}
+
+TimeMs BarrierCore::NextDeadline() const {
+  if (!waiting_ || !round_active_) return kNoDeadline;
+  return round_deadline_;
+}
+
+std::vector<ProgressQuery> BarrierCore::TakeQueries() {
+  std::vector<ProgressQuery> out;
+  out.swap(queries_);
+  return out;
+}
+
+double BarrierCore::WaitSeconds(TimeMs now) const {
+  int64_t ms = wait_ms_;
+  if (waiting_) ms += std::max<TimeMs>(0, now - wait_start_);
+  return static_cast<double>(ms) / 1000.0;
+}
+
+std::vector<std::string> BarrierCore::sample() const {
+  std::vector<std::string> out;
+  out.reserve(slots_.size());
+  for (const Slot& s : slots_) out.push_back(s.name);
+  return out;
+}
+
+}  // namespace meshtrain::sync

@@ -1,0 +1,179 @@
+// Barrier control (SPEC §6): decides, before a node starts local step c_i + 1, whether it may
+// pass (c_i = completed local steps) under one of six policies — asp, bsp, ssp, pbsp, pssp,
+// dssp — and counts the time it spends waiting (`barrier_wait_s`).
+//
+// BarrierCore is a sans-I/O state machine. It owns the node's ProgressView, never reads a clock
+// and draws randomness only from the RNG passed to Check(). The caller:
+//   1. feeds progress: OnProgress() for every step learned from membership/parameter traffic
+//      of a live, training peer; OnPeerRemoved() when a peer fails, leaves or stops training;
+//   2. before each step calls Check(c_i, now, rng); on kWait it sends the queries returned by
+//      TakeQueries() (UDP progress queries, SPEC §6) and calls Check() again whenever
+//      OnProgress/OnReply/OnPeerRemoved return true, or when now >= NextDeadline();
+//   3. feeds each query answer to OnReply(name, seq, step, now).
+// Check() is idempotent for a given (c_i, now): calling it more often is harmless.
+//
+// Probabilistic policies (pbsp/pssp), our reading of the spec:
+//   - A round samples k = min(β, live peers) peers uniformly without replacement. A sampled peer
+//     whose known step already satisfies c_i − c_j ≤ bound needs no query (steps only grow, so
+//     the view is a lower bound on its current step); every other sampled peer is queried.
+//     Replies update the view, so with β ≥ live peers the decision is exactly bsp/ssp's.
+//   - The node passes when every sampled peer satisfies the bound. Replies and view updates
+//     re-evaluate the current sample.
+//   - A sampled peer removed from the view is dropped from the sample at once and replaced by a
+//     live peer not yet sampled in this round (queried if it blocks).
+//   - At the probe timeout the round ends and a new sample is drawn (SPEC: "re-samples after
+//     each probe timeout"). Peers that did not answer a query are marked silent and are replaced
+//     by other peers: the next sample draws from non-silent peers first and falls back to silent
+//     ones only when too few others are live (so with β ≥ live peers every live peer, silent or
+//     not, stays in the sample: bsp/ssp semantics). A peer stops being silent when it answers
+//     or its step advances.
+//   - β = 0 passes at once (asp).
+//
+// Thread-safety: none. One thread owns a BarrierCore at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sync/progress_view.h"
+
+namespace meshtrain::sync {
+
+using Rng = std::mt19937_64;
+
+inline constexpr TimeMs kNoDeadline = std::numeric_limits<TimeMs>::max();
+
+enum class Policy : uint8_t { kAsp, kBsp, kSsp, kPbsp, kPssp, kDssp };
+
+// "asp" | "bsp" | "ssp" | "pbsp" | "pssp" | "dssp"; nullopt for anything else.
+std::optional<Policy> ParsePolicy(std::string_view name);
+const char* PolicyName(Policy policy);
+bool IsProbabilistic(Policy policy);  // pbsp, pssp
+
+struct BarrierConfig {
+  Policy policy = Policy::kPssp;
+  uint64_t staleness = 4;       // s for ssp/pssp; the lower bound s_L for dssp
+  size_t sample = 4;            // β for pbsp/pssp
+  uint64_t r_max = 4;           // dssp: at most this many extra steps beyond s_L
+  TimeMs probe_timeout = 500;   // pbsp/pssp: wait this long for query answers before resampling
+  double interval_alpha = 0.3;  // EWMA weight of the newest step-interval sample
+};
+
+enum class Decision { kPass, kWait };
+
+// "Send a progress query with this sequence number to this peer."
+struct ProgressQuery {
+  std::string to;
+  uint32_t seq = 0;
+};
+
+struct BarrierStats {
+  uint64_t checks = 0;         // calls to Check
+  uint64_t passes = 0;         // steps allowed
+  uint64_t waits = 0;          // steps that had to wait at least once
+  uint64_t rounds = 0;         // pbsp/pssp samples drawn
+  uint64_t queries = 0;        // progress queries issued
+  uint64_t replies = 0;        // replies matching an outstanding query
+  uint64_t timeouts = 0;       // rounds ended by the probe timeout
+  uint64_t dssp_grants = 0;    // dssp: times the fastest node was granted extra steps (r* > 0)
+  uint64_t dssp_extra_passes = 0;  // dssp: passes beyond the s_L bound
+};
+
+class BarrierCore {
+ public:
+  // `self` is this node's name; progress about it is ignored.
+  explicit BarrierCore(BarrierConfig config, std::string self = {});
+  BarrierCore(const BarrierCore&) = delete;
+  BarrierCore& operator=(const BarrierCore&) = delete;
+
+  // May the node, having completed `my_step` steps, start step my_step + 1 now?
+  Decision Check(uint64_t my_step, TimeMs now, Rng& rng);
+
+  // Progress of a live, training peer learned from any traffic. True if the view changed (the
+  // caller should re-Check a waiting node).
+  bool OnProgress(const std::string& name, uint64_t step, TimeMs now);
+  // Answer to ProgressQuery `seq`. The step is used even when `seq` is stale (progress is
+  // progress), but only for peers still in the view. True if anything changed.
+  bool OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now);
+  // The peer failed, left or stopped training: it leaves the view and the sample at once.
+  // True if it was known (re-Check).
+  bool OnPeerRemoved(const std::string& name);
+
+  // Earliest time Check must be called again while waiting; kNoDeadline if none.
+  TimeMs NextDeadline() const;
+  // Queries to send now (drains).
+  std::vector<ProgressQuery> TakeQueries();
+
+  bool waiting() const { return waiting_; }
+  // Total time spent in completed waits, in seconds.
+  double wait_seconds() const { return static_cast<double>(wait_ms_) / 1000.0; }
+  // Same, including a wait still in progress at `now`.
+  double WaitSeconds(TimeMs now) const;
+
+  const ProgressView& view() const { return view_; }
+  const BarrierConfig& config() const { return config_; }
+  const BarrierStats& stats() const { return stats_; }
+  // Peers in the current pbsp/pssp sample (empty when not waiting on a sample).
+  std::vector<std::string> sample() const;
+  // EWMA of this node's own compute time per step (pass to next Check), ms; 0 = unknown.
+  double own_interval_ms() const { return own_interval_ms_; }
+
+ private:
+  struct Slot {
+    std::string name;
+    uint32_t seq = 0;  // 0 = not queried in this round
+    bool answered = false;
+  };
+
+  void StartEpisode(uint64_t my_step, TimeMs now);
+  bool Evaluate(uint64_t my_step, TimeMs now, Rng& rng);
+  bool EvaluateBound(uint64_t my_step, uint64_t bound) const;
+  bool EvaluateDssp(uint64_t my_step, TimeMs now);
+  uint64_t ChooseDsspExtra(TimeMs now) const;
+  bool EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng);
+  void NewRound(Rng& rng);
+  void Refill(Rng& rng);
+  void EndEpisode();
+
+  BarrierConfig config_;
+  ProgressView view_;
+  BarrierStats stats_;
+
+  // Current episode (one per step: from the first Check for my_step until it passes).
+  bool in_episode_ = false;
+  uint64_t episode_step_ = 0;
+  bool waiting_ = false;
+  TimeMs wait_start_ = 0;
+  int64_t wait_ms_ = 0;
+
+  // Own pace, for dssp projections.
+  bool have_last_pass_ = false;
+  uint64_t last_pass_step_ = 0;
+  TimeMs last_pass_time_ = 0;
+  double own_interval_ms_ = 0;
+
+  // pbsp/pssp round state.
+  bool round_active_ = false;
+  TimeMs round_deadline_ = kNoDeadline;
+  std::vector<Slot> slots_;
+  std::set<std::string> round_tried_;  // sampled in this round (refills pick others)
+  std::set<std::string> silent_;       // did not answer a query; sampled last
+  bool needs_refill_ = false;
+  uint32_t next_seq_ = 1;
+  std::vector<ProgressQuery> queries_;
+
+  // dssp grant: the fastest node may pass up to `grant_limit_` while the slowest peer is still
+  // at `grant_base_`.
+  bool has_grant_ = false;
+  uint64_t grant_base_ = 0;
+  uint64_t grant_limit_ = 0;
+};
+
+}  // namespace meshtrain::sync

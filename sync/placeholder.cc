@@ -1,1 +1,0 @@
-// sync: placeholder until the real sources land.

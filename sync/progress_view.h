@@ -1,0 +1,80 @@
+// ProgressView: what this node knows about the training progress of its live, training peers
+// (SPEC §6) — the last known completed-step count of each peer, when it was learned, and an
+// EWMA of each peer's step interval (used by the dssp policy to project arrival times).
+//
+// The view holds exactly the peers the caller puts in it. Contract with the caller:
+//   - Update() only for peers that are alive (or suspect) and still training; it adds unknown
+//     peers, so feed it only from such peers;
+//   - Remove() at once when a peer fails, leaves, or announces training=false — barriers must
+//     never wait on a departed or finished node.
+// Steps are monotone: Update() never lowers a known step (stale gossip is ignored).
+//
+// Peers are kept sorted by name, so iteration (and therefore sampling driven by a seeded RNG)
+// is deterministic. Lookups are O(log n); the minimum and maximum step are O(1).
+//
+// Thread-safety: none. One thread owns a ProgressView at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "membership/types.h"
+
+namespace meshtrain::sync {
+
+using membership::TimeMs;
+
+struct PeerProgress {
+  uint64_t step = 0;         // completed local SGD steps, as last learned
+  TimeMs learned = 0;        // when `step` was learned (caller's clock)
+  double interval_ms = 0;    // EWMA of milliseconds per step; 0 = not yet known
+};
+
+class ProgressView {
+ public:
+  struct Entry {
+    std::string name;
+    PeerProgress progress;
+  };
+
+  // `self` (if non-empty) is never added: the node's own step is not a peer's.
+  // `interval_alpha` is the EWMA weight of the newest step-interval sample, in (0, 1].
+  explicit ProgressView(std::string self = {}, double interval_alpha = 0.3);
+
+  // Records that `name` has completed `step` as of `now`, adding the peer if unknown. A step
+  // not above the known one is ignored (monotone; stale gossip). Returns true when
+  // the view changed: the peer was added or its step advanced.
+  bool Update(const std::string& name, uint64_t step, TimeMs now);
+  // Drops a peer (failed, left, or stopped training). Returns true if it was present.
+  bool Remove(const std::string& name);
+  void Clear();
+
+  const PeerProgress* Find(const std::string& name) const;
+  bool Contains(const std::string& name) const { return Find(name) != nullptr; }
+  size_t size() const { return entries_.size(); }
+  bool empty() const { return entries_.empty(); }
+  // Peers sorted by name; index-stable until the next Update that adds or Remove.
+  const std::vector<Entry>& entries() const { return entries_; }
+  std::vector<std::string> peers() const;
+
+  std::optional<uint64_t> MinStep() const;
+  std::optional<uint64_t> MaxStep() const;
+
+  const std::string& self() const { return self_; }
+
+ private:
+  std::vector<Entry>::iterator Lower(const std::string& name);
+  std::vector<Entry>::const_iterator Lower(const std::string& name) const;
+  void CountStep(uint64_t step, int delta);
+
+  std::string self_;
+  double alpha_;
+  std::vector<Entry> entries_;                // sorted by name
+  std::map<uint64_t, size_t> step_counts_;    // step -> number of peers at it (min/max in O(1))
+};
+
+}  // namespace meshtrain::sync

@@ -1,0 +1,350 @@
+#include "sync/selection.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+#include <set>
+#include <tuple>
+
+#include "sync/max_flow.h"
+
+namespace meshtrain::sync {
+namespace {
+
+// How many unit transfers a link of `cap` MB/s carries at rate r, at most `limit`. The relative
+// slack absorbs rounding when r is exactly cap/k (candidate rates are computed that way).
+size_t Units(double cap, double r, size_t limit) {
+  const double u = std::floor(cap / r * (1 + 1e-12));
+  if (!(u >= 0)) return 0;
+  return u >= static_cast<double>(limit) ? limit : static_cast<size_t>(u);
+}
+
+std::vector<size_t> ShuffledIndices(size_t n, Rng& rng) {
+  std::vector<size_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  std::shuffle(v.begin(), v.end(), rng);
+  return v;
+}
+
+size_t SenderLimit(size_t n, size_t demand, const SelmcastOptions& options) {
+  size_t limit = n - 1;
+  if (options.max_fanout > 0) limit = std::min(limit, std::max(options.max_fanout, demand));
+  return limit;
+}
+
+// The flow network of the exact algorithm at rate r. Node ids: source 0, senders 1..n,
+// receivers n+1..2n, sink 2n+1. `order` permutes senders and each sender's receiver list, so
+// Dinic's first-found flow differs between rounds (tie randomisation).
+struct FlowModel {
+  MaxFlow flow;
+  std::vector<size_t> source_edges;  // per sender
+  std::vector<size_t> pair_edges;    // sender -> receiver edges
+  explicit FlowModel(size_t n) : flow(2 * n + 2) {}
+};
+
+// Builds the network; returns false without building the pair edges if some sender cannot
+// carry `demand` units at rate r.
+bool BuildModel(const std::vector<NodeCapacity>& caps, size_t demand, double r, FlowModel* m,
+                Rng* rng) {
+  const size_t n = caps.size();
+  for (const NodeCapacity& c : caps) {
+    if (Units(c.uplink_mbps, r, n - 1) < demand) return false;
+  }
+  const size_t source = 0, sink = 2 * n + 1;
+  std::vector<size_t> senders(n), receivers(n);
+  std::iota(senders.begin(), senders.end(), 0);
+  std::iota(receivers.begin(), receivers.end(), 0);
+  if (rng) std::shuffle(senders.begin(), senders.end(), *rng);
+  m->source_edges.assign(n, 0);
+  for (size_t i : senders) {
+    m->source_edges[i] = m->flow.AddEdge(source, 1 + i, static_cast<int64_t>(demand));
+  }
+  for (size_t i : senders) {
+    if (rng) std::shuffle(receivers.begin(), receivers.end(), *rng);
+    for (size_t j : receivers) {
+      if (j != i) m->pair_edges.push_back(m->flow.AddEdge(1 + i, 1 + n + j, 1));
+    }
+  }
+  if (rng) std::shuffle(receivers.begin(), receivers.end(), *rng);
+  for (size_t j : receivers) {
+    m->flow.AddEdge(1 + n + j, sink,
+                    static_cast<int64_t>(Units(caps[j].downlink_mbps, r, n - 1)));
+  }
+  return true;
+}
+
+bool Feasible(const std::vector<NodeCapacity>& caps, size_t demand, double r) {
+  const size_t n = caps.size();
+  FlowModel m(n);
+  if (!BuildModel(caps, demand, r, &m, nullptr)) return false;
+  return m.flow.Run(0, 2 * n + 1) == static_cast<int64_t>(n * demand);
+}
+
+Assignment EmptyPlan(const std::vector<NodeCapacity>& caps, size_t fanout, bool exact) {
+  Assignment plan;
+  plan.exact = exact;
+  for (const NodeCapacity& c : caps) plan.nodes.push_back(c.name);
+  plan.receivers.assign(caps.size(), {});
+  plan.demand = caps.size() < 2 ? 0 : std::min(fanout, caps.size() - 1);
+  return plan;
+}
+
+}  // namespace
+
+std::optional<SelectPolicy> ParseSelectPolicy(std::string_view name) {
+  if (name == "all") return SelectPolicy::kAll;
+  if (name == "random") return SelectPolicy::kRandom;
+  if (name == "selmcast") return SelectPolicy::kSelmcast;
+  return std::nullopt;
+}
+
+const char* SelectPolicyName(SelectPolicy policy) {
+  switch (policy) {
+    case SelectPolicy::kAll:
+      return "all";
+    case SelectPolicy::kRandom:
+      return "random";
+    case SelectPolicy::kSelmcast:
+      return "selmcast";
+  }
+  return "unknown";
+}
+
+double Assignment::MeanFanout() const {
+  if (receivers.empty()) return 0;
+  size_t total = 0;
+  for (const auto& r : receivers) total += r.size();
+  return static_cast<double>(total) / static_cast<double>(receivers.size());
+}
+
+std::vector<std::string> Assignment::ReceiversOf(const std::string& name) const {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i] != name) continue;
+    for (size_t j : receivers[i]) out.push_back(nodes[j]);
+    break;
+  }
+  return out;
+}
+
+double BottleneckRate(const Assignment& plan, const std::vector<NodeCapacity>& caps) {
+  const size_t n = caps.size();
+  std::vector<size_t> incoming(n, 0);
+  double rate = 0;
+  bool any = false;
+  for (size_t i = 0; i < n && i < plan.receivers.size(); ++i) {
+    const auto& r = plan.receivers[i];
+    if (r.empty()) continue;
+    const double up = caps[i].uplink_mbps / static_cast<double>(r.size());
+    rate = any ? std::min(rate, up) : up;
+    any = true;
+    for (size_t j : r) ++incoming[j];
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (incoming[j] == 0) continue;
+    rate = std::min(rate, caps[j].downlink_mbps / static_cast<double>(incoming[j]));
+  }
+  return any ? rate : 0;
+}
+
+std::vector<NodeCapacity> ResolveCapacities(const std::vector<std::string>& nodes,
+                                            const BandwidthView& bandwidth,
+                                            const SelmcastOptions& options) {
+  const double fallback = options.default_mbps > 0 ? options.default_mbps : 10.0;
+  const double share = std::clamp(options.min_available_share, 1e-6, 1.0);
+  std::vector<NodeCapacity> out;
+  out.reserve(nodes.size());
+  for (const std::string& name : nodes) {
+    NodeCapacity c;
+    c.name = name;
+    c.uplink_mbps = fallback;
+    c.downlink_mbps = fallback;
+    double load = 0;
+    auto it = bandwidth.find(name);
+    if (it != bandwidth.end()) {
+      if (it->second.uplink_mbps > 0) c.uplink_mbps = it->second.uplink_mbps;
+      if (it->second.downlink_mbps > 0) c.downlink_mbps = it->second.downlink_mbps;
+      if (it->second.receive_load_mbps > 0) load = it->second.receive_load_mbps;
+    }
+    c.downlink_mbps = std::max(c.downlink_mbps - load, share * c.downlink_mbps);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Assignment SolveSelmcastExact(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,
+                              const SelmcastOptions& options) {
+  Assignment plan = EmptyPlan(caps, fanout, /*exact=*/true);
+  const size_t n = caps.size();
+  const size_t d = plan.demand;
+  if (d == 0) return plan;
+
+  // Candidate rates: some sender or receiver constraint is tight at the optimum, so r* is
+  // U_i/k (k ≥ d receivers) or D_j/k (k ≤ n − 1 senders). Rates above min_i U_i/d are
+  // infeasible for the tightest sender and are skipped.
+  double r_up = caps[0].uplink_mbps / static_cast<double>(d);
+  for (const NodeCapacity& c : caps) r_up = std::min(r_up, c.uplink_mbps / static_cast<double>(d));
+  std::vector<double> cands;
+  cands.reserve(2 * n * (n - 1));
+  for (const NodeCapacity& c : caps) {
+    for (size_t k = d; k <= n - 1; ++k) {
+      const double r = c.uplink_mbps / static_cast<double>(k);
+      if (r <= r_up) cands.push_back(r);
+    }
+    for (size_t k = 1; k <= n - 1; ++k) {
+      const double r = c.downlink_mbps / static_cast<double>(k);
+      if (r <= r_up) cands.push_back(r);
+    }
+  }
+  std::sort(cands.begin(), cands.end());
+  cands.erase(std::unique(cands.begin(), cands.end()), cands.end());
+  // The smallest candidate min(U, D)/(n − 1) admits the complete graph, so it is feasible.
+  size_t lo = 0, hi = cands.size() - 1;
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo + 1) / 2;
+    if (Feasible(caps, d, cands[mid])) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const double r = cands[lo];
+
+  // Final plan at r*: randomised edge order picks one of the optimal assignments, then raising
+  // each sender's source capacity to what its uplink carries at r* adds the maximum number of
+  // extra pairs (augmenting paths never reduce a sender's flow, so each keeps ≥ d receivers).
+  FlowModel m(n);
+  BuildModel(caps, d, r, &m, &rng);
+  m.flow.Run(0, 2 * n + 1);
+  const size_t limit = SenderLimit(n, d, options);
+  for (size_t i = 0; i < n; ++i) {
+    m.flow.SetCapacity(m.source_edges[i],
+                       static_cast<int64_t>(Units(caps[i].uplink_mbps, r, limit)));
+  }
+  m.flow.Run(0, 2 * n + 1);
+  for (size_t e : m.pair_edges) {
+    if (m.flow.Flow(e) > 0) plan.receivers[m.flow.From(e) - 1].push_back(m.flow.To(e) - 1 - n);
+  }
+  for (auto& rs : plan.receivers) std::sort(rs.begin(), rs.end());
+  plan.rate_mbps = r;
+  return plan;
+}
+
+Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,
+                               const SelmcastOptions& options) {
+  Assignment plan = EmptyPlan(caps, fanout, /*exact=*/false);
+  const size_t n = caps.size();
+  const size_t d = plan.demand;
+  if (d == 0) return plan;
+
+  // Phase 1: each sender (random order) takes the d receivers with the largest remaining
+  // downlink-per-load D_j/(senders_j + 1) — water-filling the receive side; the random
+  // tie-breaker keeps equal receivers from always being chosen in the same order.
+  using Key = std::tuple<double, uint64_t, size_t>;  // (D/(load+1), tie-breaker, receiver)
+  std::vector<size_t> incoming(n, 0);
+  std::vector<Key> heap;
+  heap.reserve(n);
+  for (size_t j = 0; j < n; ++j) heap.emplace_back(caps[j].downlink_mbps, rng(), j);
+  std::make_heap(heap.begin(), heap.end());
+  std::vector<Key> held;
+  for (size_t i : ShuffledIndices(n, rng)) {
+    held.clear();
+    std::vector<size_t>& mine = plan.receivers[i];
+    while (mine.size() < d) {
+      std::pop_heap(heap.begin(), heap.end());
+      const Key top = heap.back();
+      heap.pop_back();
+      held.push_back(top);
+      if (std::get<2>(top) != i) mine.push_back(std::get<2>(top));
+    }
+    for (const Key& k : held) {
+      const size_t j = std::get<2>(k);
+      if (j != i) ++incoming[j];
+      heap.emplace_back(caps[j].downlink_mbps / static_cast<double>(incoming[j] + 1), rng(), j);
+      std::push_heap(heap.begin(), heap.end());
+    }
+  }
+  const double r = BottleneckRate(plan, caps);
+  plan.rate_mbps = r;
+
+  // Phase 2: extra pairs that fit at r, senders and receivers in random order.
+  const size_t limit = SenderLimit(n, d, options);
+  std::vector<size_t> spare_in(n);
+  std::vector<size_t> open;  // receivers with spare downlink
+  for (size_t j = 0; j < n; ++j) {
+    const size_t u = Units(caps[j].downlink_mbps, r, n - 1);
+    spare_in[j] = u > incoming[j] ? u - incoming[j] : 0;
+    if (spare_in[j] > 0) open.push_back(j);
+  }
+  std::vector<size_t> stamp(n, n);  // stamp[j] == i: j already receives from i
+  for (size_t i : ShuffledIndices(n, rng)) {
+    if (open.empty()) break;
+    std::vector<size_t>& mine = plan.receivers[i];
+    const size_t cap_out = Units(caps[i].uplink_mbps, r, limit);
+    if (cap_out <= mine.size()) continue;
+    size_t spare_out = cap_out - mine.size();
+    for (size_t j : mine) stamp[j] = i;
+    const size_t start = std::uniform_int_distribution<size_t>(0, open.size() - 1)(rng);
+    bool exhausted = false;
+    for (size_t s = 0; s < open.size() && spare_out > 0; ++s) {
+      const size_t j = open[(start + s) % open.size()];
+      if (j == i || stamp[j] == i || spare_in[j] == 0) continue;
+      mine.push_back(j);
+      stamp[j] = i;
+      --spare_out;
+      if (--spare_in[j] == 0) exhausted = true;
+    }
+    if (exhausted) {
+      open.erase(std::remove_if(open.begin(), open.end(),
+                                [&](size_t j) { return spare_in[j] == 0; }),
+                 open.end());
+    }
+  }
+  for (auto& rs : plan.receivers) std::sort(rs.begin(), rs.end());
+  return plan;
+}
+
+Assignment SolveSelmcast(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,
+                         const SelmcastOptions& options) {
+  if (caps.size() <= options.exact_max_nodes) {
+    return SolveSelmcastExact(caps, fanout, rng, options);
+  }
+  return SolveSelmcastGreedy(caps, fanout, rng, options);
+}
+
+std::vector<std::string> Select(SelectPolicy policy, const std::string& self,
+                                const std::vector<std::string>& candidates, size_t fanout,
+                                const BandwidthView& bandwidth, Rng& rng,
+                                const SelmcastOptions& options, Assignment* plan_out) {
+  std::vector<std::string> peers;
+  peers.reserve(candidates.size());
+  std::set<std::string> seen{self};
+  for (const std::string& c : candidates) {
+    if (seen.insert(c).second) peers.push_back(c);
+  }
+  switch (policy) {
+    case SelectPolicy::kAll:
+      return peers;
+    case SelectPolicy::kRandom: {
+      const size_t k = std::min(fanout, peers.size());
+      for (size_t i = 0; i < k; ++i) {
+        std::swap(peers[i], peers[std::uniform_int_distribution<size_t>(i, peers.size() - 1)(rng)]);
+      }
+      peers.resize(k);
+      return peers;
+    }
+    case SelectPolicy::kSelmcast: {
+      // Canonical (sorted) node order, so nodes with the same view build the same network.
+      std::vector<std::string> nodes(seen.begin(), seen.end());
+      const Assignment plan =
+          SolveSelmcast(ResolveCapacities(nodes, bandwidth, options), fanout, rng, options);
+      std::vector<std::string> mine = plan.ReceiversOf(self);
+      if (plan_out) *plan_out = plan;
+      return mine;
+    }
+  }
+  return {};
+}
+
+}  // namespace meshtrain::sync

@@ -1,0 +1,419 @@
+// Round trips, rejection reasons and size bounds of the wire codec (SPEC §4).
+#include "gossip/codec.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "gossip/crypto.h"
+#include "gossip/framing.h"
+#include "tests/gossip/messages.h"
+
+namespace meshtrain::gossip {
+namespace {
+
+using testing::CheckSame;
+using testing::Gen;
+namespace ms = ::meshtrain::membership;
+
+std::shared_ptr<Keyring> MakeKeyring() {
+  return std::make_shared<Keyring>(*ParseKeyBase64(GenerateKeyBase64()));
+}
+
+template <typename T>
+std::optional<T> Decode(const Codec& c, const std::vector<uint8_t>& b, Reject* why);
+template <>
+std::optional<Datagram> Decode(const Codec& c, const std::vector<uint8_t>& b, Reject* why) {
+  return c.DecodeDatagram(b.data(), b.size(), why);
+}
+template <>
+std::optional<Frame> Decode(const Codec& c, const std::vector<uint8_t>& b, Reject* why) {
+  return c.DecodeFrame(b.data(), b.size(), why);
+}
+
+// Decodes and expects rejection for `want`.
+template <typename T>
+void ExpectReject(const Codec& c, const std::vector<uint8_t>& b, Reject want) {
+  REQUIRE_FALSE(b.empty());
+  Reject why = Reject::kTooLarge;
+  const auto out = Decode<T>(c, b, &why);
+  CHECK_FALSE(out.has_value());
+  CHECK(RejectName(why) == std::string(RejectName(want)));
+}
+
+Datagram PingDatagram() {
+  ms::Packet p;
+  p.from = "n1";
+  p.from_addr = "127.0.0.1:7950";
+  p.from_step = 812;
+  p.primary = ms::PingMsg{42, "n2"};
+  p.updates.push_back(ms::AliveMsg{"n3", "10.0.0.3:7950", 7, {"10.0.0.3:7960", true, 9.5f, 3}});
+  p.updates.push_back(ms::SuspectMsg{"n4", 2, "n1"});
+  p.updates.push_back(ms::DeadMsg{"n5", 3, "n5"});
+  p.updates.push_back(ms::ProgressMsg{"n6", 1234567890123ull});
+  return Datagram{"n1", p, 99};
+}
+
+Frame ChunkFrame(uint32_t total, uint32_t offset, uint32_t len) {
+  ParamChunk c;
+  c.round = 3;
+  c.step = 40;
+  c.chunk = offset / std::max<uint32_t>(len, 1);
+  c.chunks = (total + std::max<uint32_t>(len, 1) - 1) / std::max<uint32_t>(len, 1);
+  c.total = total;
+  c.offset = offset;
+  c.data.assign(len, 0.25f);
+  return Frame{"n1", c, 5};
+}
+
+TEST_CASE("codec: every message kind round-trips, plaintext and sealed", "[gossip][codec]") {
+  for (const bool sealed : {false, true}) {
+    CAPTURE(sealed);
+    Codec codec("default", sealed ? MakeKeyring() : nullptr);
+
+    const Datagram ping = PingDatagram();
+    auto bytes = codec.EncodeDatagram(ping);
+    REQUIRE_FALSE(bytes.empty());
+    CHECK(bytes[0] == (sealed ? kSealedMarker : kPlainMarker));
+    auto d = codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(d);
+    CheckSame(ping, *d);
+
+    for (const ms::Primary& primary :
+         {ms::Primary{}, ms::Primary{ms::IndirectPingMsg{1, "n9", "[::1]:7950", false}},
+          ms::Primary{ms::AckMsg{UINT32_MAX}}, ms::Primary{ms::NackMsg{5}}}) {
+      Datagram dg = ping;
+      std::get<ms::Packet>(dg.body).primary = primary;
+      bytes = codec.EncodeDatagram(dg);
+      d = codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr);
+      REQUIRE(d);
+      CheckSame(dg, *d);
+    }
+
+    const Datagram query{"n2", ProgressQuery{17, 300}, 1};
+    bytes = codec.EncodeDatagram(query);
+    d = codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(d);
+    CheckSame(query, *d);
+
+    const Datagram reply{"n3", ProgressReply{17, 301, true}, 2};
+    bytes = codec.EncodeDatagram(reply);
+    d = codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(d);
+    CheckSame(reply, *d);
+
+    PushPullMsg pp;
+    pp.response = true;
+    pp.state.join = true;
+    pp.state.from = "n1";
+    pp.state.members.push_back(
+        {"n1", "127.0.0.1:7950", 4, ms::Status::kAlive, {"", true, 1, 2}, 800});
+    pp.state.members.push_back(
+        {"n2", "127.0.0.2:7950", 1, ms::Status::kLeft, {}, 0});
+    pp.state.members.push_back(
+        {"n3", "127.0.0.3:7950", 9, ms::Status::kSuspect, {"127.0.0.3:9000", false, 0, 0}, 7});
+    const Frame push{"n1", pp, 3};
+    bytes = codec.EncodeFrame(push);
+    auto f = codec.DecodeFrame(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(f);
+    CheckSame(push, *f);
+
+    const Frame chunk = ChunkFrame(1000, 500, 250);
+    bytes = codec.EncodeFrame(chunk);
+    f = codec.DecodeFrame(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(f);
+    CheckSame(chunk, *f);
+  }
+}
+
+TEST_CASE("codec: random messages round-trip", "[gossip][codec]") {
+  Gen gen(20240601);
+  for (const bool sealed : {false, true}) {
+    Codec codec("prod-eu", sealed ? MakeKeyring() : nullptr);
+    for (int i = 0; i < 300; ++i) {
+      const Datagram d = gen.RandomDatagram(codec);
+      const auto bytes = codec.EncodeDatagram(d);
+      REQUIRE_FALSE(bytes.empty());
+      const auto back = codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr);
+      REQUIRE(back);
+      CheckSame(d, *back);
+
+      const Frame f = gen.RandomFrame(20, 2000);
+      const auto fbytes = codec.EncodeFrame(f);
+      REQUIRE_FALSE(fbytes.empty());
+      const auto fback = codec.DecodeFrame(fbytes.data(), fbytes.size(), nullptr);
+      REQUIRE(fback);
+      CheckSame(f, *fback);
+    }
+  }
+}
+
+TEST_CASE("codec: envelope mismatches are rejected with their reason", "[gossip][codec]") {
+  const auto key_a = MakeKeyring();
+  const auto key_b = MakeKeyring();
+  Codec plain("default", nullptr);
+  Codec other_cluster("staging", nullptr);
+  Codec sealed_a("default", key_a);
+  Codec sealed_a_other_cluster("staging", key_a);
+  Codec sealed_b("default", key_b);
+  const Datagram ping = PingDatagram();
+
+  SECTION("cluster mismatch, plaintext") {
+    ExpectReject<Datagram>(plain, other_cluster.EncodeDatagram(ping), Reject::kCluster);
+  }
+  SECTION("cluster mismatch, sealed: the label is the AEAD associated data") {
+    ExpectReject<Datagram>(sealed_a, sealed_a_other_cluster.EncodeDatagram(ping), Reject::kAuth);
+  }
+  SECTION("wrong key") {
+    ExpectReject<Datagram>(sealed_a, sealed_b.EncodeDatagram(ping), Reject::kAuth);
+    ExpectReject<Frame>(sealed_b, sealed_a.EncodeFrame(ChunkFrame(10, 0, 10)), Reject::kAuth);
+  }
+  SECTION("plaintext to an encrypted agent and sealed to a plaintext agent") {
+    ExpectReject<Datagram>(sealed_a, plain.EncodeDatagram(ping), Reject::kAuth);
+    ExpectReject<Datagram>(plain, sealed_a.EncodeDatagram(ping), Reject::kAuth);
+    ExpectReject<Frame>(sealed_a, plain.EncodeFrame(ChunkFrame(10, 0, 10)), Reject::kAuth);
+    ExpectReject<Frame>(plain, sealed_a.EncodeFrame(ChunkFrame(10, 0, 10)), Reject::kAuth);
+  }
+  SECTION("protocol version") {
+    Codec v2("default", nullptr);
+    v2.set_send_version(2);
+    ExpectReject<Datagram>(plain, v2.EncodeDatagram(ping), Reject::kVersion);
+    v2.set_send_version(0);
+    ExpectReject<Frame>(plain, v2.EncodeFrame(ChunkFrame(10, 0, 10)), Reject::kVersion);
+  }
+  SECTION("a datagram body in a frame and a frame body in a datagram") {
+    ExpectReject<Frame>(plain, plain.EncodeDatagram(ping), Reject::kSemantic);
+    ExpectReject<Datagram>(plain, plain.EncodeFrame(ChunkFrame(10, 0, 10)), Reject::kSemantic);
+  }
+  SECTION("sizes") {
+    std::vector<uint8_t> big(kMaxDatagramBytes + 1, kPlainMarker);
+    ExpectReject<Datagram>(plain, big, Reject::kTooLarge);
+    ExpectReject<Datagram>(plain, {kPlainMarker, 1, 2}, Reject::kTooSmall);
+    ExpectReject<Datagram>(sealed_a, std::vector<uint8_t>(kSealOverhead + 4, kSealedMarker),
+                           Reject::kTooSmall);
+    Reject why = Reject::kAuth;
+    CHECK_FALSE(plain.DecodeDatagram(nullptr, 0, &why));
+    CHECK(why == Reject::kTooSmall);
+    std::vector<uint8_t> huge(plain.max_frame_bytes() + 1, kPlainMarker);
+    ExpectReject<Frame>(plain, huge, Reject::kTooLarge);
+  }
+  SECTION("garbage after a valid marker fails verification") {
+    std::vector<uint8_t> junk(200, 0x5A);
+    junk[0] = kPlainMarker;
+    ExpectReject<Datagram>(plain, junk, Reject::kVerify);
+    // The same garbage behind a valid seal reaches the verifier too.
+    ExpectReject<Datagram>(sealed_a, key_a->Seal(junk.data(), junk.size(), "default"),
+                           Reject::kVerify);
+  }
+}
+
+TEST_CASE("codec: semantic checks", "[gossip][codec]") {
+  Codec codec("default", nullptr);
+
+  SECTION("sender name") {
+    for (const std::string& bad : {std::string(), std::string(kMaxSenderBytes + 1, 'x'),
+                                  std::string("n\n1")}) {
+      Datagram d{bad, ProgressQuery{1, 2}};
+      ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+    }
+    Datagram ok{std::string(kMaxSenderBytes, 'x'), ProgressQuery{1, 2}};
+    CHECK(codec.DecodeDatagram(codec.EncodeDatagram(ok).data(), codec.EncodeDatagram(ok).size(),
+                               nullptr));
+  }
+  SECTION("addresses") {
+    for (const std::string& bad : {"", "nonsense", "1.2.3.4", "1.2.3.4:0", "1.2.3.4:65536",
+                                  "256.1.1.1:80", "1.2.3.4:80x", ":80", "[::1]", "[zz::1]:80",
+                                  "localhost:80"}) {
+      CAPTURE(bad);
+      Datagram d = PingDatagram();
+      std::get<ms::Packet>(d.body).from_addr = bad;
+      ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+    }
+    CHECK(ValidWireAddr("127.0.0.1:1"));
+    CHECK(ValidWireAddr("10.1.2.3:65535"));
+    CHECK(ValidWireAddr("[fe80::1]:7950"));
+    Datagram d = PingDatagram();
+    std::get<ms::AliveMsg>(std::get<ms::Packet>(d.body).updates[0]).meta.data_addr = "x:1";
+    ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+  }
+  SECTION("member names inside updates") {
+    Datagram d = PingDatagram();
+    std::get<ms::Packet>(d.body).updates.push_back(ms::ProgressMsg{"", 1});
+    ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+    d = PingDatagram();
+    std::get<ms::Packet>(d.body).updates.push_back(
+        ms::ProgressMsg{std::string(kMaxStringBytes + 1, 'n'), 1});
+    ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+  }
+  SECTION("non-finite bandwidth in metadata") {
+    Datagram d = PingDatagram();
+    std::get<ms::AliveMsg>(std::get<ms::Packet>(d.body).updates[0]).meta.uplink_mbps =
+        std::numeric_limits<float>::quiet_NaN();
+    ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+  }
+  SECTION("too many updates in one datagram") {
+    Datagram d{"a", ms::Packet{"a", "1.1.1.1:1", 0, {}, {}}};
+    for (size_t i = 0; i <= kMaxUpdatesPerDatagram; ++i) {
+      std::get<ms::Packet>(d.body).updates.push_back(ms::ProgressMsg{"a", 0});
+    }
+    const auto bytes = codec.EncodeDatagram(d);
+    INFO("65 minimal updates encode to " << bytes.size() << " bytes");
+    ExpectReject<Datagram>(codec, bytes, Reject::kSemantic);
+    std::get<ms::Packet>(d.body).updates.pop_back();
+    CHECK(codec.DecodeDatagram(codec.EncodeDatagram(d).data(), codec.EncodeDatagram(d).size(),
+                               nullptr));
+  }
+  SECTION("member status out of range") {
+    PushPullMsg pp;
+    pp.state.members.push_back({"n1", "1.1.1.1:1", 0, static_cast<ms::Status>(4), {}, 0});
+    ExpectReject<Frame>(codec, codec.EncodeFrame(Frame{"n1", pp}), Reject::kSemantic);
+  }
+  SECTION("push-pull member count") {
+    PushPullMsg pp;
+    pp.state.members.assign(kMaxPushPullMembers + 1, {"m", "1.1.1.1:1", 0, {}, {}, 0});
+    // The encoder refuses to build it; a hostile peer could, and the decoder is the last word.
+    CHECK(codec.EncodeFrame(Frame{"n1", pp}).empty());
+  }
+  SECTION("parameter chunks") {
+    CHECK(codec.DecodeFrame(codec.EncodeFrame(ChunkFrame(1000, 750, 250)).data(),
+                            codec.EncodeFrame(ChunkFrame(1000, 750, 250)).size(), nullptr));
+    Frame f = ChunkFrame(1000, 750, 250);
+    std::get<ParamChunk>(f.body).chunk = 4;  // == chunks
+    ExpectReject<Frame>(codec, codec.EncodeFrame(f), Reject::kSemantic);
+    f = ChunkFrame(1000, 751, 250);  // past the end
+    ExpectReject<Frame>(codec, codec.EncodeFrame(f), Reject::kSemantic);
+    f = ChunkFrame(1000, 0, 0);  // empty
+    ExpectReject<Frame>(codec, codec.EncodeFrame(f), Reject::kSemantic);
+    f = ChunkFrame(1000, 0, 250);
+    std::get<ParamChunk>(f.body).total = 0;
+    ExpectReject<Frame>(codec, codec.EncodeFrame(f), Reject::kSemantic);
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      f = ChunkFrame(1000, 0, 250);
+      std::get<ParamChunk>(f.body).data[123] = bad;
+      ExpectReject<Frame>(codec, codec.EncodeFrame(f), Reject::kSemantic);
+    }
+    // The local model's size is enforced once known.
+    codec.set_expected_params(1000);
+    CHECK(codec.DecodeFrame(codec.EncodeFrame(ChunkFrame(1000, 0, 250)).data(),
+                            codec.EncodeFrame(ChunkFrame(1000, 0, 250)).size(), nullptr));
+    ExpectReject<Frame>(codec, codec.EncodeFrame(ChunkFrame(1001, 0, 250)), Reject::kSemantic);
+  }
+}
+
+TEST_CASE("codec: the largest parameter chunk fits in a sealed frame", "[gossip][codec]") {
+  Gen gen(7);
+  Codec codec(std::string(kMaxClusterBytes, 'c'), MakeKeyring());
+  const std::vector<float> params = gen.Floats(2 * kParamChunkFloats + 17);
+  const auto chunks = SplitParams(params, 9, 100);
+  REQUIRE(chunks.size() == 3);
+  CHECK(chunks[2].data.size() == 17);
+  ParamAssembler assembler;
+  std::optional<ParamAssembler::Model> model;
+  // Out of order on purpose.
+  for (size_t i : {2, 0, 1}) {
+    const auto bytes = codec.EncodeFrame(Frame{std::string(kMaxSenderBytes, 's'), chunks[i]});
+    REQUIRE_FALSE(bytes.empty());
+    CHECK(bytes.size() <= kMaxParamFrameBytes);
+    const auto back = codec.DecodeFrame(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(back);
+    CHECK_FALSE(model);
+    model = assembler.Add(std::get<ParamChunk>(back->body));
+  }
+  REQUIRE(model);
+  CHECK(model->round == 9);
+  CHECK(model->step == 100);
+  CHECK(model->params == params);
+  CHECK(kMaxParamFrameBytes <= kMaxFrameBytes);
+}
+
+TEST_CASE("codec: parameter reassembly ignores stale, duplicate and overlapping chunks",
+          "[gossip][codec]") {
+  const std::vector<float> a(10, 1.0f), b(10, 2.0f);
+  const auto ca = SplitParams(a, 1, 10, 4);  // 4 + 4 + 2
+  const auto cb = SplitParams(b, 2, 20, 4);
+  REQUIRE(ca.size() == 3);
+  ParamAssembler asm_;
+  CHECK_FALSE(asm_.Add(ca[0]));
+  CHECK_FALSE(asm_.Add(ca[0]));  // duplicate
+  CHECK_FALSE(asm_.Add(cb[1]));  // round 2 supersedes the unfinished round 1
+  CHECK_FALSE(asm_.Add(ca[1]));  // stale
+  CHECK_FALSE(asm_.Add(ca[2]));
+  CHECK_FALSE(asm_.Add(cb[0]));
+  auto m = asm_.Add(cb[2]);
+  REQUIRE(m);
+  CHECK(m->round == 2);
+  CHECK(m->params == b);
+  CHECK_FALSE(asm_.Add(cb[2]));  // late duplicate of a finished round
+
+  // Chunks that claim to complete the model but overlap leave a gap: dropped.
+  ParamChunk x = cb[0], y = cb[1], z = cb[2];
+  for (ParamChunk* c : {&x, &y, &z}) c->round = 3;
+  y.offset = 0;  // overlaps x; floats 4..7 never arrive
+  z.data.resize(4);
+  z.offset = 6;
+  CHECK_FALSE(asm_.Add(x));
+  CHECK_FALSE(asm_.Add(y));
+  CHECK_FALSE(asm_.Add(z));
+  CHECK_FALSE(asm_.in_progress());
+}
+
+// SPEC §4: the membership core fills datagrams from EstimatePacketOverhead + EstimateSize
+// without encoding; the encoding must never be larger, or full packets would not fit.
+TEST_CASE("codec: encoded datagrams never exceed the membership size estimates",
+          "[gossip][codec]") {
+  Gen gen(99);
+  size_t max_bytes = 0, min_slack = SIZE_MAX, packets = 0, updates = 0;
+  for (const bool sealed : {false, true}) {
+    for (const std::string& cluster : {std::string("default"), std::string(kMaxClusterBytes, 'k')}) {
+      Codec codec(cluster, sealed ? MakeKeyring() : nullptr);
+      const size_t budget = kMaxDatagramBytes - codec.DatagramOverhead();
+      for (int i = 0; i < 2000; ++i) {
+        // Long member names (up to kMaxStringBytes) stress the per-string padding.
+        const size_t max_name = i % 2 ? kMaxSenderBytes : kMaxStringBytes;
+        const std::string sender = gen.Name();
+        const ms::Packet p = gen.Packet(sender, budget, max_name);
+        size_t bound = ms::EstimatePacketOverhead(p) + codec.DatagramOverhead();
+        for (const ms::Update& u : p.updates) bound += ms::EstimateSize(u);
+        REQUIRE(bound <= kMaxDatagramBytes);
+        const auto bytes = codec.EncodeDatagram(Datagram{sender, p, gen.U(0, UINT64_MAX)});
+        REQUIRE_FALSE(bytes.empty());
+        REQUIRE(bytes.size() <= bound);
+        max_bytes = std::max(max_bytes, bytes.size());
+        min_slack = std::min(min_slack, bound - bytes.size());
+        ++packets;
+        updates += p.updates.size();
+      }
+    }
+  }
+  // Envelope-only bound: an empty packet with the longest sender and cluster.
+  Codec codec(std::string(kMaxClusterBytes, 'k'), MakeKeyring());
+  ms::Packet empty{std::string(kMaxSenderBytes, 's'), "255.255.255.255:65535", UINT64_MAX, {}, {}};
+  const auto bytes = codec.EncodeDatagram(Datagram{empty.from, empty, UINT64_MAX});
+  CHECK(bytes.size() <= ms::EstimatePacketOverhead(empty) + codec.DatagramOverhead());
+  WARN("size bound: " << packets << " packets, " << updates << " updates, largest "
+                      << max_bytes << " B, smallest slack " << min_slack
+                      << " B; DatagramOverhead(sealed, 'default') = "
+                      << Codec("default", MakeKeyring()).DatagramOverhead() << " B");
+}
+
+TEST_CASE("codec: reject names and counters", "[gossip][codec]") {
+  RejectCounters counters;
+  for (size_t i = 0; i < kNumRejects; ++i) {
+    const auto r = static_cast<Reject>(i);
+    CHECK(std::string(RejectName(r)) != "unknown");
+    for (size_t k = 0; k <= i; ++k) counters.add(r);
+  }
+  CHECK(counters.get(Reject::kTooLarge) == 1);
+  CHECK(counters.get(Reject::kSemantic) == kNumRejects);
+  CHECK(counters.total() == kNumRejects * (kNumRejects + 1) / 2);
+  CHECK(ValidClusterLabel("default"));
+  CHECK_FALSE(ValidClusterLabel(""));
+  CHECK_FALSE(ValidNodeName(std::string(kMaxSenderBytes + 1, 'n')));
+}
+
+}  // namespace
+}  // namespace meshtrain::gossip

@@ -1,0 +1,173 @@
+// Hand-built envelopes, as a hostile or buggy peer could send them: verifier-valid FlatBuffers
+// that the codec's own encoders would never produce (shared sub-tables inflating counts,
+// unknown union and enum values, missing required fields). Built with FlatBuffers' raw table
+// API from the field slots of gossip/schema/meshtrain.fbs (slot i has vtable offset 4 + 2i),
+// so the tests need no generated code.
+#pragma once
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gossip/codec.h"
+
+namespace meshtrain::gossip::testing {
+
+struct Crafted {
+  std::string what;
+  bool frame;                   // decode with DecodeFrame, else DecodeDatagram
+  std::vector<uint8_t> fb;      // the FlatBuffer, without marker or seal
+  std::optional<Reject> want;   // nullopt: must be accepted
+};
+
+namespace crafted_detail {
+
+namespace fb = ::flatbuffers;
+constexpr fb::voffset_t Slot(int i) { return static_cast<fb::voffset_t>(4 + 2 * i); }
+
+// Body union type ids (schema order, NONE = 0).
+enum : uint8_t { kPacket = 1, kQuery = 2, kReply = 3, kPushPull = 4, kChunk = 5 };
+// Update union ids.
+enum : uint8_t { kAlive = 1, kSuspect = 2, kDead = 3, kProgress = 4 };
+
+struct EnvOpts {
+  uint16_t version = kProtocolVersion;
+  const char* cluster = "default";  // nullptr: field absent
+  const char* sender = "n1";
+  const char* identifier = "MSHT";
+};
+
+std::vector<uint8_t> FinishEnvelope(fb::FlatBufferBuilder& b, uint8_t body_type, fb::uoffset_t body,
+                                    const EnvOpts& o = {}) {
+  fb::Offset<fb::String> cluster = o.cluster ? b.CreateString(o.cluster) : 0;
+  fb::Offset<fb::String> sender = o.sender ? b.CreateString(o.sender) : 0;
+  const auto start = b.StartTable();
+  b.AddElement<uint64_t>(Slot(3), 1, 0);
+  if (body != 0) b.AddOffset(Slot(5), fb::Offset<void>(body));
+  if (o.sender) b.AddOffset(Slot(2), sender);
+  if (o.cluster) b.AddOffset(Slot(1), cluster);
+  b.AddElement<uint16_t>(Slot(0), o.version, 0);
+  b.AddElement<uint8_t>(Slot(4), body_type, 0);
+  const auto root = b.EndTable(start);
+  b.Finish(fb::Offset<void>(root), o.identifier);
+  return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+fb::uoffset_t Progress(fb::FlatBufferBuilder& b, const char* name, uint64_t step) {
+  const auto n = b.CreateString(name);
+  const auto start = b.StartTable();
+  b.AddElement<uint64_t>(Slot(1), step, 0);
+  b.AddOffset(Slot(0), n);
+  return b.EndTable(start);
+}
+
+// A membership packet whose `count` updates all point at one shared update table.
+std::vector<uint8_t> SharedUpdates(size_t count, uint8_t update_type = kProgress,
+                                   uint8_t primary_type = 0) {
+  fb::FlatBufferBuilder b;
+  const fb::uoffset_t u = Progress(b, "n7", 5);
+  std::vector<uint8_t> types(count, update_type);
+  std::vector<fb::Offset<void>> values(count, fb::Offset<void>(u));
+  const auto tv = b.CreateVector(types);
+  const auto vv = b.CreateVector(values);
+  const auto addr = b.CreateString("127.0.0.1:7950");
+  const auto start = b.StartTable();
+  b.AddOffset(Slot(0), addr);
+  b.AddOffset(Slot(4), tv);
+  b.AddOffset(Slot(5), vv);
+  if (primary_type != 0) b.AddOffset(Slot(3), fb::Offset<void>(u));
+  b.AddElement<uint8_t>(Slot(2), primary_type, 0);
+  return FinishEnvelope(b, kPacket, b.EndTable(start));
+}
+
+// A push-pull whose `count` members all point at one shared MemberState table.
+std::vector<uint8_t> SharedMembers(size_t count, uint8_t status = 0) {
+  fb::FlatBufferBuilder b;
+  const auto name = b.CreateString("m");
+  const auto addr = b.CreateString("10.0.0.1:7950");
+  auto start = b.StartTable();
+  b.AddOffset(Slot(0), name);
+  b.AddOffset(Slot(1), addr);
+  b.AddElement<uint8_t>(Slot(3), status, 0);
+  const fb::uoffset_t member = b.EndTable(start);
+  std::vector<fb::Offset<void>> members(count, fb::Offset<void>(member));
+  const auto mv = b.CreateVector(members);
+  start = b.StartTable();
+  b.AddOffset(Slot(2), mv);
+  return FinishEnvelope(b, kPushPull, b.EndTable(start));
+}
+
+std::vector<uint8_t> Query(const EnvOpts& o, uint8_t body_type = kQuery) {
+  fb::FlatBufferBuilder b;
+  const auto start = b.StartTable();
+  b.AddElement<uint32_t>(Slot(0), 7, 0);
+  b.AddElement<uint64_t>(Slot(1), 8, 0);
+  return FinishEnvelope(b, body_type, b.EndTable(start), o);
+}
+
+std::vector<uint8_t> ChunkWithoutData() {
+  fb::FlatBufferBuilder b;
+  const auto start = b.StartTable();
+  b.AddElement<uint32_t>(Slot(3), 1, 0);
+  b.AddElement<uint32_t>(Slot(4), 10, 0);
+  return FinishEnvelope(b, kChunk, b.EndTable(start));
+}
+
+std::vector<uint8_t> AliveWithoutAddr() {
+  fb::FlatBufferBuilder b;
+  const auto name = b.CreateString("n3");
+  auto start = b.StartTable();
+  b.AddOffset(Slot(0), name);
+  const fb::uoffset_t alive = b.EndTable(start);
+  std::vector<uint8_t> types{kAlive};
+  std::vector<fb::Offset<void>> values{fb::Offset<void>(alive)};
+  const auto tv = b.CreateVector(types);
+  const auto vv = b.CreateVector(values);
+  const auto addr = b.CreateString("127.0.0.1:7950");
+  start = b.StartTable();
+  b.AddOffset(Slot(0), addr);
+  b.AddOffset(Slot(4), tv);
+  b.AddOffset(Slot(5), vv);
+  return FinishEnvelope(b, kPacket, b.EndTable(start));
+}
+
+}  // namespace crafted_detail
+
+// Every crafted case with the reason the codec must give (for cluster "default").
+inline std::vector<Crafted> CraftedCases() {
+  using namespace crafted_detail;
+  std::vector<Crafted> c;
+  c.push_back({"64 shared updates", false, SharedUpdates(kMaxUpdatesPerDatagram), std::nullopt});
+  c.push_back({"65 shared updates", false, SharedUpdates(kMaxUpdatesPerDatagram + 1),
+               Reject::kSemantic});
+  c.push_back({"unknown update type", false, SharedUpdates(1, 9), Reject::kSemantic});
+  c.push_back({"NONE update type", false, SharedUpdates(1, 0), Reject::kSemantic});
+  c.push_back({"unknown primary type", false, SharedUpdates(1, kProgress, 9), Reject::kSemantic});
+  c.push_back({"alive without addr", false, AliveWithoutAddr(), Reject::kVerify});
+  c.push_back({"query", false, Query({}), std::nullopt});
+  c.push_back({"unknown body type", false, Query({}, 9), Reject::kSemantic});
+  c.push_back({"frame body in datagram", false, Query({}, kChunk), Reject::kVerify});
+  c.push_back({"no sender", false, Query({kProtocolVersion, "default", nullptr}), Reject::kVerify});
+  c.push_back({"no cluster", false, Query({kProtocolVersion, nullptr, "n1"}), Reject::kVerify});
+  c.push_back({"empty sender", false, Query({kProtocolVersion, "default", ""}), Reject::kSemantic});
+  c.push_back({"version 0", false, Query({0}), Reject::kVersion});
+  c.push_back({"version 2", false, Query({2}), Reject::kVersion});
+  c.push_back({"other cluster", false, Query({kProtocolVersion, "defaulT"}), Reject::kCluster});
+  c.push_back({"wrong identifier", false, Query({kProtocolVersion, "default", "n1", "MSHU"}),
+               Reject::kVerify});
+  c.push_back({"chunk without data", true, ChunkWithoutData(), Reject::kVerify});
+  c.push_back({"member status 200", true, SharedMembers(1, 200), Reject::kSemantic});
+  c.push_back({"member status 4", true, SharedMembers(1, 4), Reject::kSemantic});
+  c.push_back({"100000 shared members", true, SharedMembers(kMaxPushPullMembers), std::nullopt});
+  c.push_back({"100001 shared members", true, SharedMembers(kMaxPushPullMembers + 1),
+               Reject::kSemantic});
+  // More tables than any legal push-pull: the verifier's table budget stops it first.
+  c.push_back({"300000 shared members", true, SharedMembers(3 * kMaxPushPullMembers),
+               Reject::kVerify});
+  return c;
+}
+
+}  // namespace meshtrain::gossip::testing

@@ -1,0 +1,281 @@
+// Seeded generators of random wire messages and field-by-field comparisons, shared by the codec
+// round-trip, size-bound and mutation tests.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gossip/codec.h"
+#include "membership/types.h"
+
+namespace meshtrain::gossip::testing {
+
+namespace ms = ::meshtrain::membership;
+
+class Gen {
+ public:
+  explicit Gen(uint64_t seed) : rng_(seed) {}
+
+  std::mt19937_64& rng() { return rng_; }
+  uint64_t U(uint64_t lo, uint64_t hi) {  // inclusive
+    return std::uniform_int_distribution<uint64_t>(lo, hi)(rng_);
+  }
+  bool Coin() { return U(0, 1) == 1; }
+
+  // Printable names of 1..max bytes, sometimes with UTF-8 bytes.
+  std::string Name(size_t max = kMaxSenderBytes) {
+    const size_t len = U(1, max);
+    std::string s;
+    for (size_t i = 0; i < len; ++i) {
+      s.push_back(U(0, 20) == 0 ? static_cast<char>(0xC3) : static_cast<char>(U('!', '~')));
+    }
+    return s;
+  }
+  std::string Addr() {
+    return std::to_string(U(0, 255)) + "." + std::to_string(U(0, 255)) + "." +
+           std::to_string(U(0, 255)) + "." + std::to_string(U(0, 255)) + ":" +
+           std::to_string(U(1, 65535));
+  }
+  float Mbps() { return std::uniform_real_distribution<float>(0, 1000)(rng_); }
+
+  ms::Meta Meta() {
+    ms::Meta m;
+    if (Coin()) m.data_addr = Addr();
+    m.training = Coin();
+    if (Coin()) m.uplink_mbps = Mbps();
+    if (Coin()) m.downlink_mbps = Mbps();
+    return m;
+  }
+
+  ms::Update Update(size_t max_name = kMaxSenderBytes) {
+    switch (U(0, 3)) {
+      case 0:
+        return ms::AliveMsg{Name(max_name), Addr(), static_cast<uint32_t>(U(0, UINT32_MAX)),
+                            Meta()};
+      case 1:
+        return ms::SuspectMsg{Name(max_name), static_cast<uint32_t>(U(0, 1000)),
+                              Coin() ? Name(max_name) : std::string()};
+      case 2:
+        return ms::DeadMsg{Name(max_name), static_cast<uint32_t>(U(0, 1000)), Name(max_name)};
+      default:
+        return ms::ProgressMsg{Name(max_name), U(0, UINT64_MAX)};
+    }
+  }
+
+  ms::Primary Primary() {
+    switch (U(0, 4)) {
+      case 0:
+        return std::monostate{};
+      case 1:
+        return ms::PingMsg{static_cast<uint32_t>(U(0, UINT32_MAX)), Coin() ? Name() : ""};
+      case 2:
+        return ms::IndirectPingMsg{static_cast<uint32_t>(U(0, UINT32_MAX)), Name(), Addr(),
+                                   Coin()};
+      case 3:
+        return ms::AckMsg{static_cast<uint32_t>(U(0, UINT32_MAX))};
+      default:
+        return ms::NackMsg{static_cast<uint32_t>(U(0, UINT32_MAX))};
+    }
+  }
+
+  // A packet filled the way the membership core fills one: updates are added while the
+  // estimated size stays within `budget` (the datagram limit minus the codec's overhead).
+  ms::Packet Packet(const std::string& from, size_t budget, size_t max_name = kMaxSenderBytes) {
+    ms::Packet p;
+    p.from = from;
+    p.from_addr = Addr();
+    p.from_step = U(0, 1) ? U(0, 1000000) : U(0, UINT64_MAX);
+    p.primary = Primary();
+    size_t used = ms::EstimatePacketOverhead(p);
+    const size_t want = U(0, kMaxUpdatesPerDatagram);
+    for (size_t i = 0; i < want; ++i) {
+      ms::Update u = Update(max_name);
+      const size_t cost = ms::EstimateSize(u);
+      if (used + cost > budget) break;
+      used += cost;
+      p.updates.push_back(std::move(u));
+    }
+    return p;
+  }
+
+  ms::MemberState Member() {
+    ms::MemberState m;
+    m.name = Name();
+    m.addr = Addr();
+    m.incarnation = static_cast<uint32_t>(U(0, 100000));
+    m.status = static_cast<ms::Status>(U(0, 3));
+    m.meta = Meta();
+    m.step = U(0, 1000000);
+    return m;
+  }
+
+  PushPullMsg PushPull(const std::string& from, size_t max_members) {
+    PushPullMsg m;
+    m.response = Coin();
+    m.state.join = Coin();
+    m.state.from = from;
+    const size_t n = U(0, max_members);
+    for (size_t i = 0; i < n; ++i) m.state.members.push_back(Member());
+    return m;
+  }
+
+  std::vector<float> Floats(size_t n) {
+    std::normal_distribution<float> d(0, 1);
+    std::vector<float> v(n);
+    for (float& f : v) f = d(rng_);
+    return v;
+  }
+
+  ParamChunk Chunk(size_t max_floats) {
+    const std::vector<float> params = Floats(U(1, max_floats));
+    const auto chunks = SplitParams(params, U(0, 1000), U(0, 1000000),
+                                    static_cast<uint32_t>(U(1, params.size())));
+    return chunks[U(0, chunks.size() - 1)];
+  }
+
+  Datagram RandomDatagram(const Codec& codec) {
+    Datagram d;
+    d.sender = Name();
+    d.sent_ms = U(0, UINT64_MAX);
+    switch (U(0, 3)) {
+      case 0:
+        d.body = ProgressQuery{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX)};
+        break;
+      case 1:
+        d.body = ProgressReply{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX), Coin()};
+        break;
+      default:
+        d.body = Packet(d.sender, kMaxDatagramBytes - codec.DatagramOverhead());
+    }
+    return d;
+  }
+
+  Frame RandomFrame(size_t max_members, size_t max_floats) {
+    Frame f;
+    f.sender = Name();
+    f.sent_ms = U(0, UINT64_MAX);
+    if (Coin()) {
+      f.body = PushPull(f.sender, max_members);
+    } else {
+      f.body = Chunk(max_floats);
+    }
+    return f;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// ---- Field-by-field equality (the membership structs define operator== only for Meta) ----
+
+inline void CheckSame(const ms::Update& a, const ms::Update& b) {
+  REQUIRE(a.index() == b.index());
+  if (const auto* x = std::get_if<ms::AliveMsg>(&a)) {
+    const auto& y = std::get<ms::AliveMsg>(b);
+    CHECK(x->name == y.name);
+    CHECK(x->addr == y.addr);
+    CHECK(x->incarnation == y.incarnation);
+    CHECK(x->meta == y.meta);
+  } else if (const auto* x = std::get_if<ms::SuspectMsg>(&a)) {
+    const auto& y = std::get<ms::SuspectMsg>(b);
+    CHECK(x->name == y.name);
+    CHECK(x->incarnation == y.incarnation);
+    CHECK(x->from == y.from);
+  } else if (const auto* x = std::get_if<ms::DeadMsg>(&a)) {
+    const auto& y = std::get<ms::DeadMsg>(b);
+    CHECK(x->name == y.name);
+    CHECK(x->incarnation == y.incarnation);
+    CHECK(x->from == y.from);
+  } else {
+    const auto& p = std::get<ms::ProgressMsg>(a);
+    const auto& q = std::get<ms::ProgressMsg>(b);
+    CHECK(p.name == q.name);
+    CHECK(p.step == q.step);
+  }
+}
+
+inline void CheckSame(const ms::Primary& a, const ms::Primary& b) {
+  REQUIRE(a.index() == b.index());
+  if (const auto* x = std::get_if<ms::PingMsg>(&a)) {
+    CHECK(x->seq == std::get<ms::PingMsg>(b).seq);
+    CHECK(x->target == std::get<ms::PingMsg>(b).target);
+  } else if (const auto* x = std::get_if<ms::IndirectPingMsg>(&a)) {
+    const auto& y = std::get<ms::IndirectPingMsg>(b);
+    CHECK(x->seq == y.seq);
+    CHECK(x->target == y.target);
+    CHECK(x->target_addr == y.target_addr);
+    CHECK(x->want_nack == y.want_nack);
+  } else if (const auto* x = std::get_if<ms::AckMsg>(&a)) {
+    CHECK(x->seq == std::get<ms::AckMsg>(b).seq);
+  } else if (const auto* x = std::get_if<ms::NackMsg>(&a)) {
+    CHECK(x->seq == std::get<ms::NackMsg>(b).seq);
+  }
+}
+
+inline void CheckSame(const ms::Packet& a, const ms::Packet& b) {
+  CHECK(a.from == b.from);
+  CHECK(a.from_addr == b.from_addr);
+  CHECK(a.from_step == b.from_step);
+  CheckSame(a.primary, b.primary);
+  REQUIRE(a.updates.size() == b.updates.size());
+  for (size_t i = 0; i < a.updates.size(); ++i) CheckSame(a.updates[i], b.updates[i]);
+}
+
+inline void CheckSame(const ms::MemberState& a, const ms::MemberState& b) {
+  CHECK(a.name == b.name);
+  CHECK(a.addr == b.addr);
+  CHECK(a.incarnation == b.incarnation);
+  CHECK(a.status == b.status);
+  CHECK(a.meta == b.meta);
+  CHECK(a.step == b.step);
+}
+
+inline void CheckSame(const Datagram& a, const Datagram& b) {
+  CHECK(a.sender == b.sender);
+  CHECK(a.sent_ms == b.sent_ms);
+  REQUIRE(a.body.index() == b.body.index());
+  if (const auto* p = std::get_if<ms::Packet>(&a.body)) {
+    CheckSame(*p, std::get<ms::Packet>(b.body));
+  } else if (const auto* q = std::get_if<ProgressQuery>(&a.body)) {
+    CHECK(q->seq == std::get<ProgressQuery>(b.body).seq);
+    CHECK(q->step == std::get<ProgressQuery>(b.body).step);
+  } else {
+    const auto& x = std::get<ProgressReply>(a.body);
+    const auto& y = std::get<ProgressReply>(b.body);
+    CHECK(x.seq == y.seq);
+    CHECK(x.step == y.step);
+    CHECK(x.training == y.training);
+  }
+}
+
+inline void CheckSame(const Frame& a, const Frame& b) {
+  CHECK(a.sender == b.sender);
+  CHECK(a.sent_ms == b.sent_ms);
+  REQUIRE(a.body.index() == b.body.index());
+  if (const auto* x = std::get_if<PushPullMsg>(&a.body)) {
+    const auto& y = std::get<PushPullMsg>(b.body);
+    CHECK(x->response == y.response);
+    CHECK(x->state.join == y.state.join);
+    CHECK(x->state.from == y.state.from);
+    REQUIRE(x->state.members.size() == y.state.members.size());
+    for (size_t i = 0; i < x->state.members.size(); ++i) {
+      CheckSame(x->state.members[i], y.state.members[i]);
+    }
+  } else {
+    const auto& p = std::get<ParamChunk>(a.body);
+    const auto& q = std::get<ParamChunk>(b.body);
+    CHECK(p.round == q.round);
+    CHECK(p.step == q.step);
+    CHECK(p.chunk == q.chunk);
+    CHECK(p.chunks == q.chunks);
+    CHECK(p.total == q.total);
+    CHECK(p.offset == q.offset);
+    CHECK(p.data == q.data);
+  }
+}
+
+}  // namespace meshtrain::gossip::testing

@@ -1,0 +1,87 @@
+// MixAverage (SPEC §6 gossip averaging) and parameter fingerprints; SGD-with-momentum update.
+#include "learn/mixing.h"
+
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "learn/optimizer.h"
+
+namespace meshtrain::learn {
+namespace {
+
+TEST_CASE("MixAverage computes (x + sum x_j) / (1 + k)", "[learn][mixing]") {
+  Eigen::VectorXf x(3);
+  x << 1, 2, 3;
+  const std::vector<float> a = {3, 4, 5};
+  const std::vector<float> b = {5, 0, -8};
+  MixAverage(x, {a.data(), b.data()});
+  CHECK(x[0] == Approx(3.0f));
+  CHECK(x[1] == Approx(2.0f));
+  CHECK(x[2] == Approx(0.0f).margin(1e-7));
+
+  Eigen::VectorXf y(3);
+  y << 1, 2, 3;
+  MixAverage(y, {});
+  CHECK(y == Eigen::Vector3f(1, 2, 3));
+
+  MixAverage(y, {a.data()});  // pairwise average
+  CHECK(y == Eigen::Vector3f(2, 3, 4));
+}
+
+TEST_CASE("MixAverage on long vectors matches the elementwise mean", "[learn][mixing]") {
+  const Eigen::Index n = 10000;  // spans several internal blocks
+  Eigen::VectorXf x = Eigen::VectorXf::LinSpaced(n, -1, 1);
+  std::vector<Eigen::VectorXf> others = {Eigen::VectorXf::Constant(n, 2),
+                                         Eigen::VectorXf::LinSpaced(n, 5, -5),
+                                         Eigen::VectorXf::Random(n)};
+  Eigen::VectorXf expected = x;
+  for (const auto& o : others) expected += o;
+  expected /= 4;
+  std::vector<const float*> ptrs;
+  for (const auto& o : others) ptrs.push_back(o.data());
+  MixAverage(x, ptrs);
+  CHECK((x - expected).cwiseAbs().maxCoeff() < 1e-6f);
+
+  // Repeated mixing of a group with itself converges to one model (consensus).
+  Eigen::VectorXf p = Eigen::VectorXf::Constant(4, 0), q = Eigen::VectorXf::Constant(4, 8);
+  for (int i = 0; i < 3; ++i) {
+    Eigen::VectorXf p_old = p;
+    MixAverage(p, {q.data()});
+    MixAverage(q, {p_old.data()});
+  }
+  CHECK(p == q);
+  CHECK(p[0] == 4.0f);
+}
+
+TEST_CASE("ParamsCrc32 fingerprints the exact bytes", "[learn][mixing]") {
+  Eigen::VectorXf x = Eigen::VectorXf::LinSpaced(100, 0, 1);
+  const uint32_t h = ParamsCrc32(x);
+  CHECK(ParamsCrc32(x.data(), 100) == h);
+  Eigen::VectorXf y = x;
+  CHECK(ParamsCrc32(y) == h);
+  y[57] = std::nextafter(y[57], 2.0f);  // one ulp
+  CHECK(ParamsCrc32(y) != h);
+  // CRC32 of four zero bytes, a fixed point of zlib's crc32 (IEEE polynomial).
+  const float zero = 0.0f;
+  CHECK(ParamsCrc32(&zero, 1) == 0x2144DF1Cu);
+}
+
+TEST_CASE("SGD with momentum follows v <- mu v + g, x <- x - lr v", "[learn][optimizer]") {
+  SgdMomentum opt(2, 0.1f, 0.9f);
+  Eigen::VectorXf x(2), g(2);
+  x << 1, -1;
+  g << 1, 2;
+  opt.Apply(g, &x);  // v = g
+  CHECK(opt.velocity()[0] == Approx(1.0f));
+  CHECK(x[0] == Approx(0.9f));
+  CHECK(x[1] == Approx(-1.2f));
+  opt.Apply(g, &x);  // v = 0.9 g + g = 1.9 g
+  CHECK(opt.velocity()[1] == Approx(3.8f));
+  CHECK(x[0] == Approx(0.71f));
+  CHECK(x[1] == Approx(-1.58f));
+  opt.ResetVelocity();
+  CHECK(opt.velocity().isZero());
+}
+
+}  // namespace
+}  // namespace meshtrain::learn
