@@ -108,6 +108,8 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--encrypt", c.encrypt, "Base64 key from `meshtrain keygen`")
       ->envname("MESHTRAIN_ENCRYPT_KEY");
   a->add_option("--data-dir", c.data_dir, "Checkpoints and peer snapshot directory");
+  a->add_option("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints")
+      ->capture_default_str();
   a->add_option("--task", c.task, "none, synthetic, fmnist-softmax or fmnist-mlp")
       ->capture_default_str();
   a->add_option("--dataset-dir", c.dataset_dir, "Fashion-MNIST IDX files")->capture_default_str();

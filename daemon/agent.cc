@@ -3,7 +3,13 @@
 #include <spdlog/spdlog.h>
 #include <uv.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -83,6 +89,7 @@ struct Agent::Impl {
 
   // ---- training (absent with --task none) ----
   std::unique_ptr<Trainer> trainer;
+  bool trainer_started = false;  // a final checkpoint is written only for a run that started
   std::unique_ptr<gossip::Async> trainer_wake;
   std::unique_ptr<gossip::Timer> barrier_timer;
   std::unique_ptr<sync::BarrierCore> barrier;
@@ -127,6 +134,20 @@ struct Agent::Impl {
         return 2;
       }
       keyring = std::make_shared<gossip::Keyring>(*key);
+    }
+    if (!config.data_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(config.data_dir, ec);
+      if (ec) {
+        spdlog::error("cannot create --data-dir {}: {}", config.data_dir, ec.message());
+        return 2;
+      }
+      for (const auto& addr : LoadPeerSnapshot()) {
+        if (addr != config.advertise &&
+            std::find(config.join.begin(), config.join.end(), addr) == config.join.end()) {
+          config.join.push_back(addr);
+        }
+      }
     }
     codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
     swim = std::make_unique<membership::Swim>(config.MembershipConfig(), RandomSeed(), Now());
@@ -242,11 +263,23 @@ struct Agent::Impl {
     topts.sync_every = config.sync_every;
     topts.slowdown = config.slowdown;
     topts.name = config.name;
+    topts.checkpoint_dir = config.data_dir;
+    topts.checkpoint_every = config.checkpoint_every;
     trainer_wake = std::make_unique<gossip::Async>(&loop, [this] { OnTrainerWake(); });
     barrier_timer = std::make_unique<gossip::Timer>(&loop);
     trainer = std::make_unique<Trainer>(std::move(task).value(), topts, &metrics,
                                         [this] { trainer_wake->Send(); });
     codec->set_expected_params(static_cast<uint32_t>(trainer->num_params()));
+    int64_t resumed = -1;
+    if (auto err = trainer->Restore(&resumed); !err.empty()) {
+      spdlog::error("{}", err);
+      return 2;
+    }
+    if (resumed >= 0) {
+      metrics.Write("resume", {{"step", resumed}});
+      published_step = static_cast<uint64_t>(resumed);
+      swim->SetStep(published_step);
+    }
     sync::BarrierConfig bc;
     bc.policy = *sync::ParsePolicy(config.barrier);
     bc.staleness = static_cast<uint64_t>(config.staleness);
@@ -260,6 +293,7 @@ struct Agent::Impl {
     swim->SetMeta(meta, Now());
     spdlog::info("task {}: {} parameters", config.task, trainer->num_params());
     trainer->Start();
+    trainer_started = true;
     return 0;
   }
 
@@ -426,6 +460,46 @@ struct Agent::Impl {
     trainer->Deliver(sender, std::move(model->params));
   }
 
+  // ---- persistence ---------------------------------------------------------------------------
+
+  std::string PeerSnapshotPath() const { return config.data_dir + "/peers.json"; }
+
+  std::vector<std::string> LoadPeerSnapshot() {
+    std::vector<std::string> out;
+    std::ifstream in(PeerSnapshotPath());
+    if (!in) return out;
+    json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("peers") || !j["peers"].is_array()) {
+      spdlog::warn("ignoring unreadable peer snapshot {}", PeerSnapshotPath());
+      return out;
+    }
+    for (const auto& p : j["peers"]) {
+      if (!p.is_string()) continue;
+      auto a = NetAddr::Parse(p.get<std::string>());
+      if (a && out.size() < 64) out.push_back(a->ToString());
+    }
+    if (!out.empty()) spdlog::info("peer snapshot: will rejoin {}", fmt::join(out, ", "));
+    return out;
+  }
+
+  // Written atomically (temp file, fsync, rename) whenever membership changes.
+  void SavePeerSnapshot() {
+    if (config.data_dir.empty()) return;
+    json peers = json::array();
+    for (const auto& m : swim->Members()) {
+      if (m.name != config.name && m.status == membership::Status::kAlive) peers.push_back(m.addr);
+    }
+    if (peers.empty()) return;  // keep the last non-empty view to rejoin through
+    const std::string tmp = PeerSnapshotPath() + ".tmp";
+    const std::string body = json{{"peers", peers}}.dump() + "\n";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    bool ok = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
+    ok = ::fsync(fd) == 0 && ok;
+    ::close(fd);
+    if (ok) std::rename(tmp.c_str(), PeerSnapshotPath().c_str());
+  }
+
   void PrintBanner() {
     std::printf(
         "meshtrain agent %s\n"
@@ -465,6 +539,7 @@ struct Agent::Impl {
       OnEvent(ev);
       membership_changed = true;
     }
+    if (membership_changed) SavePeerSnapshot();
     ArmSwimTimer();
     if (barrier_waiting && (membership_changed || swim_progress_dirty)) {
       swim_progress_dirty = false;
@@ -800,16 +875,23 @@ struct Agent::Impl {
   }
 
   void Shutdown() {
-    if (trainer) trainer->Stop();
+    if (trainer && trainer_started) {
+      trainer->Stop();
+      if (auto err = trainer->SaveCheckpoint(); !err.empty()) {
+        spdlog::error("final checkpoint failed: {}", err);
+      } else if (!config.data_dir.empty()) {
+        spdlog::info("final checkpoint written at step {}", trainer->state().step);
+      }
+    }
+    // Start() may have failed part-way: close whatever exists.
     if (trainer_wake) trainer_wake->Close();
-    if (barrier_timer) barrier_timer->Close();
-    swim_timer->Close();
-    join_timer->Close();
-    leave_timer->Close();
+    for (auto* t : {barrier_timer.get(), swim_timer.get(), join_timer.get(), leave_timer.get()}) {
+      if (t != nullptr) t->Close();
+    }
     for (auto& s : signals) s->Close();
-    udp->Close();
-    data_tcp->CloseAll();
-    rpc_tcp->CloseAll();
+    if (udp) udp->Close();
+    if (data_tcp) data_tcp->CloseAll();
+    if (rpc_tcp) rpc_tcp->CloseAll();
     uv_stop(&loop);
   }
 };

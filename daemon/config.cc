@@ -66,6 +66,7 @@ std::string AgentConfig::Finalize() {
     return "invalid --target-accuracy: must be in [0, 1]";
   }
   if (eval_every < 1) return "invalid --eval-every: must be >= 1";
+  if (checkpoint_every < 1) return "invalid --checkpoint-every: must be >= 1";
   if (staleness < 0) return "invalid --staleness: must be >= 0";
   if (sample < 0) return "invalid --sample: must be >= 0";
   if (fanout < 1) return "invalid --fanout: must be >= 1";

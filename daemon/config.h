@@ -29,6 +29,7 @@ struct AgentConfig {
   std::string cluster = "default";
   std::string encrypt;  // base64 key, empty = off
   std::string data_dir;
+  int checkpoint_every = 500;  // steps between checkpoints (with data_dir)
   std::string task = "fmnist-mlp";
   std::string dataset_dir = "/usr/share/datasets/fashion-mnist";
   std::string shard;  // "I/N" or empty

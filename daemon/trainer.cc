@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "daemon/metrics.h"
+#include "learn/checkpoint.h"
 #include "learn/mixing.h"
 
 namespace meshtrain::daemon {
@@ -62,6 +63,39 @@ std::optional<Snapshot> Trainer::TakeSnapshot() {
 TrainerState Trainer::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;
+}
+
+std::string Trainer::Restore(int64_t* resumed_step) {
+  if (options_.checkpoint_dir.empty()) return "";
+  auto loaded = learn::LoadLatestGood(options_.checkpoint_dir);
+  if (!loaded.ok()) {
+    if (loaded.status().code() == learn::Status::Code::kNotFound) return "";
+    return "no usable checkpoint in " + options_.checkpoint_dir + ": " +
+           loaded.status().message() +
+           " (move the directory away to start from scratch)";
+  }
+  for (const auto& why : loaded->skipped) {
+    spdlog::error("skipped a bad checkpoint, using the previous one: {}", why);
+  }
+  if (loaded->data.task != task_->name()) {
+    return "checkpoint " + loaded->path + " is for task " + loaded->data.task + ", not " +
+           task_->name();
+  }
+  if (auto st = learn::RestoreCheckpoint(loaded->data, task_.get()); !st.ok()) {
+    return "cannot restore " + loaded->path + ": " + st.message();
+  }
+  *resumed_step = task_->steps();
+  spdlog::info("resumed from {} at step {}", loaded->path, task_->steps());
+  return "";
+}
+
+std::string Trainer::SaveCheckpoint() {
+  if (options_.checkpoint_dir.empty()) return "";
+  auto data = learn::CaptureCheckpoint(*task_, {{"node", options_.name}});
+  auto st = learn::SaveCheckpointToDir(options_.checkpoint_dir, data);
+  if (!st.ok()) return st.message();
+  checkpoints_++;
+  return "";
 }
 
 void Trainer::Evaluate(uint64_t step) {
@@ -132,6 +166,11 @@ void Trainer::Run() {
       state_.train_loss = state_.train_loss == 0 ? loss : 0.95 * state_.train_loss + 0.05 * loss;
       if (snap) outbox_ = Snapshot{done, std::move(snap)};
       if (options_.max_steps > 0 && done >= options_.max_steps) state_.training = false;
+    }
+    if (!options_.checkpoint_dir.empty() &&
+        done % static_cast<uint64_t>(options_.checkpoint_every) == 0) {
+      if (auto err = SaveCheckpoint(); !err.empty()) spdlog::error("checkpoint failed: {}", err);
+      metrics_->Write("checkpoint", {{"step", done}});
     }
     if (done % static_cast<uint64_t>(options_.eval_every) == 0 ||
         (options_.max_steps > 0 && done >= options_.max_steps)) {

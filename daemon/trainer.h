@@ -36,7 +36,9 @@ struct TrainerOptions {
   int eval_every = 100;
   int sync_every = 1;
   double slowdown = 1;           // each step takes this many times its compute time
-  std::string name;              // for log lines
+  std::string name;              // for log lines and checkpoint metadata
+  std::string checkpoint_dir;    // empty: no checkpoints
+  int checkpoint_every = 500;    // steps between periodic checkpoints
 };
 
 // A copy of the parameters at a step boundary, to send.
@@ -75,12 +77,17 @@ class Trainer {
   std::optional<Snapshot> TakeSnapshot();
   TrainerState state() const;
   size_t num_params() const { return num_params_; }
-  // Restores a checkpointed position before Start().
-  learn::Task& task() { return *task_; }
+  // Restores the newest good checkpoint of options.checkpoint_dir before Start(). Returns an
+  // error message (never silently starts from zero over a corrupt checkpoint), or "" — also
+  // when there is no checkpoint yet. `*resumed_step` is set when one was loaded.
+  std::string Restore(int64_t* resumed_step);
+  // Writes a checkpoint now. Only while the trainer thread is stopped (or from it).
+  std::string SaveCheckpoint();
 
  private:
   void Run();
   void Evaluate(uint64_t step);
+  uint64_t checkpoints_ = 0;
 
   std::unique_ptr<learn::Task> task_;
   const TrainerOptions options_;

@@ -96,8 +96,7 @@ struct UpdateEncoder {
   std::pair<w::Update, fb::Offset<void>> operator()(const ms::SuspectMsg& u) const {
     const auto name = b.CreateString(u.name);
     const auto from = u.from.empty() ? 0 : b.CreateString(u.from);
-    return {w::Update::SuspectUpdate,
-            w::CreateSuspectUpdate(b, name, u.incarnation, from).Union()};
+    return {w::Update::SuspectUpdate, w::CreateSuspectUpdate(b, name, u.incarnation, from).Union()};
   }
   std::pair<w::Update, fb::Offset<void>> operator()(const ms::DeadMsg& u) const {
     const auto name = b.CreateString(u.name);
@@ -134,8 +133,7 @@ struct PrimaryEncoder {
   }
 };
 
-std::pair<w::Body, fb::Offset<void>> EncodePacket(fb::FlatBufferBuilder& b,
-                                                  const ms::Packet& p) {
+std::pair<w::Body, fb::Offset<void>> EncodePacket(fb::FlatBufferBuilder& b, const ms::Packet& p) {
   std::vector<w::Update> types;
   std::vector<fb::Offset<void>> values;
   types.reserve(p.updates.size());
@@ -167,20 +165,19 @@ std::pair<w::Body, fb::Offset<void>> EncodePushPull(fb::FlatBufferBuilder& b,
     const auto name = b.CreateString(s.name);
     const auto addr = b.CreateString(s.addr);
     const auto meta = EncodeMeta(b, s.meta);
-    members.push_back(w::CreateMemberState(
-        b, name, addr, s.incarnation, static_cast<w::MemberStatus>(s.status), meta, s.step));
+    members.push_back(w::CreateMemberState(b, name, addr, s.incarnation,
+                                           static_cast<w::MemberStatus>(s.status), meta, s.step));
   }
   const auto vec = b.CreateVector(members);
-  return {w::Body::PushPull,
-          w::CreatePushPull(b, m.response, m.state.join, vec).Union()};
+  return {w::Body::PushPull, w::CreatePushPull(b, m.response, m.state.join, vec).Union()};
 }
 
 std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
                                                       const ParamChunk& c) {
   const auto data = b.CreateVector(c.data.data(), c.data.size());
-  return {w::Body::ParamChunk, w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks,
-                                                   c.total, c.offset, data)
-                                   .Union()};
+  return {
+      w::Body::ParamChunk,
+      w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data).Union()};
 }
 
 // ---- Decoding: semantic checks and conversion -----------------------------------------------
@@ -351,8 +348,7 @@ bool DecodePushPull(const w::PushPull* p, PushPullMsg* out, Reject* why) {
   return true;
 }
 
-bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out,
-                      Reject* why) {
+bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out, Reject* why) {
   const auto* data = c->data();
   if (data == nullptr) return Fail(Reject::kVerify, why);
   out->round = c->round();
@@ -474,8 +470,8 @@ std::vector<uint8_t> Codec::Wrap(const uint8_t* fb, size_t len) const {
   return out;
 }
 
-bool Codec::Unwrap(const uint8_t* data, size_t len, size_t max_len,
-                   std::vector<uint8_t>* storage, Reject* why) const {
+bool Codec::Unwrap(const uint8_t* data, size_t len, size_t max_len, std::vector<uint8_t>* storage,
+                   Reject* why) const {
   if (len > max_len) return Fail(Reject::kTooLarge, why);
   const size_t overhead = keyring_ ? kSealOverhead : kPlainOverhead;
   if (data == nullptr || len < overhead + kMinEnvelopeBytes) return Fail(Reject::kTooSmall, why);
@@ -503,8 +499,7 @@ std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
     body = {w::Body::ProgressQuery, w::CreateProgressQuery(b, q->seq, q->step).Union()};
   } else {
     const auto& r = std::get<ProgressReply>(d.body);
-    body = {w::Body::ProgressReply,
-            w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
+    body = {w::Body::ProgressReply, w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
   }
   FinishEnvelope(b, send_version_, cluster_, d.sender, d.sent_ms, body.first, body.second);
   const size_t wrapped = b.GetSize() + (keyring_ ? kSealOverhead : kPlainOverhead);
@@ -525,8 +520,7 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
   return Wrap(b.GetBufferPointer(), b.GetSize());
 }
 
-std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len,
-                                              Reject* why) const {
+std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, Reject* why) const {
   std::vector<uint8_t> buf;
   if (!Unwrap(data, len, kMaxDatagramBytes, &buf, why)) return std::nullopt;
   const w::Envelope* env = CheckEnvelope(buf, kMaxDatagramTables, cluster_, why);
@@ -593,13 +587,14 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
 
 // ---- Parameter chunking ---------------------------------------------------------------------
 
-std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round,
-                                    uint64_t step, uint32_t chunk_floats) {
+std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round, uint64_t step,
+                                    uint32_t chunk_floats) {
   std::vector<ParamChunk> out;
   if (params.empty() || params.size() > UINT32_MAX) return out;
   chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
   const auto total = static_cast<uint32_t>(params.size());
-  const uint32_t chunks = static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
+  const uint32_t chunks =
+      static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
   out.reserve(chunks);
   for (uint32_t i = 0; i < chunks; ++i) {
     ParamChunk c;
@@ -629,8 +624,11 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
       uint64_t{c.offset} + c.data.size() > c.total) {
     return std::nullopt;
   }
-  if (have_round_ && c.round < round_) return std::nullopt;  // stale
-  if (!have_round_ || c.round > round_) {
+  // Chunks of one transfer travel in order, so chunk 0 of an older round means the sender
+  // restarted and its round counter began again; any other chunk of an older round is stale.
+  const bool restarted = have_round_ && c.round < round_ && c.chunk == 0;
+  if (have_round_ && c.round < round_ && !restarted) return std::nullopt;
+  if (!have_round_ || c.round > round_ || restarted) {
     Reset();
     have_round_ = true;
     active_ = true;

@@ -183,7 +183,7 @@ class Codec {
 };
 
 // Name and label syntax the decoders accept: 1..max bytes, no ASCII control characters.
-bool ValidNodeName(const std::string& name);      // max kMaxSenderBytes
+bool ValidNodeName(const std::string& name);       // max kMaxSenderBytes
 bool ValidClusterLabel(const std::string& label);  // max kMaxClusterBytes
 // "a.b.c.d:port" or "[ipv6]:port" with a numeric address and port 1..65535.
 bool ValidWireAddr(const std::string& addr);
@@ -192,12 +192,14 @@ bool ValidWireAddr(const std::string& addr);
 
 // Splits a model into ParamChunks of at most `chunk_floats` floats (clamped to
 // 1..kParamChunkFloats). Empty when `params` is empty or longer than 2^32-1 floats.
-std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round,
-                                    uint64_t step, uint32_t chunk_floats = kParamChunkFloats);
+std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round, uint64_t step,
+                                    uint32_t chunk_floats = kParamChunkFloats);
 
 // Reassembles the chunks of one sender's transfers into whole models. A chunk of a newer round
-// discards an unfinished older round (the sender moved on); chunks of older rounds, duplicates
-// and chunks whose geometry disagrees with their round's first chunk are ignored.
+// discards an unfinished older round (the sender moved on). Chunk 0 of an older round starts a
+// new transfer too (the sender restarted and counts rounds from 0 again); other chunks of older
+// rounds, duplicates, and chunks whose geometry disagrees with the first chunk of their round
+// are ignored. A model completes only if its chunks tile [0, total) exactly.
 // Thread-safety: none; one per sender, owned by the loop thread.
 class ParamAssembler {
  public:
@@ -221,8 +223,8 @@ class ParamAssembler {
   uint32_t chunks_ = 0;
   uint32_t total_ = 0;
   uint32_t received_ = 0;
-  std::vector<bool> seen_;                              // by chunk index
-  std::vector<std::pair<uint32_t, uint32_t>> spans_;   // (offset, len) of received chunks
+  std::vector<bool> seen_;                            // by chunk index
+  std::vector<std::pair<uint32_t, uint32_t>> spans_;  // (offset, len) of received chunks
   std::vector<float> params_;
 };
 

@@ -26,8 +26,7 @@ std::string GenerateKeyBase64() {
 }
 
 std::string KeyToBase64(const Key& key) {
-  constexpr size_t kLen =
-      sodium_base64_ENCODED_LEN(kKeyBytes, sodium_base64_VARIANT_ORIGINAL);
+  constexpr size_t kLen = sodium_base64_ENCODED_LEN(kKeyBytes, sodium_base64_VARIANT_ORIGINAL);
   char buf[kLen];
   sodium_bin2base64(buf, kLen, key.data(), key.size(), sodium_base64_VARIANT_ORIGINAL);
   return std::string(buf);
@@ -95,9 +94,9 @@ std::vector<uint8_t> Keyring::Seal(const uint8_t* plaintext, size_t len,
   randombytes_buf(nonce, kNonceBytes);
   unsigned long long clen = 0;
   std::lock_guard<std::mutex> lock(mu_);
-  crypto_aead_xchacha20poly1305_ietf_encrypt(
-      nonce + kNonceBytes, &clen, plaintext, len, reinterpret_cast<const uint8_t*>(ad.data()),
-      ad.size(), /*nsec=*/nullptr, nonce, keys_.front().data());
+  crypto_aead_xchacha20poly1305_ietf_encrypt(nonce + kNonceBytes, &clen, plaintext, len,
+                                             reinterpret_cast<const uint8_t*>(ad.data()), ad.size(),
+                                             /*nsec=*/nullptr, nonce, keys_.front().data());
   out.resize(1 + kNonceBytes + clen);
   return out;
 }

@@ -26,8 +26,8 @@
 namespace meshtrain::gossip {
 
 constexpr size_t kKeyBytes = 32;
-constexpr size_t kNonceBytes = 24;  // crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
-constexpr size_t kTagBytes = 16;    // crypto_aead_xchacha20poly1305_ietf_ABYTES
+constexpr size_t kNonceBytes = 24;       // crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
+constexpr size_t kTagBytes = 16;         // crypto_aead_xchacha20poly1305_ietf_ABYTES
 constexpr uint8_t kPlainMarker = 0x4D;   // 'M': plaintext envelope follows
 constexpr uint8_t kSealedMarker = 0xA1;  // XChaCha20-Poly1305 sealed envelope follows
 // Bytes a sealed buffer adds to its payload, and a plaintext one.

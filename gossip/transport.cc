@@ -379,7 +379,7 @@ void TcpHub::Close(ConnId id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
   Conn* c = it->second;
-  if (c->writes_in_flight == 0 && (c->pending.empty() || !c->connected)) {
+  if (c->writes_in_flight == 0 && c->pending.empty()) {
     Finish(c, 0);
   } else {
     c->close_when_flushed = true;

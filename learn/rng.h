@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -84,5 +85,16 @@ class Rng {
   bool has_spare_ = false;
   double spare_ = 0.0;
 };
+
+// A 64-bit seed from a string (FNV-1a), e.g. the per-node data-order seed from the node name
+// (SPEC §3: --seed defaults to a hash of the name). Stable across platforms and builds.
+inline uint64_t SeedFromString(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
 
 }  // namespace meshtrain::learn

@@ -99,6 +99,7 @@ struct Swim::Impl {
   void OnProgress(const ProgressMsg& p);
   void OnUpdate(const Update& u);
   void Refute(uint32_t accused);
+  void ReassertSelf();
   void MergeState(const std::vector<MemberState>& remote);
   std::vector<MemberState> LocalState() const;
 
@@ -327,9 +328,21 @@ void Swim::Impl::OnAlive(const AliveMsg& a) {
   }
 }
 
+void Swim::Impl::ReassertSelf() {
+  // Somebody accuses an incarnation we already refuted: it missed our refutation (lost or out
+  // of retransmissions). Re-queue our current alive message — no new incarnation needed — so it
+  // rides the reply to that sender and the next gossip rounds; otherwise its stale suspicion
+  // could time out and declare us failed.
+  if (!left_) queue_.Queue(AliveMsg{cfg_.name, cfg_.addr, self_->m.incarnation, self_->m.meta});
+}
+
 void Swim::Impl::OnSuspect(const SuspectMsg& s) {
   NodeState* st = FindState(s.name);
-  if (st == nullptr || s.incarnation < st->m.incarnation) return;
+  if (st == nullptr) return;
+  if (s.incarnation < st->m.incarnation) {
+    if (st == self_) ReassertSelf();
+    return;
+  }
   // Lifeguard: a suspicion already running counts independent accusers; new information is
   // re-gossiped so that confirmations keep flowing to everyone.
   if (st->suspicion) {
@@ -350,7 +363,11 @@ void Swim::Impl::OnSuspect(const SuspectMsg& s) {
 
 void Swim::Impl::OnDead(const DeadMsg& d) {
   NodeState* st = FindState(d.name);
-  if (st == nullptr || d.incarnation < st->m.incarnation) return;
+  if (st == nullptr) return;
+  if (d.incarnation < st->m.incarnation) {
+    if (st == self_) ReassertSelf();
+    return;
+  }
   ClearSuspicion(st);
   const bool leave = d.from == d.name;
   if (IsDeadOrLeft(st->m.status)) {

@@ -14,8 +14,8 @@ constexpr size_t kTableBytes = 32;
 
 size_t MetaSize(const Meta& m) { return kTableBytes + 4 * kFieldBytes + m.data_addr.size(); }
 
-// Each update is a union member held by a wrapper table in the packet's update vector.
-constexpr size_t kUpdateWrapperBytes = kTableBytes + 2 * kFieldBytes;
+// Each update is one element of the packet's vector of unions: a type tag and an offset.
+constexpr size_t kUpdateWrapperBytes = kFieldBytes;
 
 }  // namespace
 

@@ -154,6 +154,10 @@ void SwimCluster::SendPackets(size_t i) {
 void SwimCluster::DeliverPacket(size_t to, std::string from_addr,
                                 const membership::Packet& packet) {
   if (!is_running(to)) return;  // a paused process loses what arrives meanwhile
+  if (tap_) {
+    const int from = IndexOf(from_addr);
+    if (from >= 0) tap_(static_cast<size_t>(from), to, packet);
+  }
   procs_[to].swim->HandlePacket(from_addr, packet, clock_.now());
   flush(to);
 }

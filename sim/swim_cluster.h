@@ -37,6 +37,8 @@ class SwimCluster {
  public:
   using EventHook =
       std::function<void(size_t observer, TimeMs at, const membership::Event& event)>;
+  // Sees every datagram handed to a running node, just before it is handled.
+  using PacketTap = std::function<void(size_t from, size_t to, const membership::Packet& packet)>;
 
   struct RunResult {
     bool ok = false;      // the predicate held
@@ -101,6 +103,7 @@ class SwimCluster {
   bool converged() const;
 
   void set_event_hook(EventHook hook) { hook_ = std::move(hook); }
+  void set_packet_tap(PacketTap tap) { tap_ = std::move(tap); }
 
  private:
   struct Proc {
@@ -130,6 +133,7 @@ class SwimCluster {
   std::vector<Proc> procs_;
   std::unordered_map<std::string, size_t> by_addr_;
   EventHook hook_;
+  PacketTap tap_;
 };
 
 }  // namespace meshtrain::sim

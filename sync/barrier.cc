@@ -112,7 +112,6 @@ void BarrierCore::EndEpisode() {
   round_deadline_ = kNoDeadline;
   slots_.clear();
   round_tried_.clear();
-  needs_refill_ = false;
   queries_.clear();  // unsent queries of a passed step are useless
 }
 
@@ -194,7 +193,9 @@ uint64_t BarrierCore::ChooseDsspExtra(TimeMs now) const {
   const double r_max = static_cast<double>(config_.r_max);
   const double lo = std::min(std::floor(ideal), r_max);
   const double hi = std::min(lo + 1, r_max);
-  const auto cost = [&](double r) { return std::fabs(static_cast<double>(now) + r * t_self - t_slow); };
+  const auto cost = [&](double r) {
+    return std::fabs(static_cast<double>(now) + r * t_self - t_slow);
+  };
   return static_cast<uint64_t>(cost(hi) < cost(lo) ? hi : lo);
 }
 
@@ -215,7 +216,9 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
     }
     NewRound(rng);
   }
-  if (needs_refill_) Refill(rng);
+  // Keep the sample at min(β, live): replace removed peers, and take in peers that joined
+  // mid-round while the sample is short (with β ≥ live peers everyone must be in it).
+  if (slots_.size() < std::min(config_.sample, view_.size())) Refill(rng);
 
   const uint64_t bound = config_.policy == Policy::kPssp ? config_.staleness : 0;
   bool pass = true;
@@ -241,7 +244,6 @@ void BarrierCore::NewRound(Rng& rng) {
   round_deadline_ = kNoDeadline;
   slots_.clear();
   round_tried_.clear();
-  needs_refill_ = false;
 
   const std::vector<ProgressView::Entry>& entries = view_.entries();
   const size_t k = std::min(config_.sample, entries.size());
@@ -268,7 +270,6 @@ void BarrierCore::NewRound(Rng& rng) {
 }
 
 void BarrierCore::Refill(Rng& rng) {
-  needs_refill_ = false;
   const size_t want = std::min(config_.sample, view_.size());
   if (slots_.size() >= want) return;
   // Replacements come from live peers not yet sampled in this round, non-silent ones first.
@@ -312,11 +313,11 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
 bool BarrierCore::OnPeerRemoved(const std::string& name) {
   const bool removed = view_.Remove(name);
   silent_.erase(name);
-  const auto it = std::find_if(slots_.begin(), slots_.end(),
-                               [&](const Slot& s) { return s.name == name; });
+  round_tried_.erase(name);  // should it rejoin this round, it may be sampled again
+  const auto it =
+      std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.name == name; });
   if (it != slots_.end()) {
-    slots_.erase(it);
-    needs_refill_ = true;  // replaced at the next Check, which has the RNG
+    slots_.erase(it);  // replaced at the next Check, which has the RNG
   }
   return removed;
 }

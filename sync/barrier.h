@@ -75,14 +75,14 @@ struct ProgressQuery {
 };
 
 struct BarrierStats {
-  uint64_t checks = 0;         // calls to Check
-  uint64_t passes = 0;         // steps allowed
-  uint64_t waits = 0;          // steps that had to wait at least once
-  uint64_t rounds = 0;         // pbsp/pssp samples drawn
-  uint64_t queries = 0;        // progress queries issued
-  uint64_t replies = 0;        // replies matching an outstanding query
-  uint64_t timeouts = 0;       // rounds ended by the probe timeout
-  uint64_t dssp_grants = 0;    // dssp: times the fastest node was granted extra steps (r* > 0)
+  uint64_t checks = 0;             // calls to Check
+  uint64_t passes = 0;             // steps allowed
+  uint64_t waits = 0;              // steps that had to wait at least once
+  uint64_t rounds = 0;             // pbsp/pssp samples drawn
+  uint64_t queries = 0;            // progress queries issued
+  uint64_t replies = 0;            // replies matching an outstanding query
+  uint64_t timeouts = 0;           // rounds ended by the probe timeout
+  uint64_t dssp_grants = 0;        // dssp: times the fastest node was granted extra steps (r* > 0)
   uint64_t dssp_extra_passes = 0;  // dssp: passes beyond the s_L bound
 };
 
@@ -165,7 +165,6 @@ class BarrierCore {
   std::vector<Slot> slots_;
   std::set<std::string> round_tried_;  // sampled in this round (refills pick others)
   std::set<std::string> silent_;       // did not answer a query; sampled last
-  bool needs_refill_ = false;
   uint32_t next_seq_ = 1;
   std::vector<ProgressQuery> queries_;
 

@@ -40,7 +40,7 @@ class MaxFlow {
   bool Bfs(size_t s, size_t t);
   int64_t Dfs(size_t u, size_t t, int64_t pushed);
 
-  std::vector<Arc> edges_;                 // arc 2e is edge e, arc 2e+1 its reverse
+  std::vector<Arc> edges_;                // arc 2e is edge e, arc 2e+1 its reverse
   std::vector<std::vector<size_t>> adj_;  // arc ids per node
   std::vector<int> level_;
   std::vector<size_t> it_;

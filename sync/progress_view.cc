@@ -10,17 +10,6 @@ ProgressView::ProgressView(std::string self, double interval_alpha)
   if (!(alpha_ > 0.0 && alpha_ <= 1.0)) alpha_ = 0.3;
 }
 
-std::vector<ProgressView::Entry>::iterator ProgressView::Lower(const std::string& name) {
-  return std::lower_bound(entries_.begin(), entries_.end(), name,
-                          [](const Entry& e, const std::string& n) { return e.name < n; });
-}
-
-std::vector<ProgressView::Entry>::const_iterator ProgressView::Lower(
-    const std::string& name) const {
-  return std::lower_bound(entries_.begin(), entries_.end(), name,
-                          [](const Entry& e, const std::string& n) { return e.name < n; });
-}
-
 void ProgressView::CountStep(uint64_t step, int delta) {
   if (delta > 0) {
     ++step_counts_[step];
@@ -32,16 +21,16 @@ void ProgressView::CountStep(uint64_t step, int delta) {
 
 bool ProgressView::Update(const std::string& name, uint64_t step, TimeMs now) {
   if (!self_.empty() && name == self_) return false;
-  auto it = Lower(name);
-  if (it == entries_.end() || it->name != name) {
+  auto [it, added] = index_.try_emplace(name, entries_.size());
+  if (added) {
     PeerProgress p;
     p.step = step;
     p.learned = now;
-    entries_.insert(it, Entry{name, p});
+    entries_.push_back(Entry{name, p});
     CountStep(step, +1);
     return true;
   }
-  PeerProgress& p = it->progress;
+  PeerProgress& p = entries_[it->second].progress;
   if (step <= p.step) return false;  // stale or duplicate news: steps never go back
   // Interval sample: time between learning two steps, per step. Learning lags the peer's real
   // progress by a roughly constant gossip delay, so differences still track its pace.
@@ -56,28 +45,35 @@ bool ProgressView::Update(const std::string& name, uint64_t step, TimeMs now) {
 }
 
 bool ProgressView::Remove(const std::string& name) {
-  auto it = Lower(name);
-  if (it == entries_.end() || it->name != name) return false;
-  CountStep(it->progress.step, -1);
-  entries_.erase(it);
+  auto it = index_.find(name);
+  if (it == index_.end()) return false;
+  const size_t pos = it->second;
+  index_.erase(it);
+  CountStep(entries_[pos].progress.step, -1);
+  if (pos + 1 != entries_.size()) {
+    entries_[pos] = std::move(entries_.back());
+    index_[entries_[pos].name] = pos;
+  }
+  entries_.pop_back();
   return true;
 }
 
 void ProgressView::Clear() {
   entries_.clear();
+  index_.clear();
   step_counts_.clear();
 }
 
 const PeerProgress* ProgressView::Find(const std::string& name) const {
-  auto it = Lower(name);
-  if (it == entries_.end() || it->name != name) return nullptr;
-  return &it->progress;
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second].progress;
 }
 
 std::vector<std::string> ProgressView::peers() const {
   std::vector<std::string> out;
   out.reserve(entries_.size());
   for (const Entry& e : entries_) out.push_back(e.name);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

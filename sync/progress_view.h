@@ -9,8 +9,10 @@
 //     never wait on a departed or finished node.
 // Steps are monotone: Update() never lowers a known step (stale gossip is ignored).
 //
-// Peers are kept sorted by name, so iteration (and therefore sampling driven by a seeded RNG)
-// is deterministic. Lookups are O(log n); the minimum and maximum step are O(1).
+// Peers are kept in a vector (index access for O(1) sampling) plus a hash index for lookups;
+// the vector's order depends only on the sequence of calls, so sampling driven by a seeded RNG
+// is deterministic. Update/Remove/Find are O(1) expected (plus O(log n) for the step counts);
+// the minimum and maximum step are O(1). Sized for simulations of 1000+ nodes.
 //
 // Thread-safety: none. One thread owns a ProgressView at a time.
 #pragma once
@@ -20,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "membership/types.h"
@@ -29,9 +32,9 @@ namespace meshtrain::sync {
 using membership::TimeMs;
 
 struct PeerProgress {
-  uint64_t step = 0;         // completed local SGD steps, as last learned
-  TimeMs learned = 0;        // when `step` was learned (caller's clock)
-  double interval_ms = 0;    // EWMA of milliseconds per step; 0 = not yet known
+  uint64_t step = 0;       // completed local SGD steps, as last learned
+  TimeMs learned = 0;      // when `step` was learned (caller's clock)
+  double interval_ms = 0;  // EWMA of milliseconds per step; 0 = not yet known
 };
 
 class ProgressView {
@@ -57,9 +60,10 @@ class ProgressView {
   bool Contains(const std::string& name) const { return Find(name) != nullptr; }
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
-  // Peers sorted by name; index-stable until the next Update that adds or Remove.
+  // All peers, in an order fixed by the call sequence (not sorted); indices are stable until
+  // the next Remove (which moves the last entry into the hole).
   const std::vector<Entry>& entries() const { return entries_; }
-  std::vector<std::string> peers() const;
+  std::vector<std::string> peers() const;  // sorted by name
 
   std::optional<uint64_t> MinStep() const;
   std::optional<uint64_t> MaxStep() const;
@@ -67,14 +71,13 @@ class ProgressView {
   const std::string& self() const { return self_; }
 
  private:
-  std::vector<Entry>::iterator Lower(const std::string& name);
-  std::vector<Entry>::const_iterator Lower(const std::string& name) const;
   void CountStep(uint64_t step, int delta);
 
   std::string self_;
   double alpha_;
-  std::vector<Entry> entries_;                // sorted by name
-  std::map<uint64_t, size_t> step_counts_;    // step -> number of peers at it (min/max in O(1))
+  std::vector<Entry> entries_;
+  std::unordered_map<std::string, size_t> index_;  // name -> position in entries_
+  std::map<uint64_t, size_t> step_counts_;  // step -> number of peers at it (min/max in O(1))
 };
 
 }  // namespace meshtrain::sync

@@ -68,8 +68,7 @@ bool BuildModel(const std::vector<NodeCapacity>& caps, size_t demand, double r, 
   }
   if (rng) std::shuffle(receivers.begin(), receivers.end(), *rng);
   for (size_t j : receivers) {
-    m->flow.AddEdge(1 + n + j, sink,
-                    static_cast<int64_t>(Units(caps[j].downlink_mbps, r, n - 1)));
+    m->flow.AddEdge(1 + n + j, sink, static_cast<int64_t>(Units(caps[j].downlink_mbps, r, n - 1)));
   }
   return true;
 }
@@ -265,6 +264,46 @@ Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& caps, size_t fan
       std::push_heap(heap.begin(), heap.end());
     }
   }
+  // Phase 1b: a sender may not pick itself, so the last senders can be forced onto loaded
+  // receivers. Move pairs off the bottleneck receiver while that strictly helps: the moved
+  // pair's new receiver must end above the current bottleneck. Each move raises the sorted
+  // vector of receiver rates lexicographically, so this terminates; it is also capped.
+  double r_up = caps[0].uplink_mbps / static_cast<double>(d);
+  for (const NodeCapacity& c : caps) r_up = std::min(r_up, c.uplink_mbps / static_cast<double>(d));
+  std::vector<std::vector<size_t>> senders_of(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j : plan.receivers[i]) senders_of[j].push_back(i);
+  }
+  std::vector<size_t> mark(n, n);  // mark[k] == i: k already receives from i
+  for (size_t moves = 0; moves < 2 * n; ++moves) {
+    size_t jb = n;
+    double worst = 0;
+    for (size_t j = 0; j < n; ++j) {
+      if (incoming[j] == 0) continue;
+      const double v = caps[j].downlink_mbps / static_cast<double>(incoming[j]);
+      if (jb == n || v < worst) jb = j, worst = v;
+    }
+    if (jb == n || worst >= r_up) break;  // the tightest uplink already bounds r
+    size_t best_i = n, best_k = n;
+    double best_v = worst;
+    for (size_t i : senders_of[jb]) {
+      for (size_t k : plan.receivers[i]) mark[k] = i;
+      for (size_t k = 0; k < n; ++k) {
+        if (k == i || mark[k] == i) continue;
+        const double v = caps[k].downlink_mbps / static_cast<double>(incoming[k] + 1);
+        if (v > best_v) best_i = i, best_k = k, best_v = v;
+      }
+    }
+    if (best_i == n) break;
+    std::vector<size_t>& rs = plan.receivers[best_i];
+    *std::find(rs.begin(), rs.end(), jb) = best_k;
+    auto& from = senders_of[jb];
+    from.erase(std::find(from.begin(), from.end(), best_i));
+    senders_of[best_k].push_back(best_i);
+    --incoming[jb];
+    ++incoming[best_k];
+    std::fill(mark.begin(), mark.end(), n);
+  }
   const double r = BottleneckRate(plan, caps);
   plan.rate_mbps = r;
 
@@ -296,9 +335,9 @@ Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& caps, size_t fan
       if (--spare_in[j] == 0) exhausted = true;
     }
     if (exhausted) {
-      open.erase(std::remove_if(open.begin(), open.end(),
-                                [&](size_t j) { return spare_in[j] == 0; }),
-                 open.end());
+      open.erase(
+          std::remove_if(open.begin(), open.end(), [&](size_t j) { return spare_in[j] == 0; }),
+          open.end());
     }
   }
   for (auto& rs : plan.receivers) std::sort(rs.begin(), rs.end());

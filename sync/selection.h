@@ -57,10 +57,10 @@ struct NodeBandwidth {
 using BandwidthView = std::map<std::string, NodeBandwidth>;
 
 struct SelmcastOptions {
-  double default_mbps = 10.0;        // assumed for unknown (0 or missing) uplink/downlink
-  size_t exact_max_nodes = 64;       // exact max-flow up to this many nodes, greedy above
-  size_t max_fanout = 0;             // cap on |R_i| including extras; 0 = no cap
-  double min_available_share = 0.05; // a loaded downlink still offers this share of D
+  double default_mbps = 10.0;         // assumed for unknown (0 or missing) uplink/downlink
+  size_t exact_max_nodes = 64;        // exact max-flow up to this many nodes, greedy above
+  size_t max_fanout = 0;              // cap on |R_i| including extras; 0 = no cap
+  double min_available_share = 0.05;  // a loaded downlink still offers this share of D
 };
 
 // Effective capacities the solver plans with (MB/s, > 0).

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <random>
 #include <string>
@@ -73,8 +72,7 @@ class Gen {
       case 1:
         return ms::PingMsg{static_cast<uint32_t>(U(0, UINT32_MAX)), Coin() ? Name() : ""};
       case 2:
-        return ms::IndirectPingMsg{static_cast<uint32_t>(U(0, UINT32_MAX)), Name(), Addr(),
-                                   Coin()};
+        return ms::IndirectPingMsg{static_cast<uint32_t>(U(0, UINT32_MAX)), Name(), Addr(), Coin()};
       case 3:
         return ms::AckMsg{static_cast<uint32_t>(U(0, UINT32_MAX))};
       default:
@@ -132,8 +130,8 @@ class Gen {
 
   ParamChunk Chunk(size_t max_floats) {
     const std::vector<float> params = Floats(U(1, max_floats));
-    const auto chunks = SplitParams(params, U(0, 1000), U(0, 1000000),
-                                    static_cast<uint32_t>(U(1, params.size())));
+    const auto chunks =
+        SplitParams(params, U(0, 1000), U(0, 1000000), static_cast<uint32_t>(U(1, params.size())));
     return chunks[U(0, chunks.size() - 1)];
   }
 

@@ -25,7 +25,8 @@ def free_port_block(n, host="127.0.0.1", start=None):
     import random
     rng = random.Random(os.getpid() ^ int(time.time()))
     for _ in range(200):
-        base = start or rng.randrange(20000, 60000 - 2 * n, 2)
+        # Stay below the ephemeral range (32768+) so outgoing connections never hold our ports.
+        base = start or rng.randrange(10000, 32000 - 2 * n, 2)
         ok = True
         for port in range(base, base + 2 * n):
             for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):

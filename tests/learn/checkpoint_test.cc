@@ -1,6 +1,8 @@
 // Checkpoint round trips, atomic rotation and fallback to the previous good file (SPEC §8).
 #include "learn/checkpoint.h"
 
+#include <zlib.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -175,8 +177,8 @@ TEST_CASE("checkpoint sizes must agree with the payload", "[learn][checkpoint]")
   };
   bytes[24] = 66;  // 66 params instead of 33: velocity then overruns the payload
   // Recompute the header CRC so only the size disagreement remains.
-  const uint32_t header_crc =
-      ParamsCrc32(reinterpret_cast<const float*>(bytes.data()), 11);  // CRC32 of bytes [0, 44)
+  const uint32_t header_crc = static_cast<uint32_t>(
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()), 44));
   put32(44, header_crc);
   Write(path, bytes);
   auto r = LoadCheckpoint(path);

@@ -15,8 +15,8 @@ namespace meshtrain::sync {
 namespace {
 
 struct SimResult {
-  uint64_t max_lead = 0;           // max over step starts of c_i − min live c_j
-  std::vector<uint64_t> steps;     // final steps
+  uint64_t max_lead = 0;        // max over step starts of c_i − min live c_j
+  std::vector<uint64_t> steps;  // final steps
   double max_wait_share = 0;
   uint64_t queries = 0;
   uint64_t dssp_grants = 0;
@@ -29,7 +29,7 @@ class BarrierSim {
     std::vector<TimeMs> step_ms;  // per-node compute time
     TimeMs latency = 20;
     TimeMs duration = 60000;
-    int fail_node = -1;        // this node dies at fail_at
+    int fail_node = -1;  // this node dies at fail_at
     TimeMs fail_at = 0;
     TimeMs detect_after = 3000;  // others remove it this long after
     uint64_t seed = 1;
@@ -38,8 +38,8 @@ class BarrierSim {
   explicit BarrierSim(Options o) : o_(std::move(o)), rng_(o_.seed) {
     const size_t n = o_.step_ms.size();
     for (size_t i = 0; i < n; ++i) {
-      nodes_.push_back(Node{Name(i), std::make_unique<BarrierCore>(o_.config, Name(i)),
-                            Rng(o_.seed * 100 + i)});
+      nodes_.push_back(
+          Node{Name(i), std::make_unique<BarrierCore>(o_.config, Name(i)), Rng(o_.seed * 100 + i)});
     }
     known_.assign(n, std::vector<bool>(n, true));
     for (size_t i = 0; i < n; ++i) {
@@ -118,7 +118,8 @@ class BarrierSim {
         Try(ev.to);
         break;
       case Ev::kProgress:
-        if (known_[ev.to][ev.from] && n.core->OnProgress(Name(ev.from), ev.step, now_)) Retry(ev.to);
+        if (known_[ev.to][ev.from] && n.core->OnProgress(Name(ev.from), ev.step, now_))
+          Retry(ev.to);
         break;
       case Ev::kQuery:  // answered with the current step, by the live target
         Push(now_ + o_.latency, Ev{Ev::kReply, ev.from, ev.to, n.step, ev.seq});

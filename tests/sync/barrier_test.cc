@@ -1,12 +1,12 @@
 // Unit tests of BarrierCore: policy semantics, equivalences the spec promises, probe timeouts,
 // departures and wait accounting. All in virtual time.
+#include "sync/barrier.h"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <set>
 #include <string>
 #include <vector>
-
-#include "sync/barrier.h"
 
 namespace meshtrain::sync {
 namespace {
@@ -21,8 +21,8 @@ BarrierConfig Config(Policy p, uint64_t s = 0, size_t beta = 4) {
 }
 
 TEST_CASE("Policy names parse and print", "[sync][barrier]") {
-  for (Policy p : {Policy::kAsp, Policy::kBsp, Policy::kSsp, Policy::kPbsp, Policy::kPssp,
-                   Policy::kDssp}) {
+  for (Policy p :
+       {Policy::kAsp, Policy::kBsp, Policy::kSsp, Policy::kPbsp, Policy::kPssp, Policy::kDssp}) {
     REQUIRE(ParsePolicy(PolicyName(p)) == p);
   }
   REQUIRE_FALSE(ParsePolicy("BSP").has_value());
@@ -225,8 +225,8 @@ TEST_CASE("pssp re-samples after a probe timeout when a sampled peer never answe
     Rng rng(seed);
     BarrierCore core(Config(Policy::kPssp, 2, 1), "me");
     core.OnProgress("mute", 0, 0);  // alive (not yet failed) but never answers
-    core.OnProgress("b", 3, 0);
-    core.OnProgress("c", 3, 0);
+    core.OnProgress("b", 4, 0);
+    core.OnProgress("c", 4, 0);
     if (core.Check(5, 0, rng) == Decision::kPass) continue;
     ++silent_first;
     auto q = core.TakeQueries();
@@ -246,8 +246,7 @@ TEST_CASE("pssp re-samples after a probe timeout when a sampled peer never answe
   REQUIRE(silent_first > 5);
 }
 
-TEST_CASE("pssp keeps re-querying when every live peer is behind and silent",
-          "[sync][barrier]") {
+TEST_CASE("pssp keeps re-querying when every live peer is behind and silent", "[sync][barrier]") {
   Rng rng(6);
   BarrierCore core(Config(Policy::kPssp, 1, 2), "me");
   core.OnProgress("x", 0, 0);

@@ -49,7 +49,8 @@ TEST_CASE("ProgressView keeps an EWMA of each peer's step interval", "[sync][vie
 
 TEST_CASE("ProgressView min/max stay right under many peers at equal steps", "[sync][view]") {
   ProgressView view;
-  for (int i = 0; i < 50; ++i) view.Update("n" + std::to_string(i), static_cast<uint64_t>(i % 5), 0);
+  for (int i = 0; i < 50; ++i)
+    view.Update("n" + std::to_string(i), static_cast<uint64_t>(i % 5), 0);
   REQUIRE(*view.MinStep() == 0);
   REQUIRE(*view.MaxStep() == 4);
   for (int i = 0; i < 50; i += 5) view.Remove("n" + std::to_string(i));  // every step-0 peer

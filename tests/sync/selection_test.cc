@@ -1,5 +1,7 @@
 // Receiver selection: all/random basics, exact SELMCAST against a brute-force optimum, the
 // greedy approximation's quality at 200 nodes, and the cost of planning for 1000 nodes.
+#include "sync/selection.h"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -9,8 +11,6 @@
 #include <set>
 #include <string>
 #include <vector>
-
-#include "sync/selection.h"
 
 namespace meshtrain::sync {
 namespace {
@@ -151,7 +151,8 @@ TEST_CASE("exact selmcast matches a brute-force optimum on small instances", "[s
     }
     for (size_t i = 0; i < n && d > 0; ++i) {
       const auto& rs = plan.receivers[i];
-      const bool up_room = double(rs.size() + 1) * plan.rate_mbps <= caps[i].uplink_mbps * (1 - 1e-9);
+      const bool up_room =
+          double(rs.size() + 1) * plan.rate_mbps <= caps[i].uplink_mbps * (1 - 1e-9);
       for (size_t j = 0; j < n; ++j) {
         if (j == i || std::find(rs.begin(), rs.end(), j) != rs.end()) continue;
         const bool down_room =
@@ -213,8 +214,8 @@ TEST_CASE("selmcast avoids weak downlinks and gives spare uplink extra receivers
 TEST_CASE("receive load lowers the downlink a node is planned with", "[sync][select]") {
   BandwidthView bw;
   bw["a"] = NodeBandwidth{20, 40, 30};
-  bw["b"] = NodeBandwidth{0, 0, 0};         // unknown: defaults
-  bw["c"] = NodeBandwidth{5, 10, 100};      // overloaded: floored share
+  bw["b"] = NodeBandwidth{0, 0, 0};     // unknown: defaults
+  bw["c"] = NodeBandwidth{5, 10, 100};  // overloaded: floored share
   SelmcastOptions opt;
   opt.default_mbps = 12.5;
   const auto caps = ResolveCapacities({"a", "b", "c", "d"}, bw, opt);
@@ -249,12 +250,26 @@ TEST_CASE("Select(selmcast) returns this node's share of the global plan", "[syn
           std::vector<std::string>{"n1"});
 }
 
+// Instances where receivers, not the weakest uplink, bound the rate: strong uplinks and
+// small, uneven downlinks.
+std::vector<NodeCapacity> DownlinkBoundCaps(size_t n, Rng& rng) {
+  static const double kDown[] = {1, 2, 3, 5, 8, 13};
+  std::vector<NodeCapacity> caps;
+  for (size_t i = 0; i < n; ++i) {
+    caps.push_back(NodeCapacity{"n" + std::to_string(i),
+                                60 + std::uniform_real_distribution<double>(0, 40)(rng),
+                                kDown[rng() % 6] * (1 + 0.01 * double(rng() % 10))});
+  }
+  return caps;
+}
+
 TEST_CASE("greedy selmcast stays close to the exact optimum on 200-node instances",
           "[sync][select]") {
   Rng gen(7);
   double worst = 1.0;
-  for (int t = 0; t < 4; ++t) {
-    const auto caps = RandomCaps(200, gen);
+  for (int t = 0; t < 8; ++t) {
+    const bool down_bound = t % 2 == 1;
+    const auto caps = down_bound ? DownlinkBoundCaps(200, gen) : RandomCaps(200, gen);
     const size_t p = 2 + t % 3;
     Rng r1(gen()), r2(gen());
     const Assignment exact = SolveSelmcastExact(caps, p, r1);
@@ -263,12 +278,13 @@ TEST_CASE("greedy selmcast stays close to the exact optimum on 200-node instance
     REQUIRE(CheckPlan(greedy, caps) == 0);
     REQUIRE(greedy.rate_mbps <= exact.rate_mbps * (1 + 1e-9));  // exact is optimal
     const double ratio = greedy.rate_mbps / exact.rate_mbps;
-    std::printf("[sync] 200 nodes P=%zu: exact r=%.4f fanout %.2f, greedy r=%.4f fanout %.2f\n",
-                p, exact.rate_mbps, exact.MeanFanout(), greedy.rate_mbps, greedy.MeanFanout());
+    std::printf("[sync] 200 nodes %s P=%zu: exact r=%.4f fanout %.2f, greedy r=%.4f fanout %.2f\n",
+                down_bound ? "downlink-bound" : "mixed", p, exact.rate_mbps, exact.MeanFanout(),
+                greedy.rate_mbps, greedy.MeanFanout());
     worst = std::min(worst, ratio);
   }
   std::printf("[sync] greedy/exact worst bottleneck ratio on 200 nodes: %.4f\n", worst);
-  REQUIRE(worst >= 0.75);  // the stated factor
+  REQUIRE(worst >= 0.9);  // the stated factor (measured: 1.0 on these instances)
 }
 
 TEST_CASE("selmcast plans 1000 nodes quickly", "[sync][select]") {
@@ -276,8 +292,7 @@ TEST_CASE("selmcast plans 1000 nodes quickly", "[sync][select]") {
   const auto names = Names(1000);
   BandwidthView bw;
   for (const auto& n : names) {
-    bw[n] = NodeBandwidth{1 + double(gen() % 100), 1 + double(gen() % 100),
-                          double(gen() % 10)};
+    bw[n] = NodeBandwidth{1 + double(gen() % 100), 1 + double(gen() % 100), double(gen() % 10)};
   }
   Rng rng(9);
   Assignment plan;
@@ -291,6 +306,16 @@ TEST_CASE("selmcast plans 1000 nodes quickly", "[sync][select]") {
   REQUIRE(mine.size() >= 3);
   REQUIRE(CheckPlan(plan, ResolveCapacities(plan.nodes, bw)) == 0);
   REQUIRE(ms < 500);  // generous: the target is < 50 ms; a slow machine must not fail this
+
+  // The largest exact instance with the default threshold, for reference.
+  const auto small = std::vector<std::string>(names.begin(), names.begin() + 64);
+  const auto t0 = std::chrono::steady_clock::now();
+  Select(SelectPolicy::kSelmcast, "n17", small, 3, bw, rng, {}, &plan);
+  const double ms64 =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("[sync] exact selmcast for 64 nodes: %.2f ms\n", ms64);
+  REQUIRE(plan.exact);
+  REQUIRE(ms64 < 500);
 }
 
 }  // namespace

@@ -1,0 +1,232 @@
+// Acceptance scenarios for SWIM/Lifeguard membership, run in virtual time on the sim harness.
+// Each prints what it measured and asserts a stated bound. Deterministic by seed, no sleeps.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "membership/lifeguard.h"
+#include "sim/swim_cluster.h"
+
+namespace meshtrain::sim {
+namespace {
+
+using membership::Config;
+using membership::Event;
+using membership::Status;
+
+SwimClusterOptions Options(size_t n, Config profile, uint64_t seed) {
+  SwimClusterOptions o;
+  o.nodes = n;
+  o.config = profile;
+  o.seed = seed;
+  o.latency = {1, 4};
+  return o;
+}
+
+TimeMs Median(std::vector<TimeMs> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Boots `n` nodes through node 0 and waits until everyone sees everyone alive.
+SwimCluster::RunResult Bootstrap(SwimCluster& c, TimeMs max_ms = 120000) {
+  c.start_all_via(0, 10);
+  return c.run_until(
+      [&] {
+        for (size_t i = 0; i < c.size(); ++i) {
+          if (!c.is_up(i)) return false;
+        }
+        return c.converged();
+      },
+      max_ms);
+}
+
+TEST_CASE("100 nodes joining through one seed reach full membership", "[membership][cluster]") {
+  const Config lan = Config::Lan();
+  for (uint64_t seed : {1, 2}) {
+    SwimCluster c(Options(100, lan, seed));
+    auto r = Bootstrap(c);
+    std::printf("[join] seed=%llu: 100 nodes (lan profile, joins staggered 10 ms) converged at "
+                "t=%.2f s virtual, %llu events, %llu datagrams\n",
+                static_cast<unsigned long long>(seed), r.at / 1000.0,
+                static_cast<unsigned long long>(r.events),
+                static_cast<unsigned long long>(c.net().stats().datagrams_sent));
+    REQUIRE(r.ok);
+    // Bound: the last node joins at t = 0.99 s; full views within 15 s.
+    CHECK(r.at <= 15000);
+    for (size_t i = 0; i < c.size(); ++i) CHECK(c.node(i).NumAlive() == 100);
+  }
+}
+
+TEST_CASE("a crashed node is detected as failed on every live node", "[membership][cluster]") {
+  const Config lan = Config::Lan();
+  // Bound: a few probe periods to get probed and suspected, plus the suspicion timeout
+  // (min = 4 × log10(100) × 1 s = 8 s once confirmations arrive; max 48 s), plus spreading.
+  const TimeMs min_timeout = membership::SuspicionMinTimeout(lan.suspicion_mult, 100,
+                                                             lan.probe_interval);
+  const TimeMs bound = 5 * lan.probe_interval + min_timeout;
+  std::vector<TimeMs> all_max;
+  for (uint64_t seed : {3, 4, 5}) {
+    SwimCluster c(Options(100, lan, seed));
+    REQUIRE(Bootstrap(c).ok);
+    c.run_for(5000);
+    const size_t victim = 10 + seed * 7;
+    std::map<size_t, TimeMs> detected;
+    int false_failures = 0;
+    c.set_event_hook([&](size_t observer, TimeMs at, const Event& e) {
+      if (e.kind != Event::Kind::kFailed) return;
+      if (e.member.name == c.name(victim)) {
+        detected.emplace(observer, at);
+      } else {
+        ++false_failures;
+      }
+    });
+    const TimeMs crash_at = c.now();
+    c.crash(victim);
+    auto r = c.run_until([&] { return c.all_see(victim, Status::kFailed); }, 120000);
+    REQUIRE(r.ok);
+    std::vector<TimeMs> times;
+    for (const auto& [observer, at] : detected) times.push_back(at - crash_at);
+    const TimeMs worst = *std::max_element(times.begin(), times.end());
+    std::printf("[detect] seed=%llu: crash of %s seen as failed by %zu nodes: median %.2f s, "
+                "max %.2f s (bound %.2f s)\n",
+                static_cast<unsigned long long>(seed), c.name(victim).c_str(), times.size(),
+                Median(times) / 1000.0, worst / 1000.0, bound / 1000.0);
+    CHECK(times.size() == 99);
+    CHECK(worst <= bound);
+    CHECK(false_failures == 0);
+    all_max.push_back(worst);
+  }
+}
+
+TEST_CASE("10% loss on every link for 10 minutes fails no live node", "[membership][cluster]") {
+  SwimCluster c(Options(50, Config::Lan(), 11));
+  REQUIRE(Bootstrap(c).ok);
+  int failed_events = 0;
+  int suspect_events = 0;
+  c.set_event_hook([&](size_t, TimeMs, const Event& e) {
+    failed_events += e.kind == Event::Kind::kFailed;
+    suspect_events += e.kind == Event::Kind::kSuspect;
+  });
+  c.net().set_loss(0.10);
+  const TimeMs start = c.now();
+  c.run_for(10 * 60 * 1000);
+  uint64_t raised = 0;
+  uint64_t refutations = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    raised += c.node(i).stats().suspicions_raised;
+    refutations += c.node(i).stats().refutations;
+  }
+  std::printf("[loss] 50 nodes, 10%% loss, %.0f s virtual: %llu suspicions raised by probes, "
+              "%d suspect events, %llu refutations, %d failed events\n",
+              (c.now() - start) / 1000.0, static_cast<unsigned long long>(raised), suspect_events,
+              static_cast<unsigned long long>(refutations), failed_events);
+  CHECK(failed_events == 0);
+  // Once the loss stops, every view settles back to all alive.
+  c.net().set_loss(0);
+  CHECK(c.run_until([&] { return c.converged(); }, 30000).ok);
+}
+
+TEST_CASE("a falsely suspected node refutes and stays alive everywhere", "[membership][cluster]") {
+  SwimCluster c(Options(20, Config::Local(), 21));
+  REQUIRE(Bootstrap(c).ok);
+  const size_t victim = 7;
+  int failed_events = 0;
+  c.set_event_hook([&](size_t, TimeMs, const Event& e) {
+    failed_events += e.kind == Event::Kind::kFailed;
+  });
+  // Stop the node (SIGSTOP) until somebody suspects it, then let it run again.
+  c.pause(victim);
+  auto suspected = c.run_until([&] { return c.count_seeing(victim, Status::kSuspect) > 0; }, 20000);
+  REQUIRE(suspected.ok);
+  const TimeMs resumed_at = c.now();
+  c.resume(victim);
+  auto r = c.run_until(
+      [&] {
+        return c.all_see(victim, Status::kAlive) &&
+               c.view(0, victim)->incarnation == c.node(victim).Find(c.name(victim))->incarnation;
+      },
+      30000);
+  std::printf("[refute] %s suspected by %zu nodes, refuted (incarnation %u) and alive "
+              "everywhere %.2f s after resuming\n",
+              c.name(victim).c_str(), c.count_observers(victim),
+              c.node(victim).Find(c.name(victim))->incarnation, (r.at - resumed_at) / 1000.0);
+  REQUIRE(r.ok);
+  CHECK(c.node(victim).stats().refutations >= 1);
+  CHECK(c.node(victim).Find(c.name(victim))->incarnation >= 1);
+  CHECK(failed_events == 0);
+  CHECK(r.at - resumed_at <= 5000);
+}
+
+TEST_CASE("a graceful leave is seen as left, never failed", "[membership][cluster]") {
+  SwimCluster c(Options(30, Config::Local(), 31));
+  REQUIRE(Bootstrap(c).ok);
+  const size_t leaver = 5;
+  int failed_about = 0;
+  c.set_event_hook([&](size_t, TimeMs, const Event& e) {
+    failed_about += e.kind == Event::Kind::kFailed && e.member.name == c.name(leaver);
+  });
+  const TimeMs t0 = c.now();
+  c.leave(leaver);
+  auto r = c.run_until([&] { return c.all_see(leaver, Status::kLeft); }, 10000);
+  REQUIRE(r.ok);
+  std::printf("[leave] %s seen as left by all %zu others after %.2f s\n", c.name(leaver).c_str(),
+              c.count_observers(leaver), (r.at - t0) / 1000.0);
+  CHECK(r.at - t0 <= 3000);  // SPEC §3: the agent waits up to 3 s for the news to spread
+  c.crash(leaver);           // the agent exits after leaving
+  c.run_for(60000);
+  CHECK(failed_about == 0);
+  CHECK(c.count_seeing(leaver, Status::kLeft) + c.count_seeing(leaver, Status::kFailed) ==
+        c.count_seeing(leaver, Status::kLeft));
+}
+
+TEST_CASE("a partition longer than the suspicion timeout heals into one view",
+          "[membership][cluster]") {
+  const size_t n = 40;
+  SwimCluster c(Options(n, Config::Local(), 41));
+  REQUIRE(Bootstrap(c).ok);
+  std::vector<std::string> left_half, right_half;
+  for (size_t i = 0; i < n; ++i) (i < n / 2 ? left_half : right_half).push_back(c.addr(i));
+  const TimeMs split_at = c.now();
+  c.net().partition({left_half, right_half});
+  auto split = c.run_until(
+      [&] {
+        for (size_t i = 0; i < n; ++i) {
+          if (c.node(i).NumAlive() != n / 2) return false;
+        }
+        return true;
+      },
+      120000);
+  REQUIRE(split.ok);
+  c.run_for(5000);
+  const TimeMs heal_at = c.now();
+  c.net().heal();
+  auto healed = c.run_until([&] { return c.converged(); }, 120000);
+  std::printf("[partition] %zu nodes split in halves: each side declared the other failed after "
+              "%.2f s; healed into one view %.2f s after the partition ended\n",
+              n, (split.at - split_at) / 1000.0, (healed.at - heal_at) / 1000.0);
+  REQUIRE(healed.ok);
+  // Bound: push-pull with failed members runs every 2 × 15 s at this size (memberlist scaling),
+  // and one exchange across the cut starts the refutations that spread by gossip.
+  CHECK(healed.at - heal_at <= 60000);
+}
+
+TEST_CASE("a crashed node that restarts rejoins as alive", "[membership][cluster]") {
+  SwimCluster c(Options(20, Config::Local(), 51));
+  REQUIRE(Bootstrap(c).ok);
+  c.crash(3);
+  REQUIRE(c.run_until([&] { return c.all_see(3, Status::kFailed); }, 60000).ok);
+  const uint32_t dead_inc = c.view(0, 3)->incarnation;
+  c.restart(3, {0});
+  auto r = c.run_until([&] { return c.converged(); }, 30000);
+  std::printf("[restart] n3 restarted with incarnation 0 and was alive everywhere after %.2f s\n",
+              r.at / 1000.0 - 0);
+  REQUIRE(r.ok);
+  CHECK(c.view(0, 3)->incarnation > dead_inc);
+}
+
+}  // namespace
+}  // namespace meshtrain::sim

@@ -1,0 +1,528 @@
+// Unit tests of the Swim state machine, driven by hand: packets are passed between a few
+// Swim instances by a tiny in-test wire with zero latency and a drop filter, and time moves
+// in 1 ms steps. Deterministic (fixed seeds), no sleeps.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "membership/swim.h"
+
+namespace meshtrain::membership {
+namespace {
+
+Config TestConfig(const std::string& name, Config base = Config::Local()) {
+  base.name = name;
+  base.addr = name + ":7950";
+  return base;
+}
+
+// Instant delivery between Swims known by address; `drop(from_addr, to_addr)` loses packets.
+class Wire {
+ public:
+  using Drop = std::function<bool(const std::string&, const std::string&)>;
+
+  Swim& Add(const std::string& name, Config base = Config::Local(), uint64_t seed = 0) {
+    Config c = TestConfig(name, base);
+    auto s = std::make_unique<Swim>(c, seed ? seed : std::hash<std::string>()(name), now_);
+    Swim& ref = *s;
+    nodes_[c.addr] = std::move(s);
+    return ref;
+  }
+  Swim& Get(const std::string& name) { return *nodes_.at(name + ":7950"); }
+
+  // Lets `joiner` push-pull with `seed` synchronously.
+  void JoinDirect(const std::string& joiner, const std::string& seed) {
+    Swim& j = Get(joiner);
+    j.Join({seed + ":7950"}, now_);
+    Pump();
+  }
+
+  // Delivers every pending packet and push-pull until the wire is quiet.
+  void Pump() {
+    bool busy = true;
+    while (busy) {
+      busy = false;
+      for (auto& [addr, swim] : nodes_) {
+        for (OutPacket& out : swim->TakePackets()) {
+          busy = true;
+          sent.push_back(out);
+          if (drop && drop(addr, out.to_addr)) continue;
+          auto it = nodes_.find(out.to_addr);
+          if (it != nodes_.end()) it->second->HandlePacket(addr, out.packet, now_);
+        }
+        for (OutPushPull& pp : swim->TakePushPulls()) {
+          busy = true;
+          auto it = nodes_.find(pp.to_addr);
+          if (it == nodes_.end() || (drop && drop(addr, pp.to_addr))) {
+            swim->PushPullFailed(pp.to_addr, now_);
+            continue;
+          }
+          PushPull resp = it->second->HandlePushPullRequest(pp.request, now_);
+          swim->HandlePushPullResponse(resp, now_);
+        }
+        for (Event& e : swim->TakeEvents()) events[addr].push_back(e);
+      }
+    }
+  }
+
+  // Advances time to `until` in 1 ms steps, ticking whoever is due (all nodes, or `only`).
+  void RunUntil(TimeMs until, const std::vector<std::string>& only = {}) {
+    for (; now_ <= until; ++now_) {
+      for (auto& [addr, swim] : nodes_) {
+        if (!only.empty() && std::find(only.begin(), only.end(), addr.substr(0, addr.find(':'))) ==
+                                 only.end()) {
+          continue;
+        }
+        if (swim->NextDeadline() <= now_) swim->Tick(now_);
+      }
+      Pump();
+    }
+    now_ = until;
+  }
+
+  TimeMs now() const { return now_; }
+  void set_now(TimeMs t) { now_ = t; }
+
+  Drop drop;
+  std::vector<OutPacket> sent;
+  std::map<std::string, std::vector<Event>> events;  // by observer address
+
+ private:
+  TimeMs now_ = 0;
+  std::map<std::string, std::unique_ptr<Swim>> nodes_;
+};
+
+Packet From(const std::string& name, Primary primary, std::vector<Update> updates = {}) {
+  Packet p;
+  p.from = name;
+  p.from_addr = name + ":7950";
+  p.primary = std::move(primary);
+  p.updates = std::move(updates);
+  return p;
+}
+
+int CountEvents(const std::vector<Event>& events, Event::Kind kind, const std::string& name) {
+  int n = 0;
+  for (const Event& e : events) n += e.kind == kind && e.member.name == name;
+  return n;
+}
+
+TEST_CASE("a ping is acked with its seq and records the sender's step", "[membership][swim]") {
+  Swim a(TestConfig("a"), 1, 0);
+  a.HandlePacket("b:7950", From("b", PingMsg{42, "b"}), 10);
+  CHECK(a.TakePackets().empty());  // address guard: the ping was meant for "b"
+
+  Packet ping = From("b", PingMsg{42, "a"});
+  ping.from_step = 7;
+  a.HandlePacket("1.2.3.4:9", ping, 10);
+  auto out = a.TakePackets();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].to_addr == "b:7950");  // the advertised address, not the transport source
+  REQUIRE(std::holds_alternative<AckMsg>(out[0].packet.primary));
+  CHECK(std::get<AckMsg>(out[0].packet.primary).seq == 42);
+  CHECK(out[0].packet.from == "a");
+  CHECK(out[0].packet.from_addr == "a:7950");
+}
+
+TEST_CASE("join through a seed merges both views and spreads the joiner", "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.Add("c");
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  CHECK(w.Get("a").NumAlive() == 3);
+  CHECK(w.Get("c").NumAlive() == 3);  // learned b from a's state
+  CHECK(w.Get("b").NumAlive() == 2);  // learns c from gossip
+  w.RunUntil(2000);
+  CHECK(w.Get("b").NumAlive() == 3);
+  CHECK(CountEvents(w.events["b:7950"], Event::Kind::kJoined, "c") == 1);
+  const auto members = w.Get("b").Members();
+  REQUIRE(members.size() == 3);
+  CHECK(members[0].name == "a");
+  CHECK(members[2].name == "c");
+}
+
+TEST_CASE("direct probes succeed and carry progress", "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.JoinDirect("b", "a");
+  w.Get("b").SetStep(5);
+  w.RunUntil(5000);
+  CHECK(w.Get("a").stats().probes >= 3);
+  CHECK(w.Get("a").stats().indirect_probes == 0);
+  CHECK(w.Get("a").stats().suspicions_raised == 0);
+  CHECK(w.Get("a").HealthScore() == 0);
+  const Member* b = w.Get("a").Find("b");
+  REQUIRE(b != nullptr);
+  CHECK(b->status == Status::kAlive);
+  CHECK(b->step == 5);
+  CHECK(b->step_learned > 0);
+}
+
+TEST_CASE("an indirect probe through an intermediary relays the ack", "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.Add("c");
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  w.RunUntil(2000);
+  // a and c cannot talk directly, but both reach b.
+  w.drop = [](const std::string& f, const std::string& t) {
+    return (f == "a:7950" && t == "c:7950") || (f == "c:7950" && t == "a:7950");
+  };
+  w.RunUntil(20000);
+  CHECK(w.Get("a").stats().indirect_probes >= 3);
+  CHECK(w.Get("a").stats().suspicions_raised == 0);
+  CHECK(w.Get("c").stats().suspicions_raised == 0);
+  CHECK(w.Get("a").Find("c")->status == Status::kAlive);
+  CHECK(w.Get("c").Find("a")->status == Status::kAlive);
+  CHECK(w.Get("a").HealthScore() == 0);
+}
+
+TEST_CASE("a dead target yields a nack, a suspicion and no health penalty",
+          "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.Add("c");
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  w.RunUntil(2000);
+  w.drop = [](const std::string& f, const std::string& t) {
+    return f == "c:7950" || t == "c:7950";
+  };
+  // Only a and b run; c is gone. Count the nacks b sends to a.
+  const size_t before = w.sent.size();
+  w.RunUntil(6000, {"a", "b"});
+  int nacks = 0;
+  for (size_t i = before; i < w.sent.size(); ++i) {
+    nacks += std::holds_alternative<NackMsg>(w.sent[i].packet.primary);
+  }
+  CHECK(nacks >= 1);
+  CHECK(w.Get("a").Find("c")->status != Status::kAlive);
+  CHECK(w.Get("a").HealthScore() == 0);  // the nacks prove our own path is fine
+}
+
+TEST_CASE("an isolated node blames itself: awareness rises, then recovers",
+          "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.Add("c");
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  w.RunUntil(2000);
+  CHECK(w.Get("a").HealthScore() == 0);
+  // a's outbound traffic is lost: no acks, no nacks.
+  w.drop = [](const std::string& f, const std::string&) { return f == "a:7950"; };
+  w.RunUntil(9000, {"a"});
+  const int raised = w.Get("a").HealthScore();
+  CHECK(raised >= 2);
+  const TimeMs before = w.now();
+  const auto probes_before = w.Get("a").stats().probes;
+  w.RunUntil(before + 10000, {"a"});
+  // The probe interval stretched by (score + 1): far fewer than 10 probes in 10 s.
+  CHECK(w.Get("a").stats().probes - probes_before < 6);
+  CHECK(w.Get("a").HealthScore() <= Config::Local().awareness_max_multiplier - 1);
+  w.drop = nullptr;
+  w.RunUntil(w.now() + 60000);
+  CHECK(w.Get("a").HealthScore() == 0);
+  CHECK(w.Get("a").NumAlive() == 3);
+}
+
+TEST_CASE("suspicion about ourselves is refuted with a higher incarnation",
+          "[membership][swim]") {
+  Swim a(TestConfig("a"), 1, 0);
+  a.HandlePacket("x:7950", From("x", std::monostate{}, {SuspectMsg{"a", 0, "x"}}), 5);
+  CHECK(a.stats().refutations == 1);
+  CHECK(a.Find("a")->incarnation == 1);
+  CHECK(a.Find("a")->status == Status::kAlive);
+  CHECK(a.HealthScore() == 1);
+  a.HandlePacket("x:7950", From("x", std::monostate{}, {DeadMsg{"a", 4, "x"}}), 6);
+  CHECK(a.stats().refutations == 2);
+  CHECK(a.Find("a")->incarnation == 5);
+  // An old accusation is ignored.
+  a.HandlePacket("x:7950", From("x", std::monostate{}, {SuspectMsg{"a", 3, "x"}}), 7);
+  CHECK(a.stats().refutations == 2);
+  // The refutation rides the next packet we send.
+  a.HandlePacket("x:7950", From("x", PingMsg{1, "a"}), 8);
+  auto out = a.TakePackets();
+  REQUIRE(out.size() == 1);
+  bool found = false;
+  for (const Update& u : out[0].packet.updates) {
+    if (const auto* al = std::get_if<AliveMsg>(&u)) {
+      found |= al->name == "a" && al->incarnation == 5;
+    }
+  }
+  CHECK(found);
+}
+
+TEST_CASE("a falsely suspected member refutes and is alive again everywhere",
+          "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.Add("c");
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  w.RunUntil(2000);
+  Swim& a = w.Get("a");
+  a.HandlePacket("x:7950", From("x", std::monostate{}, {SuspectMsg{"c", 0, "x"}}), w.now());
+  CHECK(a.Find("c")->status == Status::kSuspect);
+  w.RunUntil(w.now() + 3000);
+  CHECK(w.Get("c").stats().refutations == 1);
+  CHECK(a.Find("c")->status == Status::kAlive);
+  CHECK(a.Find("c")->incarnation == 1);
+  CHECK(w.Get("b").Find("c")->incarnation == 1);
+  CHECK(CountEvents(w.events["a:7950"], Event::Kind::kSuspect, "c") == 1);
+  CHECK(CountEvents(w.events["a:7950"], Event::Kind::kAlive, "c") == 1);
+  CHECK(CountEvents(w.events["a:7950"], Event::Kind::kFailed, "c") == 0);
+}
+
+// A lone node that knows `n` members (by a merged push-pull) and hears nothing back.
+std::unique_ptr<Swim> Loner(Config base, size_t n) {
+  auto a = std::make_unique<Swim>(TestConfig("a", base), 3, 0);
+  PushPull pp;
+  pp.from = "m1";
+  for (size_t i = 1; i < n; ++i) {
+    pp.members.push_back(MemberState{"m" + std::to_string(i), "m" + std::to_string(i) + ":7950",
+                                     0, Status::kAlive, {}, 0});
+  }
+  a->HandlePushPullResponse(pp, 0);
+  a->TakeEvents();
+  return a;
+}
+
+TEST_CASE("an unrefuted suspicion turns into failed at the timeout", "[membership][swim]") {
+  // 2 members: no confirmations expected (n - 2 < SuspicionMult - 2), so timeout = min.
+  auto a = Loner(Config::Local(), 2);
+  const TimeMs t0 = 100;
+  a->HandlePacket("x:7950", From("x", std::monostate{}, {SuspectMsg{"m1", 0, "a"}}), t0);
+  const TimeMs min = 3 * 1000;  // SuspicionMult 3 × max(1, log10 2) × 1 s
+  a->Tick(t0 + min - 1);
+  CHECK(a->Find("m1")->status == Status::kSuspect);
+  a->Tick(t0 + min);
+  CHECK(a->Find("m1")->status == Status::kFailed);
+  CHECK(a->stats().failures_declared == 1);
+  const auto events = a->TakeEvents();
+  CHECK(CountEvents(events, Event::Kind::kSuspect, "m1") == 1);
+  CHECK(CountEvents(events, Event::Kind::kFailed, "m1") == 1);
+  // The declaration is gossiped as a dead message from us.
+  bool dead_from_a = false;
+  for (TimeMs t = t0 + min; t < t0 + min + 2000; t += 50) {
+    a->Tick(t);
+    for (const OutPacket& p : a->TakePackets()) {
+      for (const Update& u : p.packet.updates) {
+        if (const auto* d = std::get_if<DeadMsg>(&u)) dead_from_a |= d->name == "m1" && d->from == "a";
+      }
+    }
+  }
+  CHECK(dead_from_a);
+}
+
+TEST_CASE("independent confirmations shorten the suspicion timeout", "[membership][swim]") {
+  Config lan = Config::Lan();
+  // n = 10: min = 4 × 1 × 1 s = 4 s, max = 24 s, K = SuspicionMult − 2 = 2.
+  const TimeMs t0 = 50;
+  const TimeMs one_conf = 24000 - static_cast<TimeMs>(std::ceil(20000.0 * std::log(2.0) / std::log(3.0)));
+  SECTION("no confirmation: max") {
+    auto a = Loner(lan, 10);
+    a->HandlePacket("m9:7950", From("m9", std::monostate{}, {SuspectMsg{"m1", 0, "a"}}), t0);
+    a->Tick(t0 + 23999);
+    CHECK(a->Find("m1")->status == Status::kSuspect);
+    a->Tick(t0 + 24000);
+    CHECK(a->Find("m1")->status == Status::kFailed);
+  }
+  SECTION("one confirmation, repeated: between min and max") {
+    auto a = Loner(lan, 10);
+    a->HandlePacket("m9:7950", From("m9", std::monostate{}, {SuspectMsg{"m1", 0, "a"}}), t0);
+    for (int rep = 0; rep < 3; ++rep) {
+      a->HandlePacket("m9:7950", From("m9", std::monostate{}, {SuspectMsg{"m1", 0, "m2"}}),
+                      t0 + 1000 + rep);
+    }
+    a->Tick(t0 + one_conf - 1);
+    CHECK(a->Find("m1")->status == Status::kSuspect);
+    a->Tick(t0 + one_conf);
+    CHECK(a->Find("m1")->status == Status::kFailed);
+  }
+  SECTION("K confirmations: min") {
+    auto a = Loner(lan, 10);
+    a->HandlePacket("m9:7950", From("m9", std::monostate{}, {SuspectMsg{"m1", 0, "a"}}), t0);
+    a->HandlePacket("m9:7950",
+                    From("m9", std::monostate{},
+                         {SuspectMsg{"m1", 0, "m2"}, SuspectMsg{"m1", 0, "m3"}}),
+                    t0 + 1000);
+    a->Tick(t0 + 3999);
+    CHECK(a->Find("m1")->status == Status::kSuspect);
+    a->Tick(t0 + 4000);
+    CHECK(a->Find("m1")->status == Status::kFailed);
+  }
+}
+
+TEST_CASE("an update is retransmitted RetransmitMult x ceil(log10(n+1)) times",
+          "[membership][swim]") {
+  // n = 10 with the local profile: 2 × ceil(log10 11) = 4 transmissions.
+  auto a = Loner(Config::Local(), 10);
+  a->SetMeta(Meta{"a:7960", true, 1, 2}, 0);
+  int sent = 0;
+  for (TimeMs t = 0; t < 30000; t += 10) {
+    a->Tick(t);
+    for (const OutPacket& p : a->TakePackets()) {
+      for (const Update& u : p.packet.updates) {
+        if (const auto* al = std::get_if<AliveMsg>(&u)) sent += al->name == "a" && al->incarnation == 1;
+      }
+    }
+  }
+  CHECK(sent == 4);
+}
+
+TEST_CASE("every packet respects the datagram budget", "[membership][swim]") {
+  Config c = Config::Lan();
+  c.max_packet_bytes = GENERATE(400, 1400);
+  auto a = Loner(c, 1);
+  // Learn 200 long-named members: 200 alive updates to piggyback.
+  PushPull pp;
+  for (int i = 0; i < 200; ++i) {
+    pp.members.push_back(MemberState{"a-rather-long-member-name-" + std::to_string(i),
+                                     "192.168.100." + std::to_string(i % 250) + ":7950", 3,
+                                     Status::kAlive, Meta{"192.168.100.1:7960", true, 9, 9}, 0});
+  }
+  a->HandlePushPullResponse(pp, 0);
+  size_t max_seen = 0;
+  size_t packets = 0;
+  const size_t budget = c.max_packet_bytes - c.packet_overhead_bytes;
+  for (TimeMs t = 0; t < 20000; t += 5) {
+    a->Tick(t);
+    for (const OutPacket& p : a->TakePackets()) {
+      size_t size = EstimatePacketOverhead(p.packet);
+      for (const Update& u : p.packet.updates) size += EstimateSize(u);
+      CHECK(size <= budget);
+      max_seen = std::max(max_seen, size);
+      ++packets;
+    }
+  }
+  CHECK(packets > 10);
+  CHECK(max_seen > budget / 2);  // packets are actually filled, not trivially small
+}
+
+TEST_CASE("graceful leave is seen as left, not failed", "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.Add("c");
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  w.RunUntil(2000);
+  w.Get("c").Leave(w.now());
+  CHECK(w.Get("c").HasLeft());
+  w.RunUntil(w.now() + 3000);
+  const auto probes = w.Get("c").stats().probes;
+  w.RunUntil(w.now() + 20000);
+  CHECK(w.Get("c").stats().probes == probes);  // a left node stops probing
+  for (const char* o : {"a", "b"}) {
+    CHECK(w.Get(o).Find("c")->status == Status::kLeft);
+    CHECK(CountEvents(w.events[std::string(o) + ":7950"], Event::Kind::kLeft, "c") == 1);
+    CHECK(CountEvents(w.events[std::string(o) + ":7950"], Event::Kind::kFailed, "c") == 0);
+    CHECK(w.Get(o).NumAlive() == 2);
+  }
+  CHECK(w.Get("c").PendingUpdates() == 0);
+}
+
+TEST_CASE("force-leave marks a failed member left and spreads it", "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.Add("c");
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  w.RunUntil(2000);
+  CHECK_FALSE(w.Get("a").ForceLeave("c", w.now()));  // alive: refused
+  CHECK_FALSE(w.Get("a").ForceLeave("nobody", w.now()));
+  w.drop = [](const std::string& f, const std::string& t) {
+    return f == "c:7950" || t == "c:7950";
+  };
+  w.RunUntil(w.now() + 30000, {"a", "b"});
+  REQUIRE(w.Get("a").Find("c")->status == Status::kFailed);
+  REQUIRE(w.Get("b").Find("c")->status == Status::kFailed);
+  CHECK(w.Get("a").ForceLeave("c", w.now()));
+  CHECK(w.Get("a").Find("c")->status == Status::kLeft);
+  w.RunUntil(w.now() + 3000, {"a", "b"});
+  CHECK(w.Get("b").Find("c")->status == Status::kLeft);
+  CHECK(CountEvents(w.events["b:7950"], Event::Kind::kLeft, "c") == 1);
+}
+
+TEST_CASE("failed members are reaped after reap_timeout", "[membership][swim]") {
+  Config c = Config::Local();
+  c.reap_timeout = 20000;
+  Wire w;
+  w.Add("a", c);
+  w.Add("b", c);
+  w.Add("c", c);
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  w.RunUntil(2000);
+  w.drop = [](const std::string& f, const std::string& t) {
+    return f == "c:7950" || t == "c:7950";
+  };
+  w.RunUntil(w.now() + 12000, {"a", "b"});
+  const Member* m = w.Get("a").Find("c");
+  REQUIRE(m != nullptr);
+  REQUIRE(m->status == Status::kFailed);
+  const TimeMs failed_at = m->state_change;
+  w.RunUntil(failed_at + 20000 - 1, {"a", "b"});
+  CHECK(w.Get("a").Find("c") != nullptr);
+  w.RunUntil(failed_at + 20000, {"a", "b"});
+  CHECK(w.Get("a").Find("c") == nullptr);
+  CHECK(w.Get("a").Members().size() == 2);
+  CHECK(CountEvents(w.events["a:7950"], Event::Kind::kReaped, "c") == 1);
+}
+
+TEST_CASE("a failed node that comes back refutes and is alive again", "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.Add("c");
+  w.JoinDirect("b", "a");
+  w.JoinDirect("c", "a");
+  w.RunUntil(2000);
+  w.drop = [](const std::string& f, const std::string& t) {
+    return f == "c:7950" || t == "c:7950";
+  };
+  w.RunUntil(w.now() + 15000, {"a", "b"});
+  REQUIRE(w.Get("a").Find("c")->status == Status::kFailed);
+  const uint32_t dead_inc = w.Get("a").Find("c")->incarnation;
+  // c rejoins through a; a's state tells c it was declared dead, so c refutes.
+  w.drop = nullptr;
+  w.JoinDirect("c", "a");
+  CHECK(w.Get("c").stats().refutations >= 1);
+  w.RunUntil(w.now() + 3000);
+  for (const char* o : {"a", "b"}) {
+    CHECK(w.Get(o).Find("c")->status == Status::kAlive);
+    CHECK(w.Get(o).Find("c")->incarnation > dead_inc);
+  }
+}
+
+TEST_CASE("progress spreads by gossip and only moves forward", "[membership][swim]") {
+  Wire w;
+  for (const char* n : {"a", "b", "c", "d"}) w.Add(n);
+  for (const char* n : {"b", "c", "d"}) w.JoinDirect(n, "a");
+  w.RunUntil(3000);
+  w.Get("d").SetStep(100);
+  w.Get("d").SetStep(101);
+  w.RunUntil(w.now() + 3000);
+  for (const char* o : {"a", "b", "c"}) CHECK(w.Get(o).Find("d")->step == 101);
+  Swim& a = w.Get("a");
+  a.HandlePacket("b:7950", From("b", std::monostate{}, {ProgressMsg{"d", 50}}), w.now());
+  CHECK(a.Find("d")->step == 101);
+}
+
+}  // namespace
+}  // namespace meshtrain::membership
