@@ -100,6 +100,7 @@ struct Agent::Impl {
   bool published_training = false;
   // Barrier episode for the step the trainer is waiting to start (0 = none).
   bool barrier_waiting = false;
+  bool min_peers_reached = false;
   uint64_t barrier_step = 0;
   // Parameter multicast: one round in flight at a time; a newer snapshot replaces a pending one.
   struct Round {
@@ -347,6 +348,15 @@ struct Agent::Impl {
     if (!barrier_waiting || !trainer) return;
     RefreshProgress();
     const int64_t now = Now();
+    if (!min_peers_reached) {
+      // --min-peers: the mesh forms before anyone trains, so no node races ahead alone.
+      if (barrier->view().size() < static_cast<size_t>(config.min_peers)) {
+        barrier_timer->Start(100, [this] { RunBarrier(); });
+        return;
+      }
+      min_peers_reached = true;
+      spdlog::info("{} training peers alive: starting to train", barrier->view().size());
+    }
     const sync::Decision d = barrier->Check(barrier_step, now, rng);
     for (const auto& q : barrier->TakeQueries()) {
       const membership::Member* m = swim->Find(q.to);

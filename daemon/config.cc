@@ -68,6 +68,7 @@ std::string AgentConfig::Finalize() {
   if (eval_every < 1) return "invalid --eval-every: must be >= 1";
   if (checkpoint_every < 1) return "invalid --checkpoint-every: must be >= 1";
   if (staleness < 0) return "invalid --staleness: must be >= 0";
+  if (min_peers < 0 || min_peers > 10000) return "invalid --min-peers: 0..10000";
   if (sample < 0) return "invalid --sample: must be >= 0";
   if (fanout < 1) return "invalid --fanout: must be >= 1";
   if (sync_every < 1) return "invalid --sync-every: must be >= 1";

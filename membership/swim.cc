@@ -20,6 +20,12 @@ constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
 // the probe timeout tells the origin so, early enough to reach it before the origin's deadline.
 constexpr double kNackFraction = 0.8;
 
+// A member we hear from but do not know (we missed its alive message, or reaped it while it
+// was cut off) gets a push-pull after this many probe intervals, unless gossip told us about
+// it meanwhile. At most this many such senders are remembered at once.
+constexpr TimeMs kUnknownSenderGraceIntervals = 2;
+constexpr size_t kMaxUnknownSenders = 64;
+
 // memberlist pushPullScale: above this many members the push-pull interval grows with
 // log2(n), so full-state syncs stay O(1) per second cluster-wide instead of O(n).
 constexpr size_t kPushPullScaleThreshold = 32;
@@ -99,7 +105,7 @@ struct Swim::Impl {
   void OnProgress(const ProgressMsg& p);
   void OnUpdate(const Update& u);
   void Refute(uint32_t accused);
-  void ReassertSelf();
+  void NoteStale(const NodeState* st);
   void MergeState(const std::vector<MemberState>& remote);
   std::vector<MemberState> LocalState() const;
 
@@ -176,6 +182,13 @@ struct Swim::Impl {
 
   BroadcastQueue queue_;
   Awareness awareness_;
+
+  // Senders not in our member list, by name: (address, first heard).
+  std::map<std::string, std::pair<std::string, TimeMs>> unknown_senders_;
+
+  // Corrections for stale accusations found in the packet being handled (see NoteStale).
+  bool collecting_ = false;
+  std::vector<Update> corrections_;
 
   std::vector<OutPacket> out_packets_;
   std::vector<OutPushPull> out_push_pulls_;
@@ -328,19 +341,20 @@ void Swim::Impl::OnAlive(const AliveMsg& a) {
   }
 }
 
-void Swim::Impl::ReassertSelf() {
-  // Somebody accuses an incarnation we already refuted: it missed our refutation (lost or out
-  // of retransmissions). Re-queue our current alive message — no new incarnation needed — so it
-  // rides the reply to that sender and the next gossip rounds; otherwise its stale suspicion
-  // could time out and declare us failed.
-  if (!left_) queue_.Queue(AliveMsg{cfg_.name, cfg_.addr, self_->m.incarnation, self_->m.meta});
+void Swim::Impl::NoteStale(const NodeState* st) {
+  // The sender gossips an accusation for an incarnation that is already refuted: it missed the
+  // refutation (lost, or out of retransmissions before reaching it). Epidemic spreading misses
+  // a node now and then, and a stale suspicion left alone would time out and declare a live
+  // member failed, so answer the sender directly with what we know (anti-entropy on demand).
+  if (!collecting_ || IsDeadOrLeft(st->m.status)) return;
+  corrections_.push_back(AliveMsg{st->m.name, st->m.addr, st->m.incarnation, st->m.meta});
 }
 
 void Swim::Impl::OnSuspect(const SuspectMsg& s) {
   NodeState* st = FindState(s.name);
   if (st == nullptr) return;
   if (s.incarnation < st->m.incarnation) {
-    if (st == self_) ReassertSelf();
+    NoteStale(st);
     return;
   }
   // Lifeguard: a suspicion already running counts independent accusers; new information is
@@ -365,7 +379,7 @@ void Swim::Impl::OnDead(const DeadMsg& d) {
   NodeState* st = FindState(d.name);
   if (st == nullptr) return;
   if (d.incarnation < st->m.incarnation) {
-    if (st == self_) ReassertSelf();
+    NoteStale(st);
     return;
   }
   ClearSuspicion(st);
@@ -611,18 +625,31 @@ void Swim::Join(const std::vector<std::string>& addrs, TimeMs now) {
 void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, TimeMs now) {
   Impl& s = *impl_;
   s.now_ = now;
-  if (NodeState* sender = s.FindState(packet.from); sender != nullptr && sender != s.self_) {
+  NodeState* sender = s.FindState(packet.from);
+  if (sender != nullptr && sender != s.self_) {
     sender->m.step = packet.from_step;  // straight from the source: authoritative
     sender->m.step_learned = now;
+  } else if (sender == nullptr && !packet.from.empty() && !s.left_ &&
+             s.unknown_senders_.size() < kMaxUnknownSenders) {
+    s.unknown_senders_.emplace(
+        packet.from, std::make_pair(packet.from_addr.empty() ? from_addr : packet.from_addr, now));
   }
   // Updates first, so a reply piggybacks whatever they made us say (e.g. a refutation).
+  s.collecting_ = true;
   for (const Update& u : packet.updates) s.OnUpdate(u);
+  s.collecting_ = false;
+  std::vector<Update> corrections = std::move(s.corrections_);
+  s.corrections_.clear();
   const std::string& reply_to = packet.from_addr.empty() ? from_addr : packet.from_addr;
-  if (const auto* ping = std::get_if<PingMsg>(&packet.primary)) {
-    // A ping for another name reached us at a stale address: stay silent.
-    if (!ping->target.empty() && ping->target != s.cfg_.name) return;
-    s.SendPacket(reply_to, AckMsg{ping->seq});
-  } else if (const auto* ind = std::get_if<IndirectPingMsg>(&packet.primary)) {
+  const auto* ping = std::get_if<PingMsg>(&packet.primary);
+  // A ping for another name reached us at a stale address: stay silent.
+  if (ping != nullptr && !ping->target.empty() && ping->target != s.cfg_.name) return;
+  if (ping != nullptr) {
+    s.SendPacket(reply_to, AckMsg{ping->seq}, std::move(corrections));
+    return;
+  }
+  if (!corrections.empty()) s.SendPacket(reply_to, std::monostate{}, std::move(corrections));
+  if (const auto* ind = std::get_if<IndirectPingMsg>(&packet.primary)) {
     const uint32_t seq = s.NextSeq();
     Relay r;
     r.origin_addr = reply_to;
@@ -704,6 +731,22 @@ void Swim::Tick(TimeMs now) {
     s.next_gossip_ = s.NextGossip();
   }
   if (s.cfg_.push_pull_interval > 0 && !s.left_ && now >= s.next_push_pull_) s.StartPushPulls();
+  // Anti-entropy on demand: a member that talks to us but is still unknown after the grace
+  // period was missed by gossip (or reaped while cut off); a push-pull with it merges both
+  // views, which also makes it learn that it may have been declared dead and refute.
+  const TimeMs grace = kUnknownSenderGraceIntervals * s.cfg_.probe_interval;
+  for (auto it = s.unknown_senders_.begin(); it != s.unknown_senders_.end();) {
+    if (s.FindState(it->first) != nullptr || s.left_) {
+      it = s.unknown_senders_.erase(it);
+    } else if (now >= it->second.second + grace) {
+      s.out_push_pulls_.push_back(
+          OutPushPull{it->second.first, PushPull{false, s.cfg_.name, s.LocalState()}});
+      ++s.stats_.pushpulls;
+      it = s.unknown_senders_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   if (s.progress_dirty_ && now >= s.last_progress_queued_ + s.cfg_.probe_interval) {
     s.QueueProgress();
   }
@@ -727,6 +770,9 @@ TimeMs Swim::NextDeadline() const {
   if (!s.queue_.empty()) d = std::min(d, s.NextGossip());
   if (s.cfg_.push_pull_interval > 0 && !s.left_) d = std::min(d, s.next_push_pull_);
   if (s.progress_dirty_) d = std::min(d, s.last_progress_queued_ + s.cfg_.probe_interval);
+  for (const auto& [name, entry] : s.unknown_senders_) {
+    d = std::min(d, entry.second + kUnknownSenderGraceIntervals * s.cfg_.probe_interval);
+  }
   return d;
 }
 

@@ -201,13 +201,13 @@ uint64_t BarrierCore::ChooseDsspExtra(TimeMs now) const {
 
 bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   if (config_.sample == 0 || view_.empty()) return true;  // β = 0 is asp; alone passes
+  const uint64_t bound = config_.policy == Policy::kPssp ? config_.staleness : 0;
   if (!round_active_) {
     NewRound(rng);
   } else if (now >= round_deadline_) {
     // Probe timeout: peers that never answered and still block are replaced (marked silent,
     // sampled last), and a fresh sample is drawn.
     ++stats_.timeouts;
-    const uint64_t bound = config_.policy == Policy::kPssp ? config_.staleness : 0;
     for (const Slot& slot : slots_) {
       const PeerProgress* p = view_.Find(slot.name);
       if (slot.seq != 0 && !slot.answered && p && !Within(my_step, p->step, bound)) {
@@ -220,7 +220,6 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   // mid-round while the sample is short (with β ≥ live peers everyone must be in it).
   if (slots_.size() < std::min(config_.sample, view_.size())) Refill(rng);
 
-  const uint64_t bound = config_.policy == Policy::kPssp ? config_.staleness : 0;
   bool pass = true;
   for (Slot& slot : slots_) {
     const PeerProgress* p = view_.Find(slot.name);

@@ -10,7 +10,9 @@
 //      TakeQueries() (UDP progress queries, SPEC §6) and calls Check() again whenever
 //      OnProgress/OnReply/OnPeerRemoved return true, or when now >= NextDeadline();
 //   3. feeds each query answer to OnReply(name, seq, step, now).
-// Check() is idempotent for a given (c_i, now): calling it more often is harmless.
+// Check() may be called more often than needed: that is harmless. Steps of peers are not
+// assumed to be answered in order; a reply with a stale sequence number still counts as
+// progress.
 //
 // Probabilistic policies (pbsp/pssp), our reading of the spec:
 //   - A round samples k = min(β, live peers) peers uniformly without replacement. A sampled peer
@@ -20,13 +22,14 @@
 //   - The node passes when every sampled peer satisfies the bound. Replies and view updates
 //     re-evaluate the current sample.
 //   - A sampled peer removed from the view is dropped from the sample at once and replaced by a
-//     live peer not yet sampled in this round (queried if it blocks).
+//     live peer not yet sampled in this round (queried if it blocks). A peer that joins while
+//     the sample is short of β is taken in too.
 //   - At the probe timeout the round ends and a new sample is drawn (SPEC: "re-samples after
-//     each probe timeout"). Peers that did not answer a query are marked silent and are replaced
-//     by other peers: the next sample draws from non-silent peers first and falls back to silent
-//     ones only when too few others are live (so with β ≥ live peers every live peer, silent or
-//     not, stays in the sample: bsp/ssp semantics). A peer stops being silent when it answers
-//     or its step advances.
+//     each probe timeout"). Peers that did not answer a query and still block are marked silent
+//     and are replaced by other peers: the next sample draws from non-silent peers first and
+//     falls back to silent ones only when too few others are live (so with β ≥ live peers every
+//     live peer, silent or not, stays in the sample: bsp/ssp semantics). A peer stops being
+//     silent when it answers or its step advances.
 //   - β = 0 passes at once (asp).
 //
 // Thread-safety: none. One thread owns a BarrierCore at a time.

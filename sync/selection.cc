@@ -80,6 +80,17 @@ bool Feasible(const std::vector<NodeCapacity>& caps, size_t demand, double r) {
   return m.flow.Run(0, 2 * n + 1) == static_cast<int64_t>(n * demand);
 }
 
+// Capacities the algorithms can divide by: non-positive or non-finite ones become tiny.
+std::vector<NodeCapacity> Sanitized(const std::vector<NodeCapacity>& caps) {
+  constexpr double kTiny = 1e-9;
+  std::vector<NodeCapacity> out = caps;
+  for (NodeCapacity& c : out) {
+    if (!(c.uplink_mbps > kTiny) || !std::isfinite(c.uplink_mbps)) c.uplink_mbps = kTiny;
+    if (!(c.downlink_mbps > kTiny) || !std::isfinite(c.downlink_mbps)) c.downlink_mbps = kTiny;
+  }
+  return out;
+}
+
 Assignment EmptyPlan(const std::vector<NodeCapacity>& caps, size_t fanout, bool exact) {
   Assignment plan;
   plan.exact = exact;
@@ -172,8 +183,9 @@ std::vector<NodeCapacity> ResolveCapacities(const std::vector<std::string>& node
   return out;
 }
 
-Assignment SolveSelmcastExact(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,
+Assignment SolveSelmcastExact(const std::vector<NodeCapacity>& given, size_t fanout, Rng& rng,
                               const SelmcastOptions& options) {
+  const std::vector<NodeCapacity> caps = Sanitized(given);
   Assignment plan = EmptyPlan(caps, fanout, /*exact=*/true);
   const size_t n = caps.size();
   const size_t d = plan.demand;
@@ -230,8 +242,9 @@ Assignment SolveSelmcastExact(const std::vector<NodeCapacity>& caps, size_t fano
   return plan;
 }
 
-Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,
+Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& given, size_t fanout, Rng& rng,
                                const SelmcastOptions& options) {
+  const std::vector<NodeCapacity> caps = Sanitized(given);
   Assignment plan = EmptyPlan(caps, fanout, /*exact=*/false);
   const size_t n = caps.size();
   const size_t d = plan.demand;

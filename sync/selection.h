@@ -91,7 +91,8 @@ std::vector<NodeCapacity> ResolveCapacities(const std::vector<std::string>& node
                                             const BandwidthView& bandwidth,
                                             const SelmcastOptions& options = {});
 
-// The algorithms on resolved capacities. `caps` names must be distinct; capacities > 0.
+// The algorithms on resolved capacities. `caps` names must be distinct; capacities that are not
+// positive and finite are treated as tiny (such a node still sends and receives, slowly).
 Assignment SolveSelmcastExact(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,
                               const SelmcastOptions& options = {});
 Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,

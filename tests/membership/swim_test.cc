@@ -249,20 +249,53 @@ TEST_CASE("suspicion about ourselves is refuted with a higher incarnation",
   a.HandlePacket("x:7950", From("x", std::monostate{}, {DeadMsg{"a", 4, "x"}}), 6);
   CHECK(a.stats().refutations == 2);
   CHECK(a.Find("a")->incarnation == 5);
-  // An old accusation is ignored.
-  a.HandlePacket("x:7950", From("x", std::monostate{}, {SuspectMsg{"a", 3, "x"}}), 7);
-  CHECK(a.stats().refutations == 2);
+  auto carries_alive = [](const OutPacket& p, const std::string& name, uint32_t inc) {
+    for (const Update& u : p.packet.updates) {
+      if (const auto* al = std::get_if<AliveMsg>(&u)) {
+        if (al->name == name && al->incarnation == inc) return true;
+      }
+    }
+    return false;
+  };
   // The refutation rides the next packet we send.
-  a.HandlePacket("x:7950", From("x", PingMsg{1, "a"}), 8);
+  a.HandlePacket("x:7950", From("x", PingMsg{1, "a"}), 7);
   auto out = a.TakePackets();
   REQUIRE(out.size() == 1);
-  bool found = false;
+  CHECK(carries_alive(out[0], "a", 5));
+  // Drain the retransmissions of the refutation.
+  for (TimeMs t = 8; t < 5000; t += 10) a.Tick(t);
+  a.TakePackets();
+  // An old accusation does not refute again, but its sender missed our refutation: it gets a
+  // direct correction.
+  a.HandlePacket("x:7950", From("x", std::monostate{}, {SuspectMsg{"a", 3, "x"}}), 5000);
+  CHECK(a.stats().refutations == 2);
+  CHECK(a.Find("a")->incarnation == 5);
+  out = a.TakePackets();
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].to_addr == "x:7950");
+  CHECK(carries_alive(out[0], "a", 5));
+}
+
+TEST_CASE("a stale accusation about a third member is corrected directly",
+          "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.JoinDirect("b", "a");
+  Swim& a = w.Get("a");
+  // a knows b at incarnation 2; x still suspects incarnation 1.
+  a.HandlePacket("b:7950", From("b", std::monostate{}, {AliveMsg{"b", "b:7950", 2, {}}}), 1);
+  a.TakePackets();
+  a.HandlePacket("x:7950", From("x", PingMsg{9, "a"}, {SuspectMsg{"b", 1, "x"}}), 2);
+  CHECK(a.Find("b")->status == Status::kAlive);
+  auto out = a.TakePackets();
+  REQUIRE(out.size() == 1);
+  REQUIRE(std::holds_alternative<AckMsg>(out[0].packet.primary));
+  bool corrected = false;
   for (const Update& u : out[0].packet.updates) {
-    if (const auto* al = std::get_if<AliveMsg>(&u)) {
-      found |= al->name == "a" && al->incarnation == 5;
-    }
+    if (const auto* al = std::get_if<AliveMsg>(&u)) corrected |= al->name == "b" && al->incarnation == 2;
   }
-  CHECK(found);
+  CHECK(corrected);
 }
 
 TEST_CASE("a falsely suspected member refutes and is alive again everywhere",

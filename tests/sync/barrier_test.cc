@@ -270,6 +270,43 @@ TEST_CASE("pssp keeps re-querying when every live peer is behind and silent", "[
   REQUIRE(core.WaitSeconds(now + 1000) == Approx((now + 20) / 1000.0));
 }
 
+TEST_CASE("pssp samples beta distinct peers uniformly, reproducibly per seed", "[sync][barrier]") {
+  constexpr int kPeers = 10, kRounds = 2000;
+  BarrierCore a(Config(Policy::kPssp, 0, 3), "me"), b(Config(Policy::kPssp, 0, 3), "me");
+  Rng ra(11), rb(11);
+  for (int i = 0; i < kPeers; ++i) {
+    a.OnProgress("p" + std::to_string(i), 0, 0);
+    b.OnProgress("p" + std::to_string(i), 0, 0);
+  }
+  std::map<std::string, int> counts;
+  TimeMs now = 0;
+  REQUIRE(a.Check(1, now, ra) == Decision::kWait);
+  REQUIRE(b.Check(1, now, rb) == Decision::kWait);
+  for (int round = 0; round < kRounds; ++round) {
+    // Every peer answers (so none is deprioritised as silent) but stays behind.
+    const auto qa = a.TakeQueries();
+    const auto qb = b.TakeQueries();
+    REQUIRE(qa.size() == 3);
+    std::set<std::string> distinct;
+    for (size_t i = 0; i < qa.size(); ++i) {
+      REQUIRE(qa[i].to == qb[i].to);  // same seed, same inputs: same sample
+      distinct.insert(qa[i].to);
+      ++counts[qa[i].to];
+      a.OnReply(qa[i].to, qa[i].seq, 0, now);
+      b.OnReply(qb[i].to, qb[i].seq, 0, now);
+    }
+    REQUIRE(distinct.size() == 3);  // without replacement
+    now = a.NextDeadline();
+    REQUIRE(a.Check(1, now, ra) == Decision::kWait);
+    REQUIRE(b.Check(1, now, rb) == Decision::kWait);
+  }
+  REQUIRE(counts.size() == kPeers);
+  for (const auto& [name, c] : counts) {
+    INFO(name);
+    REQUIRE(c == Approx(kRounds * 3.0 / kPeers).epsilon(0.1));
+  }
+}
+
 TEST_CASE("barrier wait time accumulates across waits", "[sync][barrier]") {
   Rng rng(7);
   BarrierCore core(Config(Policy::kBsp));

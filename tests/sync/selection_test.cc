@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -209,6 +210,20 @@ TEST_CASE("selmcast avoids weak downlinks and gives spare uplink extra receivers
   size_t total = 0;
   for (const auto& rs : plan.receivers) total += rs.size();
   REQUIRE(total == 12);
+}
+
+TEST_CASE("selmcast survives zero and non-finite capacities", "[sync][select]") {
+  const double nan = std::nan("");
+  std::vector<NodeCapacity> caps = {
+      {"a", 0, 10}, {"b", 10, nan}, {"c", -1, 10}, {"d", 10, 10}, {"e", 1e300, 0}};
+  Rng rng(12);
+  for (const Assignment& plan :
+       {SolveSelmcastExact(caps, 2, rng), SolveSelmcastGreedy(caps, 2, rng)}) {
+    REQUIRE(plan.receivers.size() == 5);
+    for (const auto& rs : plan.receivers) REQUIRE(rs.size() >= 2);
+    REQUIRE(plan.rate_mbps > 0);
+    REQUIRE(std::isfinite(plan.rate_mbps));
+  }
 }
 
 TEST_CASE("receive load lowers the downlink a node is planned with", "[sync][select]") {
