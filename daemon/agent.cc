@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -20,7 +21,9 @@
 #include "daemon/trainer.h"
 #include "gossip/codec.h"
 #include "gossip/crypto.h"
+#include "gossip/rate_limit.h"
 #include "gossip/transport.h"
+#include "learn/rng.h"
 #include "learn/task.h"
 #include "membership/swim.h"
 #include "sync/barrier.h"
@@ -119,6 +122,31 @@ struct Agent::Impl {
   uint64_t params_bytes_sent = 0;
   uint64_t params_received = 0;
 
+  // ---- bandwidth (SPEC §7): measured while transfers are active, EWMA, bounded by limits ----
+  struct BusyMeter {
+    int active = 0;
+    int64_t since = 0;       // when `active` went 0 -> 1
+    int64_t busy_ms = 0;     // accumulated busy time not yet turned into a sample
+    uint64_t bytes = 0;      // bytes moved in that busy time
+    gossip::BandwidthEstimate estimate;
+    void Begin(int64_t now) {
+      if (active++ == 0) since = now;
+    }
+    void End(int64_t now, uint64_t moved) {
+      bytes += moved;
+      if (--active == 0) busy_ms += now - since;
+    }
+    // Turns the accumulated busy period into one sample.
+    void Sample() {
+      if (busy_ms > 0 && bytes > 0) estimate.Add(static_cast<double>(bytes), busy_ms / 1000.0);
+      busy_ms = 0;
+      bytes = 0;
+    }
+  };
+  BusyMeter up_meter, down_meter;
+  std::map<TcpHub::ConnId, uint64_t> incoming;  // param connections being received: bytes so far
+  std::unique_ptr<gossip::Timer> bandwidth_timer;
+
   int64_t Now() { return gossip::LoopNowMs(&loop); }
 
   // ---- start-up ------------------------------------------------------------------------------
@@ -151,13 +179,17 @@ struct Agent::Impl {
       }
     }
     codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
-    swim = std::make_unique<membership::Swim>(config.MembershipConfig(), RandomSeed(), Now());
+    membership::Config mcfg = config.MembershipConfig();
+    // The datagram budget must leave room for the envelope, cluster label and seal.
+    mcfg.packet_overhead_bytes = std::max(mcfg.packet_overhead_bytes, codec->DatagramOverhead());
+    swim = std::make_unique<membership::Swim>(mcfg, RandomSeed(), Now());
 
     udp = std::make_unique<gossip::UdpEndpoint>(&loop);
     gossip::TcpOptions data_opts;
     data_opts.max_frame_bytes = codec->max_frame_bytes();
     data_opts.idle_timeout_ms = 10000;
     data_tcp = std::make_unique<TcpHub>(&loop, data_opts);
+    data_tcp->SetRateLimits(config.uplink_limit * 1e6, config.downlink_limit * 1e6);
     gossip::TcpOptions rpc_opts;
     rpc_opts.max_frame_bytes = kMaxRpcFrame;
     rpc_opts.max_connections = 32;
@@ -173,7 +205,8 @@ struct Agent::Impl {
       return 1;
     }
     if (int rc = data_tcp->Listen(
-            bind, [this](TcpHub::ConnId id, Bytes&& f) { OnDataFrame(id, std::move(f)); });
+            bind, [this](TcpHub::ConnId id, Bytes&& f) { OnDataFrame(id, std::move(f)); },
+            [this](TcpHub::ConnId id, int) { OnIncomingClosed(id); });
         rc != 0) {
       spdlog::error("cannot listen on TCP {}: {}", config.bind, uv_strerror(rc));
       return 1;
@@ -250,7 +283,7 @@ struct Agent::Impl {
     // Every node starts from the same parameters (gossip averaging assumes one model);
     // sample order differs per node.
     opts.init_seed = 0x6d657368;
-    opts.data_seed = config.seed ? *config.seed : std::hash<std::string>{}(config.name);
+    opts.data_seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
     spdlog::info("loading task {}", config.task);
     auto task = learn::MakeTask(config.task, opts);
     if (!task.ok()) {
@@ -291,8 +324,12 @@ struct Agent::Impl {
     published_training = true;
     membership::Meta meta;
     meta.training = true;
+    meta.uplink_mbps = static_cast<float>(config.uplink_limit);
+    meta.downlink_mbps = static_cast<float>(config.downlink_limit);
     swim->SetMeta(meta, Now());
     spdlog::info("task {}: {} parameters", config.task, trainer->num_params());
+    bandwidth_timer = std::make_unique<gossip::Timer>(&loop);
+    bandwidth_timer->Start(2000, [this] { UpdateBandwidth(); }, 2000);
     trainer->Start();
     trainer_started = true;
     return 0;
@@ -414,6 +451,7 @@ struct Agent::Impl {
       frames.push_back(codec->EncodeFrame(f));
     }
     round = r;
+    up_meter.Begin(r.started);
     for (const auto& name : receivers) {
       const membership::Member* m = swim->Find(name);
       const std::string& addr = m->meta.data_addr.empty() ? m->addr : m->meta.data_addr;
@@ -433,7 +471,10 @@ struct Agent::Impl {
       }
       data_tcp->Close(id);
     }
-    if (round && round->outstanding == 0) round.reset();
+    if (round && round->outstanding == 0) {
+      up_meter.End(Now(), 0);
+      round.reset();
+    }
   }
 
   void OnTransferDone(uint64_t round_id, bool ok, uint64_t bytes) {
@@ -446,6 +487,7 @@ struct Agent::Impl {
     }
     if (round->outstanding > 0) return;
     const double seconds = static_cast<double>(Now() - round->started) / 1000.0;
+    up_meter.End(Now(), round->bytes);
     rounds_done++;
     fanout_sum += static_cast<uint64_t>(round->delivered);
     metrics.Write("sync", {{"fanout", round->delivered}, {"bytes", round->bytes},
@@ -463,6 +505,10 @@ struct Agent::Impl {
       data_tcp->Abort(id);
       return;
     }
+    const uint64_t chunk_bytes = chunk.data.size() * sizeof(float);
+    auto [it, fresh] = incoming.try_emplace(id, 0);
+    if (fresh) down_meter.Begin(Now());
+    it->second += chunk_bytes;
     auto model = assemblers[sender].Add(chunk);
     if (!model) return;
     params_received++;
@@ -508,6 +554,31 @@ struct Agent::Impl {
     ok = ::fsync(fd) == 0 && ok;
     ::close(fd);
     if (ok) std::rename(tmp.c_str(), PeerSnapshotPath().c_str());
+  }
+
+  void OnIncomingClosed(TcpHub::ConnId id) {
+    auto it = incoming.find(id);
+    if (it == incoming.end()) return;
+    down_meter.End(Now(), it->second);
+    incoming.erase(it);
+  }
+
+  // Every 2 s: turn measurements into estimates and publish them when they moved by > 10 %.
+  void UpdateBandwidth() {
+    up_meter.Sample();
+    down_meter.Sample();
+    const float up = static_cast<float>(up_meter.estimate.Mbps(config.uplink_limit));
+    const float down = static_cast<float>(down_meter.estimate.Mbps(config.downlink_limit));
+    const membership::Member* self = swim->Find(config.name);
+    if (self == nullptr || leaving) return;
+    auto moved = [](float a, float b) { return std::abs(a - b) > 0.1f * std::max(a, b); };
+    if (moved(up, self->meta.uplink_mbps) || moved(down, self->meta.downlink_mbps)) {
+      membership::Meta meta = self->meta;
+      meta.uplink_mbps = up;
+      meta.downlink_mbps = down;
+      swim->SetMeta(meta, Now());
+      Pump(0);
+    }
   }
 
   void PrintBanner() {
@@ -895,7 +966,8 @@ struct Agent::Impl {
     }
     // Start() may have failed part-way: close whatever exists.
     if (trainer_wake) trainer_wake->Close();
-    for (auto* t : {barrier_timer.get(), swim_timer.get(), join_timer.get(), leave_timer.get()}) {
+    for (auto* t : {barrier_timer.get(), swim_timer.get(), join_timer.get(), leave_timer.get(),
+                    bandwidth_timer.get()}) {
       if (t != nullptr) t->Close();
     }
     for (auto& s : signals) s->Close();
@@ -922,6 +994,7 @@ int Agent::Run() {
   // Free everything that holds handles, then check the loop closes cleanly.
   s.trainer.reset();
   s.trainer_wake.reset();
+  s.bandwidth_timer.reset();
   s.barrier_timer.reset();
   s.swim_timer.reset();
   s.join_timer.reset();

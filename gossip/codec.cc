@@ -25,7 +25,7 @@ namespace ms = ::meshtrain::membership;
 constexpr fb::uoffset_t kMaxDepth = 8;
 constexpr fb::uoffset_t kMaxDatagramTables = 2 * kMaxUpdatesPerDatagram + 8;
 constexpr fb::uoffset_t kMaxFrameTables = 2 * kMaxPushPullMembers + 8;
-// Marker plus root offset and file identifier: anything shorter cannot be an envelope.
+// Root offset plus file identifier: a shorter FlatBuffer cannot be an envelope.
 constexpr size_t kMinEnvelopeBytes = 8;
 
 bool Fail(Reject r, Reject* why) {

@@ -175,6 +175,7 @@ struct TcpHub::Conn {
   std::unique_ptr<FrameDecoder> decoder;
   std::deque<Bytes> pending;  // framed bytes queued before the connection is up
   bool connected = false;
+  bool read_paused = false;  // downlink limit in debt
   bool closing = false;
   bool close_when_flushed = false;
   size_t writes_in_flight = 0;
@@ -312,6 +313,15 @@ void TcpHub::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
   }
   hub->bytes_received_ += static_cast<uint64_t>(nread);
   hub->Touch(c);
+  if (!hub->down_.unlimited()) {
+    const double now = hub->NowSeconds();
+    hub->down_.Charge(now, static_cast<double>(nread));
+    if (const double wait = hub->down_.Delay(now); wait > 0) {
+      uv_read_stop(s);
+      c->read_paused = true;
+      hub->SchedulePacer(wait);
+    }
+  }
   c->decoder->Feed(reinterpret_cast<const uint8_t*>(owned.get()), static_cast<size_t>(nread));
   const ConnId id = c->id;
   while (true) {
@@ -337,8 +347,63 @@ bool TcpHub::Send(ConnId id, const Bytes& payload) {
   return true;
 }
 
+double TcpHub::NowSeconds() const {
+  return static_cast<double>(uv_hrtime()) / 1e9;
+}
+
+void TcpHub::SetRateLimits(double uplink_bytes_per_s, double downlink_bytes_per_s) {
+  // Burst: a tenth of a second of traffic, so short-term rates stay close to the cap.
+  up_ = TokenBucket(uplink_bytes_per_s, uplink_bytes_per_s * 0.1);
+  down_ = TokenBucket(downlink_bytes_per_s, downlink_bytes_per_s * 0.1);
+}
+
+void TcpHub::SchedulePacer(double delay_s) {
+  if (pacer_ == nullptr) {
+    pacer_ = new uv_timer_t;
+    uv_timer_init(loop_, pacer_);
+    pacer_->data = this;
+  }
+  if (pacer_armed_) return;
+  pacer_armed_ = true;
+  uv_timer_start(
+      pacer_,
+      [](uv_timer_t* t) {
+        auto* hub = static_cast<TcpHub*>(t->data);
+        if (hub != nullptr) hub->OnPacer();
+      },
+      static_cast<uint64_t>(std::max(1.0, delay_s * 1000.0 + 0.5)), 0);
+}
+
+void TcpHub::OnPacer() {
+  pacer_armed_ = false;
+  std::vector<ConnId> ids;
+  for (auto& [id, c] : conns_) ids.push_back(id);
+  for (ConnId id : ids) {
+    auto it = conns_.find(id);
+    if (it == conns_.end()) continue;
+    Conn* c = it->second;
+    if (c->read_paused) {
+      if (const double wait = down_.Delay(NowSeconds()); wait > 0) {
+        SchedulePacer(wait);  // woke a little early: timers have millisecond granularity
+      } else {
+        c->read_paused = false;
+        StartReading(c);
+      }
+    }
+    it = conns_.find(id);
+    if (it != conns_.end() && it->second->connected && !it->second->pending.empty()) {
+      Flush(it->second);
+    }
+  }
+}
+
 void TcpHub::Flush(Conn* c) {
   while (!c->pending.empty()) {
+    if (const double wait = up_.Delay(NowSeconds()); wait > 0) {
+      SchedulePacer(wait);
+      return;
+    }
+    up_.Charge(NowSeconds(), static_cast<double>(c->pending.front().size()));
     auto* w = new TcpWrite;
     w->data = std::move(c->pending.front());
     c->pending.pop_front();
@@ -425,6 +490,10 @@ void TcpHub::Finish(Conn* c, int status) {
 }
 
 void TcpHub::CloseAll() {
+  if (pacer_ != nullptr) {
+    CloseAndDelete(pacer_);
+    pacer_ = nullptr;
+  }
   for (Listener* l : listeners_) {
     l->tcp->data = nullptr;
     uv_close(reinterpret_cast<uv_handle_t*>(l->tcp),

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gossip/net_addr.h"
+#include "gossip/rate_limit.h"
 
 namespace meshtrain::gossip {
 
@@ -136,6 +137,11 @@ class TcpHub {
   void Abort(ConnId id);
   void CloseAll();  // listeners and connections; idempotent
 
+  // Caps this hub's traffic (bytes per second, <= 0 = none): outgoing frames are paced, and
+  // reading pauses while the downlink bucket is in debt (the sender's TCP window then throttles
+  // it). Applies to all connections of the hub.
+  void SetRateLimits(double uplink_bytes_per_s, double downlink_bytes_per_s);
+
   size_t num_connections() const { return conns_.size(); }
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
@@ -150,7 +156,15 @@ class TcpHub {
   void Flush(Conn* c);
   void Finish(Conn* c, int status);
   void Touch(Conn* c);
+  void SchedulePacer(double delay_s);
+  void OnPacer();
+  double NowSeconds() const;
   static void OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+
+  TokenBucket up_{0, 0};
+  TokenBucket down_{0, 0};
+  uv_timer_t* pacer_ = nullptr;
+  bool pacer_armed_ = false;
 
   uv_loop_t* loop_;
   TcpOptions options_;

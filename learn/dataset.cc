@@ -5,8 +5,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
+#include <cmath>
 #include <cstring>
+#include <tuple>
 
 namespace meshtrain::learn {
 namespace {
@@ -191,6 +192,7 @@ Result<std::shared_ptr<const FashionMnist>> LoadFashionMnist(const std::string& 
   if (!test.ok()) return test.status();
   data->train = std::move(train).value();
   data->test = std::move(test).value();
+  std::tie(data->pixel_mean, data->pixel_stddev) = PixelMoments(data->train);
   return std::shared_ptr<const FashionMnist>(std::move(data));
 }
 
@@ -206,6 +208,23 @@ void FillBatch(const ImageSet& set, const uint32_t* indices, size_t n, Eigen::Ma
     for (size_t j = 0; j < dim; ++j) dst[j] = static_cast<float>(src[j]) * kScale;
     (*labels)[k] = set.labels[indices[k]];
   }
+}
+
+std::pair<float, float> PixelMoments(const ImageSet& set) {
+  // Integer histogram: exact and fast (one pass over bytes, no float accumulation error).
+  uint64_t hist[256] = {};
+  for (uint8_t p : set.pixels) ++hist[p];
+  double n = 0, sum = 0, sq = 0;
+  for (int v = 0; v < 256; ++v) {
+    const double x = v / 255.0;
+    n += static_cast<double>(hist[v]);
+    sum += static_cast<double>(hist[v]) * x;
+    sq += static_cast<double>(hist[v]) * x * x;
+  }
+  if (n == 0) return {0.0f, 1.0f};
+  const double mean = sum / n;
+  const double var = std::max(0.0, sq / n - mean * mean);
+  return {static_cast<float>(mean), var > 0 ? static_cast<float>(std::sqrt(var)) : 1.0f};
 }
 
 std::string Shard::ToString() const { return std::to_string(index) + "/" + std::to_string(count); }

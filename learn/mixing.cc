@@ -24,6 +24,10 @@ void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others) {
   }
 }
 
+bool ParamsFinite(const float* data, size_t n) {
+  return Eigen::Map<const Eigen::VectorXf>(data, static_cast<Eigen::Index>(n)).allFinite();
+}
+
 uint32_t ParamsCrc32(const float* data, size_t n) {
   static_assert(sizeof(float) == 4, "IEEE-754 single precision expected");
   uLong crc = crc32(0L, Z_NULL, 0);

@@ -20,7 +20,11 @@ namespace meshtrain::learn {
 // to float rounding of the final result.
 void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others);
 
-// CRC32 (zlib) of the little-endian float bytes.
+// True when all n values are finite: a receiver's last semantic check before mixing, so one
+// diverged or malicious peer cannot poison the average with NaN/Inf.
+bool ParamsFinite(const float* data, size_t n);
+
+// CRC32 (zlib) of the float bytes as stored in memory (little-endian on supported hosts).
 uint32_t ParamsCrc32(const float* data, size_t n);
 inline uint32_t ParamsCrc32(const Eigen::VectorXf& x) {
   return ParamsCrc32(x.data(), static_cast<size_t>(x.size()));

@@ -40,8 +40,9 @@ void InitMlp(const MlpShape& shape, uint64_t seed, float* params) {
 
 namespace {
 
-// Runs the network forward over the batch. acts[0] aliases nothing: it is left empty and the
-// input is `x`; acts[l] for l >= 1 holds post-ReLU activations (pre-softmax logits for the last).
+// Runs the network forward over the batch. acts[l] for l >= 1 holds the post-ReLU activations of
+// layer l (the pre-softmax logits for the last); acts[0] stays empty because the input is `x`,
+// which is not copied.
 template <typename S>
 void Forward(const MlpShape& shape, const S* params, const Mat<S>& x, std::vector<Mat<S>>* acts) {
   using MapW = Eigen::Map<const Mat<S>>;

@@ -36,6 +36,7 @@ float Task::Step() {
 }
 
 float Task::StepOn(const std::vector<uint32_t>& batch) {
+  if (batch.empty()) return 0.0f;  // a mean over nothing would put NaN into the parameters
   const float loss = ComputeLossAndGradient(batch.data(), batch.size(), grad_.data());
   optimizer_.Apply(grad_, &params_);
   ++steps_;
@@ -44,6 +45,10 @@ float Task::StepOn(const std::vector<uint32_t>& batch) {
 
 float Task::LossAndGradient(const std::vector<uint32_t>& batch, Eigen::VectorXf* grad) {
   grad->resize(params_.size());
+  if (batch.empty()) {
+    grad->setZero();
+    return 0.0f;
+  }
   return ComputeLossAndGradient(batch.data(), batch.size(), grad->data());
 }
 
@@ -57,6 +62,10 @@ class ClassifierTask final : public Task {
       : Task(std::move(name), static_cast<Eigen::Index>(shape.NumParams()), options),
         shape_(std::move(shape)),
         data_(std::move(data)) {
+    if (options.standardize_inputs.value_or(shape_.layers() > 1)) {
+      input_shift_ = data_->pixel_mean;
+      input_scale_ = 1.0f / data_->pixel_stddev;
+    }
     const auto [begin, end] = ShardRange(data_->train.size(), options.shard);
     shard_begin_ = begin;
     shard_size_ = end - begin;
@@ -80,6 +89,7 @@ class ClassifierTask final : public Task {
       idx.resize(n);
       for (size_t k = 0; k < n; ++k) idx[k] = static_cast<uint32_t>(start + k);
       FillBatch(test, idx.data(), n, &x, &labels);
+      Standardize(&x);
       const ClassifierSums sums = MlpEvaluate(shape_, params_.data(), x, labels);
       loss_sum += sums.loss_sum;
       correct += sums.correct;
@@ -98,11 +108,20 @@ class ClassifierTask final : public Task {
     global_idx_.resize(n);
     for (size_t k = 0; k < n; ++k) global_idx_[k] = static_cast<uint32_t>(shard_begin_ + idx[k]);
     FillBatch(data_->train, global_idx_.data(), n, &x_, &labels_);
+    Standardize(&x_);
     return MlpLossAndGradient<float>(shape_, params_.data(), x_, labels_, grad);
   }
 
  private:
+  void Standardize(Eigen::MatrixXf* x) const {
+    if (input_shift_ != 0.0f || input_scale_ != 1.0f) {
+      x->array() = (x->array() - input_shift_) * input_scale_;
+    }
+  }
+
   MlpShape shape_;
+  float input_shift_ = 0.0f;
+  float input_scale_ = 1.0f;
   std::shared_ptr<const FashionMnist> data_;
   size_t shard_begin_ = 0;
   size_t shard_size_ = 0;

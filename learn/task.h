@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ struct TaskOptions {
   std::shared_ptr<const SyntheticData> synthetic_data;
   SyntheticOptions synthetic;
   Shard shard;  // of the training set; the test set is always whole
+  // fmnist tasks: feed (pixel - mean) / stddev of the training set instead of raw [0,1] pixels.
+  // Centred inputs condition the MLP's first layer far better (fmnist-mlp reaches 0.887 instead
+  // of 0.872 test accuracy after 5 epochs at lr 0.01); the statistics come from the whole
+  // training file, so all nodes apply the same transform. Unset = the task's default: on for
+  // fmnist-mlp, off for fmnist-softmax (whose larger-scale standardized inputs make lr 0.05
+  // unstable; raw pixels reach 0.82 after one epoch).
+  std::optional<bool> standardize_inputs;
   int batch_size = 64;
   float lr = 0.05f;
   float momentum = 0.9f;
@@ -100,10 +108,11 @@ class Task {
   // shuffle; the last batch of an epoch may be smaller). Returns the minibatch loss before the
   // update.
   float Step();
-  // One SGD step on explicit samples, indices into this node's shard (< train_size()).
+  // One SGD step on explicit samples, indices into this node's shard (precondition: each
+  // < train_size()). An empty batch changes nothing and returns 0.
   float StepOn(const std::vector<uint32_t>& batch);
   // Loss at params() on the given shard samples and its gradient (resized to num_params()),
-  // without changing anything.
+  // without changing anything (zero gradient and loss 0 for an empty batch).
   float LossAndGradient(const std::vector<uint32_t>& batch, Eigen::VectorXf* grad);
 
   // Mean loss and accuracy of params() on the whole test set.

@@ -29,6 +29,9 @@ class BroadcastQueue {
   // used. Cost is O(taken · log size) plus a bounded scan past updates that do not fit.
   size_t Fill(size_t budget, int limit, std::vector<Update>* out);
 
+  // Whether a membership update (alive/suspect/dead) about `name` is queued.
+  bool HasStateUpdate(const std::string& name) const { return index_[0].count(name) > 0; }
+
   size_t size() const { return order_.size(); }
   bool empty() const { return order_.empty(); }
   void Clear();

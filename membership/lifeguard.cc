@@ -14,8 +14,8 @@ TimeMs SuspicionMinTimeout(int suspicion_mult, size_t n, TimeMs probe_interval) 
 
 TimeMs SuspicionTimeout(int confirmations, int expected, TimeMs min, TimeMs max) {
   if (expected < 1) return min;
-  const double frac =
-      std::log(static_cast<double>(confirmations) + 1.0) / std::log(static_cast<double>(expected) + 1.0);
+  const double frac = std::log(static_cast<double>(confirmations) + 1.0) /
+                      std::log(static_cast<double>(expected) + 1.0);
   const double raw = static_cast<double>(max) - frac * static_cast<double>(max - min);
   const auto timeout = static_cast<TimeMs>(std::floor(raw));
   return std::max(timeout, min);

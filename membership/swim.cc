@@ -50,6 +50,7 @@ struct Suspicion {
   int confirmations = 0;  // independent confirmations so far (the first accuser excluded)
   std::vector<std::string> accusers;
   TimeMs deadline = 0;
+  TimeMs refresh_at = 0;  // when to gossip the suspicion again (see RefreshSuspicion)
 };
 
 struct NodeState {
@@ -97,16 +98,18 @@ struct Swim::Impl {
     if (st != self_) events_.push_back(Event{kind, st->m});
   }
   void ClearSuspicion(NodeState* st);
+  void RefreshSuspicion(NodeState* st);
   void StartSuspicion(NodeState* st, const std::string& from);
   bool Confirm(NodeState* st, const std::string& from);
-  void OnAlive(const AliveMsg& a);
+  // `spread` = false learns without re-gossiping (state that is old news to the cluster).
+  void OnAlive(const AliveMsg& a, bool spread = true);
   void OnSuspect(const SuspectMsg& s);
   void OnDead(const DeadMsg& d);
   void OnProgress(const ProgressMsg& p);
   void OnUpdate(const Update& u);
   void Refute(uint32_t accused);
   void NoteStale(const NodeState* st);
-  void MergeState(const std::vector<MemberState>& remote);
+  void MergeState(const std::vector<MemberState>& remote, bool spread = true);
   std::vector<MemberState> LocalState() const;
 
   // ---- failure detector ----
@@ -171,6 +174,7 @@ struct Swim::Impl {
   uint32_t next_seq_ = 1;
 
   std::set<std::pair<TimeMs, std::string>> suspicion_timers_;
+  std::set<std::pair<TimeMs, std::string>> refresh_timers_;
   std::set<std::pair<TimeMs, std::string>> reap_timers_;
 
   TimeMs next_probe_;
@@ -260,7 +264,23 @@ void Swim::Impl::SetStatus(NodeState* st, Status s) {
 void Swim::Impl::ClearSuspicion(NodeState* st) {
   if (!st->suspicion) return;
   suspicion_timers_.erase({st->suspicion->deadline, st->m.name});
+  refresh_timers_.erase({st->suspicion->refresh_at, st->m.name});
   st->suspicion.reset();
+}
+
+void Swim::Impl::RefreshSuspicion(NodeState* st) {
+  // A suspicion is gossiped a bounded number of times, mostly before the suspect had a chance
+  // to refute. A holder that then missed every copy of the refutation would declare a live
+  // member failed. Gossiping the suspicion again halfway through the minimum timeout gets it
+  // corrected by any peer that saw the refutation (NoteStale), and otherwise adds nothing:
+  // it carries the original accuser, so it is no new confirmation.
+  Suspicion& sp = *st->suspicion;
+  refresh_timers_.erase({sp.refresh_at, st->m.name});
+  if (!queue_.HasStateUpdate(st->m.name)) {
+    queue_.Queue(SuspectMsg{st->m.name, st->m.incarnation, sp.accusers.front()});
+  }
+  sp.refresh_at = now_ + std::max<TimeMs>(1, sp.min / 2);
+  refresh_timers_.emplace(sp.refresh_at, st->m.name);
 }
 
 void Swim::Impl::StartSuspicion(NodeState* st, const std::string& from) {
@@ -277,7 +297,9 @@ void Swim::Impl::StartSuspicion(NodeState* st, const std::string& from) {
   sp.expected = k;
   sp.accusers.push_back(from);
   sp.deadline = now_ + (k < 1 ? sp.min : sp.max);
+  sp.refresh_at = now_ + std::max<TimeMs>(1, sp.min / 2);
   suspicion_timers_.emplace(sp.deadline, st->m.name);
+  refresh_timers_.emplace(sp.refresh_at, st->m.name);
   st->suspicion = std::move(sp);
 }
 
@@ -295,17 +317,20 @@ bool Swim::Impl::Confirm(NodeState* st, const std::string& from) {
   return true;
 }
 
-void Swim::Impl::OnAlive(const AliveMsg& a) {
-  // A leave must not be undone by an alive message about us still in flight (memberlist).
-  if (left_ && a.name == cfg_.name) return;
+void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
   NodeState* st = FindState(a.name);
+  // A leave must not be undone by an alive message about us still in flight (memberlist).
+  if (left_ && a.name == cfg_.name) {
+    NoteStale(st);
+    return;
+  }
   if (st == nullptr) {
     st = AddNode(a.name);
     st->m.addr = a.addr;
     st->m.incarnation = a.incarnation;
     st->m.meta = a.meta;
     ++num_live_;  // AddNode creates it alive
-    queue_.Queue(a);
+    if (spread) queue_.Queue(a);
     Emit(Event::Kind::kJoined, st);
     return;
   }
@@ -317,7 +342,10 @@ void Swim::Impl::OnAlive(const AliveMsg& a) {
     if (local || IsLive(st->m.status)) return;
     reclaim = true;
   }
-  if (!local && !reclaim && a.incarnation <= st->m.incarnation) return;
+  if (!local && !reclaim && a.incarnation <= st->m.incarnation) {
+    if (st->m.status == Status::kLeft) NoteStale(st);
+    return;
+  }
   if (local && a.incarnation < st->m.incarnation) return;
   ClearSuspicion(st);
   if (local) {
@@ -327,7 +355,7 @@ void Swim::Impl::OnAlive(const AliveMsg& a) {
     Refute(a.incarnation);
     return;
   }
-  queue_.Queue(a);
+  if (spread) queue_.Queue(a);
   const Status old_status = st->m.status;
   const bool meta_changed = st->m.meta != a.meta;
   st->m.incarnation = a.incarnation;
@@ -342,12 +370,16 @@ void Swim::Impl::OnAlive(const AliveMsg& a) {
 }
 
 void Swim::Impl::NoteStale(const NodeState* st) {
-  // The sender gossips an accusation for an incarnation that is already refuted: it missed the
-  // refutation (lost, or out of retransmissions before reaching it). Epidemic spreading misses
-  // a node now and then, and a stale suspicion left alone would time out and declare a live
+  // The sender gossips news about `st` that is older than ours: it missed a refutation or a
+  // leave (lost, or out of retransmissions before reaching it). Epidemic spreading misses a
+  // node now and then, and a stale suspicion left alone would time out and declare a live
   // member failed, so answer the sender directly with what we know (anti-entropy on demand).
-  if (!collecting_ || IsDeadOrLeft(st->m.status)) return;
-  corrections_.push_back(AliveMsg{st->m.name, st->m.addr, st->m.incarnation, st->m.meta});
+  if (!collecting_) return;
+  if (st->m.status == Status::kLeft) {
+    corrections_.push_back(DeadMsg{st->m.name, st->m.incarnation, st->m.name});
+  } else if (IsLive(st->m.status)) {
+    corrections_.push_back(AliveMsg{st->m.name, st->m.addr, st->m.incarnation, st->m.meta});
+  }
 }
 
 void Swim::Impl::OnSuspect(const SuspectMsg& s) {
@@ -363,7 +395,10 @@ void Swim::Impl::OnSuspect(const SuspectMsg& s) {
     if (Confirm(st, s.from)) queue_.Queue(s);
     return;
   }
-  if (st->m.status != Status::kAlive) return;
+  if (st->m.status != Status::kAlive) {
+    if (st->m.status == Status::kLeft) NoteStale(st);
+    return;
+  }
   if (st == self_) {
     Refute(s.incarnation);  // SWIM §4.2: refute with a higher incarnation
     return;
@@ -385,6 +420,7 @@ void Swim::Impl::OnDead(const DeadMsg& d) {
   ClearSuspicion(st);
   const bool leave = d.from == d.name;
   if (IsDeadOrLeft(st->m.status)) {
+    if (!leave && st->m.status == Status::kLeft) NoteStale(st);
     // Serf force-leave semantics: a member already failed here that is announced as left is
     // reported as left, and the news passed on, so the whole cluster agrees.
     if (leave && st->m.status == Status::kFailed && st != self_) {
@@ -435,13 +471,13 @@ void Swim::Impl::Refute(uint32_t accused) {
   queue_.Queue(AliveMsg{cfg_.name, cfg_.addr, inc, self_->m.meta});
 }
 
-void Swim::Impl::MergeState(const std::vector<MemberState>& remote) {
+void Swim::Impl::MergeState(const std::vector<MemberState>& remote, bool spread) {
   // memberlist mergeState: a remote "dead" only makes us suspect (our own probes decide), and
   // a remote claim that we are dead goes through the refutation path.
   for (const MemberState& r : remote) {
     switch (r.status) {
       case Status::kAlive:
-        OnAlive(AliveMsg{r.name, r.addr, r.incarnation, r.meta});
+        OnAlive(AliveMsg{r.name, r.addr, r.incarnation, r.meta}, spread);
         break;
       case Status::kLeft:
         OnDead(DeadMsg{r.name, r.incarnation, r.name});
@@ -511,10 +547,10 @@ void Swim::Impl::SendIndirectPings() {
     probe_.active = false;
     return;
   }
-  auto peers = RandomNodes(static_cast<size_t>(std::max(0, cfg_.indirect_checks)),
-                           [&](const NodeState* st) {
-                             return st != self_ && st != target && st->m.status == Status::kAlive;
-                           });
+  auto peers =
+      RandomNodes(static_cast<size_t>(std::max(0, cfg_.indirect_checks)), [&](const NodeState* st) {
+        return st != self_ && st != target && st->m.status == Status::kAlive;
+      });
   for (NodeState* peer : peers) {
     SendPacket(peer->m.addr, IndirectPingMsg{probe_.seq, target->m.name, target->m.addr, true});
     ++probe_.expected_nacks;
@@ -567,12 +603,12 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
 void Swim::Impl::Gossip() {
   // Gossip to live members and to the recently dead, so a wrongly declared node still hears
   // about it and can refute (memberlist gossip, GossipToTheDeadTime).
-  auto targets = RandomNodes(static_cast<size_t>(std::max(0, cfg_.gossip_nodes)),
-                             [&](const NodeState* st) {
-                               if (st == self_) return false;
-                               if (IsLive(st->m.status)) return true;
-                               return now_ - st->m.state_change <= cfg_.gossip_to_dead_time;
-                             });
+  auto targets =
+      RandomNodes(static_cast<size_t>(std::max(0, cfg_.gossip_nodes)), [&](const NodeState* st) {
+        if (st == self_) return false;
+        if (IsLive(st->m.status)) return true;
+        return now_ - st->m.state_change <= cfg_.gossip_to_dead_time;
+      });
   for (NodeState* t : targets) {
     if (queue_.empty()) break;
     SendPacket(t->m.addr, std::monostate{});
@@ -645,6 +681,10 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   // A ping for another name reached us at a stale address: stay silent.
   if (ping != nullptr && !ping->target.empty() && ping->target != s.cfg_.name) return;
   if (ping != nullptr) {
+    // Whoever still probes us after we left missed the news: tell it again.
+    if (s.left_) {
+      corrections.push_back(DeadMsg{s.cfg_.name, s.self_->m.incarnation, s.cfg_.name});
+    }
     s.SendPacket(reply_to, AckMsg{ping->seq}, std::move(corrections));
     return;
   }
@@ -655,7 +695,8 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
     r.origin_addr = reply_to;
     r.origin_seq = ind->seq;
     r.want_nack = ind->want_nack;
-    r.nack_at = now + static_cast<TimeMs>(kNackFraction * static_cast<double>(s.cfg_.probe_timeout));
+    r.nack_at =
+        now + static_cast<TimeMs>(kNackFraction * static_cast<double>(s.cfg_.probe_timeout));
     r.expire_at = now + s.cfg_.probe_timeout;
     s.relays_.emplace(seq, std::move(r));
     s.SendPacket(ind->target_addr, PingMsg{seq, ind->target});
@@ -682,7 +723,11 @@ PushPull Swim::HandlePushPullRequest(const PushPull& request, TimeMs now) {
 
 void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
   impl_->now_ = now;
-  impl_->MergeState(response.members);
+  // A node that knows nobody yet is joining: the state it receives is what the cluster already
+  // knows, so re-gossiping all of it would only cost O(n) updates per joiner (O(n²) for a mass
+  // join). Everything else — suspicions, leaves, refutations about ourselves — still applies.
+  const bool joining = impl_->nodes_.size() == 1;
+  impl_->MergeState(response.members, /*spread=*/!joining);
 }
 
 void Swim::PushPullFailed(const std::string& /*to_addr*/, TimeMs now) {
@@ -710,13 +755,23 @@ void Swim::Tick(TimeMs now) {
 
   while (!s.suspicion_timers_.empty() && s.suspicion_timers_.begin()->first <= now) {
     const std::string name = s.suspicion_timers_.begin()->second;
-    s.suspicion_timers_.erase(s.suspicion_timers_.begin());
     NodeState* st = s.FindState(name);
-    if (st == nullptr) continue;
-    st->suspicion.reset();
+    if (st == nullptr) {
+      s.suspicion_timers_.erase(s.suspicion_timers_.begin());
+      continue;
+    }
+    s.ClearSuspicion(st);
     if (st->m.status != Status::kSuspect) continue;
     ++s.stats_.failures_declared;
     s.OnDead(DeadMsg{name, st->m.incarnation, s.cfg_.name});
+  }
+  while (!s.refresh_timers_.empty() && s.refresh_timers_.begin()->first <= now) {
+    NodeState* st = s.FindState(s.refresh_timers_.begin()->second);
+    if (st == nullptr || !st->suspicion) {
+      s.refresh_timers_.erase(s.refresh_timers_.begin());
+      continue;
+    }
+    s.RefreshSuspicion(st);
   }
   while (!s.reap_timers_.empty() && s.reap_timers_.begin()->first <= now) {
     NodeState* st = s.FindState(s.reap_timers_.begin()->second);
@@ -765,6 +820,7 @@ TimeMs Swim::NextDeadline() const {
     if (r.want_nack && !r.nack_sent) d = std::min(d, r.nack_at);
   }
   if (!s.suspicion_timers_.empty()) d = std::min(d, s.suspicion_timers_.begin()->first);
+  if (!s.refresh_timers_.empty()) d = std::min(d, s.refresh_timers_.begin()->first);
   if (!s.reap_timers_.empty()) d = std::min(d, s.reap_timers_.begin()->first);
   // Idle gossip rounds do nothing, so they need no wake-up.
   if (!s.queue_.empty()) d = std::min(d, s.NextGossip());
@@ -824,9 +880,7 @@ void Swim::SetStep(uint64_t step) {
 
 std::vector<OutPacket> Swim::TakePackets() { return std::exchange(impl_->out_packets_, {}); }
 
-std::vector<OutPushPull> Swim::TakePushPulls() {
-  return std::exchange(impl_->out_push_pulls_, {});
-}
+std::vector<OutPushPull> Swim::TakePushPulls() { return std::exchange(impl_->out_push_pulls_, {}); }
 
 std::vector<Event> Swim::TakeEvents() { return std::exchange(impl_->events_, {}); }
 

@@ -80,7 +80,7 @@ struct OutPushPull {
 struct Stats {
   uint64_t probes = 0;
   uint64_t indirect_probes = 0;
-  uint64_t suspicions_raised = 0;  // times this node began suspecting someone
+  uint64_t suspicions_raised = 0;  // times this node's own failed probe started a suspicion
   uint64_t refutations = 0;        // times this node refuted suspicion about itself
   uint64_t failures_declared = 0;  // times this node's suspicion timer expired
   uint64_t packets_sent = 0;

@@ -52,8 +52,9 @@ size_t EstimateSize(const Update& u) {
 }
 
 size_t EstimatePacketOverhead(const Packet& p) {
-  // Packet table: from, from_addr, from_step, primary (type + offset), updates vector.
-  size_t bytes = kTableBytes + 6 * kFieldBytes + p.from.size() + p.from_addr.size();
+  // Packet table: from, from_addr, from_step, primary (type + value), updates (a vector of
+  // unions: a type vector and a value vector), one field to spare for appended fields.
+  size_t bytes = kTableBytes + 8 * kFieldBytes + p.from.size() + p.from_addr.size();
   bytes += std::visit(
       [](const auto& m) -> size_t {
         using T = std::decay_t<decltype(m)>;

@@ -26,10 +26,10 @@ const char* StatusName(Status s);  // "alive", "suspect", "failed", "left"
 // (it travels in alive messages), so it holds slowly-changing fields; the fast-changing training
 // step travels separately as progress (see Progress below).
 struct Meta {
-  std::string data_addr;     // "ip:port" for parameter transfers (TCP); empty = same as addr
-  bool training = false;     // still taking SGD steps (SPEC §6: finished nodes leave barriers)
-  float uplink_mbps = 0;     // measured available uplink, MB/s (0 = unknown)
-  float downlink_mbps = 0;   // measured available downlink, MB/s (0 = unknown)
+  std::string data_addr;    // "ip:port" for parameter transfers (TCP); empty = same as addr
+  bool training = false;    // still taking SGD steps (SPEC §6: finished nodes leave barriers)
+  float uplink_mbps = 0;    // measured available uplink, MB/s (0 = unknown)
+  float downlink_mbps = 0;  // measured available downlink, MB/s (0 = unknown)
 
   bool operator==(const Meta& o) const {
     return data_addr == o.data_addr && training == o.training && uplink_mbps == o.uplink_mbps &&
@@ -97,8 +97,8 @@ using Primary = std::variant<std::monostate, PingMsg, IndirectPingMsg, AckMsg, N
 // updates (a "compound" packet in memberlist terms). Every packet carries the sender's own
 // progress, so peers learn steps from all membership traffic.
 struct Packet {
-  std::string from;      // sender name (also in the wire envelope)
-  std::string from_addr; // sender's advertised addr, so replies go to it and not a NAT'd source
+  std::string from;       // sender name (also in the wire envelope)
+  std::string from_addr;  // sender's advertised addr, so replies go to it and not a NAT'd source
   uint64_t from_step = 0;
   Primary primary;
   std::vector<Update> updates;

@@ -100,15 +100,15 @@ void SimNetwork::send_stream(const std::string& from, const std::string& to, siz
     clock_->schedule_after(stream_failure_delay_, std::move(fail));
     return;
   }
-  clock_->schedule_after(latency, [this, from, to, deliver = std::move(deliver),
-                                   fail = std::move(fail)] {
-    if (!reachable(from, to) || !reachable(to, from)) {
-      ++stats_.streams_failed;
-      fail();
-      return;
-    }
-    deliver();
-  });
+  clock_->schedule_after(latency,
+                         [this, from, to, deliver = std::move(deliver), fail = std::move(fail)] {
+                           if (!reachable(from, to) || !reachable(to, from)) {
+                             ++stats_.streams_failed;
+                             fail();
+                             return;
+                           }
+                           deliver();
+                         });
 }
 
 }  // namespace meshtrain::sim

@@ -73,8 +73,7 @@ class SimNetwork {
 
   // Sends a datagram: unless lost or unreachable now, `deliver` runs after the link latency, if
   // `to` is still up and reachable then. Returns whether it was put on the wire.
-  bool send_datagram(const std::string& from, const std::string& to, size_t bytes,
-                     Deliver deliver);
+  bool send_datagram(const std::string& from, const std::string& to, size_t bytes, Deliver deliver);
   // Reliable one-way stream transfer: `deliver` runs after the link latency if the path is
   // usable now and at arrival; otherwise `fail` runs (after the failure delay, or at arrival).
   void send_stream(const std::string& from, const std::string& to, size_t bytes, Deliver deliver,

@@ -180,8 +180,8 @@ void SwimCluster::SendPushPulls(size_t i) {
     const size_t bytes = PushPullBytes(out.request);
     net_.send_stream(
         p.addr, out.to_addr, bytes,
-        [this, i, gen, to, from = p.addr, to_addr = out.to_addr,
-         request = std::move(out.request), failed] {
+        [this, i, gen, to, from = p.addr, to_addr = out.to_addr, request = std::move(out.request),
+         failed] {
           // A stopped process accepts no connection: the requester times out.
           if (!is_running(to)) {
             clock_.schedule_after(0, failed);

@@ -35,8 +35,7 @@ struct SwimClusterOptions {
 
 class SwimCluster {
  public:
-  using EventHook =
-      std::function<void(size_t observer, TimeMs at, const membership::Event& event)>;
+  using EventHook = std::function<void(size_t observer, TimeMs at, const membership::Event& event)>;
   // Sees every datagram handed to a running node, just before it is handled.
   using PacketTap = std::function<void(size_t from, size_t to, const membership::Packet& packet)>;
 

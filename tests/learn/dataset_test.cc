@@ -96,6 +96,13 @@ TEST_CASE("fashion-mnist loads the real Debian files", "[learn][dataset]") {
   CHECK(data->train.labels[1] == 0);
   CHECK(data->train.labels[2] == 0);
 
+  // Training-set pixel statistics used to standardize inputs (known Fashion-MNIST values).
+  CHECK(data->pixel_mean == Approx(0.2860).margin(5e-4));
+  CHECK(data->pixel_stddev == Approx(0.3530).margin(5e-4));
+  const auto [test_mean, test_std] = PixelMoments(data->test);
+  CHECK(test_mean == Approx(0.2868).margin(2e-3));
+  CHECK(test_std > 0.3);
+
   // FillBatch scales to [0,1] floats, one sample per column.
   const std::vector<uint32_t> idx = {0, 59999, 123};
   Eigen::MatrixXf x;

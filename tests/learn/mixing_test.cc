@@ -2,6 +2,8 @@
 #include "learn/mixing.h"
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "learn/optimizer.h"
@@ -64,6 +66,17 @@ TEST_CASE("ParamsCrc32 fingerprints the exact bytes", "[learn][mixing]") {
   // CRC32 of four zero bytes, a fixed point of zlib's crc32 (IEEE polynomial).
   const float zero = 0.0f;
   CHECK(ParamsCrc32(&zero, 1) == 0x2144DF1Cu);
+}
+
+TEST_CASE("ParamsFinite rejects NaN and infinities", "[learn][mixing]") {
+  std::vector<float> v = {1, -2, 3e38f, 0};
+  CHECK(ParamsFinite(v.data(), v.size()));
+  CHECK(ParamsFinite(v.data(), 0));
+  v[2] = std::numeric_limits<float>::infinity();
+  CHECK_FALSE(ParamsFinite(v.data(), v.size()));
+  v[2] = 0;
+  v[3] = std::numeric_limits<float>::quiet_NaN();
+  CHECK_FALSE(ParamsFinite(v.data(), v.size()));
 }
 
 TEST_CASE("SGD with momentum follows v <- mu v + g, x <- x - lr v", "[learn][optimizer]") {

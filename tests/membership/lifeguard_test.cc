@@ -1,10 +1,11 @@
 // Unit tests of the Lifeguard arithmetic, the dissemination queue and the size estimates.
+#include "membership/lifeguard.h"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 
 #include "membership/broadcast_queue.h"
-#include "membership/lifeguard.h"
 #include "membership/swim.h"
 #include "membership/types.h"
 
@@ -53,8 +54,7 @@ TEST_CASE("awareness score saturates in [0, max-1] and scales timeouts",
   CHECK(a.score() == 5);
 }
 
-TEST_CASE("broadcast queue keeps the newest update per member and slot",
-          "[membership][queue]") {
+TEST_CASE("broadcast queue keeps the newest update per member and slot", "[membership][queue]") {
   BroadcastQueue q;
   q.Queue(AliveMsg{"b", "b:1", 1, {}});
   q.Queue(SuspectMsg{"b", 1, "c"});

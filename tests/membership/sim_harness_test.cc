@@ -105,16 +105,19 @@ TEST_CASE("sim network streams are reliable but fail across partitions", "[sim][
   net.set_loss(1.0);  // streams ignore datagram loss
   int ok = 0;
   int failed = 0;
-  net.send_stream("a", "b", 100, [&] { ++ok; }, [&] { ++failed; });
+  net.send_stream(
+      "a", "b", 100, [&] { ++ok; }, [&] { ++failed; });
   net.block("b", "a");  // a stream needs both directions
-  net.send_stream("a", "b", 100, [&] { ++ok; }, [&] { ++failed; });
+  net.send_stream(
+      "a", "b", 100, [&] { ++ok; }, [&] { ++failed; });
   while (clock.run_next()) {
   }
   // The first stream's path broke while in flight, too.
   CHECK(ok == 0);
   CHECK(failed == 2);
   net.unblock_all();
-  net.send_stream("a", "b", 100, [&] { ++ok; }, [&] { ++failed; });
+  net.send_stream(
+      "a", "b", 100, [&] { ++ok; }, [&] { ++failed; });
   while (clock.run_next()) {
   }
   CHECK(ok == 1);

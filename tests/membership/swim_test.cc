@@ -1,6 +1,8 @@
 // Unit tests of the Swim state machine, driven by hand: packets are passed between a few
 // Swim instances by a tiny in-test wire with zero latency and a drop filter, and time moves
 // in 1 ms steps. Deterministic (fixed seeds), no sleeps.
+#include "membership/swim.h"
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -9,8 +11,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include "membership/swim.h"
 
 namespace meshtrain::membership {
 namespace {
@@ -74,8 +74,8 @@ class Wire {
   void RunUntil(TimeMs until, const std::vector<std::string>& only = {}) {
     for (; now_ <= until; ++now_) {
       for (auto& [addr, swim] : nodes_) {
-        if (!only.empty() && std::find(only.begin(), only.end(), addr.substr(0, addr.find(':'))) ==
-                                 only.end()) {
+        if (!only.empty() &&
+            std::find(only.begin(), only.end(), addr.substr(0, addr.find(':'))) == only.end()) {
           continue;
         }
         if (swim->NextDeadline() <= now_) swim->Tick(now_);
@@ -187,8 +187,7 @@ TEST_CASE("an indirect probe through an intermediary relays the ack", "[membersh
   CHECK(w.Get("a").HealthScore() == 0);
 }
 
-TEST_CASE("a dead target yields a nack, a suspicion and no health penalty",
-          "[membership][swim]") {
+TEST_CASE("a dead target yields a nack, a suspicion and no health penalty", "[membership][swim]") {
   Wire w;
   w.Add("a");
   w.Add("b");
@@ -211,8 +210,7 @@ TEST_CASE("a dead target yields a nack, a suspicion and no health penalty",
   CHECK(w.Get("a").HealthScore() == 0);  // the nacks prove our own path is fine
 }
 
-TEST_CASE("an isolated node blames itself: awareness rises, then recovers",
-          "[membership][swim]") {
+TEST_CASE("an isolated node blames itself: awareness rises, then recovers", "[membership][swim]") {
   Wire w;
   w.Add("a");
   w.Add("b");
@@ -238,8 +236,7 @@ TEST_CASE("an isolated node blames itself: awareness rises, then recovers",
   CHECK(w.Get("a").NumAlive() == 3);
 }
 
-TEST_CASE("suspicion about ourselves is refuted with a higher incarnation",
-          "[membership][swim]") {
+TEST_CASE("suspicion about ourselves is refuted with a higher incarnation", "[membership][swim]") {
   Swim a(TestConfig("a"), 1, 0);
   a.HandlePacket("x:7950", From("x", std::monostate{}, {SuspectMsg{"a", 0, "x"}}), 5);
   CHECK(a.stats().refutations == 1);
@@ -276,8 +273,7 @@ TEST_CASE("suspicion about ourselves is refuted with a higher incarnation",
   CHECK(carries_alive(out[0], "a", 5));
 }
 
-TEST_CASE("a stale accusation about a third member is corrected directly",
-          "[membership][swim]") {
+TEST_CASE("a stale accusation about a third member is corrected directly", "[membership][swim]") {
   Wire w;
   w.Add("a");
   w.Add("b");
@@ -293,7 +289,8 @@ TEST_CASE("a stale accusation about a third member is corrected directly",
   REQUIRE(std::holds_alternative<AckMsg>(out[0].packet.primary));
   bool corrected = false;
   for (const Update& u : out[0].packet.updates) {
-    if (const auto* al = std::get_if<AliveMsg>(&u)) corrected |= al->name == "b" && al->incarnation == 2;
+    if (const auto* al = std::get_if<AliveMsg>(&u))
+      corrected |= al->name == "b" && al->incarnation == 2;
   }
   CHECK(corrected);
 }
@@ -326,8 +323,8 @@ std::unique_ptr<Swim> Loner(Config base, size_t n) {
   PushPull pp;
   pp.from = "m1";
   for (size_t i = 1; i < n; ++i) {
-    pp.members.push_back(MemberState{"m" + std::to_string(i), "m" + std::to_string(i) + ":7950",
-                                     0, Status::kAlive, {}, 0});
+    pp.members.push_back(MemberState{
+        "m" + std::to_string(i), "m" + std::to_string(i) + ":7950", 0, Status::kAlive, {}, 0});
   }
   a->HandlePushPullResponse(pp, 0);
   a->TakeEvents();
@@ -354,7 +351,8 @@ TEST_CASE("an unrefuted suspicion turns into failed at the timeout", "[membershi
     a->Tick(t);
     for (const OutPacket& p : a->TakePackets()) {
       for (const Update& u : p.packet.updates) {
-        if (const auto* d = std::get_if<DeadMsg>(&u)) dead_from_a |= d->name == "m1" && d->from == "a";
+        if (const auto* d = std::get_if<DeadMsg>(&u))
+          dead_from_a |= d->name == "m1" && d->from == "a";
       }
     }
   }
@@ -365,7 +363,8 @@ TEST_CASE("independent confirmations shorten the suspicion timeout", "[membershi
   Config lan = Config::Lan();
   // n = 10: min = 4 × 1 × 1 s = 4 s, max = 24 s, K = SuspicionMult − 2 = 2.
   const TimeMs t0 = 50;
-  const TimeMs one_conf = 24000 - static_cast<TimeMs>(std::ceil(20000.0 * std::log(2.0) / std::log(3.0)));
+  const TimeMs one_conf =
+      24000 - static_cast<TimeMs>(std::ceil(20000.0 * std::log(2.0) / std::log(3.0)));
   SECTION("no confirmation: max") {
     auto a = Loner(lan, 10);
     a->HandlePacket("m9:7950", From("m9", std::monostate{}, {SuspectMsg{"m1", 0, "a"}}), t0);
@@ -389,10 +388,10 @@ TEST_CASE("independent confirmations shorten the suspicion timeout", "[membershi
   SECTION("K confirmations: min") {
     auto a = Loner(lan, 10);
     a->HandlePacket("m9:7950", From("m9", std::monostate{}, {SuspectMsg{"m1", 0, "a"}}), t0);
-    a->HandlePacket("m9:7950",
-                    From("m9", std::monostate{},
-                         {SuspectMsg{"m1", 0, "m2"}, SuspectMsg{"m1", 0, "m3"}}),
-                    t0 + 1000);
+    a->HandlePacket(
+        "m9:7950",
+        From("m9", std::monostate{}, {SuspectMsg{"m1", 0, "m2"}, SuspectMsg{"m1", 0, "m3"}}),
+        t0 + 1000);
     a->Tick(t0 + 3999);
     CHECK(a->Find("m1")->status == Status::kSuspect);
     a->Tick(t0 + 4000);
@@ -410,7 +409,8 @@ TEST_CASE("an update is retransmitted RetransmitMult x ceil(log10(n+1)) times",
     a->Tick(t);
     for (const OutPacket& p : a->TakePackets()) {
       for (const Update& u : p.packet.updates) {
-        if (const auto* al = std::get_if<AliveMsg>(&u)) sent += al->name == "a" && al->incarnation == 1;
+        if (const auto* al = std::get_if<AliveMsg>(&u))
+          sent += al->name == "a" && al->incarnation == 1;
       }
     }
   }
@@ -419,7 +419,7 @@ TEST_CASE("an update is retransmitted RetransmitMult x ceil(log10(n+1)) times",
 
 TEST_CASE("every packet respects the datagram budget", "[membership][swim]") {
   Config c = Config::Lan();
-  c.max_packet_bytes = GENERATE(400, 1400);
+  c.max_packet_bytes = GENERATE(500, 1400);
   auto a = Loner(c, 1);
   // Learn 200 long-named members: 200 alive updates to piggyback.
   PushPull pp;
@@ -428,7 +428,8 @@ TEST_CASE("every packet respects the datagram budget", "[membership][swim]") {
                                      "192.168.100." + std::to_string(i % 250) + ":7950", 3,
                                      Status::kAlive, Meta{"192.168.100.1:7960", true, 9, 9}, 0});
   }
-  a->HandlePushPullResponse(pp, 0);
+  pp.from = "m0";
+  a->HandlePushPullRequest(pp, 0);  // news to gossip (a joiner's own first merge stays quiet)
   size_t max_seen = 0;
   size_t packets = 0;
   const size_t budget = c.max_packet_bytes - c.packet_overhead_bytes;
@@ -555,6 +556,25 @@ TEST_CASE("progress spreads by gossip and only moves forward", "[membership][swi
   Swim& a = w.Get("a");
   a.HandlePacket("b:7950", From("b", std::monostate{}, {ProgressMsg{"d", 50}}), w.now());
   CHECK(a.Find("d")->step == 101);
+}
+
+TEST_CASE("metadata changes travel with a new incarnation and raise kUpdated",
+          "[membership][swim]") {
+  Wire w;
+  w.Add("a");
+  w.Add("b");
+  w.JoinDirect("b", "a");
+  w.RunUntil(1000);
+  const Meta meta{"b:7960", true, 12.5f, 40.0f};
+  w.Get("b").SetMeta(meta, w.now());
+  CHECK(w.Get("b").Find("b")->incarnation == 1);
+  w.RunUntil(w.now() + 2000);
+  const Member* b = w.Get("a").Find("b");
+  REQUIRE(b != nullptr);
+  CHECK(b->meta == meta);
+  CHECK(b->incarnation == 1);
+  CHECK(CountEvents(w.events["a:7950"], Event::Kind::kUpdated, "b") == 1);
+  CHECK(CountEvents(w.events["a:7950"], Event::Kind::kJoined, "b") == 1);
 }
 
 }  // namespace

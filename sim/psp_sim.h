@@ -1,0 +1,177 @@
+// The PSP simulator behind `meshtrain simulate` (SPEC §9): N nodes train in virtual time, each
+// driving the real sync::BarrierCore (asp, bsp, ssp, pbsp, pssp, dssp) before every local step,
+// exchanging parameters with receivers picked per step, and — with `membership` on — running
+// the real membership::Swim cores (through sim/swim_cluster.h) whose failure events remove
+// crashed peers from every barrier's view. One run simulates one barrier configuration;
+// RunPspSim() is called once per policy with the same seed, so node speeds and per-step compute
+// times are identical across policies (common random numbers: differences come from the
+// barriers, not from luck).
+//
+// Model (all defaults documented in `meshtrain simulate --help`):
+//   Compute. Node i has a mean step time m_i = step_time · g_i · f_i, where g_i ~ Gamma with
+//     mean 1 and coefficient of variation node_cv (persistent hardware heterogeneity, drawn once)
+//     and f_i = straggler_factor for a seeded straggler_fraction of the nodes, else 1. Each
+//     step's duration is drawn around m_i: Gamma (CV step_cv, the default), exponential (CV 1:
+//     memoryless, very bursty) or constant. A pure exponential makes every node look like a
+//     straggler half of the time; the PSP paper's simulations instead have nodes whose speeds
+//     differ persistently, which the two-level gamma model reproduces.
+//   Network. Every message takes latency + uniform[0, jitter] ms. Parameter transfers also
+//     queue on the sender's uplink and the receiver's downlink (bandwidth MB/s each). Progress
+//     queries and replies are UDP datagrams (lost with probability `loss`); parameter transfers
+//     and progress announcements are TCP-like streams: a lost attempt costs one retransmission
+//     timeout, nothing is dropped.
+//   Progress knowledge. pbsp/pssp learn peers' steps from their own progress queries (answered
+//     by the peer with its current step) and from the step piggybacked on every parameter
+//     transfer (SPEC §6). bsp/ssp/dssp must know every live peer's step: each completed step is
+//     announced to every peer (one small message each — the O(n)-per-step cost PSP avoids,
+//     visible in messages_per_node). asp needs no progress at all.
+//   Parameter exchange (SPEC §6). After each step a node sends its parameters (a snapshot) to
+//     `fanout` receivers (select random: uniform distinct live peers; all; or selmcast: the
+//     global sync::SolveSelmcast plan, recomputed every virtual second). A receiver mixes
+//     everything that arrived (learn::MixAverage) when its next step starts.
+//   View. bsp/ssp/dssp use full membership. pbsp/pssp/asp nodes know `view` random peers
+//     (0 = everyone up to 2000 nodes, else 500): a peer-sampling partial view, so 10 000 nodes
+//     do not need 10^8 view entries. Sampling β of them approximates sampling the whole system.
+//   Failures. `crashes` stop nodes at given times. With membership off an oracle removes a
+//     crashed node from every view at once; with membership on, SWIM must detect it, and the
+//     result reports when the first and the last live node marked it failed.
+//   Task. With task "synthetic" every node trains a learn::Task on shared synthetic data (small
+//     d by default); the model error is the mean test MSE over live nodes (and the MSE of their
+//     averaged model), sampled every eval_every_s.
+//
+// Everything random is seeded from `seed`; the same options give the same result, bit for bit.
+//
+// Thread-safety: RunPspSim is reentrant (no globals); a run owns all its state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "learn/status.h"
+#include "sync/barrier.h"
+#include "sync/selection.h"
+
+namespace meshtrain::sim {
+
+enum class StepDist { kGamma, kExponential, kConstant };
+
+// "gamma" | "exp" | "const"; nullopt for anything else.
+std::optional<StepDist> ParseStepDist(const std::string& name);
+const char* StepDistName(StepDist dist);
+
+struct ComputeModel {
+  double step_ms = 1000;  // mean compute time of one local step
+  StepDist dist = StepDist::kGamma;
+  double step_cv = 0.3;  // gamma: coefficient of variation of one step around the node's mean
+  double node_cv = 0.2;  // spread of per-node mean speeds (0 = all nodes equally fast)
+  double straggler_fraction = 0;  // this share of nodes (seeded choice) ...
+  double straggler_factor = 1;    // ... is this many times slower
+};
+
+struct NetModel {
+  double latency_ms = 10;  // one-way base latency
+  double jitter_ms = 5;    // plus uniform [0, jitter]
+  double bandwidth_mbps = 100;  // per-node uplink and downlink, MB/s
+  double loss = 0;              // datagram loss rate; a stream attempt lost costs retransmit_ms
+  double retransmit_ms = 200;
+};
+
+struct CrashSpec {
+  size_t count = 1;   // nodes to crash (seeded choice among live nodes)
+  double at_s = 0;    // virtual seconds after training starts
+};
+
+struct PspSimOptions {
+  size_t nodes = 100;
+  double duration_s = 100;
+  uint64_t seed = 1;
+  sync::BarrierConfig barrier;  // policy, staleness, sample (β), r_max, probe_timeout
+  ComputeModel compute;
+  NetModel net;
+  sync::SelectPolicy select = sync::SelectPolicy::kRandom;
+  size_t fanout = 2;
+  size_t param_bytes = 0;  // bytes per parameter transfer; 0 = 4·params + 64 (task) or 100 000
+  size_t view = 0;         // partial view size for pbsp/pssp/asp; 0 = auto (see above)
+  bool membership = false;  // run SWIM for failure detection
+  std::string profile = "lan";  // membership timing profile
+  std::vector<CrashSpec> crashes;
+  // Training task: "none" or "synthetic".
+  std::string task = "none";
+  int task_dim = 16;
+  int task_train_samples = 2048;
+  int task_test_samples = 512;
+  int batch = 32;
+  float lr = 0.02f;
+  float momentum = 0.9f;
+  double eval_every_s = 1;
+  double target_error = 0.05;  // report the first time the mean node test MSE is at or below it
+  bool record_nodes = false;   // keep every node's step at every virtual second (for --csv)
+};
+
+// One sample of the step distribution over live nodes (and the error, with a task).
+struct TimePoint {
+  double t_s = 0;
+  uint64_t min = 0, p10 = 0, median = 0, p90 = 0, max = 0;
+  std::optional<double> error;            // mean over live nodes of the test MSE
+  std::optional<double> error_avg_model;  // test MSE of the live nodes' averaged parameters
+};
+
+// What membership reported about one crashed node (membership on only).
+struct CrashReport {
+  std::string node;
+  double crash_at_s = 0;
+  std::optional<double> first_detect_s;  // crash → first live node marks it failed
+  std::optional<double> all_detect_s;    // crash → every live node has
+  size_t observers = 0;                  // live nodes at the end that should detect it
+  size_t detected = 0;                   // of those, how many did
+};
+
+struct PspSimResult {
+  sync::Policy policy = sync::Policy::kPssp;
+  size_t sample = 0;       // β as configured (meaningful for pbsp/pssp)
+  uint64_t staleness = 0;  // s (ssp/pssp; s_L for dssp)
+  size_t nodes = 0;
+  size_t live_nodes = 0;  // nodes not crashed at the end (all statistics are over these)
+  size_t view = 0;        // peers each node's barrier knew at the start
+  double duration_s = 0;
+
+  std::vector<uint64_t> final_steps;  // per node (crashed nodes keep their last step)
+  uint64_t steps_min = 0, steps_median = 0, steps_max = 0;
+  uint64_t spread() const { return steps_max - steps_min; }
+  double wait_share = 0;         // mean over live nodes of barrier wait / duration
+  double messages_per_node = 0;  // sent, mean over all nodes (params, queries, replies,
+                                 // announcements; plus SWIM datagrams with membership on)
+  double bytes_per_node = 0;
+  std::optional<double> error;            // final mean node test MSE (task only)
+  std::optional<double> error_avg_model;  // final MSE of the averaged model (task only)
+  std::optional<double> time_to_target_s;  // first sample with error ≤ target_error
+
+  std::vector<TimePoint> series;                  // one per virtual second (and t = 0)
+  std::vector<std::vector<uint64_t>> node_steps;  // [second][node], with record_nodes
+  std::vector<CrashReport> crashes;
+
+  // Counters, for tests and curiosity.
+  uint64_t events = 0;
+  uint64_t queries = 0;
+  uint64_t replies = 0;
+  uint64_t timeouts = 0;
+  uint64_t param_messages = 0;
+  uint64_t datagrams_lost = 0;
+  uint64_t membership_messages = 0;
+  uint64_t false_failures = 0;  // membership marked a live node failed (with membership on)
+};
+
+// Checks the options (nodes ≥ 1, duration > 0, known task, sane rates).
+learn::Status ValidatePspSimOptions(const PspSimOptions& options);
+
+// Runs one simulation. Errors: invalid options, task construction failure, or membership not
+// converging during warm-up.
+learn::Result<PspSimResult> RunPspSim(const PspSimOptions& options);
+
+// Label for a policy in tables and plots: "pssp(β=4,s=4)", "bsp", "ssp(s=4)".
+std::string PolicyLabel(sync::Policy policy, size_t sample, uint64_t staleness);
+
+}  // namespace meshtrain::sim
