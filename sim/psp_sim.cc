@@ -813,17 +813,9 @@ const char* StepDistName(StepDist dist) {
 
 std::string PolicyLabel(sync::Policy policy, size_t sample, uint64_t staleness) {
   std::string label = sync::PolicyName(policy);
-  switch (policy) {
-    case Policy::kAsp:
-    case Policy::kBsp:
-      return label;
-    case Policy::kSsp:
-    case Policy::kDssp:
-      return label + "(s=" + std::to_string(staleness) + ")";
-    case Policy::kPbsp:
-      return label + "(b=" + std::to_string(sample) + ")";
-    case Policy::kPssp:
-      return label + "(b=" + std::to_string(sample) + ",s=" + std::to_string(staleness) + ")";
+  if (sync::IsProbabilistic(policy)) label += ":b" + std::to_string(sample);
+  if (policy == Policy::kSsp || policy == Policy::kPssp || policy == Policy::kDssp) {
+    label += ":s" + std::to_string(staleness);
   }
   return label;
 }

@@ -171,7 +171,8 @@ learn::Status ValidatePspSimOptions(const PspSimOptions& options);
 // converging during warm-up.
 learn::Result<PspSimResult> RunPspSim(const PspSimOptions& options);
 
-// Label for a policy in tables and plots: "pssp(β=4,s=4)", "bsp", "ssp(s=4)".
+// Label for a run in CSV files and plot legends (no commas): "pssp:b4:s4", "pbsp:b10",
+// "ssp:s4", "dssp:s4", "bsp", "asp".
 std::string PolicyLabel(sync::Policy policy, size_t sample, uint64_t staleness);
 
 }  // namespace meshtrain::sim

@@ -67,12 +67,11 @@ TEST_CASE("100 nodes joining through one seed reach full membership", "[membersh
 
 TEST_CASE("a crashed node is detected as failed on every live node", "[membership][cluster]") {
   const Config lan = Config::Lan();
-  // Bound: a few probe periods to get probed and suspected, plus the suspicion timeout
-  // (min = 4 × log10(100) × 1 s = 8 s once confirmations arrive; max 48 s), plus spreading.
+  // Bound: a few probe periods to get probed, suspected and confirmed by K = 2 others, plus
+  // the suspicion timeout at K confirmations (min = 4 × log10(100) × 1 s = 8 s; max 48 s).
   const TimeMs min_timeout =
       membership::SuspicionMinTimeout(lan.suspicion_mult, 100, lan.probe_interval);
-  const TimeMs bound = 5 * lan.probe_interval + min_timeout;
-  std::vector<TimeMs> all_max;
+  const TimeMs bound = 6 * lan.probe_interval + min_timeout;
   for (uint64_t seed : {3, 4, 5}) {
     SwimCluster c(Options(100, lan, seed));
     REQUIRE(Bootstrap(c).ok);
@@ -103,7 +102,6 @@ TEST_CASE("a crashed node is detected as failed on every live node", "[membershi
     CHECK(times.size() == 99);
     CHECK(worst <= bound);
     CHECK(false_failures == 0);
-    all_max.push_back(worst);
   }
 }
 
