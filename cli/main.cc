@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "cli/rpc_client.h"
+#include "cli/simulate.h"
 #include "daemon/agent.h"
 #include "daemon/config.h"
 #include "gossip/crypto.h"
@@ -123,8 +124,7 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "Start training once this many training peers are alive");
   a->add_option("--target-accuracy", c.target_accuracy, "Stop training at this test accuracy");
   a->add_option("--eval-every", c.eval_every, "Evaluate every K steps")->capture_default_str();
-  a->add_option("--barrier", c.barrier, "bsp, ssp, asp, pbsp, pssp or dssp")
-      ->capture_default_str();
+  a->add_option("--barrier", c.barrier, "bsp, ssp, asp, pbsp, pssp or dssp")->capture_default_str();
   a->add_option("--staleness", c.staleness, "SSP/PSP staleness bound")->capture_default_str();
   a->add_option("--sample", c.sample, "PSP sample size (beta)")->capture_default_str();
   a->add_option("--select", c.select, "Receiver selection: all, random or selmcast")
@@ -200,10 +200,12 @@ int main(int argc, char** argv) {
 
   auto* keygen = app.add_subcommand("keygen", "Print a new base64 32-byte cluster key");
   auto* version = app.add_subcommand("version", "Print the version");
+  auto* simulate = meshtrain::cli::AddSimulateCommand(app);
 
   CLI11_PARSE(app, argc, argv);
 
   if (agent->parsed()) return RunAgent(agent_config);
+  if (simulate->parsed()) return meshtrain::cli::RunSimulateCommand();
   if (version->parsed()) {
     std::printf("meshtrain %s (protocol 1)\n", MESHTRAIN_VERSION);
     return 0;
@@ -215,8 +217,7 @@ int main(int argc, char** argv) {
   if (join->parsed()) {
     auto r = Call(rpc, {{"cmd", "join"}, {"addrs", join_addrs}});
     if (!r) return 1;
-    std::printf("Successfully joined cluster by contacting %d nodes.\n",
-                r->value("joined", 0));
+    std::printf("Successfully joined cluster by contacting %d nodes.\n", r->value("joined", 0));
     return 0;
   }
   if (leave->parsed()) {

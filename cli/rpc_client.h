@@ -3,9 +3,8 @@
 // Thread-safety: stateless free function.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace meshtrain::cli {
 

@@ -1,17 +1,16 @@
 #include "daemon/agent.h"
 
-#include <spdlog/spdlog.h>
-#include <uv.h>
-
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -125,9 +124,9 @@ struct Agent::Impl {
   // ---- bandwidth (SPEC §7): measured while transfers are active, EWMA, bounded by limits ----
   struct BusyMeter {
     int active = 0;
-    int64_t since = 0;       // when `active` went 0 -> 1
-    int64_t busy_ms = 0;     // accumulated busy time not yet turned into a sample
-    uint64_t bytes = 0;      // bytes moved in that busy time
+    int64_t since = 0;    // when `active` went 0 -> 1
+    int64_t busy_ms = 0;  // accumulated busy time not yet turned into a sample
+    uint64_t bytes = 0;   // bytes moved in that busy time
     gossip::BandwidthEstimate estimate;
     void Begin(int64_t now) {
       if (active++ == 0) since = now;
@@ -159,7 +158,8 @@ struct Agent::Impl {
     if (!config.encrypt.empty()) {
       auto key = gossip::ParseKeyBase64(config.encrypt);
       if (!key) {
-        spdlog::error("invalid --encrypt key: expected base64 of 32 bytes (see `meshtrain keygen`)");
+        spdlog::error(
+            "invalid --encrypt key: expected base64 of 32 bytes (see `meshtrain keygen`)");
         return 2;
       }
       keyring = std::make_shared<gossip::Keyring>(*key);
@@ -197,9 +197,8 @@ struct Agent::Impl {
     rpc_tcp = std::make_unique<TcpHub>(&loop, rpc_opts);
 
     const auto bind = *NetAddr::Parse(config.bind);
-    if (int rc = udp->Bind(bind, [this](const uint8_t* d, size_t n, const NetAddr& from) {
-          OnDatagram(d, n, from);
-        });
+    if (int rc = udp->Bind(bind, [this](const uint8_t* d, size_t n,
+                                        const NetAddr& from) { OnDatagram(d, n, from); });
         rc != 0) {
       spdlog::error("cannot bind UDP {}: {}", config.bind, uv_strerror(rc));
       return 1;
@@ -213,9 +212,10 @@ struct Agent::Impl {
     }
     const auto rpc_addr = *NetAddr::Parse(config.rpc);
     if (!rpc_addr.IsLoopback()) {
-      spdlog::warn("RPC endpoint {} is not on loopback: anyone who can reach it controls this "
-                   "agent",
-                   config.rpc);
+      spdlog::warn(
+          "RPC endpoint {} is not on loopback: anyone who can reach it controls this "
+          "agent",
+          config.rpc);
     }
     if (int rc = rpc_tcp->Listen(
             rpc_addr, [this](TcpHub::ConnId id, Bytes&& f) { OnRpcFrame(id, std::move(f)); });
@@ -329,7 +329,8 @@ struct Agent::Impl {
     swim->SetMeta(meta, Now());
     spdlog::info("task {}: {} parameters", config.task, trainer->num_params());
     bandwidth_timer = std::make_unique<gossip::Timer>(&loop);
-    bandwidth_timer->Start(2000, [this] { UpdateBandwidth(); }, 2000);
+    bandwidth_timer->Start(
+        2000, [this] { UpdateBandwidth(); }, 2000);
     trainer->Start();
     trainer_started = true;
     return 0;
@@ -371,8 +372,8 @@ struct Agent::Impl {
     const int64_t now = Now();
     for (const auto& m : swim->Members()) {
       if (m.name == config.name) continue;
-      const bool live = m.status == membership::Status::kAlive ||
-                        m.status == membership::Status::kSuspect;
+      const bool live =
+          m.status == membership::Status::kAlive || m.status == membership::Status::kSuspect;
       if (live && m.meta.training) {
         barrier->OnProgress(m.name, m.step, now);
       } else {
@@ -412,7 +413,8 @@ struct Agent::Impl {
       return;
     }
     const sync::TimeMs deadline = barrier->NextDeadline();
-    const int64_t delay = deadline == sync::kNoDeadline ? 1000 : std::max<int64_t>(1, deadline - now);
+    const int64_t delay =
+        deadline == sync::kNoDeadline ? 1000 : std::max<int64_t>(1, deadline - now);
     barrier_timer->Start(delay, [this] { RunBarrier(); });
   }
 
@@ -428,8 +430,8 @@ struct Agent::Impl {
     }
     if (candidates.empty()) return {};
     bw[config.name];  // the sender itself is part of the global plan
-    return sync::Select(select_policy, config.name, candidates,
-                        static_cast<size_t>(config.fanout), bw, rng);
+    return sync::Select(select_policy, config.name, candidates, static_cast<size_t>(config.fanout),
+                        bw, rng);
   }
 
   void StartRound() {
@@ -490,8 +492,8 @@ struct Agent::Impl {
     up_meter.End(Now(), round->bytes);
     rounds_done++;
     fanout_sum += static_cast<uint64_t>(round->delivered);
-    metrics.Write("sync", {{"fanout", round->delivered}, {"bytes", round->bytes},
-                           {"seconds", seconds}});
+    metrics.Write("sync",
+                  {{"fanout", round->delivered}, {"bytes", round->bytes}, {"seconds", seconds}});
     round.reset();
     StartRound();
   }
@@ -589,8 +591,8 @@ struct Agent::Impl {
         "  barrier:   %s\n  selection: %s\n",
         MESHTRAIN_VERSION_STRING, config.name.c_str(), config.bind.c_str(),
         config.advertise.c_str(), config.rpc.c_str(), config.cluster.c_str(),
-        keyring ? "yes" : "no", config.profile.c_str(), config.task.c_str(),
-        config.barrier.c_str(), config.select.c_str());
+        keyring ? "yes" : "no", config.profile.c_str(), config.task.c_str(), config.barrier.c_str(),
+        config.select.c_str());
     std::fflush(stdout);
   }
 
@@ -608,7 +610,7 @@ struct Agent::Impl {
       Bytes bytes = codec->EncodeDatagram(dg);
       if (bytes.empty()) {
         oversize_drops++;
-          spdlog::warn("dropping a datagram to {} that does not fit in {} bytes", out.to_addr,
+        spdlog::warn("dropping a datagram to {} that does not fit in {} bytes", out.to_addr,
                      gossip::kMaxDatagramBytes);
         continue;
       }
@@ -830,8 +832,8 @@ struct Agent::Impl {
   json StatusJson() {
     size_t peers_alive = 0;
     for (const auto& m : swim->Members()) {
-      if (m.name != config.name && (m.status == membership::Status::kAlive ||
-                                    m.status == membership::Status::kSuspect)) {
+      if (m.name != config.name &&
+          (m.status == membership::Status::kAlive || m.status == membership::Status::kSuspect)) {
         peers_alive++;
       }
     }
@@ -862,8 +864,7 @@ struct Agent::Impl {
 
   void OnRpcFrame(TcpHub::ConnId id, Bytes&& payload) {
     json req = json::parse(payload.begin(), payload.end(), nullptr, /*allow_exceptions=*/false);
-    if (req.is_discarded() || !req.is_object() || !req.contains("cmd") ||
-        !req["cmd"].is_string()) {
+    if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
       rpc_rejects++;
       RpcReply(id, {{"ok", false}, {"error", "malformed RPC request"}});
       return;
@@ -919,11 +920,11 @@ struct Agent::Impl {
         RpcReply(id, {{"ok", true}});
       } else {
         const auto* m = swim->Find(name);
-        RpcReply(id, {{"ok", false},
-                      {"error", m == nullptr ? "no member named '" + name + "'"
-                                             : "member '" + name + "' is " +
-                                                   membership::StatusName(m->status) +
-                                                   ", not failed"}});
+        RpcReply(
+            id, {{"ok", false},
+                 {"error", m == nullptr ? "no member named '" + name + "'"
+                                        : "member '" + name + "' is " +
+                                              membership::StatusName(m->status) + ", not failed"}});
       }
     } else {
       rpc_rejects++;

@@ -37,8 +37,8 @@ struct AgentConfig {
   double lr = 0.05;
   double momentum = 0.9;
   std::optional<uint64_t> seed;
-  uint64_t steps = 0;  // 0 = unbounded
-  int min_peers = 0;   // do not start training before this many training peers are alive
+  uint64_t steps = 0;          // 0 = unbounded
+  int min_peers = 0;           // do not start training before this many training peers are alive
   double target_accuracy = 0;  // 0 = none
   int eval_every = 100;
   std::string barrier = "pssp";

@@ -7,9 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace meshtrain::daemon {
 

@@ -70,8 +70,7 @@ std::string Trainer::Restore(int64_t* resumed_step) {
   auto loaded = learn::LoadLatestGood(options_.checkpoint_dir);
   if (!loaded.ok()) {
     if (loaded.status().code() == learn::Status::Code::kNotFound) return "";
-    return "no usable checkpoint in " + options_.checkpoint_dir + ": " +
-           loaded.status().message() +
+    return "no usable checkpoint in " + options_.checkpoint_dir + ": " + loaded.status().message() +
            " (move the directory away to start from scratch)";
   }
   for (const auto& why : loaded->skipped) {

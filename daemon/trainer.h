@@ -31,14 +31,14 @@ namespace meshtrain::daemon {
 class MetricsLog;
 
 struct TrainerOptions {
-  uint64_t max_steps = 0;        // 0 = unbounded
-  double target_accuracy = 0;    // 0 = none
+  uint64_t max_steps = 0;      // 0 = unbounded
+  double target_accuracy = 0;  // 0 = none
   int eval_every = 100;
   int sync_every = 1;
-  double slowdown = 1;           // each step takes this many times its compute time
-  std::string name;              // for log lines and checkpoint metadata
-  std::string checkpoint_dir;    // empty: no checkpoints
-  int checkpoint_every = 500;    // steps between periodic checkpoints
+  double slowdown = 1;         // each step takes this many times its compute time
+  std::string name;            // for log lines and checkpoint metadata
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int checkpoint_every = 500;  // steps between periodic checkpoints
 };
 
 // A copy of the parameters at a step boundary, to send.
@@ -50,7 +50,7 @@ struct Snapshot {
 struct TrainerState {
   uint64_t step = 0;
   bool training = true;
-  bool waiting = false;  // blocked on the barrier for step `step + 1`
+  bool waiting = false;            // blocked on the barrier for step `step + 1`
   std::optional<double> loss;      // last evaluated test loss
   std::optional<double> accuracy;  // last evaluated test accuracy
   double train_loss = 0;           // EWMA of minibatch losses

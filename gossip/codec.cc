@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <flatbuffers/flatbuffers.h>
+#include <sodium.h>
 
 #include <algorithm>
 #include <cmath>
@@ -178,6 +179,24 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
   return {
       w::Body::ParamChunk,
       w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data).Union()};
+}
+
+std::pair<w::Body, fb::Offset<void>> EncodeKeyOp(fb::FlatBufferBuilder& b, const KeyOpMsg& m) {
+  fb::Offset<fb::Vector<uint8_t>> key = 0;
+  if (m.key) key = b.CreateVector(m.key->data(), m.key->size());
+  return {w::Body::KeyOp, w::CreateKeyOp(b, static_cast<uint8_t>(m.op), key, m.seq).Union()};
+}
+
+std::pair<w::Body, fb::Offset<void>> EncodeKeyOpReply(fb::FlatBufferBuilder& b,
+                                                      const KeyOpReplyMsg& m) {
+  std::vector<fb::Offset<w::KeyHash>> keys;
+  keys.reserve(m.keys.size());
+  for (const std::string& k : m.keys) {
+    keys.push_back(w::CreateKeyHash(b, b.CreateString(k), k == m.primary));
+  }
+  const auto error = m.error.empty() ? 0 : b.CreateString(m.error);
+  const auto vec = keys.empty() ? 0 : b.CreateVector(keys);
+  return {w::Body::KeyOpReply, w::CreateKeyOpReply(b, m.seq, m.ok, error, vec).Union()};
 }
 
 // ---- Decoding: semantic checks and conversion -----------------------------------------------
@@ -374,6 +393,54 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   return true;
 }
 
+bool ValidFingerprint(std::string_view f) {
+  return f.size() == kFingerprintChars && std::all_of(f.begin(), f.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+bool DecodeKeyOp(const w::KeyOp* k, KeyOpMsg* out, Reject* why) {
+  out->seq = k->seq();
+  out->op = static_cast<KeyOpKind>(k->op());
+  const auto* key = k->key();
+  if (key != nullptr) {
+    if (key->size() != kKeyBytes) return Fail(Reject::kSemantic, why);
+    Key v;
+    std::memcpy(v.data(), key->data(), kKeyBytes);
+    out->key = v;
+    sodium_memzero(v.data(), v.size());
+  }
+  if (!ValidKeyOp(*out)) {
+    // An install/use/remove without its key lacks a required field; the rest is semantic.
+    const bool missing_key = !out->key && k->op() >= 1 && k->op() <= 3;
+    return Fail(missing_key ? Reject::kVerify : Reject::kSemantic, why);
+  }
+  return true;
+}
+
+bool DecodeKeyOpReply(const w::KeyOpReply* r, KeyOpReplyMsg* out, Reject* why) {
+  out->seq = r->seq();
+  out->ok = r->ok();
+  out->error = ToString(r->error());
+  const auto* keys = r->keys();
+  if (keys != nullptr) {
+    if (keys->size() > kMaxKeysInReply) return Fail(Reject::kSemantic, why);
+    size_t primaries = 0;
+    for (fb::uoffset_t i = 0; i < keys->size(); ++i) {
+      const w::KeyHash* h = keys->Get(i);
+      if (h == nullptr || h->fingerprint() == nullptr) return Fail(Reject::kVerify, why);
+      out->keys.push_back(ToString(h->fingerprint()));
+      if (h->primary()) {
+        ++primaries;
+        out->primary = out->keys.back();
+      }
+    }
+    if (primaries > 1) return Fail(Reject::kSemantic, why);
+  }
+  if (!ValidKeyOpReply(*out)) return Fail(Reject::kSemantic, why);
+  return true;
+}
+
 // Verifies `buf` and checks the envelope fields every message shares. On success returns the
 // envelope; `buf` must stay alive while it is used.
 const w::Envelope* CheckEnvelope(const std::vector<uint8_t>& buf, fb::uoffset_t max_tables,
@@ -438,8 +505,52 @@ const char* RejectName(Reject r) {
       return "cluster";
     case Reject::kSemantic:
       return "semantic";
+    case Reject::kReplay:
+      return "replay";
+    case Reject::kRateLimited:
+      return "rate_limited";
   }
   return "unknown";
+}
+
+const char* KeyOpName(KeyOpKind op) {
+  switch (op) {
+    case KeyOpKind::kInstall:
+      return "install";
+    case KeyOpKind::kUse:
+      return "use";
+    case KeyOpKind::kRemove:
+      return "remove";
+    case KeyOpKind::kList:
+      return "list";
+  }
+  return "unknown";
+}
+
+bool ValidKeyOp(const KeyOpMsg& m) {
+  switch (m.op) {
+    case KeyOpKind::kInstall:
+    case KeyOpKind::kUse:
+    case KeyOpKind::kRemove:
+      return m.key.has_value();
+    case KeyOpKind::kList:
+      return !m.key.has_value();
+  }
+  return false;  // not a known op
+}
+
+bool ValidKeyOpReply(const KeyOpReplyMsg& m) {
+  if (m.error.size() > kMaxStringBytes || !NoControlChars(m.error)) return false;
+  if (m.keys.size() > kMaxKeysInReply) return false;
+  for (size_t i = 0; i < m.keys.size(); ++i) {
+    if (!ValidFingerprint(m.keys[i])) return false;
+    // Unique, so the primary flag on the wire names exactly one entry.
+    for (size_t j = 0; j < i; ++j) {
+      if (m.keys[j] == m.keys[i]) return false;
+    }
+  }
+  return m.primary.empty() ||
+         std::find(m.keys.begin(), m.keys.end(), m.primary) != m.keys.end();
 }
 
 uint64_t RejectCounters::total() const {
@@ -460,6 +571,10 @@ Codec::Codec(std::string cluster, std::shared_ptr<Keyring> keyring)
 size_t Codec::DatagramOverhead() const {
   // The cluster string costs its bytes plus a 4-byte length, a NUL and up to 3 bytes of padding.
   return kEnvelopeOverhead + cluster_.size() + 8 + (keyring_ ? kSealOverhead : kPlainOverhead);
+}
+
+uint64_t Codec::Stamp(uint64_t sent_ms) const {
+  return sent_ms == 0 && wall_clock_ ? wall_clock_() : sent_ms;
 }
 
 std::vector<uint8_t> Codec::Wrap(const uint8_t* fb, size_t len) const {
@@ -501,7 +616,7 @@ std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
     const auto& r = std::get<ProgressReply>(d.body);
     body = {w::Body::ProgressReply, w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
   }
-  FinishEnvelope(b, send_version_, cluster_, d.sender, d.sent_ms, body.first, body.second);
+  FinishEnvelope(b, send_version_, cluster_, d.sender, Stamp(d.sent_ms), body.first, body.second);
   const size_t wrapped = b.GetSize() + (keyring_ ? kSealOverhead : kPlainOverhead);
   if (wrapped > kMaxDatagramBytes) return {};
   return Wrap(b.GetBufferPointer(), b.GetSize());
@@ -510,14 +625,30 @@ std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
 std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
   const auto* chunk = std::get_if<ParamChunk>(&f.body);
   const auto* pp = std::get_if<PushPullMsg>(&f.body);
+  const auto* op = std::get_if<KeyOpMsg>(&f.body);
+  const auto* reply = std::get_if<KeyOpReplyMsg>(&f.body);
   if (chunk != nullptr && chunk->data.size() > kParamChunkFloats) return {};
   if (pp != nullptr && pp->state.members.size() > kMaxPushPullMembers) return {};
+  if (op != nullptr && !ValidKeyOp(*op)) return {};
+  if (reply != nullptr && !ValidKeyOpReply(*reply)) return {};
   fb::FlatBufferBuilder b(chunk != nullptr ? chunk->data.size() * sizeof(float) + 512 : 4096);
-  const auto body = chunk != nullptr ? EncodeParamChunk(b, *chunk) : EncodePushPull(b, *pp);
-  FinishEnvelope(b, send_version_, cluster_, f.sender, f.sent_ms, body.first, body.second);
+  std::pair<w::Body, fb::Offset<void>> body;
+  if (chunk != nullptr) {
+    body = EncodeParamChunk(b, *chunk);
+  } else if (pp != nullptr) {
+    body = EncodePushPull(b, *pp);
+  } else if (op != nullptr) {
+    body = EncodeKeyOp(b, *op);
+  } else {
+    body = EncodeKeyOpReply(b, *reply);
+  }
+  FinishEnvelope(b, send_version_, cluster_, f.sender, Stamp(f.sent_ms), body.first, body.second);
   const size_t wrapped = b.GetSize() + (keyring_ ? kSealOverhead : kPlainOverhead);
-  if (wrapped > max_frame_bytes()) return {};
-  return Wrap(b.GetBufferPointer(), b.GetSize());
+  std::vector<uint8_t> out;
+  if (wrapped <= max_frame_bytes()) out = Wrap(b.GetBufferPointer(), b.GetSize());
+  // A KeyOp carries a cluster key in the clear inside the builder: wipe it.
+  if (op != nullptr) sodium_memzero(b.GetBufferPointer(), b.GetSize());
+  return out;
 }
 
 std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, Reject* why) const {
@@ -528,6 +659,14 @@ std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, R
   Datagram out;
   out.sender = ToString(env->sender());
   out.sent_ms = env->sent_ms();
+  out.sealed = keyring_ != nullptr;
+  if (out.sealed) {
+    // Unwrap authenticated the nonce that follows the marker.
+    std::memcpy(out.replay_id.data(), data + 1, kReplayIdBytes);
+  } else {
+    crypto_generichash(out.replay_id.data(), out.replay_id.size(), buf.data(), buf.size(),
+                       /*key=*/nullptr, 0);
+  }
   switch (env->body_type()) {
     case w::Body::MembershipPacket: {
       ms::Packet p;
@@ -576,6 +715,21 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
         return std::nullopt;
       }
       out.body = std::move(c);
+      break;
+    }
+    case w::Body::KeyOp: {
+      KeyOpMsg m;
+      const bool ok = DecodeKeyOp(env->body_as_KeyOp(), &m, why);
+      // The plaintext envelope holds a cluster key: wipe it whatever the verdict.
+      sodium_memzero(buf.data(), buf.size());
+      if (!ok) return std::nullopt;
+      out.body = std::move(m);
+      break;
+    }
+    case w::Body::KeyOpReply: {
+      KeyOpReplyMsg m;
+      if (!DecodeKeyOpReply(env->body_as_KeyOpReply(), &m, why)) return std::nullopt;
+      out.body = std::move(m);
       break;
     }
     default:

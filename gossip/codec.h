@@ -18,7 +18,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <array>
 #include <optional>
 #include <string>
 #include <utility>
@@ -90,19 +92,64 @@ struct PushPullMsg {
   membership::PushPull state;
 };
 
+// Cluster key rotation (`meshtrain keys`, memberlist/Serf style), TCP only. A KeyOp is applied by
+// every agent that can open it: any holder of an installed key may rotate keys, as in Serf.
+enum class KeyOpKind : uint8_t { kInstall = 1, kUse = 2, kRemove = 3, kList = 4 };
+const char* KeyOpName(KeyOpKind op);  // "install", "use", "remove", "list"
+
+struct KeyOpMsg {
+  KeyOpKind op = KeyOpKind::kList;
+  std::optional<Key> key;  // required for install/use/remove, absent for list
+  uint32_t seq = 0;        // echoed by the reply
+};
+
+// A KeyOp's answer. Keys are reported as KeyFingerprint()s, never in the clear: unlike Serf's
+// `keys -list`, a listing is then safe to print, log and send over the wire, and an operator can
+// still compare it with `meshtrain keys --list` elsewhere to see which keys a node holds.
+struct KeyOpReplyMsg {
+  uint32_t seq = 0;
+  bool ok = false;
+  std::string error;                // empty when ok; at most kMaxStringBytes
+  std::vector<std::string> keys;    // fingerprints of the installed keys, primary first
+  std::string primary;              // fingerprint of the primary key; empty if keys is empty
+};
+constexpr size_t kMaxKeysInReply = 64;
+
+// The semantic checks DecodeFrame applies (EncodeFrame refuses what they refuse): a known op, and
+// a key exactly for install/use/remove; an error of at most kMaxStringBytes without control
+// characters, at most kMaxKeysInReply unique well-formed fingerprints (kFingerprintChars
+// lowercase hex), and a primary that is empty or one of them.
+bool ValidKeyOp(const KeyOpMsg& m);
+bool ValidKeyOpReply(const KeyOpReplyMsg& m);
+
+// What a ReplayGuard (gossip/replay_guard.h) remembers of a datagram to recognise a repeat.
+constexpr size_t kReplayIdBytes = 16;
+using ReplayId = std::array<uint8_t, kReplayIdBytes>;
+
 // A UDP datagram. For a Packet, the wire carries the sender name once, as `sender`: Packet::from
 // is not encoded, and the decoder sets it to `sender`.
 struct Datagram {
   std::string sender;
   std::variant<membership::Packet, ProgressQuery, ProgressReply> body;
-  uint64_t sent_ms = 0;  // sender's clock, informational
+  // Sender's wall clock in ms since the Unix epoch. The encoder stamps it from the codec's wall
+  // clock (Codec::set_wall_clock) when left 0. Receivers bound its age (ReplayGuard); inside a
+  // sealed datagram it is authenticated.
+  uint64_t sent_ms = 0;
+
+  // Set by the decoder only (the encoder ignores them).
+  // sealed: the first kReplayIdBytes of the AEAD nonce. The nonce is random per Seal() and
+  // authenticated, so a copy of the datagram carries the same id and nobody without a key can
+  // make a new one. Plaintext: BLAKE2b-128 of the envelope (sender, sent_ms and body).
+  ReplayId replay_id{};
+  bool sealed = false;
 };
 
-// A TCP frame payload. As for datagrams, PushPull::from travels as `sender`.
+// A TCP frame payload. As for datagrams, PushPull::from travels as `sender`. Frames need no
+// replay guard: a stream is authenticated frame by frame and bound to its connection.
 struct Frame {
   std::string sender;
-  std::variant<PushPullMsg, ParamChunk> body;
-  uint64_t sent_ms = 0;
+  std::variant<PushPullMsg, ParamChunk, KeyOpMsg, KeyOpReplyMsg> body;
+  uint64_t sent_ms = 0;  // stamped like Datagram::sent_ms; informational
 };
 
 // ---- Rejections ----
@@ -115,10 +162,13 @@ enum class Reject : uint8_t {
   kVersion,       // Envelope.version != kProtocolVersion
   kCluster,       // another cluster's label
   kSemantic,      // well-formed but meaningless or out of range
+  // Appended; the codec itself never returns these, its callers count them.
+  kReplay,       // a repeated, too old or too far future datagram (gossip/replay_guard.h)
+  kRateLimited,  // the source exceeded its datagram rate (gossip/source_rate_limiter.h)
 };
-constexpr size_t kNumRejects = 7;
+constexpr size_t kNumRejects = 9;
 
-const char* RejectName(Reject r);  // "too_large", "too_small", "auth", ...
+const char* RejectName(Reject r);  // "too_large", "too_small", "auth", ..., "replay", "rate_limited"
 
 // Per-reason counts of dropped inbound buffers (SPEC §3 `rejected_packets` is total()).
 struct RejectCounters {
@@ -143,7 +193,7 @@ class Codec {
   // kMaxDatagramBytes (the caller put too much in it).
   std::vector<uint8_t> EncodeDatagram(const Datagram& d) const;
   // One frame payload (without the length prefix), sealed when a keyring is set; empty if the
-  // result would exceed max_frame_bytes().
+  // result would exceed max_frame_bytes() or a KeyOp/KeyOpReply fails ValidKeyOp/ValidKeyOpReply.
   std::vector<uint8_t> EncodeFrame(const Frame& f) const;
 
   // Nullopt and *why (if non-null) set when the buffer is rejected. `data` need not be aligned.
@@ -169,8 +219,14 @@ class Codec {
   // another protocol version.
   void set_send_version(uint16_t v) { send_version_ = v; }
 
+  // Wall clock (ms since the Unix epoch) the encoders stamp into messages whose sent_ms is 0.
+  // Unset: such messages go out with sent_ms 0, which a ReplayGuard rejects as stale. Set it
+  // before the codec is shared between threads; the clock itself must be thread-safe.
+  void set_wall_clock(std::function<uint64_t()> clock) { wall_clock_ = std::move(clock); }
+
  private:
   std::vector<uint8_t> Wrap(const uint8_t* fb, size_t len) const;
+  uint64_t Stamp(uint64_t sent_ms) const;
   // Size, marker/AEAD checks; copies (or decrypts) the envelope into `*storage`, which is
   // suitably aligned for FlatBuffers accessors.
   bool Unwrap(const uint8_t* data, size_t len, size_t max_len, std::vector<uint8_t>* storage,
@@ -180,6 +236,7 @@ class Codec {
   std::shared_ptr<Keyring> keyring_;
   std::atomic<uint32_t> expected_params_{0};
   uint16_t send_version_ = kProtocolVersion;
+  std::function<uint64_t()> wall_clock_;
 };
 
 // Name and label syntax the decoders accept: 1..max bytes, no ASCII control characters.

@@ -46,6 +46,16 @@ std::optional<Key> ParseKeyBase64(const std::string& text) {
   return key;
 }
 
+std::string KeyFingerprint(const Key& key) {
+  InitSodium();
+  uint8_t hash[crypto_generichash_BYTES_MIN];
+  static_assert(crypto_generichash_BYTES_MIN * 2 >= kFingerprintChars);
+  crypto_generichash(hash, sizeof(hash), key.data(), key.size(), /*key=*/nullptr, 0);
+  char hex[sizeof(hash) * 2 + 1];
+  sodium_bin2hex(hex, sizeof(hex), hash, sizeof(hash));
+  return std::string(hex, kFingerprintChars);
+}
+
 Keyring::Keyring(const Key& primary) : keys_{primary} { InitSodium(); }
 
 Keyring::~Keyring() {

@@ -44,6 +44,11 @@ std::string GenerateKeyBase64();
 // Parses a standard base64 key; nullopt unless it decodes to exactly 32 bytes.
 std::optional<Key> ParseKeyBase64(const std::string& text);
 std::string KeyToBase64(const Key& key);
+// A short public name for a key: the first 8 bytes of its BLAKE2b-128 hash
+// (crypto_generichash), as 16 lowercase hex characters. One-way, so it may be printed, logged
+// and sent in KeyOp replies; 64 bits tell a handful of installed keys apart.
+std::string KeyFingerprint(const Key& key);
+constexpr size_t kFingerprintChars = 16;
 
 class Keyring {
  public:

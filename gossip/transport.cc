@@ -347,9 +347,7 @@ bool TcpHub::Send(ConnId id, const Bytes& payload) {
   return true;
 }
 
-double TcpHub::NowSeconds() const {
-  return static_cast<double>(uv_hrtime()) / 1e9;
-}
+double TcpHub::NowSeconds() const { return static_cast<double>(uv_hrtime()) / 1e9; }
 
 void TcpHub::SetRateLimits(double uplink_bytes_per_s, double downlink_bytes_per_s) {
   // Burst: a tenth of a second of traffic, so short-term rates stay close to the cap.
@@ -412,24 +410,23 @@ void TcpHub::Flush(Conn* c) {
     uv_buf_t b =
         uv_buf_init(reinterpret_cast<char*>(w->data.data()), static_cast<unsigned>(w->data.size()));
     const size_t n = w->data.size();
-    int rc = uv_write(&w->req, reinterpret_cast<uv_stream_t*>(c->tcp), &b, 1,
-                      [](uv_write_t* r, int status) {
-                        std::unique_ptr<TcpWrite> wr(reinterpret_cast<TcpWrite*>(r));
-                        if (status == UV_ECANCELED) return;  // connection closed under it
-                        auto it = wr->hub->conns_.find(wr->id);
-                        if (it == wr->hub->conns_.end()) return;
-                        Conn* conn = it->second;
-                        conn->writes_in_flight--;
-                        if (status != 0) {
-                          conn->hub->Finish(conn, status);
-                          return;
-                        }
-                        conn->hub->Touch(conn);
-                        if (conn->close_when_flushed && conn->writes_in_flight == 0 &&
-                            conn->pending.empty()) {
-                          conn->hub->Finish(conn, 0);
-                        }
-                      });
+    int rc = uv_write(
+        &w->req, reinterpret_cast<uv_stream_t*>(c->tcp), &b, 1, [](uv_write_t* r, int status) {
+          std::unique_ptr<TcpWrite> wr(reinterpret_cast<TcpWrite*>(r));
+          if (status == UV_ECANCELED) return;  // connection closed under it
+          auto it = wr->hub->conns_.find(wr->id);
+          if (it == wr->hub->conns_.end()) return;
+          Conn* conn = it->second;
+          conn->writes_in_flight--;
+          if (status != 0) {
+            conn->hub->Finish(conn, status);
+            return;
+          }
+          conn->hub->Touch(conn);
+          if (conn->close_when_flushed && conn->writes_in_flight == 0 && conn->pending.empty()) {
+            conn->hub->Finish(conn, 0);
+          }
+        });
     if (rc != 0) {
       delete w;
       Finish(c, rc);

@@ -125,6 +125,13 @@ struct Swim::Impl {
     return cfg_.retransmit_mult * static_cast<int>(std::ceil(std::log10(n + 1.0)));
   }
   void SendPacket(const std::string& to, Primary primary, std::vector<Update> extra = {});
+  // Sends `u` directly to up to kAnnounceFanout random live members, besides queueing it for
+  // gossip. Used for rare, important news (our join, our leave, a force-leave): in small
+  // clusters the retransmit budget (RetransmitMult × ceil(log10(n+1)), as low as 2) can be
+  // spent on packets to the recently dead or to the subject itself, leaving a member to learn
+  // the news only at the next push-pull.
+  void Announce(const Update& u);
+  static constexpr size_t kAnnounceFanout = 32;
   void Gossip();
   void StartPushPulls();
   void QueueProgress();
@@ -600,6 +607,12 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
   out_packets_.push_back(OutPacket{to, std::move(p)});
 }
 
+void Swim::Impl::Announce(const Update& u) {
+  auto targets = RandomNodes(
+      kAnnounceFanout, [&](const NodeState* st) { return st != self_ && IsLive(st->m.status); });
+  for (NodeState* t : targets) SendPacket(t->m.addr, std::monostate{}, {u});
+}
+
 void Swim::Impl::Gossip() {
   // Gossip to live members and to the recently dead, so a wrongly declared node still hears
   // about it and can refute (memberlist gossip, GossipToTheDeadTime).
@@ -728,6 +741,12 @@ void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
   // join). Everything else — suspicions, leaves, refutations about ourselves — still applies.
   const bool joining = impl_->nodes_.size() == 1;
   impl_->MergeState(response.members, /*spread=*/!joining);
+  if (joining && impl_->nodes_.size() > 1) {
+    // Tell the members we just learned about that we are here, rather than waiting for the
+    // seed's gossip of our alive message to reach them.
+    const Member& self = impl_->self_->m;
+    impl_->Announce(AliveMsg{self.name, self.addr, self.incarnation, self.meta});
+  }
 }
 
 void Swim::PushPullFailed(const std::string& /*to_addr*/, TimeMs now) {
@@ -840,6 +859,7 @@ void Swim::Leave(TimeMs now) {
   s.probe_.active = false;
   // A dead message from ourselves about ourselves is a graceful leave (memberlist Leave).
   s.OnDead(DeadMsg{s.cfg_.name, s.self_->m.incarnation, s.cfg_.name});
+  s.Announce(DeadMsg{s.cfg_.name, s.self_->m.incarnation, s.cfg_.name});
 }
 
 bool Swim::HasLeft() const { return impl_->left_; }
@@ -856,6 +876,7 @@ bool Swim::ForceLeave(const std::string& name, TimeMs now) {
   s.queue_.Queue(DeadMsg{name, st->m.incarnation, name});
   s.SetStatus(st, Status::kLeft);
   s.Emit(Event::Kind::kLeft, st);
+  s.Announce(DeadMsg{name, st->m.incarnation, name});
   return true;
 }
 

@@ -414,7 +414,9 @@ void PspSim::SendQueries(uint32_t i) {
     const std::optional<uint32_t> to = IndexOf(q.to);
     if (!to) continue;
     TimeMs arrival;
-    if (SendDatagram(i, kQueryBytes, &arrival)) Push(arrival, Event::kQuery, *to, i, 0, q.seq);
+    if (SendDatagram(i, kQueryBytes, &arrival)) {
+      Push(arrival, Event::kQuery, *to, i, nodes_[i].step, q.seq);
+    }
   }
 }
 
@@ -653,8 +655,13 @@ void PspSim::Handle(const Event& ev) {
       if (n.alive && !n.computing && ev.aux == n.wake_token) TryStart(ev.to);
       break;
     case Event::kQuery: {
-      // The network thread answers with the current step, computing or not.
+      // The network thread answers with the current step, computing or not. The query carries
+      // the asker's step, which is progress news too (as the agent does).
       if (!n.alive) break;
+      if (Knows(ev.to, ev.from) && n.core->OnProgress(names_[ev.from], ev.step, now_) &&
+          !n.computing) {
+        TryStart(ev.to);
+      }
       TimeMs arrival;
       if (SendDatagram(ev.to, kReplyBytes, &arrival)) {
         Push(arrival, Event::kReply, ev.from, ev.to, n.step, ev.aux);

@@ -406,7 +406,10 @@ TEST_CASE("codec: reject names and counters", "[gossip][codec]") {
     for (size_t k = 0; k <= i; ++k) counters.add(r);
   }
   CHECK(counters.get(Reject::kTooLarge) == 1);
-  CHECK(counters.get(Reject::kSemantic) == kNumRejects);
+  CHECK(counters.get(Reject::kSemantic) == 7);
+  CHECK(counters.get(Reject::kRateLimited) == kNumRejects);  // the last reason
+  CHECK(std::string(RejectName(Reject::kReplay)) == "replay");
+  CHECK(std::string(RejectName(Reject::kRateLimited)) == "rate_limited");
   CHECK(counters.total() == kNumRejects * (kNumRejects + 1) / 2);
   CHECK(ValidClusterLabel("default"));
   CHECK_FALSE(ValidClusterLabel(""));

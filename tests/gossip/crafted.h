@@ -8,6 +8,7 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,7 +30,15 @@ namespace fb = ::flatbuffers;
 constexpr fb::voffset_t Slot(int i) { return static_cast<fb::voffset_t>(4 + 2 * i); }
 
 // Body union type ids (schema order, NONE = 0).
-enum : uint8_t { kPacket = 1, kQuery = 2, kReply = 3, kPushPull = 4, kChunk = 5 };
+enum : uint8_t {
+  kPacket = 1,
+  kQuery = 2,
+  kReply = 3,
+  kPushPull = 4,
+  kChunk = 5,
+  kKeyOp = 6,
+  kKeyOpReply = 7
+};
 // Update union ids.
 enum : uint8_t { kAlive = 1, kSuspect = 2, kDead = 3, kProgress = 4 };
 
@@ -134,6 +143,45 @@ inline std::vector<uint8_t> AliveWithoutAddr() {
   return FinishEnvelope(b, kPacket, b.EndTable(start));
 }
 
+// KeyOp { op, key, seq }: `key_len` < 0 leaves the key out.
+inline std::vector<uint8_t> KeyOpBody(uint8_t op, int key_len) {
+  fb::FlatBufferBuilder b;
+  fb::Offset<fb::Vector<uint8_t>> key = 0;
+  if (key_len >= 0) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(key_len), 0x5A);
+    key = b.CreateVector(bytes);
+  }
+  const auto start = b.StartTable();
+  b.AddElement<uint32_t>(Slot(2), 9, 0);
+  if (key_len >= 0) b.AddOffset(Slot(1), key);
+  b.AddElement<uint8_t>(Slot(0), op, 0);
+  return FinishEnvelope(b, kKeyOp, b.EndTable(start));
+}
+
+// KeyOpReply { seq, ok, error, keys: [KeyHash { fingerprint, primary }] }. A null fingerprint
+// leaves the field out of that KeyHash.
+inline std::vector<uint8_t> KeyOpReplyBody(const std::vector<const char*>& fingerprints,
+                                           const std::vector<bool>& primary,
+                                           const char* error = nullptr) {
+  fb::FlatBufferBuilder b;
+  std::vector<fb::Offset<void>> hashes;
+  for (size_t i = 0; i < fingerprints.size(); ++i) {
+    fb::Offset<fb::String> f = fingerprints[i] ? b.CreateString(fingerprints[i]) : 0;
+    const auto start = b.StartTable();
+    if (fingerprints[i]) b.AddOffset(Slot(0), f);
+    b.AddElement<uint8_t>(Slot(1), primary[i] ? 1 : 0, 0);
+    hashes.push_back(fb::Offset<void>(b.EndTable(start)));
+  }
+  const auto keys = b.CreateVector(hashes);
+  fb::Offset<fb::String> err = error ? b.CreateString(error) : 0;
+  const auto start = b.StartTable();
+  b.AddOffset(Slot(3), keys);
+  if (error) b.AddOffset(Slot(2), err);
+  b.AddElement<uint32_t>(Slot(0), 9, 0);
+  b.AddElement<uint8_t>(Slot(1), 1, 0);
+  return FinishEnvelope(b, kKeyOpReply, b.EndTable(start));
+}
+
 }  // namespace crafted_detail
 
 // Every crafted case with the reason the codec must give (for cluster "default").
@@ -163,6 +211,48 @@ inline std::vector<Crafted> CraftedCases() {
   c.push_back({"100000 shared members", true, SharedMembers(kMaxPushPullMembers), std::nullopt});
   c.push_back(
       {"100001 shared members", true, SharedMembers(kMaxPushPullMembers + 1), Reject::kSemantic});
+  // Key rotation frames (`meshtrain keys`).
+  c.push_back({"key op use, 32-byte key", true, KeyOpBody(2, 32), std::nullopt});
+  c.push_back({"key op list, no key", true, KeyOpBody(4, -1), std::nullopt});
+  c.push_back({"key op install, 31-byte key", true, KeyOpBody(1, 31), Reject::kSemantic});
+  c.push_back({"key op remove, 33-byte key", true, KeyOpBody(3, 33), Reject::kSemantic});
+  c.push_back({"key op install, no key", true, KeyOpBody(1, -1), Reject::kVerify});
+  c.push_back({"key op list with a key", true, KeyOpBody(4, 32), Reject::kSemantic});
+  c.push_back({"key op 0", true, KeyOpBody(0, 32), Reject::kSemantic});
+  c.push_back({"key op 5", true, KeyOpBody(5, -1), Reject::kSemantic});
+  c.push_back({"key op in a datagram", false, KeyOpBody(2, 32), Reject::kSemantic});
+  c.push_back({"key reply", true,
+               KeyOpReplyBody({"0123456789abcdef", "fedcba9876543210"}, {true, false}),
+               std::nullopt});
+  c.push_back({"key reply, two primaries", true,
+               KeyOpReplyBody({"0123456789abcdef", "fedcba9876543210"}, {true, true}),
+               Reject::kSemantic});
+  c.push_back({"key reply, duplicate fingerprints", true,
+               KeyOpReplyBody({"0123456789abcdef", "0123456789abcdef"}, {false, false}),
+               Reject::kSemantic});
+  c.push_back({"key reply, uppercase fingerprint", true,
+               KeyOpReplyBody({"0123456789ABCDEF"}, {true}), Reject::kSemantic});
+  c.push_back({"key reply, short fingerprint", true, KeyOpReplyBody({"0123"}, {true}),
+               Reject::kSemantic});
+  c.push_back({"key reply, no fingerprint", true, KeyOpReplyBody({nullptr}, {false}),
+               Reject::kVerify});
+  c.push_back({"key reply, control char in error", true,
+               KeyOpReplyBody({}, {}, "bad\nkey"), Reject::kSemantic});
+  {
+    std::vector<std::string> many;
+    for (size_t i = 0; i <= kMaxKeysInReply; ++i) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%016zx", i);
+      many.emplace_back(buf);
+    }
+    std::vector<const char*> ptrs;
+    for (const auto& m : many) ptrs.push_back(m.c_str());
+    c.push_back({"key reply, 65 keys", true,
+                 KeyOpReplyBody(ptrs, std::vector<bool>(ptrs.size(), false)), Reject::kSemantic});
+    ptrs.pop_back();
+    c.push_back({"key reply, 64 keys", true,
+                 KeyOpReplyBody(ptrs, std::vector<bool>(ptrs.size(), false)), std::nullopt});
+  }
   // More tables than any legal push-pull: the verifier's table budget stops it first.
   c.push_back(
       {"300000 shared members", true, SharedMembers(3 * kMaxPushPullMembers), Reject::kVerify});

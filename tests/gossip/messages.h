@@ -152,14 +152,49 @@ class Gen {
     return d;
   }
 
+  Key RandomKey() {
+    Key k;
+    for (auto& b : k) b = static_cast<uint8_t>(U(0, 255));
+    return k;
+  }
+
+  KeyOpMsg KeyOp() {
+    KeyOpMsg m;
+    m.op = static_cast<KeyOpKind>(U(1, 4));
+    if (m.op != KeyOpKind::kList) m.key = RandomKey();
+    m.seq = static_cast<uint32_t>(U(0, UINT32_MAX));
+    return m;
+  }
+
+  KeyOpReplyMsg KeyOpReply() {
+    KeyOpReplyMsg m;
+    m.seq = static_cast<uint32_t>(U(0, UINT32_MAX));
+    m.ok = Coin();
+    if (!m.ok) m.error = "key is not installed";
+    const size_t n = U(0, 5);
+    for (size_t i = 0; i < n; ++i) m.keys.push_back(KeyFingerprint(RandomKey()));
+    if (!m.keys.empty() && Coin()) m.primary = m.keys[U(0, m.keys.size() - 1)];
+    return m;
+  }
+
   Frame RandomFrame(size_t max_members, size_t max_floats) {
     Frame f;
     f.sender = Name();
     f.sent_ms = U(0, UINT64_MAX);
-    if (Coin()) {
-      f.body = PushPull(f.sender, max_members);
-    } else {
-      f.body = Chunk(max_floats);
+    switch (U(0, 5)) {
+      case 0:
+      case 1:
+        f.body = PushPull(f.sender, max_members);
+        break;
+      case 2:
+      case 3:
+        f.body = Chunk(max_floats);
+        break;
+      case 4:
+        f.body = KeyOp();
+        break;
+      default:
+        f.body = KeyOpReply();
     }
     return f;
   }
@@ -263,6 +298,18 @@ inline void CheckSame(const Frame& a, const Frame& b) {
     for (size_t i = 0; i < x->state.members.size(); ++i) {
       CheckSame(x->state.members[i], y.state.members[i]);
     }
+  } else if (const auto* x = std::get_if<KeyOpMsg>(&a.body)) {
+    const auto& y = std::get<KeyOpMsg>(b.body);
+    CHECK(x->op == y.op);
+    CHECK(x->key == y.key);
+    CHECK(x->seq == y.seq);
+  } else if (const auto* x = std::get_if<KeyOpReplyMsg>(&a.body)) {
+    const auto& y = std::get<KeyOpReplyMsg>(b.body);
+    CHECK(x->seq == y.seq);
+    CHECK(x->ok == y.ok);
+    CHECK(x->error == y.error);
+    CHECK(x->keys == y.keys);
+    CHECK(x->primary == y.primary);
   } else {
     const auto& p = std::get<ParamChunk>(a.body);
     const auto& q = std::get<ParamChunk>(b.body);

@@ -1,10 +1,11 @@
 // libuv transports on real loopback sockets, and the token bucket in virtual time.
+#include "gossip/transport.h"
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 
 #include "gossip/rate_limit.h"
-#include "gossip/transport.h"
 
 using namespace meshtrain::gossip;
 
@@ -21,7 +22,8 @@ struct LoopFixture {
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(max_seconds);
     Timer tick(&loop);  // keeps the loop alive and bounds each iteration
-    tick.Start(5, [] {}, 5);
+    tick.Start(
+        5, [] {}, 5);
     for (int i = 0; i < 1000000 && !pred(); ++i) {
       if (std::chrono::steady_clock::now() > deadline) break;
       uv_run(&loop, UV_RUN_ONCE);
@@ -158,8 +160,7 @@ TEST_CASE("TCP hub: connect failure and oversized frames close the connection", 
   client.CloseAll();
 }
 
-TEST_CASE("TCP hub: idle connections time out, excess connections are refused",
-          "[transport]") {
+TEST_CASE("TCP hub: idle connections time out, excess connections are refused", "[transport]") {
   LoopFixture f;
   TcpOptions opts;
   opts.idle_timeout_ms = 200;

@@ -1,0 +1,469 @@
+#include "cli/simulate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "sim/psp_sim.h"
+#include "sim/svg_plot.h"
+
+namespace meshtrain::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kDescription =
+    "Run the discrete-event PSP simulator: N nodes train in virtual time, each driving the real\n"
+    "barrier core (sync/) before every step and, with --membership, the real SWIM core.\n"
+    "Compute model: node i's mean step time is STEP_TIME x g_i (g_i ~ Gamma, mean 1, CV\n"
+    "--node-cv, drawn once: persistent speed differences) x FACTOR for the --stragglers; each\n"
+    "step's time is drawn around that mean: gamma with CV --step-cv (default), exp\n"
+    "(exponential, CV 1) or const. Network: latency + uniform jitter per message; parameter\n"
+    "transfers queue on per-node up/downlinks; queries/replies are lossy datagrams, parameter\n"
+    "transfers and progress announcements are streams (a loss costs a retransmission timeout).\n"
+    "pbsp/pssp learn progress from their queries and from parameter transfers; bsp/ssp/dssp\n"
+    "get every step announced to every peer. Several --barrier/--sample/--staleness values run\n"
+    "one simulation each (same seed: same node speeds). Output is deterministic for a seed;\n"
+    "only wall time varies (omit it with --no-wall).";
+
+struct SimulateArgs {
+  sim::PspSimOptions base;
+  std::string barriers = "pssp";
+  std::string samples = "4";
+  std::string staleness = "4";
+  std::string dist = "gamma";
+  std::string stragglers;
+  std::string select = "random";
+  std::vector<std::string> crashes;
+  double probe_timeout_ms = 500;
+  std::string format = "table";
+  std::string csv;
+  std::string plot;
+  bool no_wall = false;
+};
+
+SimulateArgs& Args() {
+  static SimulateArgs args;
+  return args;
+}
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  return 1;
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+bool ParseU64(const std::string& s, uint64_t* out) {
+  if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 18) {
+    return false;
+  }
+  *out = std::stoull(s);
+  return true;
+}
+
+bool ParseDouble(const std::string& s, double* out) {
+  try {
+    size_t used = 0;
+    *out = std::stod(s, &used);
+    return used == s.size() && std::isfinite(*out);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+double Round(double v, int digits) {
+  const double f = std::pow(10.0, digits);
+  return std::round(v * f) / f;
+}
+
+json OptionalNumber(const std::optional<double>& v, int digits) {
+  return v ? json(Round(*v, digits)) : json(nullptr);
+}
+
+std::string Fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+std::string Sci(const std::optional<double>& v) {
+  if (!v) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4g", *v);
+  return buf;
+}
+
+// Aligned columns, the header upper-cased (as `members`).
+void PrintTable(const std::vector<std::string>& header,
+                const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width(header.size());
+  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
+  for (const auto& r : rows) {
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out;
+    for (size_t i = 0; i < cells.size(); ++i) {
+      std::string c = cells[i];
+      if (i + 1 < cells.size()) c.resize(width[i] + 2, ' ');
+      out += c;
+    }
+    std::printf("%s\n", out.c_str());
+  };
+  line(header);
+  for (const auto& r : rows) line(r);
+}
+
+struct RunSpec {
+  sync::Policy policy;
+  size_t sample;
+  uint64_t staleness;
+  bool operator<(const RunSpec& o) const {
+    return std::tie(policy, sample, staleness) < std::tie(o.policy, o.sample, o.staleness);
+  }
+};
+
+// The cartesian product of the lists, keeping only combinations that differ in effect
+// (β matters for pbsp/pssp only, s for ssp/pssp/dssp), in the order given.
+std::optional<std::vector<RunSpec>> Expand(const SimulateArgs& a, std::string* error) {
+  std::vector<sync::Policy> policies;
+  for (const std::string& p : Split(a.barriers, ',')) {
+    auto policy = sync::ParsePolicy(p);
+    if (!policy) {
+      *error = "unknown --barrier '" + p + "' (asp, bsp, ssp, pbsp, pssp, dssp)";
+      return std::nullopt;
+    }
+    policies.push_back(*policy);
+  }
+  std::vector<uint64_t> samples, stales;
+  for (const std::string& s : Split(a.samples, ',')) {
+    uint64_t v;
+    if (!ParseU64(s, &v)) {
+      *error = "--sample takes non-negative integers: '" + s + "'";
+      return std::nullopt;
+    }
+    samples.push_back(v);
+  }
+  for (const std::string& s : Split(a.staleness, ',')) {
+    uint64_t v;
+    if (!ParseU64(s, &v)) {
+      *error = "--staleness takes non-negative integers: '" + s + "'";
+      return std::nullopt;
+    }
+    stales.push_back(v);
+  }
+  if (policies.empty() || samples.empty() || stales.empty()) {
+    *error = "--barrier, --sample and --staleness need at least one value";
+    return std::nullopt;
+  }
+  std::vector<RunSpec> out;
+  std::set<RunSpec> seen;
+  for (sync::Policy p : policies) {
+    for (uint64_t b : samples) {
+      for (uint64_t s : stales) {
+        RunSpec r{p, sync::IsProbabilistic(p) ? static_cast<size_t>(b) : 0,
+                  (p == sync::Policy::kSsp || p == sync::Policy::kPssp || p == sync::Policy::kDssp)
+                      ? s
+                      : 0};
+        if (seen.insert(r).second) out.push_back(r);
+      }
+    }
+  }
+  return out;
+}
+
+std::string Describe(const sim::PspSimOptions& o) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "%zu nodes, %g s virtual, seed %llu; step %g ms %s (step cv %g, node cv %g)%s; "
+                "latency %g+%g ms, %g MB/s, loss %g; select %s fanout %zu; task %s%s",
+                o.nodes, o.duration_s, static_cast<unsigned long long>(o.seed), o.compute.step_ms,
+                sim::StepDistName(o.compute.dist), o.compute.step_cv, o.compute.node_cv,
+                o.compute.straggler_fraction > 0
+                    ? (", stragglers " + Fixed(o.compute.straggler_fraction, 3) + "x" +
+                       Fixed(o.compute.straggler_factor, 2))
+                          .c_str()
+                    : "",
+                o.net.latency_ms, o.net.jitter_ms, o.net.bandwidth_mbps, o.net.loss,
+                sync::SelectPolicyName(o.select), o.fanout, o.task.c_str(),
+                o.membership ? (", membership " + o.profile).c_str() : "");
+  return buf;
+}
+
+}  // namespace
+
+CLI::App* AddSimulateCommand(CLI::App& app) {
+  SimulateArgs& a = Args();
+  sim::PspSimOptions& o = a.base;
+  CLI::App* s = app.add_subcommand("simulate", "Run the discrete-event simulator");
+  s->description(kDescription);
+  s->add_option("--nodes", o.nodes, "Number of simulated nodes")->capture_default_str();
+  s->add_option("--duration", o.duration_s, "Virtual seconds to simulate")->capture_default_str();
+  s->add_option("--barrier", a.barriers,
+                "Barrier policies, comma-separated: asp,bsp,ssp,pbsp,pssp,dssp")
+      ->capture_default_str();
+  s->add_option("--sample", a.samples, "PSP sample size beta (comma list for a sweep)")
+      ->capture_default_str();
+  s->add_option("--staleness", a.staleness, "SSP/PSP staleness bound s (comma list allowed)")
+      ->capture_default_str();
+  s->add_option("--r-max", o.barrier.r_max, "dssp: extra steps for the fastest node")
+      ->capture_default_str();
+  s->add_option("--probe-timeout", a.probe_timeout_ms,
+                "pbsp/pssp: ms to wait for query answers before resampling")
+      ->capture_default_str();
+  s->add_option("--step-time", o.compute.step_ms, "Mean compute time of one step (ms)")
+      ->capture_default_str();
+  s->add_option("--dist", a.dist, "Per-step time distribution: gamma, exp or const")
+      ->capture_default_str();
+  s->add_option("--step-cv", o.compute.step_cv, "gamma: CV of one step around the node's mean")
+      ->capture_default_str();
+  s->add_option("--node-cv", o.compute.node_cv, "CV of the per-node mean speeds (drawn once)")
+      ->capture_default_str();
+  s->add_option("--stragglers", a.stragglers,
+                "FRACTION:FACTOR - this share of nodes is FACTOR times slower (e.g. 0.05:4)");
+  s->add_option("--latency", o.net.latency_ms, "One-way network latency (ms)")
+      ->capture_default_str();
+  s->add_option("--jitter", o.net.jitter_ms, "Extra uniform latency in [0, jitter] (ms)")
+      ->capture_default_str();
+  s->add_option("--bandwidth", o.net.bandwidth_mbps, "Per-node uplink and downlink (MB/s)")
+      ->capture_default_str();
+  s->add_option("--loss", o.net.loss, "Datagram loss rate in [0, 1)")->capture_default_str();
+  s->add_option("--param-bytes", o.param_bytes,
+                "Bytes per parameter transfer (0: 4 x params + 64 with a task, else 100000)")
+      ->capture_default_str();
+  s->add_option("--select", a.select, "Receiver selection: random, all or selmcast")
+      ->capture_default_str();
+  s->add_option("--fanout", o.fanout, "Parameter receivers per step")->capture_default_str();
+  s->add_option("--view", o.view,
+                "pbsp/pssp/asp: peers each node knows (0: all up to 2000 nodes, else 500)")
+      ->capture_default_str();
+  s->add_flag("--membership", o.membership,
+              "Run SWIM membership for failure detection (else an oracle removes crashed nodes)");
+  s->add_option("--profile", o.profile, "Membership timing profile: lan, wan or local")
+      ->capture_default_str();
+  s->add_option("--crash", a.crashes, "COUNT@SECONDS: crash COUNT random nodes then (repeatable)");
+  s->add_option("--task", o.task, "none or synthetic (model error over time)")
+      ->capture_default_str();
+  s->add_option("--dim", o.task_dim, "synthetic: input dimension")->capture_default_str();
+  s->add_option("--lr", o.lr, "synthetic: learning rate")->capture_default_str();
+  s->add_option("--batch", o.batch, "synthetic: mini-batch size")->capture_default_str();
+  s->add_option("--eval-every", o.eval_every_s, "Evaluate the model error every S virtual s")
+      ->capture_default_str();
+  s->add_option("--target-error", o.target_error,
+                "Report when the mean node test MSE first reaches this")
+      ->capture_default_str();
+  s->add_option("--seed", o.seed, "Random seed (same seed, same output)")->capture_default_str();
+  s->add_option("--csv", a.csv, "Write barrier,t,node,step rows (one per node per second)");
+  s->add_option("--plot", a.plot, "Write an SVG of progress (and error) over time");
+  s->add_option("--format", a.format, "table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  s->add_flag("--no-wall", a.no_wall, "Omit the wall-clock time (byte-identical output)");
+  return s;
+}
+
+int RunSimulateCommand() {
+  SimulateArgs& a = Args();
+  sim::PspSimOptions base = a.base;
+
+  auto dist = sim::ParseStepDist(a.dist);
+  if (!dist) return Fail("--dist must be gamma, exp or const");
+  base.compute.dist = *dist;
+  auto select = sync::ParseSelectPolicy(a.select);
+  if (!select) return Fail("--select must be random, all or selmcast");
+  base.select = *select;
+  if (!(a.probe_timeout_ms >= 1)) return Fail("--probe-timeout must be >= 1 ms");
+  base.barrier.probe_timeout = static_cast<sync::TimeMs>(std::llround(a.probe_timeout_ms));
+  if (!a.stragglers.empty()) {
+    const auto parts = Split(a.stragglers, ':');
+    double f, k;
+    if (parts.size() != 2 || !ParseDouble(parts[0], &f) || !ParseDouble(parts[1], &k)) {
+      return Fail("--stragglers takes FRACTION:FACTOR, e.g. 0.05:4");
+    }
+    base.compute.straggler_fraction = f;
+    base.compute.straggler_factor = k;
+  }
+  for (const std::string& c : a.crashes) {
+    const auto parts = Split(c, '@');
+    uint64_t count;
+    double at;
+    if (parts.size() != 2 || !ParseU64(parts[0], &count) || !ParseDouble(parts[1], &at)) {
+      return Fail("--crash takes COUNT@SECONDS, e.g. 1@30");
+    }
+    base.crashes.push_back(sim::CrashSpec{static_cast<size_t>(count), at});
+  }
+  base.record_nodes = !a.csv.empty();
+
+  std::string error;
+  const auto specs = Expand(a, &error);
+  if (!specs) return Fail(error);
+
+  std::ofstream csv;
+  if (!a.csv.empty()) {
+    csv.open(a.csv, std::ios::out | std::ios::trunc);
+    if (!csv) return Fail("cannot write --csv file " + a.csv);
+    csv << "barrier,t,node,step\n";
+  }
+
+  const auto wall_start = std::chrono::steady_clock::now();
+  std::vector<sim::PspSimResult> results;
+  for (const RunSpec& spec : *specs) {
+    sim::PspSimOptions o = base;
+    o.barrier.policy = spec.policy;
+    o.barrier.sample = spec.sample;
+    o.barrier.staleness = spec.staleness;
+    auto r = sim::RunPspSim(o);
+    if (!r.ok()) return Fail(r.status().message());
+    sim::PspSimResult res = std::move(r).value();
+    if (csv.is_open()) {
+      // The barrier column names the policy; runs of one policy (a sweep) get the full label.
+      const size_t same = static_cast<size_t>(std::count_if(
+          specs->begin(), specs->end(), [&](const RunSpec& s) { return s.policy == spec.policy; }));
+      const std::string label = same > 1
+                                    ? sim::PolicyLabel(spec.policy, spec.sample, spec.staleness)
+                                    : sync::PolicyName(spec.policy);
+      for (size_t t = 0; t < res.node_steps.size(); ++t) {
+        const std::vector<uint64_t>& row = res.node_steps[t];
+        for (size_t node = 0; node < row.size(); ++node) {
+          csv << label << ',' << t << ",n" << node << ',' << row[node] << '\n';
+        }
+      }
+      res.node_steps.clear();
+      res.node_steps.shrink_to_fit();
+    }
+    results.push_back(std::move(res));
+  }
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (csv.is_open()) {
+    csv.close();
+    if (!csv) return Fail("error writing --csv file " + a.csv);
+  }
+
+  if (!a.plot.empty()) {
+    std::vector<sim::PlotRun> runs;
+    for (const sim::PspSimResult& r : results) {
+      runs.push_back(sim::PlotRun{sim::PolicyLabel(r.policy, r.sample, r.staleness), r.series});
+    }
+    const std::string title = std::to_string(base.nodes) + " nodes, " + Fixed(base.duration_s, 0) +
+                              " virtual s, seed " + std::to_string(base.seed);
+    std::ofstream out(a.plot, std::ios::out | std::ios::trunc);
+    out << sim::RenderProgressSvg(runs, title);
+    out.close();
+    if (!out) return Fail("cannot write --plot file " + a.plot);
+  }
+
+  const bool task = base.task != "none";
+  if (a.format == "json") {
+    json policies = json::array();
+    for (const sim::PspSimResult& r : results) {
+      json p = {{"barrier", sync::PolicyName(r.policy)},
+                {"sample", r.sample},
+                {"staleness", r.staleness},
+                {"steps_min", r.steps_min},
+                {"steps_median", r.steps_median},
+                {"steps_max", r.steps_max},
+                {"spread", r.spread()},
+                {"wait_share", Round(r.wait_share, 4)},
+                {"messages_per_node", Round(r.messages_per_node, 1)},
+                {"bytes_per_node", Round(r.bytes_per_node, 0)},
+                {"error", OptionalNumber(r.error, 6)},
+                {"error_avg_model", OptionalNumber(r.error_avg_model, 6)},
+                {"time_to_target_s", OptionalNumber(r.time_to_target_s, 3)},
+                {"view", r.view},
+                {"live_nodes", r.live_nodes}};
+      if (!r.crashes.empty()) {
+        json crashes = json::array();
+        for (const sim::CrashReport& c : r.crashes) {
+          crashes.push_back({{"node", c.node},
+                             {"crash_at_s", c.crash_at_s},
+                             {"first_detect_s", OptionalNumber(c.first_detect_s, 3)},
+                             {"all_detect_s", OptionalNumber(c.all_detect_s, 3)},
+                             {"observers", c.observers},
+                             {"detected", c.detected}});
+        }
+        p["crashes"] = crashes;
+        p["false_failures"] = r.false_failures;
+      }
+      policies.push_back(p);
+    }
+    json out = {{"nodes", base.nodes}, {"duration_s", base.duration_s}, {"policies", policies}};
+    if (!a.no_wall) out["wall_s"] = Round(wall_s, 2);
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+
+  std::printf("%s\n\n", Describe(base).c_str());
+  std::vector<std::string> header = {"barrier",      "sample",    "staleness", "steps_min",
+                                     "steps_median", "steps_max", "spread",    "wait_share",
+                                     "msgs/node",    "bytes/node"};
+  if (task) {
+    header.push_back("error");
+    header.push_back("error_avg");
+    header.push_back("t_target_s");
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const sim::PspSimResult& r : results) {
+    const bool prob = sync::IsProbabilistic(r.policy);
+    const bool bounded = r.policy == sync::Policy::kSsp || r.policy == sync::Policy::kPssp ||
+                         r.policy == sync::Policy::kDssp;
+    std::vector<std::string> row = {sync::PolicyName(r.policy),
+                                    prob ? std::to_string(r.sample) : "-",
+                                    bounded ? std::to_string(r.staleness) : "-",
+                                    std::to_string(r.steps_min),
+                                    std::to_string(r.steps_median),
+                                    std::to_string(r.steps_max),
+                                    std::to_string(r.spread()),
+                                    Fixed(r.wait_share, 3),
+                                    Fixed(r.messages_per_node, 0),
+                                    Fixed(r.bytes_per_node, 0)};
+    if (task) {
+      row.push_back(Sci(r.error));
+      row.push_back(Sci(r.error_avg_model));
+      row.push_back(r.time_to_target_s ? Fixed(*r.time_to_target_s, 0) : "-");
+    }
+    rows.push_back(std::move(row));
+  }
+  PrintTable(header, rows);
+  bool any_crash = false;
+  for (const sim::PspSimResult& r : results) any_crash = any_crash || !r.crashes.empty();
+  if (any_crash) {
+    std::printf("\nfailure detection (%s):\n",
+                base.membership ? "SWIM membership" : "oracle, --membership off");
+    std::vector<std::vector<std::string>> crows;
+    for (const sim::PspSimResult& r : results) {
+      for (const sim::CrashReport& c : r.crashes) {
+        crows.push_back({sim::PolicyLabel(r.policy, r.sample, r.staleness), c.node,
+                         Fixed(c.crash_at_s, 1),
+                         c.first_detect_s ? Fixed(*c.first_detect_s, 2) : "-",
+                         c.all_detect_s ? Fixed(*c.all_detect_s, 2) : "-",
+                         std::to_string(c.detected) + "/" + std::to_string(c.observers),
+                         std::to_string(r.false_failures)});
+      }
+    }
+    PrintTable({"run", "node", "crash_at_s", "first_detect_s", "all_detect_s", "detected",
+                "false_failures"},
+               crows);
+  }
+  if (!a.no_wall) std::printf("\nwall time %.2f s\n", wall_s);
+  return 0;
+}
+
+}  // namespace meshtrain::cli
