@@ -30,7 +30,10 @@ int Fail(const std::string& msg) {
 }
 
 // Calls the agent and returns the reply, or prints a one-line error and returns nullopt.
-std::optional<json> Call(const std::string& rpc, const json& req) {
+std::string g_token;  // --rpc-token / MESHTRAIN_RPC_TOKEN, sent with every request
+
+std::optional<json> Call(const std::string& rpc, json req) {
+  if (!g_token.empty()) req["token"] = g_token;
   auto r = cli::CallAgent(rpc, req);
   if (!r.ok) {
     Fail(r.error);
@@ -94,6 +97,8 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--rpc", c.rpc, "Control endpoint for the CLI")
       ->envname("MESHTRAIN_RPC_ADDR")
       ->capture_default_str();
+  a->add_option("--rpc-token", c.rpc_token, "Require this token from RPC clients")
+      ->envname("MESHTRAIN_RPC_TOKEN");
   a->add_option("--join", c.join, "Peer to contact at start (repeatable)");
   a->add_flag("--retry-join", c.retry_join, "Keep retrying --join until it succeeds");
   a->add_option("--profile", c.profile, "Membership timing: lan, wan or local")
@@ -159,10 +164,13 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Help for every subcommand");
 
   std::string rpc = kDefaultRpc;
-  auto add_rpc = [&rpc](CLI::App* sub) {
+  std::string token;
+  auto add_rpc = [&rpc, &token](CLI::App* sub) {
     sub->add_option("--rpc", rpc, "Agent RPC address")
         ->envname("MESHTRAIN_RPC_ADDR")
         ->capture_default_str();
+    sub->add_option("--rpc-token", token, "RPC token, when the agent requires one")
+        ->envname("MESHTRAIN_RPC_TOKEN");
   };
 
   meshtrain::daemon::AgentConfig agent_config;
@@ -199,12 +207,26 @@ int main(int argc, char** argv) {
   add_rpc(status);
 
   auto* keygen = app.add_subcommand("keygen", "Print a new base64 32-byte cluster key");
+
+  std::string key_install, key_use, key_remove;
+  bool key_list = false;
+  auto* keys = app.add_subcommand("keys", "Rotate the cluster key across the mesh");
+  auto* ki = keys->add_option("--install", key_install, "Install a new key on every member");
+  auto* ku = keys->add_option("--use", key_use, "Make an installed key the primary everywhere");
+  auto* kr = keys->add_option("--remove", key_remove, "Remove a (non-primary) key everywhere");
+  auto* kl =
+      keys->add_flag("--list", key_list, "List key fingerprints and how many nodes hold them");
+  ki->excludes(ku)->excludes(kr)->excludes(kl);
+  ku->excludes(kr)->excludes(kl);
+  kr->excludes(kl);
+  add_rpc(keys);
   auto* version = app.add_subcommand("version", "Print the version");
   auto* simulate = meshtrain::cli::AddSimulateCommand(app);
 
   CLI11_PARSE(app, argc, argv);
 
   if (agent->parsed()) return RunAgent(agent_config);
+  g_token = token;
   if (simulate->parsed()) return meshtrain::cli::RunSimulateCommand();
   if (version->parsed()) {
     std::printf("meshtrain %s (protocol 1)\n", MESHTRAIN_VERSION);
@@ -228,6 +250,25 @@ int main(int argc, char** argv) {
   if (force->parsed()) {
     if (!Call(rpc, {{"cmd", "force-leave"}, {"name", force_name}})) return 1;
     std::printf("Member %s marked as left.\n", force_name.c_str());
+    return 0;
+  }
+  if (keys->parsed()) {
+    if (key_install.empty() && key_use.empty() && key_remove.empty() && !key_list) {
+      return Fail("keys: give one of --install KEY, --use KEY, --remove KEY or --list");
+    }
+    json req = {{"cmd", "keys"}};
+    if (!key_install.empty()) req.update({{"op", "install"}, {"key", key_install}});
+    if (!key_use.empty()) req.update({{"op", "use"}, {"key", key_use}});
+    if (!key_remove.empty()) req.update({{"op", "remove"}, {"key", key_remove}});
+    if (key_list) req["op"] = "list";
+    auto r = Call(rpc, req);
+    if (!r) return 1;
+    std::printf("%d nodes answered.\n", r->value("nodes", 0));
+    for (auto& [fp, n] : (*r)["keys"].items()) {
+      const int primary = (*r)["primary"].value(fp, 0);
+      std::printf("  %s  installed on %s nodes%s\n", fp.c_str(), n.dump().c_str(),
+                  primary ? (", primary on " + std::to_string(primary)).c_str() : "");
+    }
     return 0;
   }
   if (members->parsed()) {

@@ -381,6 +381,8 @@ int RunSimulateCommand() {
                 {"steps_median", r.steps_median},
                 {"steps_max", r.steps_max},
                 {"spread", r.spread()},
+                {"steps_p10", r.steps_p10},
+                {"steps_p90", r.steps_p90},
                 {"wait_share", Round(r.wait_share, 4)},
                 {"messages_per_node", Round(r.messages_per_node, 1)},
                 {"bytes_per_node", Round(r.bytes_per_node, 0)},
@@ -411,9 +413,9 @@ int RunSimulateCommand() {
   }
 
   std::printf("%s\n\n", Describe(base).c_str());
-  std::vector<std::string> header = {"barrier",      "sample",    "staleness", "steps_min",
-                                     "steps_median", "steps_max", "spread",    "wait_share",
-                                     "msgs/node",    "bytes/node"};
+  std::vector<std::string> header = {"barrier",    "sample",    "staleness", "steps_min", "p10",
+                                     "median",     "p90",       "steps_max", "spread",    "p90-p10",
+                                     "wait_share", "msgs/node", "bytes/node"};
   if (task) {
     header.push_back("error");
     header.push_back("error_avg");
@@ -428,9 +430,12 @@ int RunSimulateCommand() {
                                     prob ? std::to_string(r.sample) : "-",
                                     bounded ? std::to_string(r.staleness) : "-",
                                     std::to_string(r.steps_min),
+                                    std::to_string(r.steps_p10),
                                     std::to_string(r.steps_median),
+                                    std::to_string(r.steps_p90),
                                     std::to_string(r.steps_max),
                                     std::to_string(r.spread()),
+                                    std::to_string(r.spread_p10_p90()),
                                     Fixed(r.wait_share, 3),
                                     Fixed(r.messages_per_node, 0),
                                     Fixed(r.bytes_per_node, 0)};

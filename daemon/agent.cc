@@ -6,6 +6,7 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -17,10 +18,13 @@
 #include <set>
 
 #include "daemon/metrics.h"
+#include "daemon/rpc.h"
 #include "daemon/trainer.h"
 #include "gossip/codec.h"
 #include "gossip/crypto.h"
 #include "gossip/rate_limit.h"
+#include "gossip/replay_guard.h"
+#include "gossip/source_rate_limiter.h"
 #include "gossip/transport.h"
 #include "learn/rng.h"
 #include "learn/task.h"
@@ -40,6 +44,12 @@ namespace {
 constexpr size_t kMaxRpcFrame = 64 * 1024;
 constexpr int64_t kLeavePollMs = 50;
 constexpr int64_t kLeaveMaxMs = 3000;
+
+uint64_t WallMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
 
 uint64_t RandomSeed() {
   std::random_device rd;
@@ -65,6 +75,8 @@ struct Agent::Impl {
   std::vector<std::unique_ptr<gossip::Signal>> signals;
   MetricsLog metrics;
   gossip::RejectCounters rejects;
+  gossip::ReplayGuard replay_guard;
+  gossip::SourceRateLimiter source_limiter;
   uint64_t rpc_rejects = 0;
   uint64_t oversize_drops = 0;
 
@@ -73,6 +85,7 @@ struct Agent::Impl {
     std::string addr;
     bool done = false;
     uint64_t join_req = 0;
+    bool join = false;
   };
   std::map<TcpHub::ConnId, PushPullCtx> pushpulls;
   // RPC joins waiting for their push-pulls: id -> (rpc conn, outstanding, succeeded).
@@ -179,6 +192,7 @@ struct Agent::Impl {
       }
     }
     codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
+    codec->set_wall_clock(WallMs);
     membership::Config mcfg = config.MembershipConfig();
     // The datagram budget must leave room for the envelope, cluster label and seal.
     mcfg.packet_overhead_bytes = std::max(mcfg.packet_overhead_bytes, codec->DatagramOverhead());
@@ -583,6 +597,143 @@ struct Agent::Impl {
     }
   }
 
+  // `meshtrain keys`: rotation of the cluster key, spread to every live member.
+  void HandleKeys(TcpHub::ConnId id, const RpcRequest& req) {
+    if (!keyring) {
+      RpcReply(id, {{"ok", false},
+                    {"error", "encryption is off on this agent (start it with --encrypt)"}});
+      return;
+    }
+    KeyOps(id, req);
+  }
+
+  gossip::KeyOpReplyMsg ApplyKeyOp(const gossip::KeyOpMsg& m) {
+    gossip::KeyOpReplyMsg r;
+    r.seq = m.seq;
+    r.ok = true;
+    switch (m.op) {
+      case gossip::KeyOpKind::kInstall:
+        keyring->Install(*m.key);
+        break;
+      case gossip::KeyOpKind::kUse:
+        if (!keyring->Use(*m.key)) r = {m.seq, false, "key is not installed", {}, {}};
+        break;
+      case gossip::KeyOpKind::kRemove:
+        if (!keyring->Remove(*m.key)) {
+          r = {m.seq, false, "key is the primary key or not installed", {}, {}};
+        }
+        break;
+      case gossip::KeyOpKind::kList:
+        break;
+    }
+    for (const auto& k : keyring->Keys()) r.keys.push_back(gossip::KeyFingerprint(k));
+    r.primary = gossip::KeyFingerprint(keyring->Primary());
+    if (m.op != gossip::KeyOpKind::kList) {
+      spdlog::info("keys: {} {} -> {}", gossip::KeyOpName(m.op),
+                   m.key ? gossip::KeyFingerprint(*m.key) : "", r.ok ? "ok" : r.error);
+    }
+    return r;
+  }
+
+  struct KeyRound {
+    TcpHub::ConnId rpc = 0;
+    int outstanding = 0;
+    int nodes = 0;
+    json failed = json::object();
+    std::map<std::string, int> keys;       // fingerprint -> nodes holding it
+    std::map<std::string, int> primaries;  // fingerprint -> nodes using it as primary
+  };
+  std::map<uint32_t, KeyRound> key_rounds;
+  uint32_t next_key_seq = 1;
+
+  void KeyRoundRecord(uint32_t seq, const std::string& node, const gossip::KeyOpReplyMsg* r) {
+    auto it = key_rounds.find(seq);
+    if (it == key_rounds.end()) return;
+    KeyRound& kr = it->second;
+    if (r == nullptr) {
+      kr.failed[node] = "no reply";
+    } else if (!r->ok) {
+      kr.failed[node] = r->error;
+    }
+    if (r != nullptr) {
+      for (const auto& k : r->keys) kr.keys[k]++;
+      if (!r->primary.empty()) kr.primaries[r->primary]++;
+    }
+    if (--kr.outstanding > 0) return;
+    json out = {{"ok", kr.failed.empty()},
+                {"nodes", kr.nodes},
+                {"keys", kr.keys},
+                {"primary", kr.primaries},
+                {"failed", kr.failed}};
+    if (!kr.failed.empty()) {
+      out["error"] = std::to_string(kr.failed.size()) + " of " + std::to_string(kr.nodes) +
+                     " nodes failed: " + kr.failed.dump();
+    }
+    RpcReply(kr.rpc, out);
+    key_rounds.erase(it);
+  }
+
+  // Applies the operation here, then sends it to every live member and gathers their answers.
+  void KeyOps(TcpHub::ConnId rpc_id, const RpcRequest& req) {
+    gossip::KeyOpMsg op;
+    op.seq = next_key_seq++;
+    if (req.key_op == "install") op.op = gossip::KeyOpKind::kInstall;
+    if (req.key_op == "use") op.op = gossip::KeyOpKind::kUse;
+    if (req.key_op == "remove") op.op = gossip::KeyOpKind::kRemove;
+    if (req.key_op == "list") op.op = gossip::KeyOpKind::kList;
+    if (op.op != gossip::KeyOpKind::kList) {
+      auto key = gossip::ParseKeyBase64(req.key);
+      if (!key) {
+        RpcReply(rpc_id, {{"ok", false}, {"error", "invalid key: expected base64 of 32 bytes"}});
+        return;
+      }
+      op.key = *key;
+    }
+    KeyRound& kr = key_rounds[op.seq];
+    kr.rpc = rpc_id;
+    std::vector<const membership::Member*> peers;
+    auto members = swim->Members();
+    for (const auto& m : members) {
+      if (m.name != config.name && m.status == membership::Status::kAlive) peers.push_back(&m);
+    }
+    kr.nodes = static_cast<int>(peers.size()) + 1;
+    kr.outstanding = kr.nodes;
+    const gossip::KeyOpReplyMsg local = ApplyKeyOp(op);
+    gossip::Frame frame;
+    frame.sender = config.name;
+    frame.body = op;
+    const Bytes bytes = codec->EncodeFrame(frame);
+    const uint32_t seq = op.seq;
+    for (const membership::Member* m : peers) {
+      auto to = NetAddr::Parse(m->addr);
+      const std::string name = m->name;
+      auto got = std::make_shared<bool>(false);
+      TcpHub::ConnId cid = data_tcp->Connect(
+          *to,
+          [this, seq, name, got](TcpHub::ConnId c, Bytes&& payload) {
+            gossip::Reject why{};
+            auto f = codec->DecodeFrame(payload.data(), payload.size(), &why);
+            auto* r = f ? std::get_if<gossip::KeyOpReplyMsg>(&f->body) : nullptr;
+            if (r == nullptr || r->seq != seq || *got) {
+              rejects.add(f ? gossip::Reject::kSemantic : why);
+              data_tcp->Abort(c);
+              return;
+            }
+            *got = true;
+            KeyRoundRecord(seq, name, r);
+            data_tcp->Close(c);
+          },
+          [this, seq, name, got](TcpHub::ConnId, int) {
+            if (!*got) {
+              *got = true;
+              KeyRoundRecord(seq, name, nullptr);
+            }
+          });
+      data_tcp->Send(cid, bytes);
+    }
+    KeyRoundRecord(seq, config.name, &local);
+  }
+
   void PrintBanner() {
     std::printf(
         "meshtrain agent %s\n"
@@ -674,8 +825,14 @@ struct Agent::Impl {
           PushPullCtx ctx = it->second;
           pushpulls.erase(it);
           if (!ctx.done) {
-            spdlog::debug("push-pull with {} failed: {}", ctx.addr,
-                          status < -100000 ? "protocol error" : uv_strerror(status));
+            const char* why = status < -100000 ? "protocol error" : uv_strerror(status);
+            if (ctx.join) {
+              spdlog::warn(
+                  "could not join through {}: {}{}", ctx.addr, why,
+                  config.retry_join ? " (will retry)" : " (use --retry-join to keep trying)");
+            } else {
+              spdlog::debug("push-pull with {} failed: {}", ctx.addr, why);
+            }
             swim->PushPullFailed(ctx.addr, Now());
           }
           FinishJoinPart(ctx.join_req, ctx.done);
@@ -686,7 +843,7 @@ struct Agent::Impl {
     gossip::Frame frame;
     frame.sender = config.name;
     frame.body = gossip::PushPullMsg{false, pp.request};
-    pushpulls[id] = PushPullCtx{pp.to_addr, false, join_req};
+    pushpulls[id] = PushPullCtx{pp.to_addr, false, join_req, pp.request.join};
     if (join_req != 0) {
       auto jr = join_reqs.find(join_req);
       if (jr != join_reqs.end()) jr->second.outstanding++;
@@ -750,10 +907,19 @@ struct Agent::Impl {
   }
 
   void OnDatagram(const uint8_t* data, size_t len, const NetAddr& from) {
+    // Cheapest checks first: the per-source budget, then decoding, then replay.
+    if (!source_limiter.Allow(from.ToString(), static_cast<double>(uv_hrtime()) / 1e9)) {
+      rejects.add(gossip::Reject::kRateLimited);
+      return;
+    }
     gossip::Reject why{};
     auto dg = codec->DecodeDatagram(data, len, &why);
     if (!dg) {
       rejects.add(why);
+      return;
+    }
+    if (!replay_guard.Check(*dg, WallMs())) {
+      rejects.add(gossip::Reject::kReplay);
       return;
     }
     uv_update_time(&loop);
@@ -799,6 +965,23 @@ struct Agent::Impl {
       Pump(0);
     } else if (auto* chunk = std::get_if<gossip::ParamChunk>(&frame->body)) {
       OnParamChunk(id, frame->sender, std::move(*chunk));
+    } else if (auto* op = std::get_if<gossip::KeyOpMsg>(&frame->body)) {
+      // Only reachable through an authenticated (sealed) frame when encryption is on; a
+      // plaintext agent has no keyring and refuses.
+      gossip::KeyOpReplyMsg reply;
+      if (keyring) {
+        reply = ApplyKeyOp(*op);
+      } else {
+        reply = {op->seq, false, "encryption is off on this agent", {}, {}};
+      }
+      gossip::Frame f;
+      f.sender = config.name;
+      f.body = reply;
+      data_tcp->Send(id, codec->EncodeFrame(f));
+      data_tcp->Close(id);
+    } else {
+      rejects.add(gossip::Reject::kSemantic);
+      data_tcp->Abort(id);
     }
   }
 
@@ -829,6 +1012,19 @@ struct Agent::Impl {
     return rejects.total() + rpc_rejects + data_tcp->framing_errors();
   }
 
+  json RejectsJson() const {
+    json out = json::object();
+    for (size_t i = 0; i < gossip::kNumRejects; ++i) {
+      const auto r = static_cast<gossip::Reject>(i);
+      if (rejects.get(r) > 0) out[gossip::RejectName(r)] = rejects.get(r);
+    }
+    if (rpc_rejects > 0) out["rpc"] = rpc_rejects;
+    if (data_tcp->framing_errors() > 0) out["framing"] = data_tcp->framing_errors();
+    if (data_tcp->refused_connections() > 0)
+      out["connections_refused"] = data_tcp->refused_connections();
+    return out;
+  }
+
   json StatusJson() {
     size_t peers_alive = 0;
     for (const auto& m : swim->Members()) {
@@ -857,20 +1053,30 @@ struct Agent::Impl {
             {"bytes_received", udp->bytes_received() + data_tcp->bytes_received()},
             {"mean_fanout", rounds_done ? static_cast<double>(fanout_sum) / rounds_done : 0.0},
             {"rejected_packets", RejectedPackets()},
+            {"rejected_by_reason", RejectsJson()},
             {"health_score", swim->HealthScore()},
             {"incarnation", swim->Find(config.name) ? swim->Find(config.name)->incarnation : 0},
             {"uptime_s", metrics.Elapsed()}};
   }
 
   void OnRpcFrame(TcpHub::ConnId id, Bytes&& payload) {
-    json req = json::parse(payload.begin(), payload.end(), nullptr, /*allow_exceptions=*/false);
-    if (req.is_discarded() || !req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()) {
+    std::string error;
+    auto req = ParseRpcRequest(payload.data(), payload.size(), &error);
+    if (!req) {
       rpc_rejects++;
-      RpcReply(id, {{"ok", false}, {"error", "malformed RPC request"}});
+      RpcReply(id, {{"ok", false}, {"error", error}});
+      return;
+    }
+    if (!config.rpc_token.empty() && !TokenMatches(config.rpc_token, req->token)) {
+      rpc_rejects++;
+      RpcReply(id, {{"ok", false},
+                    {"error",
+                     "permission denied: missing or wrong RPC token "
+                     "(set MESHTRAIN_RPC_TOKEN or --rpc-token)"}});
       return;
     }
     uv_update_time(&loop);
-    const std::string cmd = req["cmd"];
+    const std::string& cmd = req->cmd;
     if (cmd == "members") {
       json out = MembersJson();
       out["ok"] = true;
@@ -881,19 +1087,13 @@ struct Agent::Impl {
       RpcReply(id, out);
     } else if (cmd == "join") {
       std::vector<std::string> addrs;
-      if (req.contains("addrs") && req["addrs"].is_array()) {
-        for (const auto& a : req["addrs"]) {
-          auto parsed = a.is_string() ? NetAddr::Parse(a.get<std::string>()) : std::nullopt;
-          if (!parsed || parsed->port() == 0) {
-            RpcReply(id, {{"ok", false}, {"error", "invalid address: " + a.dump()}});
-            return;
-          }
-          addrs.push_back(parsed->ToString());
+      for (const auto& a : req->addrs) {
+        auto parsed = NetAddr::Parse(a);
+        if (!parsed || parsed->port() == 0) {
+          RpcReply(id, {{"ok", false}, {"error", "invalid address '" + a + "'"}});
+          return;
         }
-      }
-      if (addrs.empty() || addrs.size() > 64) {
-        RpcReply(id, {{"ok", false}, {"error", "join needs 1-64 addresses"}});
-        return;
+        addrs.push_back(parsed->ToString());
       }
       if (leaving) {
         RpcReply(id, {{"ok", false}, {"error", "agent is leaving"}});
@@ -912,10 +1112,8 @@ struct Agent::Impl {
       RpcReply(id, {{"ok", true}});
       StartLeave();
     } else if (cmd == "force-leave") {
-      const std::string name = req.value("name", "");
-      if (name.empty()) {
-        RpcReply(id, {{"ok", false}, {"error", "force-leave needs a member name"}});
-      } else if (swim->ForceLeave(name, Now())) {
+      const std::string& name = req->name;
+      if (swim->ForceLeave(name, Now())) {
         Pump(0);
         RpcReply(id, {{"ok", true}});
       } else {
@@ -926,9 +1124,8 @@ struct Agent::Impl {
                                         : "member '" + name + "' is " +
                                               membership::StatusName(m->status) + ", not failed"}});
       }
-    } else {
-      rpc_rejects++;
-      RpcReply(id, {{"ok", false}, {"error", "unknown command '" + cmd + "'"}});
+    } else if (cmd == "keys") {
+      HandleKeys(id, *req);
     }
   }
 

@@ -549,8 +549,7 @@ bool ValidKeyOpReply(const KeyOpReplyMsg& m) {
       if (m.keys[j] == m.keys[i]) return false;
     }
   }
-  return m.primary.empty() ||
-         std::find(m.keys.begin(), m.keys.end(), m.primary) != m.keys.end();
+  return m.primary.empty() || std::find(m.keys.begin(), m.keys.end(), m.primary) != m.keys.end();
 }
 
 uint64_t RejectCounters::total() const {

@@ -9,18 +9,21 @@
 //   enum and union values, name/address syntax and lengths, vector counts, chunk geometry,
 //   finite floats (kSemantic) -> conversion to plain structs.
 // Decoders never throw, abort or read outside the buffer; FlatBuffers types stay in codec.cc.
+// Around DecodeDatagram the receiver adds two checks of its own: a per-source rate limit before
+// it (gossip/source_rate_limiter.h, kRateLimited) and a replay guard after it
+// (gossip/replay_guard.h, kReplay), which needs the sent_ms and replay_id the decoder reports.
 //
 // Thread-safety: Encode*/Decode* are const and may run concurrently on several threads (the
-// keyring is internally synchronized and expected_params is atomic). RejectCounters is a plain
-// value owned by one thread (the loop thread).
+// keyring is internally synchronized and expected_params is atomic; the wall clock is set before
+// sharing). RejectCounters is a plain value owned by one thread (the loop thread).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <array>
 #include <optional>
 #include <string>
 #include <utility>
@@ -109,9 +112,9 @@ struct KeyOpMsg {
 struct KeyOpReplyMsg {
   uint32_t seq = 0;
   bool ok = false;
-  std::string error;                // empty when ok; at most kMaxStringBytes
-  std::vector<std::string> keys;    // fingerprints of the installed keys, primary first
-  std::string primary;              // fingerprint of the primary key; empty if keys is empty
+  std::string error;              // empty when ok; at most kMaxStringBytes
+  std::vector<std::string> keys;  // fingerprints of the installed keys, primary first
+  std::string primary;            // fingerprint of the primary key; empty if keys is empty
 };
 constexpr size_t kMaxKeysInReply = 64;
 
@@ -168,7 +171,9 @@ enum class Reject : uint8_t {
 };
 constexpr size_t kNumRejects = 9;
 
-const char* RejectName(Reject r);  // "too_large", "too_small", "auth", ..., "replay", "rate_limited"
+// "too_large", "too_small", "auth", "verify", "version", "cluster", "semantic", "replay",
+// "rate_limited".
+const char* RejectName(Reject r);
 
 // Per-reason counts of dropped inbound buffers (SPEC §3 `rejected_packets` is total()).
 struct RejectCounters {

@@ -41,7 +41,7 @@
 namespace meshtrain::gossip {
 
 struct ReplayGuardConfig {
-  uint64_t max_age_ms = 30000;  // how stale a datagram may be (sender clock vs. receiver clock)
+  uint64_t max_age_ms = 30000;   // how stale a datagram may be (sender clock vs. receiver clock)
   uint64_t max_skew_ms = 10000;  // how far ahead of the receiver a sender's clock may run
   size_t max_per_sender = 4096;  // remembered datagrams per sender (about 100/s over a window)
   size_t max_entries = 65536;    // remembered datagrams overall (about 128 bytes each)

@@ -22,9 +22,9 @@
 namespace meshtrain::gossip {
 
 struct SourceRateLimiterConfig {
-  double rate = 2000;          // datagrams per second per source; <= 0: unlimited
-  double burst = 500;          // bucket size in datagrams (at least 1)
-  size_t max_sources = 4096;   // sources tracked at once (at least 1)
+  double rate = 2000;         // datagrams per second per source; <= 0: unlimited
+  double burst = 500;         // bucket size in datagrams (at least 1)
+  size_t max_sources = 4096;  // sources tracked at once (at least 1)
 };
 
 class SourceRateLimiter {

@@ -228,7 +228,7 @@ class PspSim {
   std::priority_queue<Event, std::vector<Event>, Later> queue_;
   uint64_t seq_ = 0;
   TimeMs now_ = 0;
-  TimeMs t0_ = 0;   // training starts (after the membership warm-up)
+  TimeMs t0_ = 0;  // training starts (after the membership warm-up)
   TimeMs end_ = 0;
   uint64_t events_ = 0;
   uint64_t datagrams_lost_ = 0;
@@ -268,8 +268,8 @@ learn::Status PspSim::Setup() {
     so.config = *membership::Config::Profile(o_.profile);
     so.seed = SubSeed(o_.seed, 5);
     const auto lat = static_cast<TimeMs>(std::llround(o_.net.latency_ms));
-    so.latency = LinkLatency{std::max<TimeMs>(1, lat),
-                             static_cast<TimeMs>(std::llround(o_.net.jitter_ms))};
+    so.latency =
+        LinkLatency{std::max<TimeMs>(1, lat), static_cast<TimeMs>(std::llround(o_.net.jitter_ms))};
     cluster_ = std::make_unique<SwimCluster>(so);
     cluster_->net().set_loss(o_.net.loss);
     cluster_->start_all_via(0, 1);
@@ -302,8 +302,8 @@ learn::Status PspSim::Setup() {
   learn::Rng speed_rng(SubSeed(o_.seed, 7));
   std::vector<double> factor(n, 1.0);
   if (o_.compute.straggler_fraction > 0) {
-    const auto k = static_cast<uint32_t>(
-        std::llround(o_.compute.straggler_fraction * static_cast<double>(n)));
+    const auto k =
+        static_cast<uint32_t>(std::llround(o_.compute.straggler_fraction * static_cast<double>(n)));
     for (uint32_t s : SampleDistinct(speed_rng, static_cast<uint32_t>(n), k)) {
       factor[s] = o_.compute.straggler_factor;
     }
@@ -337,8 +337,8 @@ learn::Status PspSim::Setup() {
       }
     } else {
       // A random partial view: view_ of the n − 1 others.
-      for (uint32_t j : SampleDistinct(view_rng, static_cast<uint32_t>(n - 1),
-                                       static_cast<uint32_t>(view_))) {
+      for (uint32_t j :
+           SampleDistinct(view_rng, static_cast<uint32_t>(n - 1), static_cast<uint32_t>(view_))) {
         node.peers.push_back(j >= i ? j + 1 : j);
       }
     }
@@ -356,9 +356,8 @@ learn::Status PspSim::Setup() {
     auto task = learn::MakeTask("synthetic", topts);
     if (!task.ok()) return task.status();
     eval_task_ = std::move(task).value();
-    param_bytes_ = o_.param_bytes != 0
-                       ? o_.param_bytes
-                       : 4 * eval_task_->num_params() + kParamHeaderBytes;
+    param_bytes_ =
+        o_.param_bytes != 0 ? o_.param_bytes : 4 * eval_task_->num_params() + kParamHeaderBytes;
   } else {
     param_bytes_ = o_.param_bytes != 0 ? o_.param_bytes : kDefaultParamBytes;
   }
@@ -674,8 +673,8 @@ void PspSim::Handle(const Event& ev) {
       }
       break;
     case Event::kAnnounce:
-      if (n.alive && Knows(ev.to, ev.from) &&
-          n.core->OnProgress(names_[ev.from], ev.step, now_) && !n.computing) {
+      if (n.alive && Knows(ev.to, ev.from) && n.core->OnProgress(names_[ev.from], ev.step, now_) &&
+          !n.computing) {
         TryStart(ev.to);
       }
       break;
@@ -705,8 +704,8 @@ void PspSim::Handle(const Event& ev) {
 PspSimResult PspSim::Run() {
   for (uint32_t i = 0; i < nodes_.size(); ++i) TryStart(i);
   for (uint32_t c = 0; c < o_.crashes.size(); ++c) {
-    Push(t0_ + static_cast<TimeMs>(std::llround(o_.crashes[c].at_s * 1000.0)), Event::kCrash, 0,
-         0, 0, c);
+    Push(t0_ + static_cast<TimeMs>(std::llround(o_.crashes[c].at_s * 1000.0)), Event::kCrash, 0, 0,
+         0, c);
   }
   Sample();  // t = 0; schedules the next sample
 
@@ -755,6 +754,8 @@ PspSimResult PspSim::Run() {
   r.steps_min = Quantile(live_steps, 0);
   r.steps_median = Quantile(live_steps, 0.5);
   r.steps_max = Quantile(live_steps, 1);
+  r.steps_p10 = Quantile(live_steps, 0.1);
+  r.steps_p90 = Quantile(live_steps, 0.9);
   const double nodes = static_cast<double>(nodes_.size());
   if (r.live_nodes > 0) {
     r.wait_share = wait / static_cast<double>(r.live_nodes) / std::max(1e-9, o_.duration_s);
@@ -834,10 +835,10 @@ learn::Status ValidatePspSimOptions(const PspSimOptions& o) {
     return Status::InvalidArgument("--duration must be positive");
   }
   if (NeedsFullView(o.barrier.policy) && o.nodes > kMaxFullViewNodes) {
-    return Status::InvalidArgument(
-        std::string(sync::PolicyName(o.barrier.policy)) + " needs every node to track every peer (" +
-        "n² progress entries); use at most " + std::to_string(kMaxFullViewNodes) +
-        " nodes, or pbsp/pssp");
+    return Status::InvalidArgument(std::string(sync::PolicyName(o.barrier.policy)) +
+                                   " needs every node to track every peer (" +
+                                   "n² progress entries); use at most " +
+                                   std::to_string(kMaxFullViewNodes) + " nodes, or pbsp/pssp");
   }
   if (!(o.compute.step_ms >= 1)) return Status::InvalidArgument("--step-time must be >= 1 ms");
   if (!(o.compute.step_cv >= 0) || !(o.compute.node_cv >= 0) || o.compute.step_cv > 10 ||

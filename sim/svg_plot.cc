@@ -64,9 +64,9 @@ std::string TickLabel(double v) {
 }
 
 struct Panel {
-  double x0, y0, w, h;           // pixel box
-  double tmax;                   // x range [0, tmax]
-  double ymin, ymax;             // y range (log10 values when log)
+  double x0, y0, w, h;  // pixel box
+  double tmax;          // x range [0, tmax]
+  double ymin, ymax;    // y range (log10 values when log)
   bool log = false;
   double X(double t) const { return x0 + (tmax > 0 ? t / tmax : 0) * w; }
   double Y(double v) const {
@@ -81,8 +81,8 @@ void Axes(std::string* svg, const Panel& p, const std::string& ylabel) {
           "\" height=\"" + Num(p.h) + "\" fill=\"none\" stroke=\"#444\"/>\n";
   const double xs = TickStep(p.tmax, 8);
   for (double t = 0; t <= p.tmax + 1e-9; t += xs) {
-    *svg += "<line x1=\"" + Num(p.X(t)) + "\" y1=\"" + Num(p.y0 + p.h) + "\" x2=\"" +
-            Num(p.X(t)) + "\" y2=\"" + Num(p.y0 + p.h + 5) + "\" stroke=\"#444\"/>\n";
+    *svg += "<line x1=\"" + Num(p.X(t)) + "\" y1=\"" + Num(p.y0 + p.h) + "\" x2=\"" + Num(p.X(t)) +
+            "\" y2=\"" + Num(p.y0 + p.h + 5) + "\" stroke=\"#444\"/>\n";
     *svg += "<text x=\"" + Num(p.X(t)) + "\" y=\"" + Num(p.y0 + p.h + 18) +
             "\" text-anchor=\"middle\">" + TickLabel(t) + "</text>\n";
   }
@@ -142,8 +142,8 @@ std::string RenderProgressSvg(const std::vector<PlotRun>& runs, const std::strin
   }
   const int panels = any_error ? 2 : 1;
   const int height = kTop + panels * kPanelHeight + (panels - 1) * kGap + kBottom;
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
-                    std::to_string(kWidth) + "\" height=\"" + std::to_string(height) +
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(kWidth) +
+                    "\" height=\"" + std::to_string(height) +
                     "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg += "<text x=\"" + std::to_string(kWidth / 2) +
@@ -168,15 +168,22 @@ std::string RenderProgressSvg(const std::vector<PlotRun>& runs, const std::strin
                [&](const TimePoint& t) { return as(t.p90); }) +
            "\"/>\n";
     std::string line;
-    for (const TimePoint& tp : s) line += Num(progress.X(tp.t_s)) + "," + Num(progress.Y(as(tp.median))) + " ";
+    for (const TimePoint& tp : s)
+      line += Num(progress.X(tp.t_s)) + "," + Num(progress.Y(as(tp.median))) + " ";
     svg += "<polyline fill=\"none\" stroke=\"" + std::string(color) +
            "\" stroke-width=\"2\" points=\"" + line + "\"/>\n";
   }
 
   if (any_error) {
     if (emax - emin < 1) emax = emin + 1;
-    Panel err{kLeft, kTop + kPanelHeight + kGap, pw, kPanelHeight, tmax, std::floor(emin),
-              std::ceil(emax), true};
+    Panel err{kLeft,
+              kTop + kPanelHeight + kGap,
+              pw,
+              kPanelHeight,
+              tmax,
+              std::floor(emin),
+              std::ceil(emax),
+              true};
     Axes(&svg, err, "model error (mean node test MSE)");
     for (size_t k = 0; k < runs.size(); ++k) {
       const char* color = kColors[k % (sizeof(kColors) / sizeof(kColors[0]))];
@@ -195,8 +202,8 @@ std::string RenderProgressSvg(const std::vector<PlotRun>& runs, const std::strin
     const char* color = kColors[k % (sizeof(kColors) / sizeof(kColors[0]))];
     const double y = kTop + 10 + 20.0 * static_cast<double>(k);
     const double x = kLeft + pw + 15;
-    svg += "<rect x=\"" + Num(x) + "\" y=\"" + Num(y - 9) + "\" width=\"18\" height=\"10\" fill=\"" +
-           color + "\"/>\n";
+    svg += "<rect x=\"" + Num(x) + "\" y=\"" + Num(y - 9) +
+           "\" width=\"18\" height=\"10\" fill=\"" + color + "\"/>\n";
     svg += "<text x=\"" + Num(x + 24) + "\" y=\"" + Num(y) + "\">" + Escape(runs[k].label) +
            "</text>\n";
   }

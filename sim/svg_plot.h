@@ -15,8 +15,8 @@
 namespace meshtrain::sim {
 
 struct PlotRun {
-  std::string label;               // legend text
-  std::vector<TimePoint> series;   // as in PspSimResult::series
+  std::string label;              // legend text
+  std::vector<TimePoint> series;  // as in PspSimResult::series
 };
 
 // The SVG document for these runs under `title`.

@@ -398,6 +398,23 @@ TEST_CASE("codec: encoded datagrams never exceed the membership size estimates",
                       << Codec("default", MakeKeyring()).DatagramOverhead() << " B");
 }
 
+TEST_CASE("codec: the wall clock stamps messages whose sent_ms is unset", "[gossip][codec]") {
+  Codec codec("default", nullptr);
+  const Datagram unset{"n1", ProgressQuery{1, 2}};
+  auto bytes = codec.EncodeDatagram(unset);
+  CHECK(codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr)->sent_ms == 0);  // no clock
+  uint64_t now = 1700000000123;
+  codec.set_wall_clock([&now] { return now; });
+  bytes = codec.EncodeDatagram(unset);
+  CHECK(codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr)->sent_ms == now);
+  now += 5;
+  bytes = codec.EncodeFrame(Frame{"n1", KeyOpMsg{KeyOpKind::kList, std::nullopt, 3}});
+  CHECK(codec.DecodeFrame(bytes.data(), bytes.size(), nullptr)->sent_ms == now);
+  // An explicit time wins (the caller may stamp it itself).
+  bytes = codec.EncodeDatagram(Datagram{"n1", ProgressQuery{1, 2}, 42});
+  CHECK(codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr)->sent_ms == 42);
+}
+
 TEST_CASE("codec: reject names and counters", "[gossip][codec]") {
   RejectCounters counters;
   for (size_t i = 0; i < kNumRejects; ++i) {

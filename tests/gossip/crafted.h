@@ -232,12 +232,12 @@ inline std::vector<Crafted> CraftedCases() {
                Reject::kSemantic});
   c.push_back({"key reply, uppercase fingerprint", true,
                KeyOpReplyBody({"0123456789ABCDEF"}, {true}), Reject::kSemantic});
-  c.push_back({"key reply, short fingerprint", true, KeyOpReplyBody({"0123"}, {true}),
+  c.push_back(
+      {"key reply, short fingerprint", true, KeyOpReplyBody({"0123"}, {true}), Reject::kSemantic});
+  c.push_back(
+      {"key reply, no fingerprint", true, KeyOpReplyBody({nullptr}, {false}), Reject::kVerify});
+  c.push_back({"key reply, control char in error", true, KeyOpReplyBody({}, {}, "bad\nkey"),
                Reject::kSemantic});
-  c.push_back({"key reply, no fingerprint", true, KeyOpReplyBody({nullptr}, {false}),
-               Reject::kVerify});
-  c.push_back({"key reply, control char in error", true,
-               KeyOpReplyBody({}, {}, "bad\nkey"), Reject::kSemantic});
   {
     std::vector<std::string> many;
     for (size_t i = 0; i <= kMaxKeysInReply; ++i) {

@@ -270,7 +270,11 @@ void RunFuzz(bool encrypted, uint64_t seed) {
   for (int i = 0; i < 256; ++i) {
     Frame f;
     f.sender = g.Name();
-    if (i % 2) {
+    if (i % 8 == 6) {
+      f.body = g.KeyOp();
+    } else if (i % 8 == 7) {
+      f.body = g.KeyOpReply();
+    } else if (i % 2) {
       f.body = g.PushPull(f.sender, 24);
     } else {
       const auto chunks = SplitParams(g.Floats(kModelFloats), g.U(0, 99), g.U(0, 999),

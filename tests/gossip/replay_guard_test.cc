@@ -147,8 +147,7 @@ TEST_CASE("replay: the same id from another sender or time is a different datagr
   CHECK(guard.senders() == 2);
 }
 
-TEST_CASE("replay: a receiver clock stepping back does not reopen the window",
-          "[gossip][replay]") {
+TEST_CASE("replay: a receiver clock stepping back does not reopen the window", "[gossip][replay]") {
   ReplayGuard guard;
   REQUIRE(guard.Check("a", Id(1), kT0, kT0));
   // 31 s later the entry is forgotten...
@@ -190,9 +189,12 @@ TEST_CASE("replay: the per-sender cap forgets the oldest and keeps rejecting its
   // ...but another sender is not affected, and a new one from "a" is fine.
   CHECK(guard.Admit("b", Id(100), kT0 + 5, kT0 + 21) == Verdict::kFresh);
   CHECK(guard.Admit("a", Id(100), kT0 + 25, kT0 + 25) == Verdict::kFresh);
-  // A new datagram older than everything a full sender holds is accepted once, then refused.
-  CHECK(guard.Admit("a", Id(101), kT0 + 12, kT0 + 25) == Verdict::kFresh);
+  // (Admitting kT0 + 25 evicted kT0 + 12: the floor is now kT0 + 13.) A new datagram as old as
+  // the oldest a full sender holds is accepted once; its copies are then below the floor.
   CHECK(guard.Admit("a", Id(101), kT0 + 12, kT0 + 25) == Verdict::kEvictedFloor);
+  CHECK(guard.Admit("a", Id(101), kT0 + 13, kT0 + 25) == Verdict::kFresh);
+  CHECK(guard.Admit("a", Id(101), kT0 + 13, kT0 + 25) == Verdict::kEvictedFloor);
+  CHECK(guard.entries() == 8 + 1);  // "a" is full, "b" holds one
 }
 
 // Random traffic with random replays under small caps: no replay is ever accepted, memory stays
@@ -238,17 +240,16 @@ TEST_CASE("replay: property — no replay passes under cap pressure", "[gossip][
     }
     CHECK(replays > 10000);
     CHECK(replays_accepted == 0);
-    std::printf("replay property: cap %6zu: %llu genuine, %llu refused by floors, %llu replays, "
-                "0 accepted, %llu evictions\n",
-                max_entries, static_cast<unsigned long long>(genuine),
-                static_cast<unsigned long long>(genuine_refused),
-                static_cast<unsigned long long>(replays),
-                static_cast<unsigned long long>(guard.stats().evictions));
-    if (max_entries == (size_t{1} << 16)) {
-      // Ample memory: the per-sender cap (32 per 2.5 s window, ~ 13/s, vs. ~ 33/s offered per
-      // sender) still evicts, but the global one never does.
-      CHECK(guard.stats().stale + guard.stats().future == 0);
-    }
+    std::printf(
+        "replay property: cap %6zu: %llu genuine, %llu refused by floors, %llu replays, "
+        "0 accepted, %llu evictions\n",
+        max_entries, static_cast<unsigned long long>(genuine),
+        static_cast<unsigned long long>(genuine_refused), static_cast<unsigned long long>(replays),
+        static_cast<unsigned long long>(guard.stats().evictions));
+    // Genuine datagrams are at most 300 ms late and 400 ms early, well within the age and skew
+    // bounds, and younger than what the per-sender cap evicts (a sender's 32 entries span about
+    // 2 s at ~ 16 datagrams/s): with room for everyone's window nothing genuine is refused.
+    if (max_entries == (size_t{1} << 16)) CHECK(genuine_refused == 0);
   }
 }
 

@@ -18,8 +18,8 @@ TEST_CASE("rate limit: burst, then the sustained rate", "[gossip][ratelimit]") {
   SourceRateLimiter l;  // 2000/s, burst 500
   CHECK(Burst(l, "10.0.0.1:7950", 100.0, 1000) == 500);
   CHECK(l.stats().dropped == 500);
-  // 100 ms later: 200 tokens.
-  CHECK(Burst(l, "10.0.0.1:7950", 100.1, 1000) == 200);
+  // 125 ms later: 250 tokens.
+  CHECK(Burst(l, "10.0.0.1:7950", 100.125, 1000) == 250);
   // A long pause refills to the burst, no more.
   CHECK(Burst(l, "10.0.0.1:7950", 200.0, 1000) == 500);
   // A flood of 10 000/s for 10 s gets the rate: 2000/s (plus nothing: the bucket starts empty).
@@ -60,7 +60,7 @@ TEST_CASE("rate limit: time going backwards refills nothing; rate 0 is unlimited
   SourceRateLimiter l({10, 5, 8});
   CHECK(Burst(l, "a", 50, 10) == 5);
   CHECK(Burst(l, "a", 40, 10) == 0);
-  CHECK(Burst(l, "a", 50.1, 10) == 1);
+  CHECK(Burst(l, "a", 50.25, 10) == 2);  // 2.5 tokens
   SourceRateLimiter off({0, 1, 1});
   CHECK(Burst(off, "a", 0, 100000) == 100000);
   CHECK(off.sources() == 0);

@@ -1,0 +1,298 @@
+"""Shared plumbing for the meshtrain experiment scripts in bench/ (stdlib only).
+
+Agents are real `meshtrain agent` processes on loopback, started and ended by PID through the
+integration harness (tests/integration/harness.py: Mesh/Agent/free_port_block/wait_until),
+which this module imports rather than copies.
+
+Time axis: everything is put on the wall clock (time.time()). An agent's metrics-file `t` is
+seconds since that agent's process started; we add the wall time recorded just before the
+process was spawned (error: exec + start-up, a few ms). Training start is read from the agent's
+log line "... training peers alive: starting to train" (spdlog wall-clock timestamp, ms), so
+"time to accuracy" excludes data loading and mesh formation.
+"""
+import array
+import datetime
+import json
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+from harness import Mesh, wait_until  # noqa: E402,F401
+
+DEFAULT_BIN = "/work/build-bench/cli/meshtrain"
+
+
+class SetupError(Exception):
+    """Something needed to run the experiment is missing or broke; the script exits 2."""
+
+
+def find_binary(path):
+    path = path or os.environ.get("MESHTRAIN_BIN") or DEFAULT_BIN
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise SetupError(f"meshtrain binary not found at {path}: build it with "
+                         "`cmake --build /work/build-bench --target meshtrain -j2` or pass --bin")
+    r = subprocess.run([path, "version"], capture_output=True, text=True, timeout=10,
+                       stdin=subprocess.DEVNULL)
+    if r.returncode != 0:
+        raise SetupError(f"{path} version failed: {r.stderr.strip() or r.stdout.strip()}")
+    return path
+
+
+def check_dataset(task, dataset_dir="/usr/share/datasets/fashion-mnist"):
+    if not task.startswith("fmnist"):
+        return
+    need = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+            "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+    missing = [n for n in need if not os.path.exists(os.path.join(dataset_dir, n))]
+    if missing:
+        raise SetupError(f"Fashion-MNIST files missing in {dataset_dir}: {', '.join(missing)} "
+                         "(install dataset-fashion-mnist)")
+
+
+def make_logdir(prefix):
+    return tempfile.mkdtemp(prefix=prefix)
+
+
+# ---- agents ------------------------------------------------------------------------------
+
+
+class Run:
+    """One mesh of agents whose files live in `workdir`. Use as a context manager: on exit every
+    agent still running is ended by PID (SIGTERM, then SIGKILL through the harness)."""
+
+    def __init__(self, binary, workdir, per_agent_args, common, name_prefix="n"):
+        os.makedirs(workdir, exist_ok=True)
+        self.mesh = Mesh(binary, len(per_agent_args), common, name_prefix=name_prefix)
+        # The harness made its own temp dir; keep everything of this run under ours instead.
+        try:
+            os.rmdir(self.mesh.workdir)
+        except OSError:
+            pass
+        self.mesh.workdir = workdir
+        self.workdir = workdir
+        self.spawn_wall = {}
+        for a, extra in zip(self.mesh.agents, per_agent_args):
+            a.log_path = os.path.join(workdir, f"{a.name}.log")
+            a.metrics_path = os.path.join(workdir, f"{a.name}.jsonl")
+            a.extra = list(extra) + ["--metrics-file", a.metrics_path]
+
+    @property
+    def agents(self):
+        return self.mesh.agents
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop(graceful=False)
+        self.mesh.__exit__(None, None, None)
+        return False
+
+    def start(self, timeout=30):
+        """Starts the first agent, waits for its RPC, then starts the others joining it."""
+        seed = self.agents[0]
+        self.spawn_wall[seed.name] = time.time()
+        seed.start()
+        try:
+            wait_until(lambda: (not seed.alive()) or seed.members() is not None, timeout,
+                       interval=0.1, what=f"{seed.name} RPC up")
+        except AssertionError as e:
+            raise SetupError(f"{e}\n{seed.log_tail()}")
+        if not seed.alive():
+            raise SetupError(f"agent {seed.name} exited at start:\n{seed.log_tail()}")
+        for a in self.agents[1:]:
+            self.spawn_wall[a.name] = time.time()
+            a.start(join=[seed.addr])
+
+    def check_alive(self):
+        for a in self.agents:
+            if not a.alive():
+                raise SetupError(f"agent {a.name} exited (rc {a.proc.returncode}); log "
+                                 f"{a.log_path}:\n{a.log_tail()}")
+
+    def statuses(self):
+        return {a.name: a.status() for a in self.agents}
+
+    def stop(self, graceful=True, timeout=8):
+        """Graceful: SIGTERM each agent (it leaves and writes its final checkpoint) and wait up
+        to `timeout` s for all; whatever is left is killed by PID."""
+        if graceful:
+            for a in self.agents:
+                a.signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            for a in self.agents:
+                if a.proc is None:
+                    continue
+                try:
+                    a.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        for a in self.agents:
+            if a.alive():
+                a.kill()
+
+    # ---- reading what the agents wrote ----
+
+    def metrics(self, agent):
+        return read_metrics(agent.metrics_path)
+
+    def train_start_wall(self, agent):
+        """Wall time the agent started training (log line), or None."""
+        try:
+            with open(agent.log_path, "r", errors="replace") as f:
+                for line in f:
+                    if "starting to train" in line:
+                        return parse_log_time(line)
+        except OSError:
+            return None
+        return None
+
+    def t0(self):
+        """Common start of training: the earliest agent's training start; falls back to the
+        last spawn when no agent logged it."""
+        starts = [s for s in (self.train_start_wall(a) for a in self.agents) if s is not None]
+        return min(starts) if starts else max(self.spawn_wall.values())
+
+    def evals_wall(self, agent):
+        """[(wall_time, step, accuracy, loss)] of the agent's eval lines."""
+        base = self.spawn_wall[agent.name]
+        return [(base + m["t"], m["step"], m["accuracy"], m["loss"])
+                for m in self.metrics(agent) if m.get("event") == "eval"]
+
+    def reach_wall(self, agent, target):
+        """(wall time, step) of the agent's first eval at or above `target`, or None."""
+        for w, step, acc, _ in self.evals_wall(agent):
+            if acc >= target:
+                return w, step
+        return None
+
+
+def parse_log_time(line):
+    """spdlog prefix '2026-11-21T13:39:50.045 [info] ...' (local time) -> epoch seconds."""
+    stamp = line.split(" ", 1)[0]
+    try:
+        dt = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f")
+    except ValueError:
+        return None
+    return time.mktime(dt.timetuple()) + dt.microsecond / 1e6
+
+
+def read_metrics(path):
+    out = []
+    try:
+        with open(path, "r", errors="replace") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass  # a line being written right now
+    except OSError:
+        pass
+    return out
+
+
+# ---- checkpoints (format of learn/checkpoint.h) -------------------------------------------
+
+_CKPT_MAGIC = b"MTCKPT\x00\x01"
+
+
+def read_checkpoint(path):
+    """Parses and validates a checkpoint: returns {"task", "step", "params" (array of float32),
+    "metadata"}. Raises ValueError on any format or checksum error."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 48 or data[:8] != _CKPT_MAGIC:
+        raise ValueError(f"{path}: not a meshtrain checkpoint")
+    version, header_size, payload_size, n_params, n_vel, crc_payload, crc_header = \
+        struct.unpack_from("<IIQQQII", data, 8)
+    if version != 1 or header_size != 48:
+        raise ValueError(f"{path}: unsupported version {version} / header size {header_size}")
+    if zlib.crc32(data[:44]) & 0xFFFFFFFF != crc_header:
+        raise ValueError(f"{path}: header checksum mismatch")
+    payload = data[48:]
+    if len(payload) != payload_size:
+        raise ValueError(f"{path}: payload is {len(payload)} bytes, header says {payload_size}")
+    if zlib.crc32(payload) & 0xFFFFFFFF != crc_payload:
+        raise ValueError(f"{path}: payload checksum mismatch")
+    pos = 0
+    (name_len,) = struct.unpack_from("<I", payload, pos)
+    pos += 4
+    task = payload[pos:pos + name_len].decode()
+    pos += name_len
+    (step,) = struct.unpack_from("<q", payload, pos)
+    pos += 8
+    params = array.array("f")
+    params.frombytes(payload[pos:pos + 4 * n_params])
+    if sys.byteorder != "little":
+        params.byteswap()
+    pos += 4 * (n_params + n_vel)
+    (n_meta,) = struct.unpack_from("<I", payload, pos)
+    pos += 4
+    meta = {}
+    for _ in range(n_meta):
+        (kl,) = struct.unpack_from("<I", payload, pos)
+        k = payload[pos + 4:pos + 4 + kl].decode()
+        pos += 4 + kl
+        (vl,) = struct.unpack_from("<I", payload, pos)
+        v = payload[pos + 4:pos + 4 + vl].decode()
+        pos += 4 + vl
+        meta[k] = v
+    return {"task": task, "step": step, "params": params, "metadata": meta}
+
+
+def norm(v):
+    return math.sqrt(math.fsum(x * x for x in v))
+
+
+def relative_distance(a, b):
+    """||a - b|| / mean(||a||, ||b||)."""
+    d = math.sqrt(math.fsum((x - y) * (x - y) for x, y in zip(a, b)))
+    scale = (norm(a) + norm(b)) / 2
+    return d / scale if scale > 0 else 0.0
+
+
+# ---- output -------------------------------------------------------------------------------
+
+
+def fmt(v, spec=""):
+    if v is None:
+        return "-"
+    if isinstance(v, float) and math.isnan(v):
+        return "-"
+    return format(v, spec)
+
+
+def table(headers, rows):
+    """Aligned plain-text table (also valid Markdown)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    for r in cells[1:]:
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
+    return "\n".join(lines)
+
+
+def percentile(values, p):
+    if not values:
+        return None
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None

@@ -1,0 +1,213 @@
+// Writes the seed corpus of every fuzz target: valid messages of each kind, encoded the way the
+// target reads its input (see each fuzz_*.cc), so libFuzzer starts from inputs that pass the
+// marker, AEAD and verifier and mutates from there. Deterministic except for AEAD nonces.
+// Usage: make_corpus OUT_DIR   (creates OUT_DIR/<target>/seed_NNN)
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/fuzz/fuzz_common.h"
+#include "gossip/framing.h"
+
+namespace {
+
+namespace g = meshtrain::gossip;
+namespace ms = meshtrain::membership;
+using Bytes = std::vector<uint8_t>;
+
+std::string out_dir;
+
+void Write(const std::string& target, const Bytes& data) {
+  static std::vector<std::pair<std::string, int>> counts;
+  int n = 0;
+  for (auto& [t, c] : counts) {
+    if (t == target) n = ++c;
+  }
+  if (n == 0) {
+    counts.emplace_back(target, 0);
+    mkdir((out_dir + "/" + target).c_str(), 0755);
+  }
+  char name[32];
+  std::snprintf(name, sizeof(name), "/seed_%03d", n);
+  FILE* f = std::fopen((out_dir + "/" + target + name).c_str(), "wb");
+  if (f == nullptr) {
+    std::perror(target.c_str());
+    std::exit(1);
+  }
+  std::fwrite(data.data(), 1, data.size(), f);
+  std::fclose(f);
+}
+
+Bytes Prefixed(uint8_t mode, const Bytes& rest) {
+  Bytes v{mode};
+  v.insert(v.end(), rest.begin(), rest.end());
+  return v;
+}
+
+// The FlatBuffer of a plaintext encoding (without the marker byte).
+Bytes Unmarked(const Bytes& plain) { return Bytes(plain.begin() + 1, plain.end()); }
+
+std::vector<g::Datagram> Datagrams() {
+  std::vector<g::Datagram> out;
+  std::mt19937 rng(7);
+  const std::vector<ms::Primary> primaries = {
+      std::monostate{},   ms::PingMsg{1, "n2"},
+      ms::PingMsg{2, ""}, ms::IndirectPingMsg{3, "n3", "10.0.0.3:7950", true},
+      ms::AckMsg{4},      ms::NackMsg{5}};
+  for (size_t i = 0; i < primaries.size(); ++i) {
+    ms::Packet p;
+    p.from_addr = "127.0.0.1:7950";
+    p.from_step = rng() % 1000;
+    p.primary = primaries[i];
+    if (i % 2 == 0) {
+      p.updates.push_back(ms::AliveMsg{"n3", "10.0.0.3:7950", 7, {"10.0.0.3:7960", true, 9.5f, 3}});
+      p.updates.push_back(ms::SuspectMsg{"n4", 2, "n1"});
+    }
+    if (i % 3 == 0) {
+      p.updates.push_back(ms::DeadMsg{"n5", 3, "n5"});
+      p.updates.push_back(ms::ProgressMsg{"n6", 123456});
+      p.updates.push_back(ms::AliveMsg{"n7", "[::1]:7950", 1, {}});
+    }
+    out.push_back(g::Datagram{"n1", p, 1700000000000 + i});
+  }
+  out.push_back(g::Datagram{"n2", g::ProgressQuery{17, 300}, 1700000000100});
+  out.push_back(g::Datagram{"n3", g::ProgressReply{17, 301, true}, 1700000000200});
+  out.push_back(g::Datagram{"n3", g::ProgressReply{18, 0, false}, 0});
+  return out;
+}
+
+std::vector<g::Frame> Frames() {
+  std::vector<g::Frame> out;
+  for (size_t members : {0, 1, 3}) {
+    g::PushPullMsg pp;
+    pp.response = members == 1;
+    pp.state.join = members == 3;
+    for (size_t i = 0; i < members; ++i) {
+      pp.state.members.push_back({"m" + std::to_string(i),
+                                  "10.0.0." + std::to_string(i + 1) + ":7950",
+                                  static_cast<uint32_t>(i),
+                                  static_cast<ms::Status>(i % 4),
+                                  {i % 2 ? "10.0.0.9:7960" : "", i % 2 == 0, 1.5f, 2.5f},
+                                  i * 10});
+    }
+    out.push_back(g::Frame{"n1", pp, 1700000000000});
+  }
+  std::vector<float> params(40);
+  for (size_t i = 0; i < params.size(); ++i) params[i] = 0.25f * static_cast<float>(i);
+  for (const auto& c : g::SplitParams(params, 3, 40, 16)) out.push_back(g::Frame{"n2", c, 5});
+  out.push_back(g::Frame{"n2", g::SplitParams(params, 4, 41, 64)[0], 6});
+  const g::Key key = meshtrain::fuzz::FuzzKey();
+  for (const auto op : {g::KeyOpKind::kInstall, g::KeyOpKind::kUse, g::KeyOpKind::kRemove}) {
+    out.push_back(g::Frame{"n3", g::KeyOpMsg{op, key, 9}, 7});
+  }
+  out.push_back(g::Frame{"n3", g::KeyOpMsg{g::KeyOpKind::kList, std::nullopt, 10}, 8});
+  const std::string fp = g::KeyFingerprint(key);
+  out.push_back(g::Frame{"n4", g::KeyOpReplyMsg{9, true, "", {fp, "0123456789abcdef"}, fp}, 9});
+  out.push_back(g::Frame{"n4", g::KeyOpReplyMsg{10, false, "key is not installed", {}, ""}, 9});
+  return out;
+}
+
+// 7-byte ParamAssembler records (fuzz_param_assembler.cc).
+Bytes Record(uint8_t round, uint8_t step, uint8_t chunk, uint8_t chunks, uint8_t total,
+             uint8_t offset, uint8_t len) {
+  return {round, step, chunk, chunks, total, offset, len};
+}
+
+void Append(Bytes* to, const Bytes& more) { to->insert(to->end(), more.begin(), more.end()); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  out_dir = argv[1];
+  mkdir(out_dir.c_str(), 0755);
+  const g::Codec& plain = meshtrain::fuzz::PlainCodec();
+  const g::Codec& sealed = meshtrain::fuzz::SealedCodec();
+  using meshtrain::fuzz::kRawWire;
+  using meshtrain::fuzz::kSealRest;
+
+  for (const auto& d : Datagrams()) {
+    const Bytes wire = plain.EncodeDatagram(d);
+    Write("fuzz_datagram_plain", wire);
+    Write("fuzz_datagram_sealed", Prefixed(kSealRest, Unmarked(wire)));
+  }
+  Write("fuzz_datagram_sealed", Prefixed(kRawWire, sealed.EncodeDatagram(Datagrams()[0])));
+  Write("fuzz_datagram_sealed", Prefixed(kRawWire, sealed.EncodeDatagram(Datagrams().back())));
+
+  Bytes stream;
+  for (const auto& f : Frames()) {
+    const Bytes wire = plain.EncodeFrame(f);
+    Write("fuzz_frame_plain", wire);
+    Write("fuzz_frame_sealed", Prefixed(kSealRest, Unmarked(wire)));
+    if (stream.size() < 2000) Append(&stream, g::EncodeFramed(wire));
+  }
+  Write("fuzz_frame_sealed", Prefixed(kRawWire, sealed.EncodeFrame(Frames()[0])));
+  Write("fuzz_frame_sealed", Prefixed(kRawWire, sealed.EncodeFrame(Frames().back())));
+
+  // Frame streams: limit selector, read-size seed, stream.
+  Write("fuzz_frame_decoder", Prefixed(0xFF, Prefixed(0x11, stream)));
+  Write("fuzz_frame_decoder", Prefixed(0x04, Prefixed(0x22, stream)));  // limit 65: errors
+  Bytes small;
+  for (uint8_t n = 1; n <= 8; ++n) Append(&small, g::EncodeFramed(Bytes(n, n)));
+  Write("fuzz_frame_decoder", Prefixed(0x00, Prefixed(0x33, small)));
+  Append(&small, {0, 0, 0, 0});  // a zero length prefix
+  Write("fuzz_frame_decoder", Prefixed(0x01, Prefixed(0x44, small)));
+
+  // Parameter reassembly: a 3-chunk model of 30 floats in order, reversed, with a duplicate,
+  // a newer round interrupting, and a restart (chunk 0 of an older round).
+  Bytes in_order, reversed, dup, newer, restart;
+  for (uint8_t i = 0; i < 3; ++i) Append(&in_order, Record(1, 5, i, 3, 30, 10 * i, 10));
+  for (int i = 2; i >= 0; --i) {
+    const auto u = static_cast<uint8_t>(i);
+    Append(&reversed, Record(1, 5, u, 3, 30, 10 * u, 10));
+  }
+  Append(&dup, Record(1, 5, 0, 3, 30, 0, 10));
+  Append(&dup, Record(1, 5, 0, 3, 30, 0, 10));
+  Append(&dup, in_order);
+  Append(&newer, Record(1, 5, 0, 3, 30, 0, 10));
+  Append(&newer, Record(2, 6, 0, 2, 20, 0, 10));
+  Append(&newer, Record(2, 6, 1, 2, 20, 10, 10));
+  Append(&restart, in_order);
+  Append(&restart, Record(0x80, 1, 0, 1, 8, 0, 8));
+  for (const Bytes* b : {&in_order, &reversed, &dup, &newer, &restart}) {
+    Write("fuzz_param_assembler", *b);
+  }
+
+  // Replay guard schedules (sender, id, sent offset, clock step) and rate limiter schedules.
+  std::mt19937 rng(11);
+  for (int s = 0; s < 4; ++s) {
+    Bytes rg, rl;
+    for (int i = 0; i < 64; ++i) {
+      rg.push_back(static_cast<uint8_t>(rng() % 6));
+      rg.push_back(static_cast<uint8_t>(rng() % 16));
+      rg.push_back(static_cast<uint8_t>(rng()));
+      rg.push_back(static_cast<uint8_t>(i % 16 == 15 ? 255 : rng() % (s * 40 + 1)));
+      rl.push_back(static_cast<uint8_t>(rng() % 8));
+      rl.push_back(static_cast<uint8_t>(i % 20 == 19 ? 255 : rng() % (s * 8 + 1)));
+    }
+    Write("fuzz_replay_guard", rg);
+    Write("fuzz_rate_limiter", rl);
+  }
+
+  // RPC requests (the CLI's JSON frames).
+  for (const char* json :
+       {R"({"cmd":"members"})", R"({"cmd":"status"})", R"({"cmd":"leave"})",
+        R"({"cmd":"join","addrs":["127.0.0.1:7950","[::1]:7951"]})",
+        R"({"cmd":"force-leave","name":"n2"})", R"({"cmd":"keys","op":"list"})",
+        R"({"cmd":"keys","op":"install","key":"QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8="})",
+        R"({"cmd":"keys","op":"use","key":"QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8="})",
+        R"({"cmd":"keys","op":"remove","key":"QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8="})",
+        R"({"cmd":"status","token":"0123456789abcdef0123456789abcdef"})",
+        R"({"cmd":"members","token":"x","extra":[1,2.5,null,true,{"a":"\u00e9"}]})"}) {
+    const std::string s(json);
+    Write("fuzz_rpc", Bytes(s.begin(), s.end()));
+  }
+  std::printf("make_corpus: wrote seeds under %s\n", out_dir.c_str());
+  return 0;
+}
