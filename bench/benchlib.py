@@ -34,6 +34,26 @@ class SetupError(Exception):
     """Something needed to run the experiment is missing or broke; the script exits 2."""
 
 
+class ExternalSignal(SetupError):
+    """An agent was ended by a signal this script did not send (e.g. another session's cleanup
+    by process name). The run is worth retrying."""
+
+
+def with_retries(fn, workdir, retries):
+    """Calls fn(workdir) and, when an agent was ended from outside, retries it in a fresh
+    directory (workdir-retryK) up to `retries` times."""
+    for attempt in range(retries + 1):
+        wd = workdir if attempt == 0 else f"{workdir}-retry{attempt}"
+        try:
+            return fn(wd)
+        except ExternalSignal as e:
+            if attempt == retries:
+                raise
+            print(f"  {e.args[0].splitlines()[0]}; retrying in {workdir}-retry{attempt + 1}",
+                  flush=True)
+    raise AssertionError("unreachable")
+
+
 def find_binary(path):
     path = path or os.environ.get("MESHTRAIN_BIN") or DEFAULT_BIN
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
@@ -115,8 +135,14 @@ class Run:
     def check_alive(self):
         for a in self.agents:
             if not a.alive():
-                raise SetupError(f"agent {a.name} exited (rc {a.proc.returncode}); log "
-                                 f"{a.log_path}:\n{a.log_tail()}")
+                tail = a.log_tail()
+                msg = (f"agent {a.name} exited (rc {a.proc.returncode}); log "
+                       f"{a.log_path}:\n{tail}")
+                if "received SIGTERM" in tail or "received SIGINT" in tail or \
+                        a.proc.returncode in (-9, -15):
+                    raise ExternalSignal("an agent was signalled from outside this script "
+                                         f"({a.name}, not by us)\n{msg}")
+                raise SetupError(msg)
 
     def statuses(self):
         return {a.name: a.status() for a in self.agents}

@@ -55,6 +55,8 @@ def parse_args():
     p.add_argument("--timeout", type=float, default=240, help="seconds per run, at most")
     p.add_argument("--members-every", type=float, default=3.0,
                    help="seconds between samples of the published bandwidth estimates")
+    p.add_argument("--retries", type=int, default=2,
+                   help="re-runs of a mesh whose agents were signalled from outside")
     p.add_argument("--json", help="also write all results to this JSON file")
     a = p.parse_args()
     try:
@@ -191,7 +193,7 @@ def main():
         for select in a.selects:
             wd = os.path.join(logdir, select)
             print(f"running {wd} ...", flush=True)
-            r = run_one(a, binary, wd, select)
+            r = bl.with_retries(lambda w: run_one(a, binary, w, select), wd, a.retries)
             results.append(r)
             print(f"  rounds={r['rounds']} mean_round={bl.fmt(r['mean_round_s'], '.3f')} s "
                   f"fanout={bl.fmt(r['mean_fanout'], '.2f')} "

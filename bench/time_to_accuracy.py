@@ -67,6 +67,8 @@ def parse_args():
                    help="runs per policy/straggler configuration; the table shows medians "
                    "and the range of the time to target (the machine is shared: single runs "
                    "vary by +-25%%)")
+    p.add_argument("--retries", type=int, default=2,
+                   help="re-runs of a mesh whose agents were signalled from outside")
     p.add_argument("--no-baseline", action="store_true", help="skip the one-agent baseline")
     p.add_argument("--no-consensus", action="store_true", help="skip the consensus run")
     p.add_argument("--long", action="store_true",
@@ -291,8 +293,9 @@ def main():
                 wd = os.path.join(logdir, f"long-pssp-lr{lr}")
                 print(f"running {wd} ...", flush=True)
                 a.eval_every = a.long_eval_every
-                r = run_mesh(a, binary, wd, a.nodes, "pssp", lr, a.long_target,
-                             a.long_max_steps, a.long_timeout)
+                r = bl.with_retries(
+                    lambda w: run_mesh(a, binary, w, a.nodes, "pssp", lr, a.long_target,
+                                       a.long_max_steps, a.long_timeout), wd, a.retries)
                 results.append(r)
                 print(f"  reached={r['reached']} seconds={bl.fmt(r['seconds'], '.1f')} "
                       f"best={r['best_accuracy']}", flush=True)
@@ -312,8 +315,9 @@ def main():
             if not a.no_baseline:
                 wd = os.path.join(logdir, "baseline")
                 print(f"running {wd} ...", flush=True)
-                results.append(run_baseline(a, binary, wd, a.lr, a.target, a.max_steps,
-                                            a.timeout))
+                results.append(bl.with_retries(
+                    lambda w: run_baseline(a, binary, w, a.lr, a.target, a.max_steps,
+                                           a.timeout), wd, a.retries))
             variants = {"both": [False, True], "no": [False], "yes": [True]}[a.stragglers]
             for policy in a.policies:
                 for straggler in variants:
@@ -322,8 +326,10 @@ def main():
                     reps = []
                     for k in range(a.repeat):
                         wdk = wd if a.repeat == 1 else f"{wd}-{k + 1}"
-                        r = run_mesh(a, binary, wdk, a.nodes, policy, a.lr, a.target,
-                                     a.max_steps, a.timeout, straggler=straggler)
+                        r = bl.with_retries(
+                            lambda w: run_mesh(a, binary, w, a.nodes, policy, a.lr, a.target,
+                                               a.max_steps, a.timeout, straggler=straggler),
+                            wdk, a.retries)
                         reps.append(r)
                         print(f"  reached={r['reached']} seconds={bl.fmt(r['seconds'], '.1f')}",
                               flush=True)
@@ -332,8 +338,9 @@ def main():
             if not a.no_consensus:
                 wd = os.path.join(logdir, "consensus-pssp")
                 print(f"running {wd} ...", flush=True)
-                consensus = run_mesh(a, binary, wd, a.nodes, "pssp", a.lr, a.target, a.budget,
-                                     a.timeout, consensus=True)
+                consensus = bl.with_retries(
+                    lambda w: run_mesh(a, binary, w, a.nodes, "pssp", a.lr, a.target, a.budget,
+                                       a.timeout, consensus=True), wd, a.retries)
             print()
             print(f"Time to {a.target} test accuracy: {a.task}, {a.nodes} agents on loopback "
                   f"(sample {a.sample}, staleness {a.staleness}, select {a.select} fanout "

@@ -1044,6 +1044,7 @@ struct Agent::Impl {
             {"training", trainer != nullptr && st.training},
             {"train_loss", st.train_loss},
             {"params_received", params_received},
+            {"params_crc32", st.params_crc32},
             {"rounds", rounds_done},
             {"barrier", config.barrier},
             {"select", config.select},

@@ -99,9 +99,11 @@ std::string Trainer::SaveCheckpoint() {
 
 void Trainer::Evaluate(uint64_t step) {
   const learn::EvalResult r = task_->Evaluate();
+  const uint32_t crc = learn::ParamsCrc32(task_->params());
   bool reached = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    state_.params_crc32 = crc;
     state_.loss = r.loss;
     state_.accuracy = r.accuracy;
     reached = options_.target_accuracy > 0 && r.accuracy >= options_.target_accuracy;

@@ -56,6 +56,7 @@ struct TrainerState {
   double train_loss = 0;           // EWMA of minibatch losses
   uint64_t mixes = 0;              // parameter vectors mixed in
   double compute_s = 0;            // time spent computing steps
+  uint32_t params_crc32 = 0;       // CRC32 of the parameters at the last evaluation
 };
 
 class Trainer {
