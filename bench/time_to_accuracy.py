@@ -4,13 +4,16 @@ straggler, on real `meshtrain agent` processes on loopback.
 
 For every policy the script runs N agents (each on its own 1/N shard of Fashion-MNIST, all
 starting from the same parameters, --min-peers N-1 so they start together) until every
-non-straggler reaches the target test accuracy (each non-straggler stops at its own
---target-accuracy and stays in the mesh), once without and once with one straggler (--slowdown F
-on the last agent; it has no target and trains on to the step cap, so it never drops out of the
-barriers). A one-agent baseline trains on the whole set. Then a consensus run (pssp, no straggler,
-a fixed budget of steps, no target) checks that the nodes' parameters agree: every agent is
-stopped gracefully, writes DIR/ckpt.bin, and the script reports the largest relative distance
-||x_i - x_j|| / mean(||x_i||, ||x_j||) between two nodes' parameter vectors.
+non-straggler has reached the target test accuracy, once without and once with one straggler
+(--slowdown F on the last agent). By default every agent trains on (no --target-accuracy) and the
+run ends as soon as the metrics files show every non-straggler at the target: were the nodes to
+stop at the target (--stop-at-target, the agent's --target-accuracy), they would also stop
+multicasting, and the last node would finish alone on its 1/N shard without anyone to mix with,
+which measures that tail rather than the barrier policy. A one-agent baseline trains on the whole
+set. Then a consensus run (pssp, no straggler, a fixed budget of steps, no target) checks that the
+nodes' parameters agree: every agent is stopped gracefully, writes DIR/ckpt.bin, and the script
+reports the largest relative distance ||x_i - x_j|| / mean(||x_i||, ||x_j||) between two nodes'
+parameter vectors.
 
 `--long` instead runs the mesh (pssp) long enough to reach a higher target (0.88) with the
 default lr 0.05 and with lr 0.01.
@@ -18,11 +21,12 @@ default lr 0.05 and with lr 0.01.
 Columns: seconds until every non-straggler reached the target, measured from the common start
 of training (earliest "starting to train" log line) to the wall time of the last non-straggler's
 first eval >= target (metrics `t` + the agent's spawn wall time); steps = mean step of the
-non-stragglers at that eval; bytes sent per node = mean `bytes_sent` of the non-stragglers
-(status; all traffic, they stop sending parameters once stopped); barrier wait share = mean over
-non-stragglers of barrier_wait_s / their time to target.
+non-stragglers at that eval; MB sent per node = mean `bytes_sent` (status, all traffic) of the
+non-stragglers when each reached the target; barrier wait share = mean over non-stragglers of
+barrier_wait_s / their time to target (both sampled by polling `status` every 0.5 s).
 
-Exit status: 0 when the experiments ran (whatever the figures), 2 on setup failure.
+Exit status: 0 when the experiments ran (whatever the figures), 2 on setup failure (the tables
+of the runs that completed are still printed).
 """
 import argparse
 import itertools
@@ -67,6 +71,10 @@ def parse_args():
                    help="runs per policy/straggler configuration; the table shows medians "
                    "and the range of the time to target (the machine is shared: single runs "
                    "vary by +-25%%)")
+    p.add_argument("--stop-at-target", action="store_true",
+                   help="give the non-stragglers --target-accuracy, so each stops training "
+                   "(and multicasting) at the target; by default they train on and the run "
+                   "ends once all reached it")
     p.add_argument("--retries", type=int, default=2,
                    help="re-runs of a mesh whose agents were signalled from outside")
     p.add_argument("--no-baseline", action="store_true", help="skip the one-agent baseline")
@@ -113,29 +121,57 @@ def agent_args(a, n, policy, lr, steps, target, straggler_index=None, data_dirs=
     return per
 
 
+def status_at(timeline, wall):
+    """The last status sampled at or before `wall` (else the first one), or None."""
+    best = None
+    for w, st in timeline:
+        if st is None:
+            continue
+        if w <= wall or best is None:
+            best = st
+        if w > wall:
+            break
+    return best
+
+
 def run_mesh(a, binary, workdir, n, policy, lr, target, steps, timeout, straggler=False,
              consensus=False):
-    """Runs one mesh; returns a result dict (reached=False if the target was not reached)."""
+    """Runs one mesh; returns a result dict (reached=False if the target was not reached).
+
+    Default mode: no agent has --target-accuracy; the run ends as soon as every non-straggler's
+    metrics show an eval >= target (or the step cap / timeout). With --stop-at-target the
+    non-stragglers stop at the target (the agent's --target-accuracy) and the run ends when all
+    of them stopped. Consensus mode: every agent runs exactly `steps`, then graceful stop and
+    checkpoint comparison."""
     straggler_index = n - 1 if straggler else None
     data_dirs = [os.path.join(workdir, f"data{i + 1}") for i in range(n)] if consensus else None
-    per = agent_args(a, n, policy, lr, steps, None if consensus else target, straggler_index,
-                     data_dirs)
+    agent_target = target if (a.stop_at_target and not consensus) else None
+    per = agent_args(a, n, policy, lr, steps, agent_target, straggler_index, data_dirs)
     res = {"policy": policy, "nodes": n, "straggler": straggler, "lr": lr, "target": target,
-           "workdir": workdir, "reached": False, "timed_out": False}
+           "workdir": workdir, "reached": False, "timed_out": False,
+           "mode": "consensus" if consensus else ("stop-at-target" if agent_target else
+                                                  "train-on")}
     with bl.Run(binary, workdir, per, [], name_prefix="n") as run:
         run.start()
         fast = [ag for i, ag in enumerate(run.agents) if i != straggler_index]
         started = time.monotonic()
+        timeline = {ag.name: [] for ag in run.agents}  # (wall, status) every poll
         sts = {}
         while True:
             run.check_alive()
             sts = run.statuses()
+            now_wall = time.time()
+            for name, st in sts.items():
+                timeline[name].append((now_wall, st))
             ok = all(s is not None for s in sts.values())
             if consensus:
                 done = ok and all(not s["training"] for s in sts.values())
-            else:
-                # Done when every non-straggler stopped: at the target, or at the step cap.
+            elif agent_target is not None:
+                # Every non-straggler stopped: at the target, or at the step cap.
                 done = ok and all(not sts[ag.name]["training"] for ag in fast)
+            else:
+                done = ok and (all(run.reach_wall(ag, target) for ag in fast) or
+                               all(not sts[ag.name]["training"] for ag in fast))
             if done:
                 break
             if time.monotonic() - started > timeout:
@@ -154,18 +190,21 @@ def run_mesh(a, binary, workdir, n, policy, lr, target, steps, timeout, straggle
         res["best_accuracy"] = {ag.name: max([e[2] for e in run.evals_wall(ag)], default=None)
                                 for ag in run.agents}
         res["final_step"] = {k: (s or {}).get("step") for k, s in sts.items()}
-        res["bytes_sent"] = bl.mean([sts[ag.name]["bytes_sent"] for ag in fast if sts.get(ag.name)])
-        shares = []
+        # Traffic and barrier wait of each non-straggler as sampled when it reached the target
+        # (the poll at or just before that moment, i.e. up to 0.5 s early).
+        sent, shares, fans = [], [], []
         for ag in fast:
-            s = sts.get(ag.name)
-            if not s:
+            at = reach[ag.name][0] if reach[ag.name] else time.time()
+            st = status_at(timeline[ag.name], at)
+            if st is None:
                 continue
-            span = (reach[ag.name][0] - t0) if reach[ag.name] else (time.time() - t0)
-            if span > 0:
-                shares.append(s["barrier_wait_s"] / span)
+            sent.append(st["bytes_sent"])
+            fans.append(st["mean_fanout"])
+            if at - t0 > 0:
+                shares.append(st["barrier_wait_s"] / (at - t0))
+        res["bytes_sent"] = bl.mean(sent)
         res["wait_share"] = bl.mean(shares)
-        res["mean_fanout"] = bl.mean([sts[ag.name]["mean_fanout"] for ag in fast
-                                      if sts.get(ag.name)])
+        res["mean_fanout"] = bl.mean(fans)
         if straggler:
             s = sts.get(run.agents[straggler_index].name)
             res["straggler_step"] = s["step"] if s else None
@@ -275,6 +314,50 @@ HEADERS = ["policy", "nodes", "straggler", "s to target, all non-stragglers (ran
            "min best acc (all nodes)"]
 
 
+def report_long(a, results):
+    print(f"Long run: {a.nodes} agents, {a.task}, pssp (sample {a.sample}, staleness "
+          f"{a.staleness}, select {a.select} fanout {a.fanout}), target {a.long_target}, "
+          f"cap {a.long_max_steps} steps, eval every {a.long_eval_every}")
+    rows = []
+    for r in results:
+        best = [v for v in r["best_accuracy"].values() if v is not None]
+        rows.append([f"{r['lr']}", "yes" if r["reached"] else "no",
+                     bl.fmt(r["seconds"], ".1f"), bl.fmt(r["steps"], ".0f"),
+                     bl.fmt(min(best) if best else None, ".4f"),
+                     bl.fmt(max(best) if best else None, ".4f")])
+    print(bl.table(["lr", f"all nodes reached {a.long_target}", "seconds", "steps",
+                    "min best acc", "max best acc"], rows))
+
+
+def report(a, results, consensus):
+    print(f"Time to {a.target} test accuracy: {a.task}, {a.nodes} agents on loopback "
+          f"(sample {a.sample}, staleness {a.staleness}, select {a.select} fanout "
+          f"{a.fanout}, eval every {a.eval_every}), straggler = one agent at "
+          f"--slowdown {a.slowdown}")
+    no_strag = {r["policy"]: r["seconds"] for r in results
+                if not r["straggler"] and r["reached"]}
+    rows = [row(r, no_strag.get(r["policy"]) if r["straggler"] else None) for r in results]
+    print(bl.table(HEADERS, rows))
+    if consensus is None:
+        return
+    print()
+    print(f"Consensus: pssp, {a.nodes} agents, {a.budget} steps each, no straggler")
+    reach = consensus["reach_per_node"]
+    crow = []
+    for name in sorted(consensus["best_accuracy"]):
+        rr = reach.get(name)
+        crow.append([name, consensus["ckpt_steps"].get(name),
+                     bl.fmt(consensus["best_accuracy"][name], ".4f"),
+                     bl.fmt(rr["seconds"], ".1f") if rr else "not reached",
+                     rr["step"] if rr else "-"])
+    print(bl.table(["node", "ckpt step", "best acc", f"s to {a.target}",
+                    f"step at {a.target}"], crow))
+    print(f"every node reached {a.target}: {'yes' if consensus['reached'] else 'NO'}"
+          f"; all nodes at {a.target} after {bl.fmt(consensus['seconds'], '.1f')} s")
+    print(f"largest relative parameter distance between two nodes after {a.budget} steps: "
+          f"{consensus['max_rel_distance']:.3e}  (||x_i - x_j|| / mean(||x_i||, ||x_j||))")
+
+
 def main():
     a = parse_args()
     try:
@@ -286,31 +369,20 @@ def main():
     logdir = bl.make_logdir("meshtrain-bench-tta-")
     print(f"logs: {logdir}", flush=True)
     results = []
+    consensus = None
+    failure = None
     try:
         if a.long:
-            lrs = [float(x) for x in a.long_lrs.split(",") if x]
-            for lr in lrs:
+            a.eval_every = a.long_eval_every
+            for lr in [float(x) for x in a.long_lrs.split(",") if x]:
                 wd = os.path.join(logdir, f"long-pssp-lr{lr}")
                 print(f"running {wd} ...", flush=True)
-                a.eval_every = a.long_eval_every
                 r = bl.with_retries(
                     lambda w: run_mesh(a, binary, w, a.nodes, "pssp", lr, a.long_target,
                                        a.long_max_steps, a.long_timeout), wd, a.retries)
                 results.append(r)
                 print(f"  reached={r['reached']} seconds={bl.fmt(r['seconds'], '.1f')} "
                       f"best={r['best_accuracy']}", flush=True)
-            print()
-            print(f"Long run: {a.nodes} agents, {a.task}, pssp (sample {a.sample}, staleness "
-                  f"{a.staleness}), target {a.long_target}, cap {a.long_max_steps} steps")
-            rows = []
-            for r in results:
-                best = [v for v in r["best_accuracy"].values() if v is not None]
-                rows.append([f"{r['lr']}", "yes" if r["reached"] else "no",
-                             bl.fmt(r["seconds"], ".1f"), bl.fmt(r["steps"], ".0f"),
-                             bl.fmt(min(best) if best else None, ".4f"),
-                             bl.fmt(max(best) if best else None, ".4f")])
-            print(bl.table(["lr", f"all nodes reached {a.long_target}", "seconds",
-                            "steps", "min best acc", "max best acc"], rows))
         else:
             if not a.no_baseline:
                 wd = os.path.join(logdir, "baseline")
@@ -334,51 +406,30 @@ def main():
                         print(f"  reached={r['reached']} seconds={bl.fmt(r['seconds'], '.1f')}",
                               flush=True)
                     results.append(combine(reps))
-            consensus = None
             if not a.no_consensus:
                 wd = os.path.join(logdir, "consensus-pssp")
                 print(f"running {wd} ...", flush=True)
                 consensus = bl.with_retries(
                     lambda w: run_mesh(a, binary, w, a.nodes, "pssp", a.lr, a.target, a.budget,
                                        a.timeout, consensus=True), wd, a.retries)
-            print()
-            print(f"Time to {a.target} test accuracy: {a.task}, {a.nodes} agents on loopback "
-                  f"(sample {a.sample}, staleness {a.staleness}, select {a.select} fanout "
-                  f"{a.fanout}, eval every {a.eval_every}), straggler = one agent at "
-                  f"--slowdown {a.slowdown}")
-            no_strag = {r["policy"]: r["seconds"] for r in results
-                        if not r["straggler"] and r["reached"]}
-            rows = [row(r, no_strag.get(r["policy"]) if r["straggler"] else None)
-                    for r in results]
-            print(bl.table(HEADERS, rows))
-            if consensus is not None:
-                print()
-                print(f"Consensus: pssp, {a.nodes} agents, {a.budget} steps each, no straggler")
-                reach = consensus["reach_per_node"]
-                crow = []
-                for name in sorted(consensus["best_accuracy"]):
-                    rr = reach.get(name)
-                    crow.append([name, consensus["ckpt_steps"].get(name),
-                                 bl.fmt(consensus["best_accuracy"][name], ".4f"),
-                                 bl.fmt(rr["seconds"], ".1f") if rr else "not reached",
-                                 rr["step"] if rr else "-"])
-                print(bl.table(["node", "ckpt step", "best acc", f"s to {a.target}",
-                                f"step at {a.target}"], crow))
-                print(f"every node reached {a.target}: {'yes' if consensus['reached'] else 'NO'}"
-                      f"; all nodes at {a.target} after "
-                      f"{bl.fmt(consensus['seconds'], '.1f')} s")
-                print(f"largest relative parameter distance between two nodes after "
-                      f"{a.budget} steps: {consensus['max_rel_distance']:.3e}  "
-                      f"(||x_i - x_j|| / mean(||x_i||, ||x_j||))")
-                results.append(consensus)
     except bl.SetupError as e:
-        print(f"setup failed: {e}", file=sys.stderr)
-        print(f"logs: {logdir}", file=sys.stderr)
-        return 2
+        failure = e
+    if results or consensus is not None:
+        print()
+        if failure is not None:
+            print("(partial: the runs below completed before the failure)")
+        if a.long:
+            report_long(a, results)
+        else:
+            report(a, results, consensus)
     if a.json:
         import json
         with open(a.json, "w") as f:
-            json.dump(results, f, indent=1, default=str)
+            json.dump(results + ([consensus] if consensus else []), f, indent=1, default=str)
+    if failure is not None:
+        print(f"setup failed: {failure}", file=sys.stderr)
+        print(f"logs: {logdir}", file=sys.stderr)
+        return 2
     print(f"\nlogs: {logdir}")
     return 0
 

@@ -15,6 +15,7 @@
 #include "cli/simulate.h"
 #include "daemon/agent.h"
 #include "daemon/config.h"
+#include "daemon/config_file.h"
 #include "gossip/crypto.h"
 
 namespace {
@@ -175,7 +176,9 @@ int main(int argc, char** argv) {
 
   meshtrain::daemon::AgentConfig agent_config;
   auto* agent = app.add_subcommand("agent", "Run an agent in the foreground");
-  agent->set_config("--config", "", "Read options from a TOML/INI file");
+  std::string config_unused;
+  agent->add_option("--config", config_unused,
+                    "Read options from a file (key = value lines; command-line flags win)");
   AddAgentOptions(agent, agent_config);
 
   std::vector<std::string> join_addrs;
@@ -223,7 +226,17 @@ int main(int argc, char** argv) {
   auto* version = app.add_subcommand("version", "Print the version");
   auto* simulate = meshtrain::cli::AddSimulateCommand(app);
 
-  CLI11_PARSE(app, argc, argv);
+  // --config is expanded into arguments before parsing, so one parser validates both.
+  std::vector<std::string> args(argv, argv + argc), expanded;
+  std::string config_error;
+  if (!meshtrain::daemon::ExpandAgentConfig(args, &expanded, &config_error))
+    return Fail(config_error);
+  std::vector<std::string> reversed(expanded.rbegin(), expanded.rend() - 1);
+  try {
+    app.parse(std::move(reversed));
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
 
   if (agent->parsed()) return RunAgent(agent_config);
   g_token = token;

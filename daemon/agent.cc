@@ -433,7 +433,7 @@ struct Agent::Impl {
   }
 
   // Receivers for one round, among live training peers (SPEC §7).
-  std::vector<std::string> ChooseReceivers() {
+  std::vector<std::string> ChooseReceivers(bool everyone) {
     std::vector<std::string> candidates;
     sync::BandwidthView bw;
     for (const auto& m : swim->Members()) {
@@ -444,6 +444,7 @@ struct Agent::Impl {
     }
     if (candidates.empty()) return {};
     bw[config.name];  // the sender itself is part of the global plan
+    if (everyone) return candidates;
     return sync::Select(select_policy, config.name, candidates, static_cast<size_t>(config.fanout),
                         bw, rng);
   }
@@ -452,7 +453,7 @@ struct Agent::Impl {
     if (!pending_snapshot || round || leaving) return;
     Snapshot snap = std::move(*pending_snapshot);
     pending_snapshot.reset();
-    const auto receivers = ChooseReceivers();
+    const auto receivers = ChooseReceivers(snap.final);
     if (receivers.empty()) return;
     Round r;
     r.id = next_round++;

@@ -182,6 +182,13 @@ void Trainer::Run() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.waiting = false;
+    if (!stop_ && !state_.training) {
+      // Finished (step budget or target accuracy): hand the final model to the peers still
+      // training, so they converge towards it rather than on their own.
+      const auto& p = task_->params();
+      outbox_ = Snapshot{state_.step,
+                         std::make_shared<std::vector<float>>(p.data(), p.data() + p.size()), true};
+    }
   }
   notify_();
 }

@@ -45,6 +45,7 @@ struct TrainerOptions {
 struct Snapshot {
   uint64_t step = 0;
   std::shared_ptr<const std::vector<float>> params;
+  bool final = false;  // the model as training stopped: offered to every training peer
 };
 
 struct TrainerState {

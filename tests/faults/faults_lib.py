@@ -28,19 +28,29 @@ from harness import Agent, Mesh, free_port_block, parse_args, wait_until  # noqa
 SKIP_CODE = 77  # CTest SKIP_RETURN_CODE of the faults tests
 
 # Membership timing for the faults suite: the `local` profile with a 500 ms probe interval so a
-# kill is detected in a few seconds (suspicion min = 3 x 0.5 s = 1.5 s, max = 6 x min = 9 s,
-# shrinking with confirmations). Push-pull every 5 s helps views converge after a partition.
+# kill is detected in a few seconds. Push-pull every 5 s helps views converge after a partition.
 PROBE_INTERVAL_S = 0.5
+PROBE_TIMEOUT_S = 0.2
 SUSPICION_MULT = 3
-SUSPICION_MAX_MULT = 6  # memberlist's SuspicionMaxTimeoutMult (membership::Config)
+SUSPICION_MAX_MULT = 6  # memberlist's SuspicionMaxTimeoutMult (membership::Config default)
 MEMBERSHIP = ["--profile", "local", "--probe-interval", str(int(PROBE_INTERVAL_S * 1000)),
-              "--probe-timeout", "200", "--suspicion-mult", str(SUSPICION_MULT),
-              "--gossip-interval", "100", "--push-pull-interval", "5"]
-# Worst-case failure detection with these timings: one probe round to notice plus the longest
-# suspicion timeout (no confirmations), plus one probe interval of slack for scheduling on a
-# loaded 2-core machine.
-DETECTION_BOUND_S = PROBE_INTERVAL_S + SUSPICION_MAX_MULT * SUSPICION_MULT * PROBE_INTERVAL_S \
-    + PROBE_INTERVAL_S
+              "--probe-timeout", str(int(PROBE_TIMEOUT_S * 1000)),
+              "--suspicion-mult", str(SUSPICION_MULT), "--gossip-interval", "100",
+              "--push-pull-interval", "5"]
+
+
+def detection_bound(n):
+    """Worst-case failure detection for a mesh of n agents with these timings (SPEC §5): the
+    dead member is probed within one randomized round-robin pass over the other n - 1 members,
+    the probe times out, and the suspicion timeout runs at its maximum, SuspicionMaxTimeoutMult
+    x SuspicionMult x max(1, log10 n) x ProbeInterval (no confirmations to shorten it)."""
+    import math
+    suspicion_max = SUSPICION_MAX_MULT * SUSPICION_MULT * max(1.0, math.log10(n)) * \
+        PROBE_INTERVAL_S
+    return (n - 1) * PROBE_INTERVAL_S + PROBE_TIMEOUT_S + suspicion_max
+
+
+DETECTION_BOUND_S = detection_bound(6)  # 11.7 s; the suite's meshes have at most 6 agents
 
 # Synthetic linear regression (accuracy = R^2), stretched by a small learning rate: without
 # momentum, R^2 passes 0.999 after ~1/lr steps (lr 0.0005: ~4000 steps, lr 0.00025: ~8000).
@@ -70,6 +80,7 @@ def training_args(barrier, extra=None, lr=None, target=TARGET):
 def wait_mid_training(sampler, agents, accuracy=MID_ACCURACY, timeout=60):
     """Waits until every agent's R^2 is past `accuracy` (and all still train)."""
     def mid():
+        sampler.assert_running([a.name for a in agents])
         sts = [sampler.latest(a.name) for a in agents]
         return all(st is not None and st["training"] and (st["accuracy"] or 0) >= accuracy
                    for st in sts)
@@ -94,6 +105,7 @@ class Sampler:
         self.agents = {a.name: a for a in agents}
         self.paused = set()  # names not to poll (SIGSTOPped): a poll would just time out
         for a in agents:
+            a.expected_exit = False  # set by tests that kill or stop an agent on purpose
             self.add(a)
 
     def add(self, agent):
@@ -139,21 +151,32 @@ class Sampler:
         self.stop()
         return False
 
+    def assert_running(self, names=None):
+        """Fails with a clear message when an agent the test did not stop has exited (e.g.
+        a signal from outside the test), instead of timing out on a vague condition."""
+        for name in names or list(self.agents):
+            a = self.agents[name]
+            if a.proc is not None and a.proc.poll() is not None and not a.expected_exit:
+                raise AssertionError(
+                    f"{name} (pid {a.proc.pid}) exited unexpectedly with code "
+                    f"{a.proc.returncode}; last log lines:\n{a.log_tail(5)}")
+
     def latest(self, name):
         with self.lock:
             s = self.status[name]
             return s[-1][1] if s else None
 
-    def steps(self, name, t0=None, t1=None):
+    def steps(self, name, t0=None, t1=None, key="step"):
         with self.lock:
-            return [(t, s["step"], s["training"]) for t, s in self.status[name]
+            return [(t, s[key], s["training"]) for t, s in self.status[name]
                     if (t0 is None or t >= t0) and (t1 is None or t <= t1)]
 
-    def longest_stall(self, name, t0, t1=None):
+    def longest_stall(self, name, t0, t1=None, key="step"):
         """Longest time in [t0, t1] that `name` spent at one step while training: returns
         (seconds, start time of that stall, step). Measured from the first sample at a step to
-        the first sample at a larger step; an ongoing stall at t1 counts up to t1."""
-        samples = self.steps(name, t0, t1)
+        the first sample at a larger step; an ongoing stall at t1 counts up to t1. With
+        key="rounds" the same for completed parameter multicast rounds."""
+        samples = self.steps(name, t0, t1, key)
         best = (0.0, t0, None)
         if not samples:
             return best
@@ -195,6 +218,7 @@ def detection_time(sampler, observers, victim, statuses, t_event, timeout):
     """Waits (bounded) until every observer lists `victim` in `statuses`; returns the seconds
     from t_event until the last observer did, and the per-observer times."""
     def seen():
+        sampler.assert_running(observers)
         ts = {o: sampler.first_seen(o, victim, statuses, t_event) for o in observers}
         return ts if all(v is not None for v in ts.values()) else None
     _, ts = wait_until(seen, timeout, interval=0.1,
@@ -206,6 +230,10 @@ def detection_time(sampler, observers, victim, statuses, t_event, timeout):
 def wait_all_done(agents, target, timeout):
     """Waits until every agent has stopped training at accuracy >= target; returns statuses."""
     def done():
+        for a in agents:
+            if not a.alive():
+                raise AssertionError(f"{a.name} exited unexpectedly with code "
+                                     f"{a.proc.returncode}; last log lines:\n{a.log_tail(5)}")
         sts = [a.status() for a in agents]
         if any(s is None for s in sts):
             return None
@@ -240,6 +268,7 @@ def fmt_s(x):
 
 def kill9(agent):
     """SIGKILL by PID and reap; returns the monotonic time of the kill."""
+    agent.expected_exit = True
     t = now()
     os.kill(agent.proc.pid, signal.SIGKILL)
     agent.proc.wait(timeout=10)

@@ -17,9 +17,11 @@ import os
 import subprocess
 import time
 
-from faults_lib import (DETECTION_BOUND_S, TARGET, Mesh, Sampler, checkpoint_step,
-                        detection_time, events, kill9, now, parse_args, start_mesh,
+from faults_lib import (TARGET, Mesh, Sampler, checkpoint_step,
+                        detection_bound, detection_time, events, kill9, now, parse_args, start_mesh,
                         training_args, wait_all_done, wait_mid_training, wait_until)
+
+DETECTION_BOUND_S = detection_bound(3)  # worst-case failure detection for 3 agents
 
 CKPT_EVERY = 200
 REJOIN_BOUND_S = 8.0
@@ -64,6 +66,7 @@ def main():
                                        DETECTION_BOUND_S + 5)
             t_restart = now()
             victim.start(join=None)
+            victim.expected_exit = False
             wait_until(lambda: victim.status() is not None or not victim.alive(), 15,
                        what=f"{victim.name} RPC up after restart")
             assert victim.alive(), f"restart over a corrupt newest checkpoint failed:\n" \

@@ -49,9 +49,9 @@ def run(binary, barrier):
             forced = None
             if barrier == "bsp":
                 # force-leave works on a failed member: it turns `left` on every survivor.
+                t_force = now()
                 r = survivors[0].cli("force-leave", victims[0].name)
                 assert r.returncode == 0, r.stderr
-                t_force = now()
                 forced, _ = detection_time(s, names, victims[0].name, ("left",), t_force,
                                            FORCE_LEAVE_BOUND_S)
                 views = [a.members() for a in survivors]

@@ -34,6 +34,7 @@ def main():
         with Sampler(mesh.agents) as s:
             wait_mid_training(s, mesh.agents)
             step_at_leave = s.latest(leaver.name)["step"]
+            leaver.expected_exit = True
             t_leave = now()
             r = leaver.cli("leave")
             assert r.returncode == 0, r.stderr

@@ -17,9 +17,11 @@ data dir. Checks, and prints:
 import os
 import time
 
-from faults_lib import (DETECTION_BOUND_S, TARGET, Mesh, Sampler, checkpoint_step,
-                        detection_time, events, kill9, now, parse_args, start_mesh,
+from faults_lib import (TARGET, Mesh, Sampler, checkpoint_step,
+                        detection_bound, detection_time, events, kill9, now, parse_args, start_mesh,
                         training_args, wait_all_done, wait_mid_training, wait_until)
+
+DETECTION_BOUND_S = detection_bound(4)  # worst-case failure detection for 4 agents
 
 CKPT_EVERY = 200
 SLACK_S = 0.5
@@ -54,6 +56,7 @@ def main():
 
             t_restart = now()
             victim.start(join=None)  # same name, address, options and data dir; no --join
+            victim.expected_exit = False
             wait_until(lambda: victim.status() is not None or not victim.alive(), 15,
                        what=f"{victim.name} RPC up after restart")
             assert victim.alive(), f"restart failed:\n{victim.log_tail()}"

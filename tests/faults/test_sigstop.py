@@ -18,9 +18,11 @@ import os
 import signal
 import time
 
-from faults_lib import (DETECTION_BOUND_S, PROBE_INTERVAL_S, TARGET, Mesh, Sampler,
-                        detection_time, now, parse_args, start_mesh, training_args,
+from faults_lib import (PROBE_INTERVAL_S, TARGET, Mesh, Sampler,
+                        detection_bound, detection_time, now, parse_args, start_mesh, training_args,
                         wait_all_done, wait_mid_training, wait_until)
+
+DETECTION_BOUND_S = detection_bound(5)  # worst-case failure detection for 5 agents
 
 SLACK_S = 0.5
 # After SIGCONT the agent learns it was declared failed from the first packet or push-pull it
