@@ -125,6 +125,7 @@ struct Agent::Impl {
     int delivered = 0;
     int fanout = 0;
     uint64_t bytes = 0;
+    std::map<TcpHub::ConnId, std::string> transfers;  // open connections -> receiver
   };
   std::optional<Round> round;
   std::optional<Snapshot> pending_snapshot;
@@ -479,10 +480,12 @@ struct Agent::Impl {
       const uint64_t round_id = r.id;
       TcpHub::ConnId id = data_tcp->Connect(
           *to, [this](TcpHub::ConnId cid, Bytes&&) { data_tcp->Abort(cid); },
-          [this, round_id, bytes](TcpHub::ConnId, int status) {
+          [this, round_id, bytes](TcpHub::ConnId cid, int status) {
+            if (round && round->id == round_id) round->transfers.erase(cid);
             OnTransferDone(round_id, status == 0, bytes);
           });
       round->outstanding++;
+      round->transfers[id] = name;
       for (const auto& f : frames) {
         if (!data_tcp->Send(id, f)) break;
       }
@@ -491,6 +494,20 @@ struct Agent::Impl {
     if (round && round->outstanding == 0) {
       up_meter.End(Now(), 0);
       round.reset();
+    }
+  }
+
+  // A transfer to a member that failed or left is abandoned at once, so the next round (and
+  // with it the rest of the mesh) does not wait for a TCP timeout (SPEC §6: no stalls).
+  void AbortTransfersTo(const std::string& name) {
+    if (!round) return;
+    std::vector<TcpHub::ConnId> doomed;
+    for (const auto& [cid, receiver] : round->transfers) {
+      if (receiver == name) doomed.push_back(cid);
+    }
+    for (TcpHub::ConnId cid : doomed) {
+      spdlog::info("abandoning the parameter transfer to {}", name);
+      data_tcp->Abort(cid);
     }
   }
 
@@ -892,10 +909,12 @@ struct Agent::Impl {
       case K::kFailed:
         spdlog::warn("member {} failed", ev.member.name);
         status = "failed";
+        AbortTransfersTo(ev.member.name);
         break;
       case K::kLeft:
         spdlog::info("member {} left", ev.member.name);
         status = "left";
+        AbortTransfersTo(ev.member.name);
         break;
       case K::kReaped:
         spdlog::info("member {} reaped", ev.member.name);
