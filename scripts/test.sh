@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
-# The whole test suite from a fresh Debian machine: installs dependencies, builds, runs every
-# CTest test (unit, simulation, integration, fault injection), then the unit tests again under
-# AddressSanitizer + UndefinedBehaviorSanitizer (skip with MESHTRAIN_SKIP_ASAN=1).
+# The whole test suite from a fresh Debian machine: installs dependencies, builds, and runs
+#   1. every CTest test of the normal build (unit, virtual-time simulation, transport,
+#      multi-process integration and fault-injection tests on loopback);
+#   2. a short bounded run of every libFuzzer target (bench/fuzz, clang + ASan + UBSan);
+#   3. the unit, simulation and integration tests again in the AddressSanitizer +
+#      UndefinedBehaviorSanitizer build (skip with MESHTRAIN_SKIP_ASAN=1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+stage() { echo; echo "== $* ($(( $(date +%s) - start )) s) =="; }
+
+stage "build (RelWithDebInfo, -Wall -Wextra -Werror)"
 BUILD_DIR=build bash scripts/build.sh -DMESHTRAIN_WERROR=ON
+stage "tests"
 ctest --test-dir build --output-on-failure -j2 --timeout 600
+
+stage "fuzz targets, short run"
+bash bench/fuzz/run.sh --runs 20000 --parallel 2
+
 if [ "${MESHTRAIN_SKIP_ASAN:-0}" != "1" ]; then
-  echo "== sanitizer build (ASan + UBSan) =="
+  stage "sanitizer build (ASan + UBSan)"
   BUILD_DIR=build-asan bash scripts/build.sh -DMESHTRAIN_SANITIZE=ON
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE bench
+  stage "tests under ASan + UBSan"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE faults
 fi
-echo "test suite finished in $(( $(date +%s) - start )) s"
+stage "test suite finished"
