@@ -67,6 +67,9 @@ bool IsProbabilistic(Policy policy) { return policy == Policy::kPbsp || policy =
 BarrierCore::BarrierCore(BarrierConfig config, std::string self)
     : config_(config), view_(std::move(self), config.interval_alpha) {
   if (config_.probe_timeout <= 0) config_.probe_timeout = 1;
+  if (config_.requery_interval <= 0) {
+    config_.requery_interval = std::max<TimeMs>(1, config_.probe_timeout / 5);
+  }
 }
 
 Decision BarrierCore::Check(uint64_t my_step, TimeMs now, Rng& rng) {
@@ -110,6 +113,7 @@ void BarrierCore::EndEpisode() {
   in_episode_ = false;
   round_active_ = false;
   round_deadline_ = kNoDeadline;
+  requery_at_ = kNoDeadline;
   slots_.clear();
   round_tried_.clear();
   queries_.clear();  // unsent queries of a passed step are useless
@@ -221,26 +225,49 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   if (slots_.size() < std::min(config_.sample, view_.size())) Refill(rng);
 
   bool pass = true;
+  requery_at_ = kNoDeadline;
   for (Slot& slot : slots_) {
     const PeerProgress* p = view_.Find(slot.name);
     if (!p || Within(my_step, p->step, bound)) continue;
     pass = false;
-    if (slot.seq != 0) continue;  // already asked in this round
-    slot.seq = next_seq_++;
-    if (next_seq_ == 0) next_seq_ = 1;  // 0 means "not queried"
-    queries_.push_back(ProgressQuery{slot.name, slot.seq});
-    ++stats_.queries;
-    const TimeMs deadline = now + config_.probe_timeout;
-    round_deadline_ =
-        round_deadline_ == kNoDeadline ? deadline : std::max(round_deadline_, deadline);
+    if (slot.seq == 0) {
+      // First query of this peer in the round: the round lasts until it had a probe timeout
+      // to answer.
+      Query(slot, now);
+      const TimeMs deadline = now + config_.probe_timeout;
+      round_deadline_ =
+          round_deadline_ == kNoDeadline ? deadline : std::max(round_deadline_, deadline);
+      continue;
+    }
+    if (slot.awaiting) continue;  // its answer is due; silence is handled at the timeout
+    // It answered and still blocks: ask again once the re-query interval has passed, since
+    // nothing else may tell us when it catches up. The round deadline stays put, so the node
+    // still re-samples at the probe timeout.
+    const TimeMs due = slot.asked_at + config_.requery_interval;
+    if (now >= due) {
+      Query(slot, now);
+      ++stats_.requeries;
+    } else {
+      requery_at_ = std::min(requery_at_, due);
+    }
   }
   return pass;
+}
+
+void BarrierCore::Query(Slot& slot, TimeMs now) {
+  slot.seq = next_seq_++;
+  if (next_seq_ == 0) next_seq_ = 1;  // 0 means "not queried"
+  slot.awaiting = true;
+  slot.asked_at = now;
+  queries_.push_back(ProgressQuery{slot.name, slot.seq});
+  ++stats_.queries;
 }
 
 void BarrierCore::NewRound(Rng& rng) {
   ++stats_.rounds;
   round_active_ = true;
   round_deadline_ = kNoDeadline;
+  requery_at_ = kNoDeadline;
   slots_.clear();
   round_tried_.clear();
 
@@ -263,7 +290,7 @@ void BarrierCore::NewRound(Rng& rng) {
     }
   }
   for (size_t i : picked) {
-    slots_.push_back(Slot{entries[i].name, 0, false});
+    slots_.push_back(Slot{entries[i].name});
     round_tried_.insert(entries[i].name);
   }
 }
@@ -280,7 +307,7 @@ void BarrierCore::Refill(Rng& rng) {
   for (std::vector<std::string>* pool : {&fresh, &silent}) {
     const size_t need = want - slots_.size();
     for (size_t i : SampleIndices(pool->size(), need, rng)) {
-      slots_.push_back(Slot{(*pool)[i], 0, false});
+      slots_.push_back(Slot{(*pool)[i]});
       round_tried_.insert((*pool)[i]);
     }
   }
@@ -297,7 +324,8 @@ bool BarrierCore::OnProgress(const std::string& name, uint64_t step, TimeMs now)
 bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now) {
   bool matched = false;
   for (Slot& slot : slots_) {
-    if (slot.name == name && slot.seq == seq && seq != 0 && !slot.answered) {
+    if (slot.name == name && slot.seq == seq && seq != 0 && slot.awaiting) {
+      slot.awaiting = false;
       slot.answered = true;
       matched = true;
       ++stats_.replies;
@@ -323,7 +351,7 @@ bool BarrierCore::OnPeerRemoved(const std::string& name) {
 
 TimeMs BarrierCore::NextDeadline() const {
   if (!waiting_ || !round_active_) return kNoDeadline;
-  return round_deadline_;
+  return std::min(round_deadline_, requery_at_);
 }
 
 std::vector<ProgressQuery> BarrierCore::TakeQueries() {

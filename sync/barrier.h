@@ -24,6 +24,11 @@
 //   - A sampled peer removed from the view is dropped from the sample at once and replaced by a
 //     live peer not yet sampled in this round (queried if it blocks). A peer that joins while
 //     the sample is short of β is taken in too.
+//   - A sampled peer that answered but still blocks is queried again every `requery_interval`
+//     (default probe_timeout / 5) while the node waits, so a node passes soon after the peer
+//     catches up even when no other traffic brings the news. Each sampled peer has at most one
+//     query outstanding and is asked at most once per interval, so a waiting node sends at most
+//     β queries per interval. Re-queries never extend the round.
 //   - At the probe timeout the round ends and a new sample is drawn (SPEC: "re-samples after
 //     each probe timeout"). Peers that did not answer a query and still block are marked silent
 //     and are replaced by other peers: the next sample draws from non-silent peers first and
@@ -62,10 +67,13 @@ bool IsProbabilistic(Policy policy);  // pbsp, pssp
 
 struct BarrierConfig {
   Policy policy = Policy::kPssp;
-  uint64_t staleness = 4;       // s for ssp/pssp; the lower bound s_L for dssp
-  size_t sample = 4;            // β for pbsp/pssp
-  uint64_t r_max = 4;           // dssp: at most this many extra steps beyond s_L
-  TimeMs probe_timeout = 500;   // pbsp/pssp: wait this long for query answers before resampling
+  uint64_t staleness = 4;      // s for ssp/pssp; the lower bound s_L for dssp
+  size_t sample = 4;           // β for pbsp/pssp
+  uint64_t r_max = 4;          // dssp: at most this many extra steps beyond s_L
+  TimeMs probe_timeout = 500;  // pbsp/pssp: wait this long for query answers before resampling
+  // pbsp/pssp: re-query a sampled peer that answered but still blocks after this long;
+  // 0 = probe_timeout / 5 (at least 1 ms).
+  TimeMs requery_interval = 0;
   double interval_alpha = 0.3;  // EWMA weight of the newest step-interval sample
 };
 
@@ -82,7 +90,8 @@ struct BarrierStats {
   uint64_t passes = 0;             // steps allowed
   uint64_t waits = 0;              // steps that had to wait at least once
   uint64_t rounds = 0;             // pbsp/pssp samples drawn
-  uint64_t queries = 0;            // progress queries issued
+  uint64_t queries = 0;            // progress queries issued (re-queries included)
+  uint64_t requeries = 0;          // of which re-queries of peers that answered but still block
   uint64_t replies = 0;            // replies matching an outstanding query
   uint64_t timeouts = 0;           // rounds ended by the probe timeout
   uint64_t dssp_grants = 0;        // dssp: times the fastest node was granted extra steps (r* > 0)
@@ -131,9 +140,14 @@ class BarrierCore {
  private:
   struct Slot {
     std::string name;
-    uint32_t seq = 0;  // 0 = not queried in this round
-    bool answered = false;
+    uint32_t seq = 0;       // latest query in this round; 0 = not queried in this round
+    bool answered = false;  // answered a query in this round (so it is not silent)
+    bool awaiting = false;  // query `seq` is still unanswered
+    TimeMs asked_at = 0;    // when query `seq` was sent
   };
+
+  // Sends a progress query to `slot` now.
+  void Query(Slot& slot, TimeMs now);
 
   void StartEpisode(uint64_t my_step, TimeMs now);
   bool Evaluate(uint64_t my_step, TimeMs now, Rng& rng);
@@ -165,6 +179,7 @@ class BarrierCore {
   // pbsp/pssp round state.
   bool round_active_ = false;
   TimeMs round_deadline_ = kNoDeadline;
+  TimeMs requery_at_ = kNoDeadline;  // earliest re-query of a sampled peer that still blocks
   std::vector<Slot> slots_;
   std::set<std::string> round_tried_;  // sampled in this round (refills pick others)
   std::set<std::string> silent_;       // did not answer a query; sampled last

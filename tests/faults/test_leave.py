@@ -7,25 +7,28 @@ to leave through the CLI. Checks, and prints:
 - the leave spreads: every survivor lists the leaver `left` (not `failed`) within
   LEAVE_SPREAD_BOUND_S, and the leaver exits 0;
 - no survivor stalls: from the leave command to the end of training no survivor's step stands
-  still longer than STALL_BOUND_S — below the minimum suspicion timeout, so the barriers
-  dropped the leaver on the `left` news rather than by failure detection;
+  still longer than STALL_BOUND_S — shorter than the fastest possible failure detection, so
+  the barriers dropped the leaver on the `left` news, not by detecting its absence;
 - all survivors reach the target accuracy.
 """
 import time
 
-from faults_lib import (PROBE_INTERVAL_S, SUSPICION_MULT, TARGET, Mesh, Sampler, now,
-                        parse_args, start_mesh, training_args, wait_all_done,
+from faults_lib import (PROBE_INTERVAL_S, PROBE_TIMEOUT_S, SUSPICION_MULT, TARGET, Mesh,
+                        Sampler, now, parse_args, start_mesh, training_args, wait_all_done,
                         wait_mid_training)
 
 LEAVE_SPREAD_BOUND_S = 3.0  # SPEC §3: the leaver waits up to 3 s for the news to spread
-STALL_BOUND_S = 1.0
-MIN_SUSPICION_S = SUSPICION_MULT * PROBE_INTERVAL_S
+# The fastest failure detection could ever drop the leaver: a probe times out and the suspicion
+# timeout runs at its minimum (SuspicionMult x ProbeInterval). A bsp survivor that waited for
+# the leaver until failure detection would stall at least this long; one that honoured the
+# `left` news stalls no longer than scheduling noise (~0.2 s here; up to ~1.4 s measured under
+# AddressSanitizer on an overloaded 2-core machine).
+STALL_BOUND_S = PROBE_TIMEOUT_S + SUSPICION_MULT * PROBE_INTERVAL_S
 
 
 def main():
     args = parse_args()
     t0 = time.monotonic()
-    assert STALL_BOUND_S < MIN_SUSPICION_S
     common = training_args("bsp", extra=["--min-peers", "4"])
     with Mesh(args.bin, 5, common, name_prefix="lv") as mesh:
         start_mesh(mesh)
@@ -72,7 +75,7 @@ def main():
         for f in finals:
             print(f"  {f['name']}: final step {f['step']} accuracy (R^2) {f['accuracy']:.5f}")
         print(f"SUMMARY leave bsp: detection (left spread) {spread:.2f} s, longest stall "
-              f"{worst:.2f} s (bound {STALL_BOUND_S} s), final accuracy (min R^2) "
+              f"{worst:.2f} s (bound {STALL_BOUND_S:.1f} s), final accuracy (min R^2) "
               f"{min(f['accuracy'] for f in finals):.5f}")
         assert rc == 0, f"leaving agent exited {rc}"
         assert spread <= LEAVE_SPREAD_BOUND_S

@@ -75,10 +75,9 @@ def main():
 
             # Catch up: reach the lowest step the others had at SIGCONT.
             target_step = min(others_steps.values())
-            catch, _ = wait_until(
-                lambda: (s.latest(victim.name) or {}).get("step", 0) >= target_step
-                and s.latest(victim.name)["step"] > step_at_stop, 30, interval=0.05,
-                what=f"{victim.name} back at step {target_step}")
+            wait_until(lambda: s.first_step_after(victim.name, t_cont, min_step=target_step),
+                       30, interval=0.05, what=f"{victim.name} back at step {target_step}")
+            catch = s.first_step_after(victim.name, t_cont, min_step=target_step) - t_cont
             dt_done, finals = wait_all_done(mesh.agents, TARGET, 90)
             t_end = now()
             stalls = {a.name: s.longest_stall(a.name, t_stop, t_end) for a in others}

@@ -46,8 +46,10 @@ def main():
             assert s["loss"] < LOSS_BOUND, f"{s['name']} loss {s['loss']} >= {LOSS_BOUND}"
             assert s["params_received"] > 0, s
             assert s["mean_fanout"] >= 1.0, s
-        mem = mesh.agents[0].members()
-        assert all(m["status"] == "alive" and not m["training"] for m in mem.values()), mem
+        # The "training: false" metadata reaches the other members by gossip.
+        wait_until(lambda: (lambda mem: mem and len(mem) == 3 and all(
+            m["status"] == "alive" and not m["training"] for m in mem.values()))(
+            mesh.agents[0].members()), 10, what="everyone alive and done in members")
         for a in mesh.agents:
             lines = [json.loads(x) for x in open(os.path.join(mesh.workdir, f"{a.name}.jsonl"))]
             evals = [x for x in lines if x["event"] == "eval"]

@@ -270,6 +270,97 @@ TEST_CASE("pssp keeps re-querying when every live peer is behind and silent", "[
   REQUIRE(core.WaitSeconds(now + 1000) == Approx((now + 20) / 1000.0));
 }
 
+// Regression (simulator): a sampled peer that answered "behind" was never asked again, so the
+// waiter sat idle until the probe timeout even after the peer caught up, unless a parameter
+// transfer happened to bring the news.
+TEST_CASE("pbsp re-queries a blocking peer that answered and passes before the probe timeout",
+          "[sync][barrier]") {
+  Rng rng(7);
+  BarrierCore core(Config(Policy::kPbsp, 0, 2), "me");  // requery_interval 0 = timeout / 5
+  REQUIRE(core.config().requery_interval == 100);
+  core.OnProgress("a", 3, 0);
+  core.OnProgress("b", 3, 0);
+  REQUIRE(core.Check(4, 0, rng) == Decision::kWait);
+  auto q = core.TakeQueries();
+  REQUIRE(q.size() == 2);
+  REQUIRE(core.NextDeadline() == 500);  // answers outstanding: only the probe timeout
+  // Both answer "still at 3": they block, so they are asked again after the interval.
+  for (const ProgressQuery& query : q) REQUIRE(core.OnReply(query.to, query.seq, 3, 10));
+  REQUIRE(core.Check(4, 10, rng) == Decision::kWait);
+  REQUIRE(core.TakeQueries().empty());
+  REQUIRE(core.NextDeadline() == 100);
+  REQUIRE(core.Check(4, 99, rng) == Decision::kWait);
+  REQUIRE(core.TakeQueries().empty());
+  REQUIRE(core.Check(4, 100, rng) == Decision::kWait);
+  q = core.TakeQueries();
+  REQUIRE(q.size() == 2);
+  CHECK(core.stats().requeries == 2);
+  CHECK(core.NextDeadline() == 500);  // re-queries never extend the round
+  // Both caught up meanwhile, with no other traffic: their answers release the waiter.
+  for (const ProgressQuery& query : q) REQUIRE(core.OnReply(query.to, query.seq, 4, 120));
+  REQUIRE(core.Check(4, 120, rng) == Decision::kPass);
+  CHECK(core.wait_seconds() == Approx(0.12));
+  CHECK(core.stats().timeouts == 0);
+}
+
+TEST_CASE("re-queries send at most beta queries per interval and still re-sample at the timeout",
+          "[sync][barrier]") {
+  Rng rng(8);
+  BarrierConfig cfg = Config(Policy::kPssp, 1, 3);
+  cfg.requery_interval = 50;
+  BarrierCore core(cfg, "me");
+  for (const char* peer : {"a", "b", "c", "d", "e", "f"}) core.OnProgress(peer, 0, 0);
+  // Every peer answers at once and stays behind; the node is woken at each deadline and on
+  // every answer, as the agent does.
+  std::vector<TimeMs> sent_at;
+  TimeMs now = 0;
+  REQUIRE(core.Check(5, now, rng) == Decision::kWait);
+  uint64_t rounds_at_start = core.stats().rounds;
+  while (now < 1000) {
+    for (const ProgressQuery& query : core.TakeQueries()) {
+      sent_at.push_back(now);
+      core.OnReply(query.to, query.seq, 0, now);
+    }
+    REQUIRE(core.Check(5, now, rng) == Decision::kWait);
+    const TimeMs next = core.NextDeadline();
+    REQUIRE(next != kNoDeadline);
+    if (core.TakeQueries().empty() || next > now) now = std::max(now, next);
+  }
+  // At most β = 3 queries in any window of one interval.
+  for (size_t i = 0; i < sent_at.size(); ++i) {
+    size_t in_window = 0;
+    for (size_t j = i; j < sent_at.size() && sent_at[j] < sent_at[i] + cfg.requery_interval; ++j) {
+      ++in_window;
+    }
+    CHECK(in_window <= 3);
+  }
+  // Re-queried every interval (3 per 50 ms over one second, about 60) ...
+  CHECK(sent_at.size() >= 57);
+  // ... and re-sampled at each probe timeout all the same.
+  CHECK(core.stats().rounds - rounds_at_start == 2);
+  CHECK(core.stats().timeouts == 2);
+}
+
+TEST_CASE("with beta >= live peers re-queries keep pbsp equal to bsp", "[sync][barrier]") {
+  Rng rng(9);
+  BarrierCore core(Config(Policy::kPbsp, 0, 8), "me");
+  core.OnProgress("a", 2, 0);
+  core.OnProgress("b", 1, 0);
+  REQUIRE(core.Check(2, 0, rng) == Decision::kWait);
+  auto q = core.TakeQueries();
+  REQUIRE(q.size() == 1);  // only b blocks
+  REQUIRE(q[0].to == "b");
+  REQUIRE(core.OnReply("b", q[0].seq, 1, 5));
+  REQUIRE(core.Check(2, 5, rng) == Decision::kWait);
+  REQUIRE(core.Check(2, 100, rng) == Decision::kWait);
+  q = core.TakeQueries();
+  REQUIRE(q.size() == 1);
+  REQUIRE(q[0].to == "b");  // a satisfies bsp's bound: never asked
+  // Removal still releases at once, even with a re-query outstanding.
+  REQUIRE(core.OnPeerRemoved("b"));
+  REQUIRE(core.Check(2, 101, rng) == Decision::kPass);
+}
+
 TEST_CASE("pssp samples beta distinct peers uniformly, reproducibly per seed", "[sync][barrier]") {
   constexpr int kPeers = 10, kRounds = 2000;
   BarrierCore a(Config(Policy::kPssp, 0, 3), "me"), b(Config(Policy::kPssp, 0, 3), "me");
