@@ -136,7 +136,7 @@ class Sampler:
                                     (t, {k: v["status"] for k, v in m.items()}))
                 except (subprocess.TimeoutExpired, ValueError, KeyError):
                     pass
-            next_t += self.interval
+            next_t = max(next_t + self.interval, now())  # after a slow poll: no burst
             self.stop_ev.wait(max(0.0, next_t - now()))
 
     def stop(self):
