@@ -399,7 +399,8 @@ int RunSimulateCommand() {
                              {"first_detect_s", OptionalNumber(c.first_detect_s, 3)},
                              {"all_detect_s", OptionalNumber(c.all_detect_s, 3)},
                              {"observers", c.observers},
-                             {"detected", c.detected}});
+                             {"detected", c.detected},
+                             {"unaware", c.unaware}});
         }
         p["crashes"] = crashes;
         p["false_failures"] = r.false_failures;
@@ -460,11 +461,11 @@ int RunSimulateCommand() {
                          c.first_detect_s ? Fixed(*c.first_detect_s, 2) : "-",
                          c.all_detect_s ? Fixed(*c.all_detect_s, 2) : "-",
                          std::to_string(c.detected) + "/" + std::to_string(c.observers),
-                         std::to_string(r.false_failures)});
+                         std::to_string(c.unaware), std::to_string(r.false_failures)});
       }
     }
     PrintTable({"run", "node", "crash_at_s", "first_detect_s", "all_detect_s", "detected",
-                "false_failures"},
+                "unaware", "false_failures"},
                crows);
   }
   if (!a.no_wall) std::printf("\nwall time %.2f s\n", wall_s);

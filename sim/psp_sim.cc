@@ -167,6 +167,10 @@ class PspSim {
     uint32_t node;
     TimeMs at;
     std::vector<TimeMs> detected_at;  // per observer; -1 = not yet
+    // Per observer: it knew the victim when it crashed. A node still waiting to hear of a
+    // late joiner when that joiner crashes never learns of it at all (SWIM ignores suspect and
+    // dead news about unknown members, as memberlist does), so it has nothing to detect.
+    std::vector<bool> knew;
   };
 
   void Push(TimeMs at, Event::Kind kind, uint32_t to, uint32_t from = 0, uint64_t step = 0,
@@ -585,8 +589,12 @@ void PspSim::Crash(uint32_t spec) {
     v.computing = false;
     for (uint32_t id : v.inbox) Release(id);
     v.inbox.clear();
-    crash_tracks_.push_back(CrashTrack{victim, now_, std::vector<TimeMs>(nodes_.size(), -1)});
+    crash_tracks_.push_back(CrashTrack{victim, now_, std::vector<TimeMs>(nodes_.size(), -1),
+                                       std::vector<bool>(nodes_.size(), true)});
     if (cluster_) {
+      for (uint32_t j = 0; j < nodes_.size(); ++j) {
+        if (j != victim) crash_tracks_.back().knew[j] = cluster_->view(j, victim) != nullptr;
+      }
       cluster_->crash(victim);  // SWIM has to notice
     } else {
       // Oracle failure detector: everyone removes it at once.
@@ -778,6 +786,10 @@ PspSimResult PspSim::Run() {
     TimeMs first = -1, last = -1;
     for (uint32_t j = 0; j < nodes_.size(); ++j) {
       if (j == c.node || !nodes_[j].alive) continue;
+      if (!c.knew[j]) {
+        ++cr.unaware;
+        continue;
+      }
       ++cr.observers;
       const TimeMs d = c.detected_at[j];
       if (d < 0) continue;

@@ -125,8 +125,9 @@ struct CrashReport {
   double crash_at_s = 0;
   std::optional<double> first_detect_s;  // crash → first live node marks it failed
   std::optional<double> all_detect_s;    // crash → every live node has
-  size_t observers = 0;                  // live nodes at the end that should detect it
+  size_t observers = 0;                  // live nodes at the end that knew it when it crashed
   size_t detected = 0;                   // of those, how many did
+  size_t unaware = 0;                    // live nodes that had not yet heard of it at the crash
 };
 
 struct PspSimResult {
