@@ -162,7 +162,7 @@ def run_one(a, binary, workdir, select):
     return res
 
 
-def bandwidth_summary(res, uplinks):
+def bandwidth_summary(res):
     """Per node: the published (up, down) estimates as seen by the other nodes — mean over the
     samples taken in the second half of the run, and the last sample."""
     samples = res["bandwidth_samples"]
@@ -251,7 +251,7 @@ def main():
           "over the second half of the run, and the last sample:")
     brows = []
     for r in results:
-        brows += bandwidth_summary(r, a.uplinks)
+        brows += bandwidth_summary(r)
     print(bl.table(["select", "node", "uplink limit", "uplink est", "downlink est",
                     "last up", "last down"], brows))
 
@@ -268,12 +268,19 @@ def main():
             if sel["mean_fanout"] is not None:
                 print(f"  selmcast mean realized fanout {sel['mean_fanout']:.2f} (bar >= "
                       f"{a.fanout}): {'MET' if sel['mean_fanout'] >= a.fanout else 'NOT MET'}")
+            def when(r):
+                return (f"{r['seconds_to_target']:.1f} s" if r["all_reached"] else
+                        "not reached by every node")
             if sel["all_reached"] and rnd["all_reached"]:
-                ok = sel["seconds_to_target"] <= rnd["seconds_to_target"]
-                print(f"  time to {a.target}: selmcast {sel['seconds_to_target']:.1f} s vs "
-                      f"random {rnd['seconds_to_target']:.1f} s: {'MET' if ok else 'NOT MET'}")
+                verdict = "MET" if sel["seconds_to_target"] <= rnd["seconds_to_target"] else \
+                    "NOT MET"
+            elif sel["all_reached"]:
+                verdict = "MET"
+            elif rnd["all_reached"]:
+                verdict = "NOT MET"
             else:
-                print(f"  time to {a.target}: not every node reached it in one of the runs")
+                verdict = "undecided (neither run got every node there)"
+            print(f"  time to {a.target}: selmcast {when(sel)} vs random {when(rnd)}: {verdict}")
     if a.json:
         import json
         with open(a.json, "w") as f:

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -334,6 +335,13 @@ struct Agent::Impl {
     bc.staleness = static_cast<uint64_t>(config.staleness);
     bc.sample = static_cast<size_t>(config.sample);
     bc.probe_timeout = swim->config().probe_timeout;
+    // bsp/ssp need every peer's current step. Gossiped progress arrives about once per probe
+    // interval, which would make each step wait up to a second; asking the peers directly is
+    // pbsp/pssp with β >= live peers, which SPEC §6 defines to be exactly bsp/ssp.
+    if (bc.policy == sync::Policy::kBsp || bc.policy == sync::Policy::kSsp) {
+      bc.policy = bc.policy == sync::Policy::kBsp ? sync::Policy::kPbsp : sync::Policy::kPssp;
+      bc.sample = std::numeric_limits<size_t>::max();
+    }
     barrier = std::make_unique<sync::BarrierCore>(bc, config.name);
     select_policy = *sync::ParseSelectPolicy(config.select);
     published_training = true;
