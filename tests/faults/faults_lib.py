@@ -53,14 +53,15 @@ def detection_bound(n):
 DETECTION_BOUND_S = detection_bound(6)  # 11.7 s; the suite's meshes have at most 6 agents
 
 # Synthetic linear regression (accuracy = R^2), stretched by a small learning rate: without
-# momentum, R^2 passes 0.999 after ~1/lr steps (lr 0.0005: ~4000 steps, lr 0.00025: ~8000).
-# Six agents step at a rate bounded by synchronisation (on a 2-core machine ~300 steps/s under
-# bsp, ~650 under pssp), so a run lasts ~10 s and can be hit mid-training. --slowdown is not
+# momentum, R^2 passes 0.999 after ~2/lr steps (lr 0.001: ~2000 steps, lr 0.00025: ~8000).
+# Six agents step at a rate bounded by synchronisation (on a 2-core machine ~65-300 steps/s
+# under bsp depending on the agent version, ~650-1300 under pssp), so a run lasts ~10-30 s and
+# faults are injected at a given R^2, not at a given time. --slowdown is not
 # used: it stretches each step to F times its measured compute time, so a 5 ms preemption of a
 # ~5 us step turns into a 5 s sleep at F = 1000 — a fake stall that would swamp the measurement.
 TARGET = 0.999
 MID_ACCURACY = 0.8  # "mid-training": every agent past this R^2 (~1/4 of the run), below TARGET
-LR = {"bsp": "0.0005", "pssp": "0.00025"}
+LR = {"bsp": "0.001", "pssp": "0.00025"}
 
 
 def training_args(barrier, extra=None, lr=None, target=TARGET):
