@@ -3,8 +3,11 @@
 #   1. every CTest test of the normal build (unit, virtual-time simulation, transport,
 #      multi-process integration and fault-injection tests on loopback);
 #   2. a short bounded run of every libFuzzer target (bench/fuzz, clang + ASan + UBSan);
-#   3. the unit, simulation and integration tests again in the AddressSanitizer +
-#      UndefinedBehaviorSanitizer build (skip with MESHTRAIN_SKIP_ASAN=1).
+#   3. the unit, virtual-time simulation and transport tests again in the AddressSanitizer +
+#      UndefinedBehaviorSanitizer build (skip with MESHTRAIN_SKIP_ASAN=1). The multi-process
+#      tests assert wall-clock bounds and RSS growth, which the sanitizers' slowdown and
+#      quarantine memory distort; run them there by hand with
+#      `ctest --test-dir build-asan -L "integration|faults"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -24,6 +27,6 @@ if [ "${MESHTRAIN_SKIP_ASAN:-0}" != "1" ]; then
   stage "tests under ASan + UBSan"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE faults
+    ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE "integration|faults"
 fi
 stage "test suite finished"
