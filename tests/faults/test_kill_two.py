@@ -88,7 +88,14 @@ def run(binary, barrier):
         assert detect <= DETECTION_BOUND_S, f"detection {detect:.2f} s > {DETECTION_BOUND_S} s"
         assert worst <= detect + SLACK_S, \
             f"a survivor stalled {worst:.2f} s, longer than detection {detect:.2f} s"
-        assert all(r is not None for r in resumed.values()), f"no step after detection: {resumed}"
+        # Survivors must keep stepping after the kill. If every survivor already reached the
+        # target before the slowest detection completed (it never stalled), there is no step
+        # "after detection" to see; then progress after the kill is what must hold.
+        if dt_done > 0:
+            assert all(r is not None for r in resumed.values()), \
+                f"no step after detection: {resumed}"
+        for f in finals:
+            assert f["step"] > before[f["name"]]["step"], f"{f['name']} made no progress: {f}"
         for f in finals:
             assert f["peers_alive"] == 3, f
         return detect, worst, min(f["accuracy"] for f in finals)
