@@ -442,6 +442,19 @@ struct Agent::Impl {
   }
 
   // Receivers for one round, among live training peers (SPEC §7).
+  //
+  // SELMCAST plans are global: every node computes the whole assignment and keeps its own row.
+  // So that nodes with the same view build the same plan (and the receive loads it assumes hold),
+  // the tie-breaking RNG is seeded from the cluster name and the wall-clock epoch (kPlanEpochMs),
+  // not from this node's RNG; the plan then changes every epoch (ties randomized per round of
+  // plans) and is cached within one, since the view rarely changes between rounds.
+  static constexpr int64_t kPlanEpochMs = 1000;
+  struct PlanCache {
+    int64_t epoch = -1;
+    std::string view;  // canonical text of candidates and bandwidths
+    std::vector<std::string> receivers;
+  } plan_cache;
+
   std::vector<std::string> ChooseReceivers(bool everyone) {
     std::vector<std::string> candidates;
     sync::BandwidthView bw;
@@ -454,8 +467,27 @@ struct Agent::Impl {
     if (candidates.empty()) return {};
     bw[config.name];  // the sender itself is part of the global plan
     if (everyone) return candidates;
-    return sync::Select(select_policy, config.name, candidates, static_cast<size_t>(config.fanout),
-                        bw, rng);
+    if (select_policy != sync::SelectPolicy::kSelmcast) {
+      return sync::Select(select_policy, config.name, candidates,
+                          static_cast<size_t>(config.fanout), bw, rng);
+    }
+    const int64_t epoch = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count() /
+                          kPlanEpochMs;
+    std::string view;
+    for (const auto& [name, b] : bw) {  // std::map: sorted, so the text is canonical
+      view += fmt::format("{}={:.3g}/{:.3g};", name, b.uplink_mbps, b.downlink_mbps);
+    }
+    if (epoch != plan_cache.epoch || view != plan_cache.view) {
+      sync::Rng plan_rng(static_cast<uint64_t>(epoch) * 0x9E3779B97F4A7C15ULL ^
+                         std::hash<std::string>{}(config.cluster));
+      plan_cache.epoch = epoch;
+      plan_cache.view = std::move(view);
+      plan_cache.receivers = sync::Select(select_policy, config.name, candidates,
+                                          static_cast<size_t>(config.fanout), bw, plan_rng);
+    }
+    return plan_cache.receivers;
   }
 
   void StartRound() {
@@ -609,8 +641,11 @@ struct Agent::Impl {
   void UpdateBandwidth() {
     up_meter.Sample();
     down_meter.Sample();
-    const float up = static_cast<float>(up_meter.estimate.Mbps(config.uplink_limit));
-    const float down = static_cast<float>(down_meter.estimate.Mbps(config.downlink_limit));
+    // Capacity estimates age with a half-life of about 30 s (15 ticks of 2 s).
+    up_meter.estimate.Decay(0.955);
+    down_meter.estimate.Decay(0.955);
+    const float up = static_cast<float>(up_meter.estimate.CapacityMbps(config.uplink_limit));
+    const float down = static_cast<float>(down_meter.estimate.CapacityMbps(config.downlink_limit));
     const membership::Member* self = swim->Find(config.name);
     if (self == nullptr || leaving) return;
     auto moved = [](float a, float b) { return std::abs(a - b) > 0.1f * std::max(a, b); };

@@ -66,7 +66,18 @@ class BandwidthEstimate {
     if (bytes < kMinBytes || seconds <= 0) return;
     const double mbps = bytes / seconds / 1e6;
     value_ = samples_ == 0 ? mbps : alpha_ * mbps + (1 - alpha_) * value_;
+    peak_ = std::max(peak_, mbps);
     samples_++;
+  }
+  // Ages the peak (call periodically): peak ← peak·factor, never below the EWMA.
+  void Decay(double factor) { peak_ = std::max(value_, peak_ * factor); }
+  // Available capacity, MB/s: a measured rate is a lower bound of what the link can carry (a
+  // transfer may be slow because of the other end), so this is the recent peak (aged by Decay)
+  // rather than the mean; bounded by `cap_mbps` when > 0. With no samples: the cap (or 0).
+  double CapacityMbps(double cap_mbps) const {
+    if (samples_ == 0) return cap_mbps > 0 ? cap_mbps : 0;
+    const double v = std::max(value_, peak_);
+    return cap_mbps > 0 ? std::min(v, cap_mbps) : v;
   }
   // MB/s; bounded by `cap_mbps` when > 0. With no samples: the cap (or 0 = unknown).
   double Mbps(double cap_mbps) const {
@@ -80,6 +91,7 @@ class BandwidthEstimate {
  private:
   double alpha_;
   double value_ = 0;
+  double peak_ = 0;
   uint64_t samples_ = 0;
 };
 

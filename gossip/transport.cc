@@ -361,15 +361,19 @@ void TcpHub::SchedulePacer(double delay_s) {
     uv_timer_init(loop_, pacer_);
     pacer_->data = this;
   }
-  if (pacer_armed_) return;
+  const uint64_t delay_ms = static_cast<uint64_t>(std::max(1.0, delay_s * 1000.0 + 0.5));
+  const uint64_t due = uv_now(loop_) + delay_ms;
+  // One timer serves both buckets and every connection: keep the earliest wake-up.
+  if (pacer_armed_ && pacer_due_ms_ <= due) return;
   pacer_armed_ = true;
+  pacer_due_ms_ = due;
   uv_timer_start(
       pacer_,
       [](uv_timer_t* t) {
         auto* hub = static_cast<TcpHub*>(t->data);
         if (hub != nullptr) hub->OnPacer();
       },
-      static_cast<uint64_t>(std::max(1.0, delay_s * 1000.0 + 0.5)), 0);
+      delay_ms, 0);
 }
 
 void TcpHub::OnPacer() {

@@ -165,6 +165,7 @@ class TcpHub {
   TokenBucket down_{0, 0};
   uv_timer_t* pacer_ = nullptr;
   bool pacer_armed_ = false;
+  uint64_t pacer_due_ms_ = 0;  // loop time the armed pacer fires at
 
   uv_loop_t* loop_;
   TcpOptions options_;

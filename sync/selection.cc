@@ -228,12 +228,14 @@ Assignment SolveSelmcastExact(const std::vector<NodeCapacity>& given, size_t fan
   FlowModel m(n);
   BuildModel(caps, d, r, &m, &rng);
   m.flow.Run(0, 2 * n + 1);
-  const size_t limit = SenderLimit(n, d, options);
-  for (size_t i = 0; i < n; ++i) {
-    m.flow.SetCapacity(m.source_edges[i],
-                       static_cast<int64_t>(Units(caps[i].uplink_mbps, r, limit)));
+  if (options.extras_at_bottleneck) {
+    const size_t limit = SenderLimit(n, d, options);
+    for (size_t i = 0; i < n; ++i) {
+      m.flow.SetCapacity(m.source_edges[i],
+                         static_cast<int64_t>(Units(caps[i].uplink_mbps, r, limit)));
+    }
+    m.flow.Run(0, 2 * n + 1);
   }
-  m.flow.Run(0, 2 * n + 1);
   for (size_t e : m.pair_edges) {
     if (m.flow.Flow(e) > 0) plan.receivers[m.flow.From(e) - 1].push_back(m.flow.To(e) - 1 - n);
   }
@@ -321,6 +323,10 @@ Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& given, size_t fa
   plan.rate_mbps = r;
 
   // Phase 2: extra pairs that fit at r, senders and receivers in random order.
+  if (!options.extras_at_bottleneck) {
+    for (auto& rs : plan.receivers) std::sort(rs.begin(), rs.end());
+    return plan;
+  }
   const size_t limit = SenderLimit(n, d, options);
   std::vector<size_t> spare_in(n);
   std::vector<size_t> open;  // receivers with spare downlink
@@ -357,6 +363,190 @@ Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& given, size_t fa
   return plan;
 }
 
+std::vector<double> FairSenderRates(const Assignment& plan,
+                                    const std::vector<NodeCapacity>& given) {
+  const std::vector<NodeCapacity> caps = Sanitized(given);
+  const size_t n = caps.size();
+  // Flows (i, j); links 0..n-1 are uplinks, n..2n-1 downlinks.
+  struct Flow {
+    size_t up, down;
+    double rate = 0;
+    bool fixed = false;
+  };
+  std::vector<Flow> flows;
+  for (size_t i = 0; i < n && i < plan.receivers.size(); ++i) {
+    for (size_t j : plan.receivers[i]) {
+      if (j < n && j != i) flows.push_back(Flow{i, n + j});
+    }
+  }
+  std::vector<double> remaining(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    remaining[i] = caps[i].uplink_mbps;
+    remaining[n + i] = caps[i].downlink_mbps;
+  }
+  std::vector<size_t> active(2 * n, 0);
+  for (const Flow& f : flows) ++active[f.up], ++active[f.down];
+  // Progressive filling: all unfixed flows grow together; the link with the smallest fair share
+  // saturates first and fixes its flows at that share.
+  size_t unfixed = flows.size();
+  while (unfixed > 0) {
+    size_t best = 2 * n;
+    double share = 0;
+    for (size_t l = 0; l < 2 * n; ++l) {
+      if (active[l] == 0) continue;
+      const double s = std::max(0.0, remaining[l]) / static_cast<double>(active[l]);
+      if (best == 2 * n || s < share) best = l, share = s;
+    }
+    if (best == 2 * n) break;
+    for (Flow& f : flows) {
+      if (f.fixed || (f.up != best && f.down != best)) continue;
+      f.fixed = true;
+      f.rate = share;
+      --unfixed;
+      remaining[f.up] -= share;
+      remaining[f.down] -= share;
+      --active[f.up];
+      --active[f.down];
+    }
+  }
+  std::vector<double> out(n, 0);
+  std::vector<bool> seen(n, false);
+  for (const Flow& f : flows) {
+    out[f.up] = seen[f.up] ? std::min(out[f.up], f.rate) : f.rate;
+    seen[f.up] = true;
+  }
+  return out;
+}
+
+namespace {
+
+// Sum of the senders' round times, in units of (parameter bytes) / (MB/s).
+double RoundTimeCost(const std::vector<double>& rates) {
+  double cost = 0;
+  for (double r : rates) {
+    if (r > 0) cost += 1.0 / r;
+  }
+  return cost;
+}
+
+}  // namespace
+
+void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given, Rng& rng,
+                        const SelmcastOptions& options) {
+  const std::vector<NodeCapacity> caps = Sanitized(given);
+  const size_t n = caps.size();
+  if (n < 2 || plan->receivers.size() != n || plan->demand == 0) return;
+  const double floor_rate = plan->rate_mbps * (1 - 1e-9);
+  const size_t limit = SenderLimit(n, plan->demand, options);
+  auto& recv = plan->receivers;
+  size_t budget = options.refine_max_evaluations;
+  auto keeps_rate = [&] { return BottleneckRate(*plan, caps) >= floor_rate; };
+
+  // 1. Local search over single receiver moves.
+  std::vector<double> rates = FairSenderRates(*plan, caps);
+  double cost = RoundTimeCost(rates);
+  std::vector<size_t> others;
+  for (int pass = 0; pass < 8 && budget > 0; ++pass) {
+    bool improved = false;
+    for (size_t i : ShuffledIndices(n, rng)) {
+      for (size_t slot : ShuffledIndices(recv[i].size(), rng)) {
+        others.clear();
+        for (size_t k = 0; k < n; ++k) {
+          if (k != i && std::find(recv[i].begin(), recv[i].end(), k) == recv[i].end()) {
+            others.push_back(k);
+          }
+        }
+        std::shuffle(others.begin(), others.end(), rng);
+        const size_t old = recv[i][slot];
+        for (size_t k : others) {
+          if (budget == 0) break;
+          --budget;
+          recv[i][slot] = k;
+          if (keeps_rate()) {
+            auto trial = FairSenderRates(*plan, caps);
+            const double c = RoundTimeCost(trial);
+            if (c < cost * (1 - 1e-9)) {
+              cost = c;
+              rates = std::move(trial);
+              improved = true;
+              break;
+            }
+          }
+          recv[i][slot] = old;
+        }
+      }
+    }
+    if (!improved) break;
+  }
+
+  // 2. Every node hears from someone. A node without senders first takes over a receiver slot
+  // whose receiver has other senders, if that costs no round time; otherwise it gets an extra
+  // sender drawn at random among those that can take it without lowering the bottleneck rate.
+  std::vector<size_t> incoming(n, 0);
+  for (const auto& rs : recv) {
+    for (size_t j : rs) ++incoming[j];
+  }
+  for (size_t j : ShuffledIndices(n, rng)) {
+    if (!options.refine_ensure_sender || incoming[j] > 0) continue;
+    bool moved = false;
+    for (size_t i : ShuffledIndices(n, rng)) {
+      if (i == j || moved) continue;
+      for (size_t slot = 0; slot < recv[i].size() && budget > 0; ++slot) {
+        const size_t old = recv[i][slot];
+        if (incoming[old] < 2) continue;
+        --budget;
+        recv[i][slot] = j;
+        if (keeps_rate()) {
+          auto trial = FairSenderRates(*plan, caps);
+          const double c = RoundTimeCost(trial);
+          if (c <= cost * (1 + 1e-12)) {
+            cost = c;
+            rates = std::move(trial);
+            --incoming[old];
+            ++incoming[j];
+            moved = true;
+            break;
+          }
+        }
+        recv[i][slot] = old;
+      }
+    }
+    if (moved) continue;
+    for (size_t i : ShuffledIndices(n, rng)) {
+      if (i == j || recv[i].size() >= limit) continue;
+      recv[i].push_back(j);
+      if (keeps_rate()) {
+        ++incoming[j];
+        break;
+      }
+      recv[i].pop_back();
+    }
+  }
+  rates = FairSenderRates(*plan, caps);
+
+  // 3. Extra pairs that slow no sender down (and keep r*), in random order.
+  for (size_t i : ShuffledIndices(n, rng)) {
+    for (size_t k : ShuffledIndices(n, rng)) {
+      if (budget == 0 || recv[i].size() >= limit) break;
+      if (k == i || std::find(recv[i].begin(), recv[i].end(), k) != recv[i].end()) continue;
+      --budget;
+      recv[i].push_back(k);
+      bool ok = keeps_rate();
+      std::vector<double> trial;
+      if (ok) {
+        trial = FairSenderRates(*plan, caps);
+        for (size_t s = 0; s < n && ok; ++s) ok = trial[s] >= rates[s] * (1 - 1e-9);
+      }
+      if (ok) {
+        rates = std::move(trial);
+      } else {
+        recv[i].pop_back();
+      }
+    }
+  }
+  for (auto& rs : recv) std::sort(rs.begin(), rs.end());
+}
+
 Assignment SolveSelmcast(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,
                          const SelmcastOptions& options) {
   if (caps.size() <= options.exact_max_nodes) {
@@ -389,8 +579,16 @@ std::vector<std::string> Select(SelectPolicy policy, const std::string& self,
     case SelectPolicy::kSelmcast: {
       // Canonical (sorted) node order, so nodes with the same view build the same network.
       std::vector<std::string> nodes(seen.begin(), seen.end());
-      const Assignment plan =
-          SolveSelmcast(ResolveCapacities(nodes, bandwidth, options), fanout, rng, options);
+      const std::vector<NodeCapacity> caps = ResolveCapacities(nodes, bandwidth, options);
+      Assignment plan;
+      if (nodes.size() <= options.refine_max_nodes) {
+        SelmcastOptions base = options;
+        base.extras_at_bottleneck = false;
+        plan = SolveSelmcast(caps, fanout, rng, base);
+        RefineForRoundTime(&plan, caps, rng, options);
+      } else {
+        plan = SolveSelmcast(caps, fanout, rng, options);
+      }
       std::vector<std::string> mine = plan.ReceiversOf(self);
       if (plan_out) *plan_out = plan;
       return mine;

@@ -27,6 +27,18 @@
 // Receive load: `receive_load_mbps` is downlink bandwidth already busy with other transfers; the
 // solver plans with D − load, floored at `min_available_share`·D so a busy node stays usable.
 //
+// Round-time refinement (Select(), up to SelmcastOptions::refine_max_nodes nodes): the rounds of
+// the daemon are asynchronous — each sender's round lasts until its slowest receiver has the
+// parameters — so "an extra receiver that costs no rate" is read per sender: in the plan's
+// max-min fair share of the links (FairSenderRates), no sender may get slower. Starting from the
+// exact plan at r* with d receivers each, RefineForRoundTime
+//   1. moves receivers (local search) while the sum of the senders' round times (Σ 1/ρ_i)
+//      falls and the bottleneck rate stays r*, so fast senders stop feeding slow downlinks;
+//   2. gives every node at least one sender (the one added is drawn at random among those that
+//      keep r*), so no node is cut off from the mixing graph;
+//   3. adds, in random order, every extra pair that lowers no sender's fair rate and keeps r*.
+// Larger meshes use the plan as built (with the SPEC's extras at r*).
+//
 // Thread-safety: free functions on values; safe to call concurrently with distinct RNGs.
 #pragma once
 
@@ -61,6 +73,10 @@ struct SelmcastOptions {
   size_t exact_max_nodes = 64;        // exact max-flow up to this many nodes, greedy above
   size_t max_fanout = 0;              // cap on |R_i| including extras; 0 = no cap
   double min_available_share = 0.05;  // a loaded downlink still offers this share of D
+  bool extras_at_bottleneck = true;   // Solve*: add every extra pair that fits at r*
+  size_t refine_max_nodes = 24;       // Select(): round-time refinement up to this size; 0 = off
+  size_t refine_max_evaluations = 3000;  // budget of plan evaluations for the local search
+  bool refine_ensure_sender = true;  // refinement step 2: every node hears from someone
 };
 
 // Effective capacities the solver plans with (MB/s, > 0).
@@ -85,6 +101,16 @@ struct Assignment {
 
 // min over senders of U_i/|R_i| and over receivers of D_j/senders_j for a plan (0 if no pairs).
 double BottleneckRate(const Assignment& plan, const std::vector<NodeCapacity>& caps);
+
+// Per sender: the rate of its slowest flow when every flow of the plan shares the links max-min
+// fairly (progressive filling over the uplinks U_i and downlinks D_j). 0 for a sender without
+// receivers. The sender's round time is proportional to 1 / rate.
+std::vector<double> FairSenderRates(const Assignment& plan, const std::vector<NodeCapacity>& caps);
+
+// The round-time refinement described above, in place. `plan` must have been built for `caps`
+// (its rate_mbps is kept as the floor of the bottleneck rate).
+void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& caps, Rng& rng,
+                        const SelmcastOptions& options = {});
 
 // Applies defaults and receive load to the view for these nodes.
 std::vector<NodeCapacity> ResolveCapacities(const std::vector<std::string>& nodes,

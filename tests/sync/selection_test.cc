@@ -335,3 +335,145 @@ TEST_CASE("selmcast plans 1000 nodes quickly", "[sync][select]") {
 
 }  // namespace
 }  // namespace meshtrain::sync
+
+namespace meshtrain::sync {
+namespace {
+
+double MeanRoundTime(const Assignment& plan, const std::vector<NodeCapacity>& caps) {
+  const auto rates = FairSenderRates(plan, caps);
+  double sum = 0;
+  size_t senders = 0;
+  for (double r : rates) {
+    if (r > 0) sum += 1.0 / r, ++senders;
+  }
+  return senders ? sum / double(senders) : 0;
+}
+
+std::vector<NodeCapacity> Symmetric(const std::vector<double>& links) {
+  std::vector<NodeCapacity> caps;
+  for (size_t i = 0; i < links.size(); ++i) {
+    caps.push_back(NodeCapacity{"n" + std::to_string(i), links[i], links[i]});
+  }
+  return caps;
+}
+
+TEST_CASE("fair sender rates: progressive filling over uplinks and downlinks", "[sync][select]") {
+  // n0 (up 10) -> n1, n2; n3 (up 100) -> n1. n1's downlink 6 is shared by n0 and n3: 3 each;
+  // n0's other flow then takes the rest of its uplink (7), but n0's round rate is its slowest.
+  std::vector<NodeCapacity> caps = {
+      {"n0", 10, 100}, {"n1", 100, 6}, {"n2", 100, 100}, {"n3", 100, 100}};
+  Assignment plan;
+  plan.nodes = {"n0", "n1", "n2", "n3"};
+  plan.receivers = {{1, 2}, {}, {}, {1}};
+  const auto rates = FairSenderRates(plan, caps);
+  REQUIRE(rates[0] == Approx(3));
+  REQUIRE(rates[1] == 0);
+  REQUIRE(rates[3] == Approx(3));
+  plan.receivers = {{2, 3}, {}, {}, {1}};
+  const auto free = FairSenderRates(plan, caps);
+  REQUIRE(free[0] == Approx(5));  // uplink 10 over two uncongested receivers
+  REQUIRE(free[3] == Approx(6));  // n1's downlink
+}
+
+TEST_CASE("round-time refinement: fast senders keep off slow downlinks", "[sync][select]") {
+  // The bench layout: links (up = down) of 5, 5, 20, 20, 80, 80 MB/s, P = 2. Random plans push
+  // fast senders into slow downlinks; the refined plan keeps the optimal bottleneck, P receivers
+  // each and a sender for every node, and its mean round time (parameter size / slowest flow,
+  // mean over senders) is compared with random selection's.
+  const auto caps = Symmetric({5, 5, 20, 20, 80, 80});
+  std::vector<std::string> names;
+  BandwidthView bw;
+  for (const auto& c : caps) {
+    names.push_back(c.name);
+    bw[c.name] = NodeBandwidth{c.uplink_mbps, c.downlink_mbps, 0};
+  }
+  Rng gen(11);
+  double refined = 0, random = 0;
+  const int kRounds = 200;
+  for (int round = 0; round < kRounds; ++round) {
+    Rng rng(gen());
+    Assignment plan;
+    Select(SelectPolicy::kSelmcast, names[0], names, 2, bw, rng, {}, &plan);
+    REQUIRE(CheckPlan(plan, caps) == 0);
+    REQUIRE(plan.rate_mbps == Approx(2.5));
+    REQUIRE(BottleneckRate(plan, caps) >= 2.5 * (1 - 1e-9));
+    std::vector<size_t> incoming(caps.size(), 0);
+    for (const auto& rs : plan.receivers) {
+      for (size_t j : rs) ++incoming[j];
+    }
+    for (size_t j = 0; j < caps.size(); ++j) REQUIRE(incoming[j] >= 1);
+    refined += MeanRoundTime(plan, caps);
+    // Random: every node picks 2 others uniformly.
+    Assignment rnd = plan;
+    for (size_t i = 0; i < caps.size(); ++i) {
+      const auto mine = Select(SelectPolicy::kRandom, names[i], names, 2, bw, rng);
+      rnd.receivers[i].clear();
+      for (const auto& m : mine) rnd.receivers[i].push_back(size_t(std::stoi(m.substr(1))));
+    }
+    random += MeanRoundTime(rnd, caps);
+  }
+  std::printf("[sync] bench layout: mean round time refined selmcast %.4f, random %.4f (x%.2f)\n",
+              refined / kRounds, random / kRounds, refined / random);
+  REQUIRE(refined < 0.7 * random);
+}
+
+TEST_CASE("round-time refinement: never slower than the plan it starts from", "[sync][select]") {
+  Rng gen(12);
+  for (int t = 0; t < 200; ++t) {
+    const size_t n = 2 + gen() % 9;
+    const size_t p = 1 + gen() % 3;
+    const auto caps = RandomCaps(n, gen);
+    Rng r1(t), r2(t), r3(t);
+    SelmcastOptions base;
+    base.extras_at_bottleneck = false;
+    const Assignment start = SolveSelmcastExact(caps, p, r1, base);
+    INFO("instance " << t << " n=" << n << " P=" << p);
+    // Without the every-node-has-a-sender step, refinement only ever shortens rounds.
+    SelmcastOptions pure;
+    pure.refine_ensure_sender = false;
+    Assignment plan = start;
+    RefineForRoundTime(&plan, caps, r2, pure);
+    REQUIRE(CheckPlan(plan, caps) == 0);
+    REQUIRE(BottleneckRate(plan, caps) >= start.rate_mbps * (1 - 1e-9));
+    REQUIRE(MeanRoundTime(plan, caps) <= MeanRoundTime(start, caps) * (1 + 1e-9));
+    // With it (the default), every node hears from someone when a sender can take it at r*.
+    plan = start;
+    RefineForRoundTime(&plan, caps, r3);
+    REQUIRE(CheckPlan(plan, caps) == 0);
+    REQUIRE(BottleneckRate(plan, caps) >= start.rate_mbps * (1 - 1e-9));
+    std::vector<size_t> incoming(n, 0);
+    for (const auto& rs : plan.receivers) {
+      for (size_t j : rs) ++incoming[j];
+    }
+    for (size_t j = 0; j < n; ++j) {
+      if (incoming[j] > 0) continue;
+      // No sender could have taken j without lowering r*.
+      for (size_t i = 0; i < n; ++i) {
+        if (i == j) continue;
+        Assignment more = plan;
+        more.receivers[i].push_back(j);
+        REQUIRE(BottleneckRate(more, caps) < start.rate_mbps * (1 - 1e-9));
+      }
+    }
+  }
+}
+
+TEST_CASE("round-time refinement with unconstrained downlinks keeps fanout P", "[sync][select]") {
+  // Uplinks 5..80, downlinks huge: every extra receiver would lengthen its sender's round, so
+  // none is added (the SPEC's extras at r* would give the fast senders 5 receivers each).
+  std::vector<NodeCapacity> caps = Symmetric({5, 5, 20, 20, 80, 80});
+  for (auto& c : caps) c.downlink_mbps = 1000;
+  Rng rng(13);
+  const Assignment spec = SolveSelmcastExact(caps, 2, rng);
+  Assignment plan = spec;
+  SelmcastOptions base;
+  base.extras_at_bottleneck = false;
+  plan = SolveSelmcastExact(caps, 2, rng, base);
+  RefineForRoundTime(&plan, caps, rng);
+  REQUIRE(plan.MeanFanout() == Approx(2.0));  // a node without senders took over a free slot
+  REQUIRE(spec.MeanFanout() >= 4.0);  // 2, 2, then 5 for each sender at 20 and 80 MB/s
+  REQUIRE(MeanRoundTime(plan, caps) < MeanRoundTime(spec, caps));
+}
+
+}  // namespace
+}  // namespace meshtrain::sync

@@ -79,6 +79,18 @@ TEST_CASE("bandwidth estimate: EWMA bounded by the cap, tiny transfers ignored",
   CHECK(e.Mbps(5) == Approx(5));
   e.Add(20e6, 1.0);
   CHECK(e.Mbps(0) == Approx(13));
+  // Capacity: the recent peak (a slow transfer does not say the link is slow), aged by Decay,
+  // never below the EWMA, bounded by the cap.
+  CHECK(e.CapacityMbps(0) == Approx(20));
+  CHECK(e.CapacityMbps(15) == Approx(15));
+  e.Add(1e6, 1.0);  // one slow transfer: the mean drops, the capacity does not
+  CHECK(e.Mbps(0) == Approx(0.7 * 13 + 0.3 * 1));
+  CHECK(e.CapacityMbps(0) == Approx(20));
+  for (int i = 0; i < 200; ++i) e.Decay(0.9);
+  CHECK(e.CapacityMbps(0) == Approx(e.Mbps(0)));
+  BandwidthEstimate none;
+  CHECK(none.CapacityMbps(0) == 0);
+  CHECK(none.CapacityMbps(8) == 8);
 }
 
 TEST_CASE("UDP endpoint sends and receives datagrams", "[transport]") {
