@@ -27,7 +27,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 from harness import Mesh, wait_until  # noqa: E402,F401
 
-DEFAULT_BIN = "/work/build-bench/cli/meshtrain"
+DEFAULT_BIN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "build", "cli", "meshtrain")
 
 
 class SetupError(Exception):
@@ -58,7 +59,7 @@ def find_binary(path):
     path = path or os.environ.get("MESHTRAIN_BIN") or DEFAULT_BIN
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         raise SetupError(f"meshtrain binary not found at {path}: build it with "
-                         "`cmake --build /work/build-bench --target meshtrain -j2` or pass --bin")
+                         "`bash scripts/build.sh` or pass --bin")
     r = subprocess.run([path, "version"], capture_output=True, text=True, timeout=10,
                        stdin=subprocess.DEVNULL)
     if r.returncode != 0:

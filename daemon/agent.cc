@@ -127,6 +127,7 @@ struct Agent::Impl {
     int fanout = 0;
     uint64_t bytes = 0;
     std::map<TcpHub::ConnId, std::string> transfers;  // open connections -> receiver
+    std::set<TcpHub::ConnId> acked;  // receivers that confirmed the whole snapshot (ParamAck)
   };
   std::optional<Round> round;
   std::optional<Snapshot> pending_snapshot;
@@ -518,18 +519,26 @@ struct Agent::Impl {
       uint64_t bytes = 0;
       for (const auto& f : frames) bytes += f.size() + 4;
       const uint64_t round_id = r.id;
+      // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck); the
+      // connection then closes. Closed without an ack (refused, aborted, idle timeout) = lost.
       TcpHub::ConnId id = data_tcp->Connect(
-          *to, [this](TcpHub::ConnId cid, Bytes&&) { data_tcp->Abort(cid); },
+          *to,
+          [this, round_id, name](TcpHub::ConnId cid, Bytes&& payload) {
+            OnTransferReply(round_id, name, cid, payload);
+          },
           [this, round_id, bytes](TcpHub::ConnId cid, int status) {
-            if (round && round->id == round_id) round->transfers.erase(cid);
-            OnTransferDone(round_id, status == 0, bytes);
+            bool acked = false;
+            if (round && round->id == round_id) {
+              round->transfers.erase(cid);
+              acked = round->acked.erase(cid) > 0;
+            }
+            OnTransferDone(round_id, status == 0 && acked, bytes);
           });
       round->outstanding++;
       round->transfers[id] = name;
       for (const auto& f : frames) {
         if (!data_tcp->Send(id, f)) break;
       }
-      data_tcp->Close(id);
     }
     if (round && round->outstanding == 0) {
       up_meter.End(Now(), 0);
@@ -549,6 +558,25 @@ struct Agent::Impl {
       spdlog::info("abandoning the parameter transfer to {}", name);
       data_tcp->Abort(cid);
     }
+  }
+
+  // A frame from the receiver of one of our transfers: only its ParamAck for this round is
+  // expected; anything else is dropped and counted, and the connection aborted.
+  void OnTransferReply(uint64_t round_id, const std::string& receiver, TcpHub::ConnId cid,
+                       const Bytes& payload) {
+    gossip::Reject why{};
+    auto frame = codec->DecodeFrame(payload.data(), payload.size(), &why);
+    const auto* ack = frame ? std::get_if<gossip::ParamAckMsg>(&frame->body) : nullptr;
+    if (!frame) {
+      rejects.add(why);
+    } else if (ack == nullptr || frame->sender != receiver || ack->round != round_id) {
+      rejects.add(gossip::Reject::kSemantic);
+    } else {
+      if (round && round->id == round_id) round->acked.insert(cid);
+      data_tcp->Close(cid);
+      return;
+    }
+    data_tcp->Abort(cid);
   }
 
   void OnTransferDone(uint64_t round_id, bool ok, uint64_t bytes) {
@@ -583,9 +611,14 @@ struct Agent::Impl {
     auto [it, fresh] = incoming.try_emplace(id, 0);
     if (fresh) down_meter.Begin(Now());
     it->second += chunk_bytes;
+    const uint64_t chunk_round = chunk.round;
     auto model = assemblers[sender].Add(chunk);
     if (!model) return;
     params_received++;
+    gossip::Frame ack;  // the sender's round for this receiver ends with this
+    ack.sender = config.name;
+    ack.body = gossip::ParamAckMsg{chunk_round, model->step};
+    data_tcp->Send(id, codec->EncodeFrame(ack));
     if (barrier->OnProgress(sender, model->step, Now()) && barrier_waiting) RunBarrier();
     trainer->Deliver(sender, std::move(model->params));
   }

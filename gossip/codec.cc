@@ -626,6 +626,7 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
   const auto* pp = std::get_if<PushPullMsg>(&f.body);
   const auto* op = std::get_if<KeyOpMsg>(&f.body);
   const auto* reply = std::get_if<KeyOpReplyMsg>(&f.body);
+  const auto* ack = std::get_if<ParamAckMsg>(&f.body);
   if (chunk != nullptr && chunk->data.size() > kParamChunkFloats) return {};
   if (pp != nullptr && pp->state.members.size() > kMaxPushPullMembers) return {};
   if (op != nullptr && !ValidKeyOp(*op)) return {};
@@ -638,6 +639,8 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
     body = EncodePushPull(b, *pp);
   } else if (op != nullptr) {
     body = EncodeKeyOp(b, *op);
+  } else if (ack != nullptr) {
+    body = {w::Body::ParamAck, w::CreateParamAck(b, ack->round, ack->step).Union()};
   } else {
     body = EncodeKeyOpReply(b, *reply);
   }
@@ -729,6 +732,15 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
       KeyOpReplyMsg m;
       if (!DecodeKeyOpReply(env->body_as_KeyOpReply(), &m, why)) return std::nullopt;
       out.body = std::move(m);
+      break;
+    }
+    case w::Body::ParamAck: {
+      const w::ParamAck* a = env->body_as_ParamAck();
+      if (a == nullptr || a->round() == 0) {  // rounds count from 1
+        Fail(a == nullptr ? Reject::kVerify : Reject::kSemantic, why);
+        return std::nullopt;
+      }
+      out.body = ParamAckMsg{a->round(), a->step()};
       break;
     }
     default:

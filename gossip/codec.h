@@ -90,6 +90,12 @@ struct ParamChunk {
   std::vector<float> data;
 };
 
+// Receipt of a whole parameter snapshot (all chunks of `round`), sent back by the receiver.
+struct ParamAckMsg {
+  uint64_t round = 0;
+  uint64_t step = 0;
+};
+
 struct PushPullMsg {
   bool response = false;  // false: a request (the receiver answers with its own state)
   membership::PushPull state;
@@ -151,7 +157,7 @@ struct Datagram {
 // replay guard: a stream is authenticated frame by frame and bound to its connection.
 struct Frame {
   std::string sender;
-  std::variant<PushPullMsg, ParamChunk, KeyOpMsg, KeyOpReplyMsg> body;
+  std::variant<PushPullMsg, ParamChunk, KeyOpMsg, KeyOpReplyMsg, ParamAckMsg> body;
   uint64_t sent_ms = 0;  // stamped like Datagram::sent_ms; informational
 };
 

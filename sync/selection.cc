@@ -479,47 +479,63 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
     if (!improved) break;
   }
 
-  // 2. Every node hears from someone. A node without senders first takes over a receiver slot
-  // whose receiver has other senders, if that costs no round time; otherwise it gets an extra
-  // sender drawn at random among those that can take it without lowering the bottleneck rate.
-  std::vector<size_t> incoming(n, 0);
-  for (const auto& rs : recv) {
-    for (size_t j : rs) ++incoming[j];
-  }
-  for (size_t j : ShuffledIndices(n, rng)) {
-    if (!options.refine_ensure_sender || incoming[j] > 0) continue;
-    bool moved = false;
-    for (size_t i : ShuffledIndices(n, rng)) {
-      if (i == j || moved) continue;
-      for (size_t slot = 0; slot < recv[i].size() && budget > 0; ++slot) {
-        const size_t old = recv[i][slot];
-        if (incoming[old] < 2) continue;
-        --budget;
-        recv[i][slot] = j;
-        if (keeps_rate()) {
-          auto trial = FairSenderRates(*plan, caps);
-          const double c = RoundTimeCost(trial);
-          if (c <= cost * (1 + 1e-12)) {
-            cost = c;
-            rates = std::move(trial);
-            --incoming[old];
-            ++incoming[j];
-            moved = true;
-            break;
+  // 2. Connectivity: gossip averaging only reaches consensus if every node's parameters reach
+  // every other node, so the plan's graph is made strongly connected. While some node is not
+  // reachable from node 0, or cannot reach it, the pair (i, j) crossing that cut that adds the
+  // least round time (and keeps r*) is added; ties in random order. Each pair grows one of the
+  // two sets, so this ends after at most 2n pairs.
+  if (options.refine_connect) {
+    auto reach = [&](bool forward) {
+      std::vector<char> seen(n, 0);
+      std::vector<size_t> stack{0};
+      seen[0] = 1;
+      while (!stack.empty()) {
+        const size_t v = stack.back();
+        stack.pop_back();
+        for (size_t u = 0; u < n; ++u) {
+          if (seen[u]) continue;
+          const auto& rs = forward ? recv[v] : recv[u];
+          if (std::find(rs.begin(), rs.end(), forward ? u : v) != rs.end()) {
+            seen[u] = 1;
+            stack.push_back(u);
           }
         }
-        recv[i][slot] = old;
       }
-    }
-    if (moved) continue;
-    for (size_t i : ShuffledIndices(n, rng)) {
-      if (i == j || recv[i].size() >= limit) continue;
-      recv[i].push_back(j);
-      if (keeps_rate()) {
-        ++incoming[j];
-        break;
+      return seen;
+    };
+    for (size_t step = 0; step < 2 * n; ++step) {
+      const std::vector<char> from0 = reach(true), to0 = reach(false);
+      const bool out_ok = std::count(from0.begin(), from0.end(), 1) == static_cast<long>(n);
+      const bool in_ok = std::count(to0.begin(), to0.end(), 1) == static_cast<long>(n);
+      if (out_ok && in_ok) break;
+      // Cross the first missing cut: from the reached side to the rest, or into the side that
+      // reaches node 0 from the rest.
+      const std::vector<char>& side = !out_ok ? from0 : to0;
+      size_t best_i = n, best_j = n;
+      double best_cost = 0;
+      std::vector<double> best_rates;
+      for (size_t i : ShuffledIndices(n, rng)) {
+        if (recv[i].size() >= limit) continue;
+        for (size_t j : ShuffledIndices(n, rng)) {
+          const bool crosses = !out_ok ? (side[i] && !side[j]) : (!side[i] && side[j]);
+          if (!crosses || i == j || budget == 0) continue;
+          --budget;
+          recv[i].push_back(j);
+          if (keeps_rate()) {
+            auto trial = FairSenderRates(*plan, caps);
+            const double c = RoundTimeCost(trial);
+            if (best_i == n || c < best_cost) {
+              best_i = i, best_j = j, best_cost = c;
+              best_rates = std::move(trial);
+            }
+          }
+          recv[i].pop_back();
+        }
       }
-      recv[i].pop_back();
+      if (best_i == n) break;  // no pair fits at r*: leave the plan as it is
+      recv[best_i].push_back(best_j);
+      cost = best_cost;
+      rates = std::move(best_rates);
     }
   }
   rates = FairSenderRates(*plan, caps);

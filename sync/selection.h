@@ -34,8 +34,8 @@
 // exact plan at r* with d receivers each, RefineForRoundTime
 //   1. moves receivers (local search) while the sum of the senders' round times (Σ 1/ρ_i)
 //      falls and the bottleneck rate stays r*, so fast senders stop feeding slow downlinks;
-//   2. gives every node at least one sender (the one added is drawn at random among those that
-//      keep r*), so no node is cut off from the mixing graph;
+//   2. makes the plan's graph strongly connected (every node's parameters reach every node, as
+//      gossip averaging needs), adding the pairs that cost the least round time and keep r*;
 //   3. adds, in random order, every extra pair that lowers no sender's fair rate and keeps r*.
 // Larger meshes use the plan as built (with the SPEC's extras at r*).
 //
@@ -76,7 +76,7 @@ struct SelmcastOptions {
   bool extras_at_bottleneck = true;   // Solve*: add every extra pair that fits at r*
   size_t refine_max_nodes = 24;       // Select(): round-time refinement up to this size; 0 = off
   size_t refine_max_evaluations = 3000;  // budget of plan evaluations for the local search
-  bool refine_ensure_sender = true;  // refinement step 2: every node hears from someone
+  bool refine_connect = true;  // refinement step 2: a strongly connected plan
 };
 
 // Effective capacities the solver plans with (MB/s, > 0).
