@@ -484,7 +484,43 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
   // reachable from node 0, or cannot reach it, the pair (i, j) crossing that cut that adds the
   // least round time (and keeps r*) is added; ties in random order. Each pair grows one of the
   // two sets, so this ends after at most 2n pairs.
+  // Add the pair (i, j), for the sender i among `senders` that costs the least round time and
+  // keeps r*; returns false when none fits.
+  auto add_cheapest = [&](const std::vector<size_t>& senders, size_t j) {
+    size_t best_i = n;
+    double best_cost = 0;
+    std::vector<double> best_rates;
+    for (size_t i : senders) {
+      if (i == j || recv[i].size() >= limit || budget == 0) continue;
+      if (std::find(recv[i].begin(), recv[i].end(), j) != recv[i].end()) continue;
+      --budget;
+      recv[i].push_back(j);
+      if (keeps_rate()) {
+        auto trial = FairSenderRates(*plan, caps);
+        const double c = RoundTimeCost(trial);
+        if (best_i == n || c < best_cost) {
+          best_i = i, best_cost = c;
+          best_rates = std::move(trial);
+        }
+      }
+      recv[i].pop_back();
+    }
+    if (best_i == n) return false;
+    recv[best_i].push_back(j);
+    cost = best_cost;
+    rates = std::move(best_rates);
+    return true;
+  };
   if (options.refine_connect) {
+    // 2a. Every node hears from d senders, as every node sends to d: a node that only sends
+    // (a slow downlink every fast sender avoids) would drift from the consensus.
+    std::vector<size_t> incoming(n, 0);
+    for (const auto& rs : recv) {
+      for (size_t j : rs) ++incoming[j];
+    }
+    for (size_t j : ShuffledIndices(n, rng)) {
+      while (incoming[j] < plan->demand && add_cheapest(ShuffledIndices(n, rng), j)) ++incoming[j];
+    }
     auto reach = [&](bool forward) {
       std::vector<char> seen(n, 0);
       std::vector<size_t> stack{0};
@@ -511,31 +547,18 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
       // Cross the first missing cut: from the reached side to the rest, or into the side that
       // reaches node 0 from the rest.
       const std::vector<char>& side = !out_ok ? from0 : to0;
-      size_t best_i = n, best_j = n;
-      double best_cost = 0;
-      std::vector<double> best_rates;
+      std::vector<size_t> senders;
       for (size_t i : ShuffledIndices(n, rng)) {
-        if (recv[i].size() >= limit) continue;
-        for (size_t j : ShuffledIndices(n, rng)) {
-          const bool crosses = !out_ok ? (side[i] && !side[j]) : (!side[i] && side[j]);
-          if (!crosses || i == j || budget == 0) continue;
-          --budget;
-          recv[i].push_back(j);
-          if (keeps_rate()) {
-            auto trial = FairSenderRates(*plan, caps);
-            const double c = RoundTimeCost(trial);
-            if (best_i == n || c < best_cost) {
-              best_i = i, best_j = j, best_cost = c;
-              best_rates = std::move(trial);
-            }
-          }
-          recv[i].pop_back();
+        if (!out_ok ? side[i] : !side[i]) senders.push_back(i);
+      }
+      bool added = false;
+      for (size_t j : ShuffledIndices(n, rng)) {
+        if ((!out_ok ? !side[j] : side[j]) && add_cheapest(senders, j)) {
+          added = true;
+          break;
         }
       }
-      if (best_i == n) break;  // no pair fits at r*: leave the plan as it is
-      recv[best_i].push_back(best_j);
-      cost = best_cost;
-      rates = std::move(best_rates);
+      if (!added) break;  // no pair across the cut fits at r*: leave the plan as it is
     }
   }
   rates = FairSenderRates(*plan, caps);
