@@ -320,6 +320,18 @@ def percentile(values, p):
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def median(values):
+    """Median of the values that are not None (None if there are none); math.inf allowed."""
+    s = sorted(v for v in values if v is not None)
+    if not s:
+        return None
+    mid = len(s) // 2
+    if len(s) % 2:
+        return s[mid]
+    lo, hi = s[mid - 1], s[mid]
+    return math.inf if math.inf in (lo, hi) else (lo + hi) / 2
+
+
 def mean(values):
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None

@@ -25,6 +25,7 @@ Reported per selection policy:
 Exit status: 0 when the experiments ran (whatever the figures), 2 on setup failure.
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -41,8 +42,12 @@ def parse_args():
                    f"{bl.DEFAULT_BIN})")
     p.add_argument("--uplinks", default="5,5,20,20,80,80",
                    help="one --uplink-limit (MB/s) per agent; the count sets the node count")
-    p.add_argument("--downlinks", default="",
-                   help="optional --downlink-limit (MB/s) per agent, same count as --uplinks")
+    p.add_argument("--downlinks", default="same",
+                   help="--downlink-limit (MB/s) per agent, same count as --uplinks; 'same' = "
+                   "equal to the uplinks (each node has one link of that speed, both ways); "
+                   "'none' = no downlink caps")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run the policies this many times, interleaved; the verdict uses medians")
     p.add_argument("--selects", default="random,selmcast", help="selection policies to run")
     p.add_argument("--fanout", type=int, default=2)
     p.add_argument("--task", default="fmnist-mlp")
@@ -63,13 +68,20 @@ def parse_args():
     a = p.parse_args()
     try:
         a.uplinks = [float(x) for x in a.uplinks.split(",") if x]
-        a.downlinks = [float(x) for x in a.downlinks.split(",") if x]
+        if a.downlinks == "same":
+            a.downlinks = list(a.uplinks)
+        elif a.downlinks == "none":
+            a.downlinks = []
+        else:
+            a.downlinks = [float(x) for x in a.downlinks.split(",") if x]
     except ValueError:
         p.error("--uplinks/--downlinks take comma-separated numbers")
     if len(a.uplinks) < 2:
         p.error("need at least two agents")
     if a.downlinks and len(a.downlinks) != len(a.uplinks):
         p.error("--downlinks needs one value per agent")
+    if a.repeat < 1:
+        p.error("--repeat must be at least 1")
     a.selects = [x for x in a.selects.split(",") if x]
     for s in a.selects:
         if s not in ("all", "random", "selmcast"):
@@ -162,7 +174,7 @@ def run_one(a, binary, workdir, select):
     return res
 
 
-def bandwidth_summary(res):
+def bandwidth_summary(res, label):
     """Per node: the published (up, down) estimates as seen by the other nodes — mean over the
     samples taken in the second half of the run, and the last sample."""
     samples = res["bandwidth_samples"]
@@ -177,7 +189,7 @@ def bandwidth_summary(res):
         downs = [v[name][1] for _, obs, v in late if obs != name and name in v]
         last = next((v[name] for _, obs, v in reversed(samples) if obs != name and name in v),
                     (None, None))
-        rows.append([res["select"], name, f"{res['nodes'][name]['uplink']:g}",
+        rows.append([label(res), name, f"{res['nodes'][name]['uplink']:g}",
                      bl.fmt(bl.mean(ups), ".1f"), bl.fmt(bl.mean(downs), ".1f"),
                      bl.fmt(last[0], ".1f"), bl.fmt(last[1], ".1f")])
     return rows
@@ -195,14 +207,16 @@ def main():
     print(f"logs: {logdir}", flush=True)
     results = []
     try:
-        for select in a.selects:
-            wd = os.path.join(logdir, select)
-            print(f"running {wd} ...", flush=True)
-            r = bl.with_retries(lambda w: run_one(a, binary, w, select), wd, a.retries)
-            results.append(r)
-            print(f"  rounds={r['rounds']} mean_round={bl.fmt(r['mean_round_s'], '.3f')} s "
-                  f"fanout={bl.fmt(r['mean_fanout'], '.2f')} "
-                  f"to_target={bl.fmt(r['seconds_to_target'], '.1f')} s", flush=True)
+        for rep in range(a.repeat):
+            for select in a.selects:
+                wd = os.path.join(logdir, select if a.repeat == 1 else f"{select}-{rep + 1}")
+                print(f"running {wd} ...", flush=True)
+                r = bl.with_retries(lambda w: run_one(a, binary, w, select), wd, a.retries)
+                r["rep"] = rep + 1
+                results.append(r)
+                print(f"  rounds={r['rounds']} mean_round={bl.fmt(r['mean_round_s'], '.3f')} s "
+                      f"fanout={bl.fmt(r['mean_fanout'], '.2f')} "
+                      f"to_target={bl.fmt(r['seconds_to_target'], '.1f')} s", flush=True)
     except bl.SetupError as e:
         print(f"setup failed: {e}", file=sys.stderr)
         print(f"logs: {logdir}", file=sys.stderr)
@@ -214,15 +228,29 @@ def main():
           f"{a.staleness}), fanout P={a.fanout}, uplinks {','.join(f'{u:g}' for u in a.uplinks)}"
           f" MB/s" + (f", downlinks {','.join(f'{d:g}' for d in a.downlinks)} MB/s"
                       if a.downlinks else "") + f", target {a.target}")
+    label = (lambda r: r["select"]) if a.repeat == 1 else (lambda r: f"{r['select']} #{r['rep']}")
     rows = []
     for r in results:
-        rows.append([r["select"], r["rounds"], bl.fmt(r["mean_round_s"], ".3f"),
+        rows.append([label(r), r["rounds"], bl.fmt(r["mean_round_s"], ".3f"),
                      bl.fmt(r["p95_round_s"], ".3f"), bl.fmt(r["node_mean_round_s"], ".3f"),
                      bl.fmt(r["mean_fanout"], ".2f"),
                      bl.fmt(None if r["bytes_per_node"] is None else r["bytes_per_node"] / 1e6,
                             ".1f"),
                      bl.fmt(r["seconds_to_target"], ".1f") if r["all_reached"] else
                      ("timeout" if r["timed_out"] else "not reached")])
+    if a.repeat > 1:
+        for sel in a.selects:
+            rs = [r for r in results if r["select"] == sel]
+            reach = [r["seconds_to_target"] if r["all_reached"] else math.inf for r in rs]
+            med = bl.median(reach)
+            rows.append([f"{sel} median", bl.fmt(bl.median([r["rounds"] for r in rs]), ".0f"),
+                         bl.fmt(bl.median([r["mean_round_s"] for r in rs]), ".3f"),
+                         bl.fmt(bl.median([r["p95_round_s"] for r in rs]), ".3f"),
+                         bl.fmt(bl.median([r["node_mean_round_s"] for r in rs]), ".3f"),
+                         bl.fmt(bl.median([r["mean_fanout"] for r in rs]), ".2f"),
+                         bl.fmt(bl.median([r["bytes_per_node"] / 1e6 for r in rs
+                                           if r["bytes_per_node"] is not None]), ".1f"),
+                         "not reached" if med == math.inf else f"{med:.1f}"])
     print(bl.table(["select", "rounds", "mean round s", "p95 round s", "mean of node means s",
                     "mean fanout", "MB sent/node", f"s until all >= {a.target}"], rows))
 
@@ -238,7 +266,7 @@ def main():
                       if rounds else None)
             w_fan = (sum((v["mean_fanout"] or 0) * v["rounds"] for v in vs) / rounds
                      if rounds else None)
-            crow.append([r["select"], f"{u:g}", rounds, bl.fmt(w_mean, ".3f"),
+            crow.append([label(r), f"{u:g}", rounds, bl.fmt(w_mean, ".3f"),
                          bl.fmt(max((v["p95_round_s"] or 0) for v in vs), ".3f"),
                          bl.fmt(w_fan, ".2f"),
                          bl.fmt(bl.mean([v["step"] for v in vs]), ".0f"),
@@ -251,16 +279,29 @@ def main():
           "over the second half of the run, and the last sample:")
     brows = []
     for r in results:
-        brows += bandwidth_summary(r)
+        brows += bandwidth_summary(r, label)
     print(bl.table(["select", "node", "uplink limit", "uplink est", "downlink est",
                     "last up", "last down"], brows))
 
     if len(results) >= 2:
-        by = {r["select"]: r for r in results}
+        def combined(sel):
+            # One run, or the medians over the repeats (a run that missed the target counts as
+            # infinitely late).
+            rs = [r for r in results if r["select"] == sel]
+            if len(rs) == 1:
+                return rs[0]
+            reach = [r["seconds_to_target"] if r["all_reached"] else math.inf for r in rs]
+            med = bl.median(reach)
+            return {"mean_round_s": bl.median([r["mean_round_s"] for r in rs]),
+                    "mean_fanout": bl.median([r["mean_fanout"] for r in rs]),
+                    "all_reached": med != math.inf,
+                    "seconds_to_target": None if med == math.inf else med}
+        by = {r["select"]: combined(r["select"]) for r in results}
         if "random" in by and "selmcast" in by:
             rnd, sel = by["random"], by["selmcast"]
             print()
-            print("Acceptance (selmcast vs random):")
+            print("Acceptance (selmcast vs random" +
+                  (f", medians of {a.repeat} runs each" if a.repeat > 1 else "") + "):")
             if rnd["mean_round_s"] and sel["mean_round_s"] is not None:
                 ratio = sel["mean_round_s"] / rnd["mean_round_s"]
                 print(f"  mean sync-round time ratio {ratio:.2f} (bar <= 0.70): "

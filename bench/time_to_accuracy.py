@@ -290,7 +290,7 @@ def combine(reps):
 
 
 def median(values):
-    return bl.percentile(values, 50)
+    return bl.median(values)
 
 
 def row(r, ref_seconds=None):
