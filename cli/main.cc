@@ -127,7 +127,8 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--seed", c.seed, "Data-order seed (default: hash of name)");
   a->add_option("--steps", c.steps, "Stop training after N steps (0 = unbounded)");
   a->add_option("--min-peers", c.min_peers,
-                "Start training once this many training peers are alive");
+                "Start training once this many training peers are alive (fresh start only: a "
+                "node resuming from its checkpoint does not wait)");
   a->add_option("--target-accuracy", c.target_accuracy, "Stop training at this test accuracy");
   a->add_option("--eval-every", c.eval_every, "Evaluate every K steps")->capture_default_str();
   a->add_option("--barrier", c.barrier, "bsp, ssp, asp, pbsp, pssp or dssp")->capture_default_str();

@@ -327,6 +327,10 @@ struct Agent::Impl {
       return 2;
     }
     if (resumed >= 0) {
+      // --min-peers gates the first step of a fresh run only: a node resuming from its
+      // checkpoint rejoins a mesh that is already training (or has finished: waiting for
+      // training peers then would wait forever).
+      min_peers_reached = true;
       metrics.Write("resume", {{"step", resumed}});
       published_step = static_cast<uint64_t>(resumed);
       swim->SetStep(published_step);

@@ -203,12 +203,15 @@ class Sampler:
         return None
 
     def first_step_after(self, name, after, min_step=None):
-        """First sample time >= after at which `name` shows a step larger than at `after` (or
-        >= min_step when given)."""
+        """First sample time >= after at which `name` shows a step larger than at `after` (the
+        last sample before it; or >= min_step when given)."""
         samples = self.steps(name, after)
         if not samples:
             return None
-        base = samples[0][1] if min_step is None else min_step - 1
+        # The step at `after` is the last one sampled before it (a node that moves on right
+        # at `after` and then stops has no larger step after its first sample at/after it).
+        before = self.steps(name, None, after)
+        base = (before[-1][1] if before else samples[0][1]) if min_step is None else min_step - 1
         for t, step, _ in samples:
             if step > base:
                 return t
