@@ -69,14 +69,14 @@ struct NodeBandwidth {
 using BandwidthView = std::map<std::string, NodeBandwidth>;
 
 struct SelmcastOptions {
-  double default_mbps = 10.0;         // assumed for unknown (0 or missing) uplink/downlink
-  size_t exact_max_nodes = 64;        // exact max-flow up to this many nodes, greedy above
-  size_t max_fanout = 0;              // cap on |R_i| including extras; 0 = no cap
-  double min_available_share = 0.05;  // a loaded downlink still offers this share of D
-  bool extras_at_bottleneck = true;   // Solve*: add every extra pair that fits at r*
-  size_t refine_max_nodes = 24;       // Select(): round-time refinement up to this size; 0 = off
+  double default_mbps = 10.0;            // assumed for unknown (0 or missing) uplink/downlink
+  size_t exact_max_nodes = 64;           // exact max-flow up to this many nodes, greedy above
+  size_t max_fanout = 0;                 // cap on |R_i| including extras; 0 = no cap
+  double min_available_share = 0.05;     // a loaded downlink still offers this share of D
+  bool extras_at_bottleneck = true;      // Solve*: add every extra pair that fits at r*
+  size_t refine_max_nodes = 24;          // Select(): round-time refinement up to this size; 0 = off
   size_t refine_max_evaluations = 3000;  // budget of plan evaluations for the local search
-  bool refine_connect = true;  // refinement step 2: a strongly connected plan
+  bool refine_connect = true;            // refinement step 2: a strongly connected plan
 };
 
 // Effective capacities the solver plans with (MB/s, > 0).

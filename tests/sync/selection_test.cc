@@ -504,9 +504,10 @@ TEST_CASE("round-time refinement: never slower than the plan it starts from", "[
       }
     }
   }
-  std::printf("[sync] refined plans strongly connected: %zu of 200 (the rest: no pair across the "
-              "cut fits at r*)\n",
-              connected);
+  std::printf(
+      "[sync] refined plans strongly connected: %zu of 200 (the rest: no pair across the "
+      "cut fits at r*)\n",
+      connected);
 }
 
 TEST_CASE("round-time refinement with unconstrained downlinks keeps fanout P", "[sync][select]") {
