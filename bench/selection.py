@@ -153,6 +153,7 @@ def run_one(a, binary, workdir, select):
                 "p95_round_s": bl.percentile(secs, 95),
                 "mean_fanout": bl.mean(fans),
                 "bytes_sent": s.get("bytes_sent"),
+                "params_received": s.get("params_received"),
                 "step": s.get("step"),
                 "barrier_wait_s": s.get("barrier_wait_s"),
                 "reach_s": None if reach is None else reach[0] - t0,
@@ -270,9 +271,11 @@ def main():
                          bl.fmt(max((v["p95_round_s"] or 0) for v in vs), ".3f"),
                          bl.fmt(w_fan, ".2f"),
                          bl.fmt(bl.mean([v["step"] for v in vs]), ".0f"),
+                         bl.fmt(bl.mean([v["params_received"] / v["reach_s"] for v in vs
+                                         if v["params_received"] and v["reach_s"]]), ".1f"),
                          bl.fmt(bl.mean([v["reach_s"] for v in vs]), ".1f")])
     print(bl.table(["select", "uplink MB/s", "rounds", "mean round s", "p95 round s (max)",
-                    "mean fanout", "steps", "s to target"], crow))
+                    "mean fanout", "steps", "models received/s", "s to target"], crow))
 
     print()
     print("Published bandwidth estimates (MB/s) as the other nodes see them (`members`): mean "

@@ -513,14 +513,29 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
   };
   if (options.refine_connect) {
     // 2a. Every node hears from d senders, as every node sends to d: a node that only sends
-    // (a slow downlink every fast sender avoids) would drift from the consensus.
+    // (a slow downlink every fast sender avoids) would drift from the consensus. The missing
+    // senders are drawn at random among those that can take the node at r*, as random selection
+    // would: the cheapest in round time would be the other slow nodes, whose models lag as much
+    // as its own (measured: the slow nodes then reached the target last, 1.5x later).
     std::vector<size_t> incoming(n, 0);
     for (const auto& rs : recv) {
       for (size_t j : rs) ++incoming[j];
     }
     for (size_t j : ShuffledIndices(n, rng)) {
-      while (incoming[j] < plan->demand && add_cheapest(ShuffledIndices(n, rng), j)) ++incoming[j];
+      for (size_t i : ShuffledIndices(n, rng)) {
+        if (incoming[j] >= plan->demand) break;
+        if (i == j || recv[i].size() >= limit) continue;
+        if (std::find(recv[i].begin(), recv[i].end(), j) != recv[i].end()) continue;
+        recv[i].push_back(j);
+        if (keeps_rate()) {
+          ++incoming[j];
+        } else {
+          recv[i].pop_back();
+        }
+      }
     }
+    rates = FairSenderRates(*plan, caps);
+    cost = RoundTimeCost(rates);
     auto reach = [&](bool forward) {
       std::vector<char> seen(n, 0);
       std::vector<size_t> stack{0};

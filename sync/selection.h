@@ -34,8 +34,10 @@
 // exact plan at r* with d receivers each, RefineForRoundTime
 //   1. moves receivers (local search) while the sum of the senders' round times (Σ 1/ρ_i)
 //      falls and the bottleneck rate stays r*, so fast senders stop feeding slow downlinks;
-//   2. makes the plan's graph strongly connected (every node's parameters reach every node, as
-//      gossip averaging needs), adding the pairs that cost the least round time and keep r*;
+//   2. gives every node d senders (as it has d receivers; the missing ones drawn at random
+//      among the senders that can take it at r*), then makes the plan's graph strongly
+//      connected (every node's parameters reach every node, as gossip averaging needs), adding
+//      the pairs that cost the least round time and keep r*;
 //   3. adds, in random order, every extra pair that lowers no sender's fair rate and keeps r*.
 // Larger meshes use the plan as built (with the SPEC's extras at r*).
 //

