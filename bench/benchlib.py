@@ -98,6 +98,7 @@ class Run:
         except OSError:
             pass
         self.mesh.workdir = workdir
+        self.mesh.keep_workdir = True  # the bench's logs are its output
         self.workdir = workdir
         self.spawn_wall = {}
         for a, extra in zip(self.mesh.agents, per_agent_args):

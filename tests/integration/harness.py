@@ -6,6 +6,7 @@ Every wait is bounded in time; helpers raise AssertionError with what was last s
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -113,6 +114,9 @@ class Mesh:
         self.bin = binary
         self.common = common or []
         self.workdir = tempfile.mkdtemp(prefix="meshtrain-it-")
+        # Removed when the test passes, kept (and named) when it fails, or with
+        # MESHTRAIN_KEEP_TEST_DIRS=1.
+        self.keep_workdir = bool(os.environ.get("MESHTRAIN_KEEP_TEST_DIRS"))
         base = free_port_block(n)
         self.agents = [Agent(self, f"{name_prefix}{i + 1}", base + 2 * i, base + 2 * i + 1, [])
                        for i in range(n)]
@@ -137,6 +141,9 @@ class Mesh:
         if exc[0] is not None:
             for a in self.agents:
                 print(f"---- log of {a.name} ----\n{a.log_tail()}", file=sys.stderr)
+            print(f"logs, metrics and data dirs kept in {self.workdir}", file=sys.stderr)
+        elif not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
         return False
 
 

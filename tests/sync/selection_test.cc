@@ -350,19 +350,25 @@ TEST_CASE("selmcast plans 1000 nodes quickly", "[sync][select]") {
 namespace meshtrain::sync {
 namespace {
 
+// seen[v] == 1 when the plan's pairs lead from `start` to v.
+std::vector<char> Reachable(const Assignment& plan, size_t start) {
+  std::vector<char> seen(plan.receivers.size(), 0);
+  std::vector<size_t> stack{start};
+  seen[start] = 1;
+  while (!stack.empty()) {
+    const size_t v = stack.back();
+    stack.pop_back();
+    for (size_t u : plan.receivers[v]) {
+      if (!seen[u]) seen[u] = 1, stack.push_back(u);
+    }
+  }
+  return seen;
+}
+
 bool StronglyConnected(const Assignment& plan) {
   const size_t n = plan.receivers.size();
   for (size_t start = 0; start < n; ++start) {
-    std::vector<char> seen(n, 0);
-    std::vector<size_t> stack{start};
-    seen[start] = 1;
-    while (!stack.empty()) {
-      const size_t v = stack.back();
-      stack.pop_back();
-      for (size_t u : plan.receivers[v]) {
-        if (!seen[u]) seen[u] = 1, stack.push_back(u);
-      }
-    }
+    const auto seen = Reachable(plan, start);
     if (std::count(seen.begin(), seen.end(), 1) != static_cast<long>(n)) return false;
   }
   return true;
@@ -480,19 +486,7 @@ TEST_CASE("round-time refinement: never slower than the plan it starts from", "[
     }
     // Not connected: then no pair from the part node 0 reaches to the rest fits at r* (or, if
     // node 0 reaches everyone, none from the rest into the part that reaches node 0).
-    auto reaches = [&](size_t a, size_t b) {
-      std::vector<char> seen(n, 0);
-      std::vector<size_t> stack{a};
-      seen[a] = 1;
-      while (!stack.empty()) {
-        const size_t v = stack.back();
-        stack.pop_back();
-        for (size_t u : plan.receivers[v]) {
-          if (!seen[u]) seen[u] = 1, stack.push_back(u);
-        }
-      }
-      return seen[b] == 1;
-    };
+    auto reaches = [&](size_t a, size_t b) { return Reachable(plan, a)[b] == 1; };
     bool out_ok = true;
     for (size_t v = 0; v < n; ++v) out_ok = out_ok && reaches(0, v);
     for (size_t i = 0; i < n; ++i) {
