@@ -1,5 +1,5 @@
 // libFuzzer target: Codec::DecodeFrame (plaintext codec, or the sealed one when FUZZ_SEALED):
-// push-pull, parameter chunks, key operations and their replies.
+// push-pull, parameter chunks and their acknowledgements, key operations and their replies.
 // Input: as fuzz_datagram.cc, for one frame payload (no length prefix).
 // Oracles: a rejection names a valid reason; an accepted frame satisfies the semantic rules the
 // decoder promises and re-encodes to one that decodes to the same sender, time and body kind.
@@ -29,6 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(g::ValidKeyOp(*op));
   } else if (const auto* r = std::get_if<g::KeyOpReplyMsg>(&f->body)) {
     FUZZ_CHECK(g::ValidKeyOpReply(*r));
+  } else if (const auto* a = std::get_if<g::ParamAckMsg>(&f->body)) {
+    FUZZ_CHECK(a->round != 0);
   }
   const auto again = codec.EncodeFrame(*f);
   if (!again.empty()) {

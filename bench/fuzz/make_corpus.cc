@@ -107,6 +107,7 @@ std::vector<g::Frame> Frames() {
   const std::string fp = g::KeyFingerprint(key);
   out.push_back(g::Frame{"n4", g::KeyOpReplyMsg{9, true, "", {fp, "0123456789abcdef"}, fp}, 9});
   out.push_back(g::Frame{"n4", g::KeyOpReplyMsg{10, false, "key is not installed", {}, ""}, 9});
+  out.push_back(g::Frame{"n5", g::ParamAckMsg{3, 40}, 10});
   return out;
 }
 

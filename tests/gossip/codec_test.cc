@@ -124,6 +124,15 @@ TEST_CASE("codec: every message kind round-trips, plaintext and sealed", "[gossi
     f = codec.DecodeFrame(bytes.data(), bytes.size(), nullptr);
     REQUIRE(f);
     CheckSame(chunk, *f);
+
+    const Frame ack{"n4", ParamAckMsg{77, 812}, 4};
+    bytes = codec.EncodeFrame(ack);
+    f = codec.DecodeFrame(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(f);
+    CheckSame(ack, *f);
+    // Rounds count from 1: an acknowledgement of round 0 is meaningless.
+    const Frame zero{"n4", ParamAckMsg{0, 812}, 4};
+    ExpectReject<Frame>(codec, codec.EncodeFrame(zero), Reject::kSemantic);
   }
 }
 

@@ -181,7 +181,7 @@ class Gen {
     Frame f;
     f.sender = Name();
     f.sent_ms = U(0, UINT64_MAX);
-    switch (U(0, 5)) {
+    switch (U(0, 6)) {
       case 0:
       case 1:
         f.body = PushPull(f.sender, max_members);
@@ -193,8 +193,11 @@ class Gen {
       case 4:
         f.body = KeyOp();
         break;
-      default:
+      case 5:
         f.body = KeyOpReply();
+        break;
+      default:
+        f.body = ParamAckMsg{U(1, UINT64_MAX), U(0, UINT64_MAX)};
     }
     return f;
   }
@@ -310,6 +313,10 @@ inline void CheckSame(const Frame& a, const Frame& b) {
     CHECK(x->error == y.error);
     CHECK(x->keys == y.keys);
     CHECK(x->primary == y.primary);
+  } else if (const auto* x = std::get_if<ParamAckMsg>(&a.body)) {
+    const auto& y = std::get<ParamAckMsg>(b.body);
+    CHECK(x->round == y.round);
+    CHECK(x->step == y.step);
   } else {
     const auto& p = std::get<ParamChunk>(a.body);
     const auto& q = std::get<ParamChunk>(b.body);
