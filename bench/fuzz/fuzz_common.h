@@ -47,6 +47,15 @@ inline std::vector<uint8_t> SealedInput(const uint8_t* data, size_t size) {
   return SealedCodec().keyring()->Seal(data + 1, size - 1, kCluster);
 }
 
+// The codec a codec target decodes with (sealed when FUZZ_SEALED), and the wire bytes it gets
+// for a fuzz input.
+inline const gossip::Codec& TargetCodec(bool sealed) {
+  return sealed ? SealedCodec() : PlainCodec();
+}
+inline std::vector<uint8_t> TargetWire(bool sealed, const uint8_t* data, size_t size) {
+  return sealed ? SealedInput(data, size) : std::vector<uint8_t>(data, data + size);
+}
+
 [[noreturn]] inline void Fail(const char* what, const char* file, int line) {
   std::fprintf(stderr, "fuzz check failed: %s at %s:%d\n", what, file, line);
   std::abort();

@@ -7,14 +7,11 @@
 
 #include "bench/fuzz/fuzz_common.h"
 
-using meshtrain::fuzz::SealedInput;
 namespace g = meshtrain::gossip;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const g::Codec& codec =
-      FUZZ_SEALED ? meshtrain::fuzz::SealedCodec() : meshtrain::fuzz::PlainCodec();
-  std::vector<uint8_t> wire =
-      FUZZ_SEALED ? SealedInput(data, size) : std::vector<uint8_t>(data, data + size);
+  const g::Codec& codec = meshtrain::fuzz::TargetCodec(FUZZ_SEALED);
+  const std::vector<uint8_t> wire = meshtrain::fuzz::TargetWire(FUZZ_SEALED, data, size);
   auto why = static_cast<g::Reject>(0xFF);
   const auto f = codec.DecodeFrame(wire.data(), wire.size(), &why);
   if (!f) {

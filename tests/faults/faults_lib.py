@@ -248,6 +248,15 @@ def wait_all_done(agents, target, timeout):
                       what=f"{', '.join(a.name for a in agents)} reach accuracy {target}")
 
 
+def with_data_dirs(mesh):
+    """Gives every agent of `mesh` a data dir (checkpoints, peer snapshot) and a metrics file in
+    the mesh's work dir, as agent.data_dir and agent.metrics."""
+    for a in mesh.agents:
+        a.data_dir = os.path.join(mesh.workdir, f"{a.name}-data")
+        a.metrics = os.path.join(mesh.workdir, f"{a.name}.jsonl")
+        a.extra += ["--data-dir", a.data_dir, "--metrics-file", a.metrics]
+
+
 def start_mesh(mesh, timeout=15):
     """Starts the first agent, then the others joining it; waits until all see all alive."""
     seed = mesh.agents[0].start()

@@ -19,7 +19,7 @@ import time
 
 from faults_lib import (TARGET, Mesh, Sampler, checkpoint_step,
                         detection_bound, detection_time, events, kill9, now, parse_args, start_mesh,
-                        training_args, wait_all_done, wait_mid_training, wait_until)
+                        training_args, wait_all_done, wait_mid_training, wait_until, with_data_dirs)
 
 DETECTION_BOUND_S = detection_bound(3)  # worst-case failure detection for 3 agents
 
@@ -44,10 +44,7 @@ def main():
     common = training_args("pssp", extra=["--min-peers", "2", "--checkpoint-every",
                                           str(CKPT_EVERY)])
     with Mesh(args.bin, 3, common, name_prefix="cc") as mesh:
-        for a in mesh.agents:
-            a.data_dir = os.path.join(mesh.workdir, f"{a.name}-data")
-            a.metrics = os.path.join(mesh.workdir, f"{a.name}.jsonl")
-            a.extra += ["--data-dir", a.data_dir, "--metrics-file", a.metrics]
+        with_data_dirs(mesh)
         start_mesh(mesh)
         victim, others = mesh.agents[2], mesh.agents[:2]
         names = [a.name for a in others]
