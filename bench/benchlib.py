@@ -55,6 +55,21 @@ def with_retries(fn, workdir, retries):
     raise AssertionError("unreachable")
 
 
+def prepare(binary, task, prefix):
+    """Common start of a bench script: the binary (see find_binary), the data set for `task`
+    and a fresh log dir, whose path is printed. Returns (binary, logdir), or None after a
+    one-line reason on stderr (the script then exits 2)."""
+    try:
+        binary = find_binary(binary)
+        check_dataset(task)
+    except SetupError as e:
+        print(f"setup failed: {e}", file=sys.stderr)
+        return None
+    logdir = make_logdir(prefix)
+    print(f"logs: {logdir}", flush=True)
+    return binary, logdir
+
+
 def find_binary(path):
     path = path or os.environ.get("MESHTRAIN_BIN") or DEFAULT_BIN
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):

@@ -198,14 +198,10 @@ def bandwidth_summary(res, label):
 
 def main():
     a = parse_args()
-    try:
-        binary = bl.find_binary(a.bin)
-        bl.check_dataset(a.task)
-    except bl.SetupError as e:
-        print(f"setup failed: {e}", file=sys.stderr)
+    prepared = bl.prepare(a.bin, a.task, "meshtrain-bench-sel-")
+    if prepared is None:
         return 2
-    logdir = bl.make_logdir("meshtrain-bench-sel-")
-    print(f"logs: {logdir}", flush=True)
+    binary, logdir = prepared
     results = []
     try:
         for rep in range(a.repeat):

@@ -360,14 +360,10 @@ def report(a, results, consensus):
 
 def main():
     a = parse_args()
-    try:
-        binary = bl.find_binary(a.bin)
-        bl.check_dataset(a.task)
-    except bl.SetupError as e:
-        print(f"setup failed: {e}", file=sys.stderr)
+    prepared = bl.prepare(a.bin, a.task, "meshtrain-bench-tta-")
+    if prepared is None:
         return 2
-    logdir = bl.make_logdir("meshtrain-bench-tta-")
-    print(f"logs: {logdir}", flush=True)
+    binary, logdir = prepared
     results = []
     consensus = None
     failure = None

@@ -420,6 +420,30 @@ std::vector<double> FairSenderRates(const Assignment& plan,
 
 namespace {
 
+bool Contains(const std::vector<size_t>& v, size_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// seen[v] == 1 when v is reachable from `start` along the pairs (forward) or `start` is
+// reachable from v (backward).
+std::vector<char> Reach(const std::vector<std::vector<size_t>>& recv, size_t start, bool forward) {
+  const size_t n = recv.size();
+  std::vector<char> seen(n, 0);
+  std::vector<size_t> stack{start};
+  seen[start] = 1;
+  while (!stack.empty()) {
+    const size_t v = stack.back();
+    stack.pop_back();
+    for (size_t u = 0; u < n; ++u) {
+      if (!seen[u] && (forward ? Contains(recv[v], u) : Contains(recv[u], v))) {
+        seen[u] = 1;
+        stack.push_back(u);
+      }
+    }
+  }
+  return seen;
+}
+
 // Sum of the senders' round times, in units of (parameter bytes) / (MB/s).
 double RoundTimeCost(const std::vector<double>& rates) {
   double cost = 0;
@@ -452,9 +476,7 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
       for (size_t slot : ShuffledIndices(recv[i].size(), rng)) {
         others.clear();
         for (size_t k = 0; k < n; ++k) {
-          if (k != i && std::find(recv[i].begin(), recv[i].end(), k) == recv[i].end()) {
-            others.push_back(k);
-          }
+          if (k != i && !Contains(recv[i], k)) others.push_back(k);
         }
         std::shuffle(others.begin(), others.end(), rng);
         const size_t old = recv[i][slot];
@@ -479,38 +501,8 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
     if (!improved) break;
   }
 
-  // 2. Connectivity: gossip averaging only reaches consensus if every node's parameters reach
-  // every other node, so the plan's graph is made strongly connected. While some node is not
-  // reachable from node 0, or cannot reach it, the pair (i, j) crossing that cut that adds the
-  // least round time (and keeps r*) is added; ties in random order. Each pair grows one of the
-  // two sets, so this ends after at most 2n pairs.
-  // Add the pair (i, j), for the sender i among `senders` that costs the least round time and
-  // keeps r*; returns false when none fits.
-  auto add_cheapest = [&](const std::vector<size_t>& senders, size_t j) {
-    size_t best_i = n;
-    double best_cost = 0;
-    std::vector<double> best_rates;
-    for (size_t i : senders) {
-      if (i == j || recv[i].size() >= limit || budget == 0) continue;
-      if (std::find(recv[i].begin(), recv[i].end(), j) != recv[i].end()) continue;
-      --budget;
-      recv[i].push_back(j);
-      if (keeps_rate()) {
-        auto trial = FairSenderRates(*plan, caps);
-        const double c = RoundTimeCost(trial);
-        if (best_i == n || c < best_cost) {
-          best_i = i, best_cost = c;
-          best_rates = std::move(trial);
-        }
-      }
-      recv[i].pop_back();
-    }
-    if (best_i == n) return false;
-    recv[best_i].push_back(j);
-    cost = best_cost;
-    rates = std::move(best_rates);
-    return true;
-  };
+  // 2. Mixing. Gossip averaging only reaches consensus if every node's parameters reach every
+  // other node.
   if (options.refine_connect) {
     // 2a. Every node hears from d senders, as every node sends to d: a node that only sends
     // (a slow downlink every fast sender avoids) would drift from the consensus. The missing
@@ -524,8 +516,7 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
     for (size_t j : ShuffledIndices(n, rng)) {
       for (size_t i : ShuffledIndices(n, rng)) {
         if (incoming[j] >= plan->demand) break;
-        if (i == j || recv[i].size() >= limit) continue;
-        if (std::find(recv[i].begin(), recv[i].end(), j) != recv[i].end()) continue;
+        if (i == j || recv[i].size() >= limit || Contains(recv[i], j)) continue;
         recv[i].push_back(j);
         if (keeps_rate()) {
           ++incoming[j];
@@ -534,28 +525,28 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
         }
       }
     }
-    rates = FairSenderRates(*plan, caps);
-    cost = RoundTimeCost(rates);
-    auto reach = [&](bool forward) {
-      std::vector<char> seen(n, 0);
-      std::vector<size_t> stack{0};
-      seen[0] = 1;
-      while (!stack.empty()) {
-        const size_t v = stack.back();
-        stack.pop_back();
-        for (size_t u = 0; u < n; ++u) {
-          if (seen[u]) continue;
-          const auto& rs = forward ? recv[v] : recv[u];
-          if (std::find(rs.begin(), rs.end(), forward ? u : v) != rs.end()) {
-            seen[u] = 1;
-            stack.push_back(u);
-          }
+    // 2b. Strong connectivity: while some node is not reachable from node 0, or cannot reach it,
+    // the pair crossing that cut that adds the least round time (and keeps r*) is added; ties in
+    // random order. Each pair grows one of the two sets, so this ends after at most 2n pairs.
+    auto add_cheapest = [&](const std::vector<size_t>& senders, size_t j) {
+      size_t best_i = n;
+      double best_cost = 0;
+      for (size_t i : senders) {
+        if (i == j || recv[i].size() >= limit || budget == 0 || Contains(recv[i], j)) continue;
+        --budget;
+        recv[i].push_back(j);
+        if (keeps_rate()) {
+          const double c = RoundTimeCost(FairSenderRates(*plan, caps));
+          if (best_i == n || c < best_cost) best_i = i, best_cost = c;
         }
+        recv[i].pop_back();
       }
-      return seen;
+      if (best_i == n) return false;
+      recv[best_i].push_back(j);
+      return true;
     };
     for (size_t step = 0; step < 2 * n; ++step) {
-      const std::vector<char> from0 = reach(true), to0 = reach(false);
+      const std::vector<char> from0 = Reach(recv, 0, true), to0 = Reach(recv, 0, false);
       const bool out_ok = std::count(from0.begin(), from0.end(), 1) == static_cast<long>(n);
       const bool in_ok = std::count(to0.begin(), to0.end(), 1) == static_cast<long>(n);
       if (out_ok && in_ok) break;
@@ -582,7 +573,7 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
   for (size_t i : ShuffledIndices(n, rng)) {
     for (size_t k : ShuffledIndices(n, rng)) {
       if (budget == 0 || recv[i].size() >= limit) break;
-      if (k == i || std::find(recv[i].begin(), recv[i].end(), k) != recv[i].end()) continue;
+      if (k == i || Contains(recv[i], k)) continue;
       --budget;
       recv[i].push_back(k);
       bool ok = keeps_rate();
