@@ -38,43 +38,6 @@ std::string ToString(const fb::String* s) {
   return s == nullptr ? std::string() : std::string(s->data(), s->size());
 }
 
-bool NoControlChars(std::string_view s) {
-  return std::none_of(s.begin(), s.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u < 0x20 || u == 0x7f;
-  });
-}
-
-bool ValidName(std::string_view s, size_t max) {
-  return !s.empty() && s.size() <= max && NoControlChars(s);
-}
-
-bool ValidAddr(std::string_view a) {
-  if (a.size() > kMaxStringBytes) return false;
-  const size_t colon = a.rfind(':');
-  if (colon == std::string_view::npos) return false;
-  const std::string_view port = a.substr(colon + 1);
-  if (port.empty() || port.size() > 5) return false;
-  uint32_t p = 0;
-  for (char c : port) {
-    if (c < '0' || c > '9') return false;
-    p = p * 10 + static_cast<uint32_t>(c - '0');
-  }
-  if (p == 0 || p > 65535) return false;
-  std::string_view host = a.substr(0, colon);
-  int family = AF_INET;
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-    family = AF_INET6;
-  }
-  if (host.empty() || host.size() >= INET6_ADDRSTRLEN) return false;
-  char buf[INET6_ADDRSTRLEN];
-  std::memcpy(buf, host.data(), host.size());
-  buf[host.size()] = '\0';
-  unsigned char out[sizeof(in6_addr)];
-  return inet_pton(family, buf, out) == 1;
-}
-
 // ---- Encoding -------------------------------------------------------------------------------
 
 // Default metadata is left out (the decoder reads an absent Meta as defaults).
@@ -393,12 +356,6 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   return true;
 }
 
-bool ValidFingerprint(std::string_view f) {
-  return f.size() == kFingerprintChars && std::all_of(f.begin(), f.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
 bool DecodeKeyOp(const w::KeyOp* k, KeyOpMsg* out, Reject* why) {
   out->seq = k->seq();
   out->op = static_cast<KeyOpKind>(k->op());
@@ -485,82 +442,8 @@ fb::Offset<w::Envelope> FinishEnvelope(fb::FlatBufferBuilder& b, uint16_t versio
   return env;
 }
 
+
 }  // namespace
-
-// ---- Public helpers -------------------------------------------------------------------------
-
-const char* RejectName(Reject r) {
-  switch (r) {
-    case Reject::kTooLarge:
-      return "too_large";
-    case Reject::kTooSmall:
-      return "too_small";
-    case Reject::kAuth:
-      return "auth";
-    case Reject::kVerify:
-      return "verify";
-    case Reject::kVersion:
-      return "version";
-    case Reject::kCluster:
-      return "cluster";
-    case Reject::kSemantic:
-      return "semantic";
-    case Reject::kReplay:
-      return "replay";
-    case Reject::kRateLimited:
-      return "rate_limited";
-  }
-  return "unknown";
-}
-
-const char* KeyOpName(KeyOpKind op) {
-  switch (op) {
-    case KeyOpKind::kInstall:
-      return "install";
-    case KeyOpKind::kUse:
-      return "use";
-    case KeyOpKind::kRemove:
-      return "remove";
-    case KeyOpKind::kList:
-      return "list";
-  }
-  return "unknown";
-}
-
-bool ValidKeyOp(const KeyOpMsg& m) {
-  switch (m.op) {
-    case KeyOpKind::kInstall:
-    case KeyOpKind::kUse:
-    case KeyOpKind::kRemove:
-      return m.key.has_value();
-    case KeyOpKind::kList:
-      return !m.key.has_value();
-  }
-  return false;  // not a known op
-}
-
-bool ValidKeyOpReply(const KeyOpReplyMsg& m) {
-  if (m.error.size() > kMaxStringBytes || !NoControlChars(m.error)) return false;
-  if (m.keys.size() > kMaxKeysInReply) return false;
-  for (size_t i = 0; i < m.keys.size(); ++i) {
-    if (!ValidFingerprint(m.keys[i])) return false;
-    // Unique, so the primary flag on the wire names exactly one entry.
-    for (size_t j = 0; j < i; ++j) {
-      if (m.keys[j] == m.keys[i]) return false;
-    }
-  }
-  return m.primary.empty() || std::find(m.keys.begin(), m.keys.end(), m.primary) != m.keys.end();
-}
-
-uint64_t RejectCounters::total() const {
-  uint64_t sum = 0;
-  for (uint64_t c : count) sum += c;
-  return sum;
-}
-
-bool ValidNodeName(const std::string& name) { return ValidName(name, kMaxSenderBytes); }
-bool ValidClusterLabel(const std::string& label) { return ValidName(label, kMaxClusterBytes); }
-bool ValidWireAddr(const std::string& addr) { return ValidAddr(addr); }
 
 // ---- Codec ----------------------------------------------------------------------------------
 
@@ -748,84 +631,6 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
       return std::nullopt;
   }
   return out;
-}
-
-// ---- Parameter chunking ---------------------------------------------------------------------
-
-std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round, uint64_t step,
-                                    uint32_t chunk_floats) {
-  std::vector<ParamChunk> out;
-  if (params.empty() || params.size() > UINT32_MAX) return out;
-  chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
-  const auto total = static_cast<uint32_t>(params.size());
-  const uint32_t chunks =
-      static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
-  out.reserve(chunks);
-  for (uint32_t i = 0; i < chunks; ++i) {
-    ParamChunk c;
-    c.round = round;
-    c.step = step;
-    c.chunk = i;
-    c.chunks = chunks;
-    c.total = total;
-    c.offset = i * chunk_floats;
-    const uint32_t len = std::min(chunk_floats, total - c.offset);
-    c.data.assign(params.begin() + c.offset, params.begin() + c.offset + len);
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
-void ParamAssembler::Reset() {
-  active_ = false;
-  seen_.clear();
-  spans_.clear();
-  params_.clear();
-  received_ = 0;
-}
-
-std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
-  if (c.chunks == 0 || c.chunk >= c.chunks || c.total == 0 ||
-      uint64_t{c.offset} + c.data.size() > c.total) {
-    return std::nullopt;
-  }
-  // Chunks of one transfer travel in order, so chunk 0 of an older round means the sender
-  // restarted and its round counter began again; any other chunk of an older round is stale.
-  const bool restarted = have_round_ && c.round < round_ && c.chunk == 0;
-  if (have_round_ && c.round < round_ && !restarted) return std::nullopt;
-  if (!have_round_ || c.round > round_ || restarted) {
-    Reset();
-    have_round_ = true;
-    active_ = true;
-    round_ = c.round;
-    step_ = c.step;
-    chunks_ = c.chunks;
-    total_ = c.total;
-    seen_.assign(chunks_, false);
-    params_.assign(total_, 0.0f);
-  }
-  if (!active_ || c.chunks != chunks_ || c.total != total_ || c.step != step_ || seen_[c.chunk]) {
-    return std::nullopt;
-  }
-  seen_[c.chunk] = true;
-  ++received_;
-  std::copy(c.data.begin(), c.data.end(), params_.begin() + c.offset);
-  spans_.emplace_back(c.offset, static_cast<uint32_t>(c.data.size()));
-  if (received_ < chunks_) return std::nullopt;
-  // Every chunk arrived. Their slices must tile the model exactly; otherwise a gap would be
-  // silently zero, so the round is dropped instead.
-  std::sort(spans_.begin(), spans_.end());
-  uint64_t next = 0;
-  bool tiled = true;
-  for (const auto& [offset, len] : spans_) {
-    tiled = tiled && offset == next;
-    next = uint64_t{offset} + len;
-  }
-  tiled = tiled && next == total_;
-  Model m{round_, step_, std::move(params_)};
-  Reset();  // the round stays recorded so its late duplicates are ignored
-  if (!tiled) return std::nullopt;
-  return m;
 }
 
 }  // namespace meshtrain::gossip

@@ -1,0 +1,231 @@
+// Plain wire messages (SPEC §4) and the pure helpers around them: limits, the structs the codec
+// (gossip/codec.h) converts to and from bytes, rejection reasons, name/address syntax, parameter
+// chunking and reassembly. No FlatBuffers, libuv or libsodium here: the node core (node/) and
+// the simulator use these types without the transport.
+//
+// Thread-safety: plain values and pure functions; a ParamAssembler has one owner.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "gossip/crypto.h"
+#include "membership/types.h"
+
+namespace meshtrain::gossip {
+
+// Envelope.version. Bumped only for incompatible changes; fields are appended without a bump.
+constexpr uint16_t kProtocolVersion = 1;
+
+// UDP payload limit after sealing (SPEC §4): below the 1500-byte Ethernet MTU minus IP/UDP
+// headers, so datagrams never fragment.
+constexpr size_t kMaxDatagramBytes = 1400;
+constexpr size_t MaxDatagramBytes = kMaxDatagramBytes;  // spelling used by the brief
+
+// Semantic limits on decoded fields.
+constexpr size_t kMaxSenderBytes = 64;   // node names (Envelope.sender)
+constexpr size_t kMaxClusterBytes = 64;  // cluster labels
+constexpr size_t kMaxStringBytes = 256;  // member names and addresses inside messages
+constexpr size_t kMaxUpdatesPerDatagram = 64;
+constexpr size_t kMaxPushPullMembers = 100000;
+
+// Parameter transfers: a model of `total` floats travels as chunks of at most this many floats,
+// so that each chunk fits in one frame together with its envelope and seal.
+constexpr uint32_t kParamChunkFloats = 64 * 1024;
+constexpr size_t kMaxParamFrameBytes = kParamChunkFloats * sizeof(float) + 1024;
+// A push-pull carries the whole member list; memberlist caps its push-pull state at 20 MB.
+constexpr size_t kMaxPushPullFrameBytes = size_t{16} << 20;
+// The frame payload limit every TCP reader should give its FrameDecoder.
+constexpr size_t kMaxFrameBytes =
+    kMaxParamFrameBytes > kMaxPushPullFrameBytes ? kMaxParamFrameBytes : kMaxPushPullFrameBytes;
+
+// Bytes of a datagram's envelope beyond what membership::EstimatePacketOverhead counts for the
+// packet itself (which includes the sender name), excluding the cluster label and the
+// marker/seal. Codec::DatagramOverhead() adds those; codec_test checks the bound.
+constexpr size_t kEnvelopeOverhead = 64;
+
+// ---- Message structs (besides membership::Packet and membership::PushPull) ----
+
+// PSP barrier sampling (SPEC §6): "what step are you at?" and its answer.
+struct ProgressQuery {
+  uint32_t seq = 0;
+  uint64_t step = 0;  // the querier's own step
+};
+
+struct ProgressReply {
+  uint32_t seq = 0;  // echoes the query
+  uint64_t step = 0;
+  bool training = false;  // false: the replier finished training; barriers ignore it (SPEC §6)
+};
+
+// Floats [offset, offset + data.size()) of a model of `total` floats, chunk `chunk` of `chunks`.
+struct ParamChunk {
+  uint64_t round = 0;  // sender's transfer counter; all chunks of one snapshot share it
+  uint64_t step = 0;   // sender's step when it snapshotted the parameters
+  uint32_t chunk = 0;
+  uint32_t chunks = 0;
+  uint32_t total = 0;
+  uint32_t offset = 0;
+  std::vector<float> data;
+};
+
+// Receipt of a whole parameter snapshot (all chunks of `round`), sent back by the receiver.
+struct ParamAckMsg {
+  uint64_t round = 0;
+  uint64_t step = 0;
+};
+
+struct PushPullMsg {
+  bool response = false;  // false: a request (the receiver answers with its own state)
+  membership::PushPull state;
+};
+
+// Cluster key rotation (`meshtrain keys`, memberlist/Serf style), TCP only. A KeyOp is applied by
+// every agent that can open it: any holder of an installed key may rotate keys, as in Serf.
+enum class KeyOpKind : uint8_t { kInstall = 1, kUse = 2, kRemove = 3, kList = 4 };
+const char* KeyOpName(KeyOpKind op);  // "install", "use", "remove", "list"
+
+struct KeyOpMsg {
+  KeyOpKind op = KeyOpKind::kList;
+  std::optional<Key> key;  // required for install/use/remove, absent for list
+  uint32_t seq = 0;        // echoed by the reply
+};
+
+// A KeyOp's answer. Keys are reported as KeyFingerprint()s, never in the clear: unlike Serf's
+// `keys -list`, a listing is then safe to print, log and send over the wire, and an operator can
+// still compare it with `meshtrain keys --list` elsewhere to see which keys a node holds.
+struct KeyOpReplyMsg {
+  uint32_t seq = 0;
+  bool ok = false;
+  std::string error;              // empty when ok; at most kMaxStringBytes
+  std::vector<std::string> keys;  // fingerprints of the installed keys, primary first
+  std::string primary;            // fingerprint of the primary key; empty if keys is empty
+};
+constexpr size_t kMaxKeysInReply = 64;
+
+// The semantic checks DecodeFrame applies (EncodeFrame refuses what they refuse): a known op, and
+// a key exactly for install/use/remove; an error of at most kMaxStringBytes without control
+// characters, at most kMaxKeysInReply unique well-formed fingerprints (kFingerprintChars
+// lowercase hex), and a primary that is empty or one of them.
+bool ValidKeyOp(const KeyOpMsg& m);
+bool ValidKeyOpReply(const KeyOpReplyMsg& m);
+
+// What a ReplayGuard (gossip/replay_guard.h) remembers of a datagram to recognise a repeat.
+constexpr size_t kReplayIdBytes = 16;
+using ReplayId = std::array<uint8_t, kReplayIdBytes>;
+
+// A UDP datagram. For a Packet, the wire carries the sender name once, as `sender`: Packet::from
+// is not encoded, and the decoder sets it to `sender`.
+struct Datagram {
+  std::string sender;
+  std::variant<membership::Packet, ProgressQuery, ProgressReply> body;
+  // Sender's wall clock in ms since the Unix epoch. The encoder stamps it from the codec's wall
+  // clock (Codec::set_wall_clock) when left 0. Receivers bound its age (ReplayGuard); inside a
+  // sealed datagram it is authenticated.
+  uint64_t sent_ms = 0;
+
+  // Set by the decoder only (the encoder ignores them).
+  // sealed: the first kReplayIdBytes of the AEAD nonce. The nonce is random per Seal() and
+  // authenticated, so a copy of the datagram carries the same id and nobody without a key can
+  // make a new one. Plaintext: BLAKE2b-128 of the envelope (sender, sent_ms and body).
+  ReplayId replay_id{};
+  bool sealed = false;
+};
+
+// A TCP frame payload. As for datagrams, PushPull::from travels as `sender`. Frames need no
+// replay guard: a stream is authenticated frame by frame and bound to its connection.
+struct Frame {
+  std::string sender;
+  std::variant<PushPullMsg, ParamChunk, KeyOpMsg, KeyOpReplyMsg, ParamAckMsg> body;
+  uint64_t sent_ms = 0;  // stamped like Datagram::sent_ms; informational
+};
+
+// ---- Rejections ----
+
+enum class Reject : uint8_t {
+  kTooLarge = 0,  // above the datagram or frame limit
+  kTooSmall,      // cannot even hold a marker and an envelope header
+  kAuth,          // wrong marker (plaintext vs. sealed) or AEAD failure (wrong key/cluster)
+  kVerify,        // FlatBuffers verification failed, or a required field is missing
+  kVersion,       // Envelope.version != kProtocolVersion
+  kCluster,       // another cluster's label
+  kSemantic,      // well-formed but meaningless or out of range
+  // Appended; the codec itself never returns these, its callers count them.
+  kReplay,       // a repeated, too old or too far future datagram (gossip/replay_guard.h)
+  kRateLimited,  // the source exceeded its datagram rate (gossip/source_rate_limiter.h)
+};
+constexpr size_t kNumRejects = 9;
+
+// "too_large", "too_small", "auth", "verify", "version", "cluster", "semantic", "replay",
+// "rate_limited".
+const char* RejectName(Reject r);
+
+// Per-reason counts of dropped inbound buffers (SPEC §3 `rejected_packets` is total()).
+struct RejectCounters {
+  uint64_t count[kNumRejects] = {};
+
+  void add(Reject r) { ++count[static_cast<size_t>(r)]; }
+  uint64_t get(Reject r) const { return count[static_cast<size_t>(r)]; }
+  uint64_t total() const;
+};
+
+// Building blocks of the checks below, for every string that arrives from the network.
+bool NoControlChars(std::string_view s);            // no ASCII control characters
+bool ValidName(std::string_view s, size_t max);     // 1..max bytes, NoControlChars
+bool ValidAddr(std::string_view a);                 // ValidWireAddr
+bool ValidFingerprint(std::string_view f);          // kFingerprintChars lowercase hex
+
+// Name and label syntax the decoders accept: 1..max bytes, no ASCII control characters.
+bool ValidNodeName(const std::string& name);       // max kMaxSenderBytes
+bool ValidClusterLabel(const std::string& label);  // max kMaxClusterBytes
+// "a.b.c.d:port" or "[ipv6]:port" with a numeric address and port 1..65535.
+bool ValidWireAddr(const std::string& addr);
+
+// ---- Parameter chunking ----
+
+// Splits a model into ParamChunks of at most `chunk_floats` floats (clamped to
+// 1..kParamChunkFloats). Empty when `params` is empty or longer than 2^32-1 floats.
+std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round, uint64_t step,
+                                    uint32_t chunk_floats = kParamChunkFloats);
+
+// Reassembles the chunks of one sender's transfers into whole models. A chunk of a newer round
+// discards an unfinished older round (the sender moved on). Chunk 0 of an older round starts a
+// new transfer too (the sender restarted and counts rounds from 0 again); other chunks of older
+// rounds, duplicates, and chunks whose geometry disagrees with the first chunk of their round
+// are ignored. A model completes only if its chunks tile [0, total) exactly.
+// Thread-safety: none; one per sender, owned by the loop thread.
+class ParamAssembler {
+ public:
+  struct Model {
+    uint64_t round = 0;
+    uint64_t step = 0;
+    std::vector<float> params;
+  };
+
+  // The complete model once `chunk` was its last missing piece; nullopt otherwise.
+  std::optional<Model> Add(const ParamChunk& chunk);
+  // Drops a partial transfer (e.g. when the connection it came on closed).
+  void Reset();
+  bool in_progress() const { return active_; }
+
+ private:
+  bool active_ = false;
+  bool have_round_ = false;
+  uint64_t round_ = 0;
+  uint64_t step_ = 0;
+  uint32_t chunks_ = 0;
+  uint32_t total_ = 0;
+  uint32_t received_ = 0;
+  std::vector<bool> seen_;                            // by chunk index
+  std::vector<std::pair<uint32_t, uint32_t>> spans_;  // (offset, len) of received chunks
+  std::vector<float> params_;
+};
+
+}  // namespace meshtrain::gossip

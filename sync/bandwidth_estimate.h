@@ -1,0 +1,51 @@
+// Bandwidth estimates from measured transfers (SPEC §7): an EWMA and an aged recent peak,
+// bounded by the configured caps. Pure: the caller supplies bytes and seconds.
+// Thread-safety: none; one owner.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace meshtrain::sync {
+
+// Exponentially weighted moving average of measured rates, bounded by a configured cap.
+class BandwidthEstimate {
+ public:
+  explicit BandwidthEstimate(double alpha = 0.3) : alpha_(alpha) {}
+
+  // One measured transfer: `bytes` moved in `seconds`. Tiny transfers (latency-dominated) are
+  // ignored: they say nothing about bandwidth.
+  void Add(double bytes, double seconds) {
+    if (bytes < kMinBytes || seconds <= 0) return;
+    const double mbps = bytes / seconds / 1e6;
+    value_ = samples_ == 0 ? mbps : alpha_ * mbps + (1 - alpha_) * value_;
+    peak_ = std::max(peak_, mbps);
+    samples_++;
+  }
+  // Ages the peak (call periodically): peak ← peak·factor, never below the EWMA.
+  void Decay(double factor) { peak_ = std::max(value_, peak_ * factor); }
+  // Available capacity, MB/s: a measured rate is a lower bound of what the link can carry (a
+  // transfer may be slow because of the other end), so this is the recent peak (aged by Decay)
+  // rather than the mean; bounded by `cap_mbps` when > 0. With no samples: the cap (or 0).
+  double CapacityMbps(double cap_mbps) const {
+    if (samples_ == 0) return cap_mbps > 0 ? cap_mbps : 0;
+    const double v = std::max(value_, peak_);
+    return cap_mbps > 0 ? std::min(v, cap_mbps) : v;
+  }
+  // MB/s; bounded by `cap_mbps` when > 0. With no samples: the cap (or 0 = unknown).
+  double Mbps(double cap_mbps) const {
+    if (samples_ == 0) return cap_mbps > 0 ? cap_mbps : 0;
+    return cap_mbps > 0 ? std::min(value_, cap_mbps) : value_;
+  }
+  uint64_t samples() const { return samples_; }
+
+  static constexpr double kMinBytes = 64 * 1024;
+
+ private:
+  double alpha_;
+  double value_ = 0;
+  double peak_ = 0;
+  uint64_t samples_ = 0;
+};
+
+}  // namespace meshtrain::sync
