@@ -1,0 +1,374 @@
+// The node core: everything one meshtrain agent decides, as one sans-I/O state machine.
+//
+// A Node combines the protocol cores — SWIM membership (membership::Swim), the barrier
+// (sync::BarrierCore) and receiver selection (sync::Select) — with what the agent does around
+// them: driving the barrier for the trainer, multicast rounds of parameter snapshots (chunks out,
+// one ParamAck per receiver back), reassembly of incoming snapshots, bandwidth meters, push-pull
+// and join tracking, retry-join, and the graceful leave. It owns no socket, timer, thread or
+// clock, and draws randomness only from one RNG seeded from NodeConfig::seed (Scylla raft's fsm,
+// Tarantool's swim: STYLE.md).
+//
+// The driver (the daemon's libuv agent, or the simulator):
+//   1. feeds inputs with Step(input, now): verified datagrams and frames (gossip/inbound.h has
+//      done the size, authentication, verification and semantic checks), connection closes,
+//      trainer progress and snapshots, plan results and operator commands;
+//   2. calls Tick(now) when now >= NextDeadline();
+//   3. after each Step/Tick executes TakeOutput(): datagrams and frames to send, connections to
+//      open or close, barrier permits and parameters for the trainer, plans to solve, events.
+// Nothing an output causes is delivered back synchronously: a connect that fails at once, a
+// closed socket, a solved plan — each comes back as a later input. Connections are named by
+// ConnId: the driver's ids for accepted connections, the node's ids (>= kFirstOutgoingConn)
+// for the ones it asks the driver to open.
+//
+// Membership has two sources. By default the node runs its own Swim. With
+// NodeConfig::external_membership the driver supplies the view instead (PeerView inputs): the
+// simulator does this for meshes of thousands of nodes, where full SWIM views would need
+// n² state; everything else (barrier, rounds, selection, mixing inputs) is the same code.
+//
+// Thread-safety: none; one thread owns a Node.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "gossip/messages.h"
+#include "membership/swim.h"
+#include "sync/bandwidth_estimate.h"
+#include "sync/barrier.h"
+#include "sync/selection.h"
+
+namespace meshtrain::node {
+
+using TimeMs = int64_t;
+using ConnId = uint64_t;
+inline constexpr ConnId kFirstOutgoingConn = ConnId{1} << 62;
+
+struct NodeConfig {
+  std::string name;
+  std::string addr;       // advertised membership address ("ip:port")
+  std::string data_addr;  // parameter address; empty = addr
+  membership::Config membership;
+  bool external_membership = false;  // the driver supplies PeerView inputs instead of SWIM
+  uint64_t seed = 1;                 // the node's only source of randomness
+
+  // Training (absent: the node is a member only).
+  bool training = false;
+  sync::BarrierConfig barrier;
+  sync::SelectPolicy select = sync::SelectPolicy::kSelmcast;
+  size_t fanout = 3;
+  size_t min_peers = 0;        // training peers to wait for before the first step of a fresh run
+  uint64_t start_step = 0;     // resumed from a checkpoint at this step (skips min_peers)
+  bool resumed = false;
+  double uplink_limit_mbps = 0;    // caps of the bandwidth estimates (0 = none)
+  double downlink_limit_mbps = 0;
+  uint32_t chunk_floats = gossip::kParamChunkFloats;
+  uint32_t expected_params = 0;  // floats of the local model; other sizes are rejected
+
+  std::vector<std::string> join;  // peers to contact at start
+  bool retry_join = false;
+  TimeMs retry_join_interval_ms = 30000;
+  TimeMs leave_max_ms = 3000;             // SPEC §3: wait at most this long for "left" to spread
+  TimeMs bandwidth_interval_ms = 2000;    // how often measurements become published estimates
+  TimeMs min_peers_poll_ms = 100;
+  uint64_t plan_epoch_steps = 16;  // a SELMCAST plan is shared for this many steps (see node.cc)
+};
+
+// ---- Inputs ----------------------------------------------------------------------------------
+
+struct DatagramIn {
+  std::string from;  // source "ip:port"
+  gossip::Datagram msg;
+};
+struct FrameIn {
+  ConnId conn;
+  gossip::Frame msg;
+};
+// A connection ended. `clean`: closed after an orderly exchange (for outgoing connections the
+// node asked to close), otherwise refused, reset, timed out or aborted.
+struct ConnClosed {
+  ConnId conn;
+  bool clean = false;
+};
+// The trainer's state (sent whenever it changed).
+struct TrainerProgress {
+  uint64_t step = 0;      // completed steps
+  bool training = true;   // false once --steps / --target-accuracy stopped it
+  bool waiting = false;   // blocked on the barrier for step `step + 1`
+};
+// A parameter snapshot to multicast; a newer one replaces one not yet sent.
+struct SnapshotIn {
+  uint64_t step = 0;
+  std::shared_ptr<const std::vector<float>> params;
+  bool final = false;  // the model as training stopped: offered to every training peer
+};
+// The answer to a PlanRequest output.
+struct PlanResult {
+  uint64_t id = 0;
+  std::vector<std::string> receivers;
+};
+// Operator commands; `tag` comes back in the CommandDone event.
+struct JoinCmd {
+  uint64_t tag = 0;
+  std::vector<std::string> addrs;
+};
+struct LeaveCmd {};
+struct ForceLeaveCmd {
+  uint64_t tag = 0;
+  std::string name;
+};
+// External membership: the driver's view of one peer (replaces what was known of it).
+struct PeerView {
+  std::string name;
+  std::string addr;
+  bool alive = true;
+  bool training = true;
+  uint64_t step = 0;
+  float uplink_mbps = 0;
+  float downlink_mbps = 0;
+};
+
+using Input = std::variant<DatagramIn, FrameIn, ConnClosed, TrainerProgress, SnapshotIn, PlanResult,
+                           JoinCmd, LeaveCmd, ForceLeaveCmd, PeerView>;
+
+// ---- Outputs ---------------------------------------------------------------------------------
+
+struct SendDatagram {
+  std::string to;
+  gossip::Datagram msg;
+};
+// Open a TCP connection; its id is used by the SendFrame/Close outputs that follow at once.
+struct Connect {
+  ConnId conn;
+  std::string to;
+};
+struct SendFrame {
+  ConnId conn;
+  gossip::Frame msg;
+};
+struct Close {
+  ConnId conn;
+  bool abort = false;  // reset instead of an orderly close
+};
+// The trainer may start steps up to and including `step`.
+struct Permit {
+  uint64_t step;
+};
+// Parameters from `from` to mix at the trainer's next step boundary.
+struct Mix {
+  std::string from;
+  uint64_t step = 0;
+  std::vector<float> params;
+};
+// Solve a SELMCAST plan (off the loop thread in the daemon) and answer with PlanResult{id}.
+struct PlanRequest {
+  uint64_t id = 0;
+  std::string self;
+  std::vector<std::string> candidates;
+  sync::BandwidthView bandwidth;
+  size_t fanout = 0;
+  uint64_t seed = 0;  // the plan's tie-breaking RNG (shared by every node of the epoch)
+};
+
+struct MemberEvent {
+  membership::Event::Kind kind;
+  membership::Member member;
+};
+struct RoundDone {
+  int fanout = 0;  // receivers that acknowledged the whole snapshot
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+struct ParamsReceived {
+  std::string from;
+  uint64_t step = 0;
+};
+struct CommandDone {
+  uint64_t tag = 0;
+  bool ok = false;
+  int joined = 0;
+  std::string error;
+};
+// A note for the operator's log; `warn` for problems.
+struct LogLine {
+  bool warn = false;
+  std::string text;
+};
+// The graceful leave finished: the driver may shut down.
+struct LeaveDone {
+  TimeMs took_ms = 0;
+};
+// Membership changed (the driver may persist a peer snapshot).
+struct MembershipChanged {};
+
+using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
+                            MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
+                            MembershipChanged>;
+
+// ---- Counters and state for status --------------------------------------------------------------
+
+struct NodeStats {
+  uint64_t rounds = 0;
+  uint64_t fanout_sum = 0;
+  uint64_t params_bytes_sent = 0;
+  uint64_t params_received = 0;
+  uint64_t rejected = 0;        // inputs refused by the node's own semantic checks
+  uint64_t oversize_drops = 0;  // unused by the node; the driver counts encoder refusals
+};
+
+class Node {
+ public:
+  Node(NodeConfig config, TimeMs now);
+  ~Node();
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
+  // Starts: joins the configured peers. Call once, before any other input.
+  void Start(TimeMs now);
+  void Step(Input input, TimeMs now);
+  void Tick(TimeMs now);
+  // Earliest time Tick must run; never in the past by more than the caller's lateness.
+  TimeMs NextDeadline() const;
+  std::vector<Output> TakeOutput();
+
+  // ---- Read-only views (status, members, tests) ----
+  const NodeConfig& config() const { return config_; }
+  std::vector<membership::Member> Members() const;
+  size_t PeersAlive() const;  // live (alive or suspect) members other than self
+  uint64_t step() const { return progress_.step; }
+  bool training() const { return config_.training && progress_.training; }
+  double BarrierWaitSeconds(TimeMs now) const;
+  const NodeStats& stats() const { return stats_; }
+  int HealthScore() const;
+  uint64_t Incarnation() const;
+  bool leaving() const { return leaving_; }
+  const sync::BarrierCore* barrier() const { return barrier_.get(); }
+  double uplink_estimate_mbps() const;
+  double downlink_estimate_mbps() const;
+
+ private:
+  struct Peer;
+  struct Round;
+  struct PushPull;
+
+  void Emit(Output o) { out_.push_back(std::move(o)); }
+  // Runs after every input: drains the membership core and re-runs the barrier if needed.
+  void Pump(TimeMs now, uint64_t join_tag);
+  void OnDatagram(DatagramIn& in, TimeMs now);
+  void OnFrame(FrameIn& in, TimeMs now);
+  void OnClosed(const ConnClosed& in, TimeMs now);
+  void OnTrainer(const TrainerProgress& p, TimeMs now);
+  void OnSnapshot(SnapshotIn s, TimeMs now);
+  void OnPlan(PlanResult p, TimeMs now);
+  void OnJoin(const JoinCmd& c, TimeMs now);
+  void OnLeave(TimeMs now);
+  void OnForceLeave(const ForceLeaveCmd& c, TimeMs now);
+  void OnPeerView(const PeerView& v, TimeMs now);
+
+  // Membership queries over either source.
+  struct PeerInfo {
+    std::string name;
+    std::string addr;       // membership address
+    std::string data_addr;  // where parameters go
+    bool live = false;      // alive or suspect
+    bool alive = false;     // alive only
+    bool training = false;
+    uint64_t step = 0;
+    float uplink_mbps = 0;
+    float downlink_mbps = 0;
+  };
+  std::vector<PeerInfo> PeerList() const;  // everyone but self
+  std::optional<PeerInfo> FindPeer(const std::string& name) const;
+  void SetOwnMeta(TimeMs now);
+
+  // Barrier driving.
+  void RefreshProgress(TimeMs now);
+  void RunBarrier(TimeMs now);
+
+  // Parameter rounds.
+  void StartRound(TimeMs now);
+  void SendRound(std::vector<std::string> receivers, TimeMs now);
+  void FinishTransfer(ConnId conn, bool ok, TimeMs now);
+  void AbortTransfersTo(const std::string& name);
+  void OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk, TimeMs now);
+  uint64_t PlanEpoch() const;
+
+  // Push-pull and joins.
+  void StartPushPull(const membership::OutPushPull& pp, uint64_t join_tag, TimeMs now);
+  void FinishJoinPart(uint64_t tag, bool ok);
+  void OnPushPullReply(ConnId conn, gossip::PushPullMsg& msg, TimeMs now);
+
+  void UpdateBandwidth(TimeMs now);
+  void Reject();  // counts an input the node refused
+
+  NodeConfig config_;
+  std::unique_ptr<membership::Swim> swim_;
+  std::map<std::string, PeerView> external_;  // external membership
+  sync::Rng rng_;
+  std::vector<Output> out_;
+  NodeStats stats_;
+  ConnId next_conn_ = kFirstOutgoingConn;
+
+  // Trainer and barrier.
+  std::unique_ptr<sync::BarrierCore> barrier_;
+  TrainerProgress progress_;
+  bool published_training_ = false;
+  uint64_t published_step_ = 0;
+  bool barrier_waiting_ = false;
+  bool min_peers_reached_ = false;
+  TimeMs barrier_deadline_ = sync::kNoDeadline;
+  bool progress_dirty_ = false;
+
+  // Rounds: one in flight; a newer snapshot replaces a pending one.
+  std::unique_ptr<Round> round_;
+  std::optional<SnapshotIn> pending_;
+  uint64_t next_round_ = 1;
+  uint64_t next_plan_ = 1;
+  uint64_t awaiting_plan_ = 0;  // id of the PlanRequest a round waits for (0 = none)
+  struct PlanCache {
+    uint64_t epoch = ~uint64_t{0};
+    std::string view;
+    std::vector<std::string> receivers;
+  } plan_cache_;
+  std::string awaiting_view_;
+  uint64_t awaiting_epoch_ = 0;
+  std::map<std::string, gossip::ParamAssembler> assemblers_;
+  std::map<ConnId, uint64_t> incoming_;  // parameter connections being received: bytes so far
+
+  // Bandwidth meters (SPEC §7): measured while transfers are active.
+  struct BusyMeter {
+    int active = 0;
+    TimeMs since = 0;
+    TimeMs busy_ms = 0;
+    uint64_t bytes = 0;
+    sync::BandwidthEstimate estimate;
+    void Begin(TimeMs now);
+    void End(TimeMs now, uint64_t moved);
+    void Sample();
+  };
+  BusyMeter up_, down_;
+  TimeMs bandwidth_at_ = 0;
+
+  // Push-pulls and joins.
+  std::map<ConnId, std::unique_ptr<PushPull>> pushpulls_;
+  struct JoinWait {
+    int outstanding = 0;
+    int joined = 0;
+  };
+  std::map<uint64_t, JoinWait> joins_;
+  TimeMs retry_join_at_ = sync::kNoDeadline;
+  std::set<ConnId> serving_;  // accepted connections we answered and closed
+
+  // Leave.
+  bool leaving_ = false;
+  bool left_ = false;
+  TimeMs leave_started_ = 0;
+};
+
+}  // namespace meshtrain::node
