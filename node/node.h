@@ -52,6 +52,7 @@ inline constexpr ConnId kFirstOutgoingConn = ConnId{1} << 62;
 
 struct NodeConfig {
   std::string name;
+  std::string cluster = "default";  // seeds the shared SELMCAST plan
   std::string addr;       // advertised membership address ("ip:port")
   std::string data_addr;  // parameter address; empty = addr
   membership::Config membership;

@@ -1,0 +1,806 @@
+#include "node/node.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+
+namespace meshtrain::node {
+
+namespace ms = ::meshtrain::membership;
+
+namespace {
+
+// Bytes a frame costs beyond its floats (envelope, chunk header, seal, length prefix): the
+// meters only need the order of magnitude; the driver counts the real bytes for status.
+constexpr uint64_t kFrameOverheadBytes = 96;
+
+bool IsLive(ms::Status s) { return s == ms::Status::kAlive || s == ms::Status::kSuspect; }
+
+const char* KindName(ms::Event::Kind k) {
+  using K = ms::Event::Kind;
+  switch (k) {
+    case K::kJoined:
+      return "joined";
+    case K::kUpdated:
+      return "updated";
+    case K::kSuspect:
+      return "suspect";
+    case K::kAlive:
+      return "alive again";
+    case K::kFailed:
+      return "failed";
+    case K::kLeft:
+      return "left";
+    case K::kReaped:
+      return "reaped";
+  }
+  return "?";
+}
+
+// FNV-1a: a hash that is the same on every host and build (std::hash is not specified to be).
+uint64_t StableHash(const std::string& s, uint64_t h = 1469598103934665603ULL) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+// One multicast round: the snapshot goes to every receiver over a connection of its own; the
+// round ends when every transfer was acknowledged (ParamAck) or lost.
+struct Node::Round {
+  uint64_t id = 0;
+  TimeMs started = 0;
+  int outstanding = 0;
+  int delivered = 0;
+  uint64_t bytes = 0;          // acknowledged bytes
+  uint64_t bytes_per_rx = 0;   // what one transfer costs
+  std::map<ConnId, std::string> transfers;  // open connection -> receiver
+  std::set<ConnId> acked;
+};
+
+struct Node::PushPull {
+  std::string addr;
+  bool done = false;
+  bool join = false;
+  uint64_t join_tag = 0;
+};
+
+void Node::BusyMeter::Begin(TimeMs now) {
+  if (active++ == 0) since = now;
+}
+void Node::BusyMeter::End(TimeMs now, uint64_t moved) {
+  bytes += moved;
+  if (active > 0 && --active == 0) busy_ms += now - since;
+}
+void Node::BusyMeter::Sample() {
+  if (busy_ms > 0 && bytes > 0) estimate.Add(static_cast<double>(bytes), busy_ms / 1000.0);
+  busy_ms = 0;
+  bytes = 0;
+}
+
+Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(config_.seed) {
+  if (!config_.external_membership) {
+    ms::Config m = config_.membership;
+    m.name = config_.name;
+    m.addr = config_.addr;
+    swim_ = std::make_unique<ms::Swim>(m, rng_(), now);
+  }
+  progress_.step = config_.start_step;
+  progress_.training = config_.training;
+  published_step_ = config_.start_step;
+  if (config_.training) {
+    sync::BarrierConfig bc = config_.barrier;
+    bc.probe_timeout = config_.membership.probe_timeout;
+    // bsp/ssp need every peer's current step. Gossiped progress arrives about once per probe
+    // interval, which would make each step wait up to a second; asking the peers directly is
+    // pbsp/pssp with β >= live peers, which SPEC §6 defines to be exactly bsp/ssp.
+    if (bc.policy == sync::Policy::kBsp || bc.policy == sync::Policy::kSsp) {
+      bc.policy = bc.policy == sync::Policy::kBsp ? sync::Policy::kPbsp : sync::Policy::kPssp;
+      bc.sample = std::numeric_limits<size_t>::max();
+    }
+    barrier_ = std::make_unique<sync::BarrierCore>(bc, config_.name);
+    // --min-peers gates the first step of a fresh run only: a node resuming from its checkpoint
+    // rejoins a mesh that is already training (or finished: waiting would then be forever).
+    min_peers_reached_ = config_.resumed || config_.min_peers == 0;
+  }
+  bandwidth_at_ = now + config_.bandwidth_interval_ms;
+}
+
+Node::~Node() = default;
+
+void Node::Start(TimeMs now) {
+  if (swim_) {
+    if (config_.training) {
+      published_training_ = true;
+      swim_->SetStep(progress_.step);
+    }
+    SetOwnMeta(now);
+    if (!config_.join.empty()) {
+      swim_->Join(config_.join, now);
+      if (config_.retry_join) retry_join_at_ = now + config_.retry_join_interval_ms;
+    }
+  }
+  Pump(now, 0);
+}
+
+void Node::SetOwnMeta(TimeMs now) {
+  if (!swim_) return;
+  const ms::Member* self = swim_->Find(config_.name);
+  ms::Meta meta = self ? self->meta : ms::Meta{};
+  meta.data_addr = config_.data_addr == config_.addr ? std::string() : config_.data_addr;
+  meta.training = config_.training && progress_.training;
+  if (self == nullptr || (meta.uplink_mbps == 0 && meta.downlink_mbps == 0)) {
+    meta.uplink_mbps = static_cast<float>(up_.estimate.CapacityMbps(config_.uplink_limit_mbps));
+    meta.downlink_mbps =
+        static_cast<float>(down_.estimate.CapacityMbps(config_.downlink_limit_mbps));
+  }
+  swim_->SetMeta(meta, now);
+}
+
+void Node::Step(Input input, TimeMs now) {
+  std::visit(
+      [&](auto& in) {
+        using T = std::decay_t<decltype(in)>;
+        if constexpr (std::is_same_v<T, DatagramIn>) {
+          OnDatagram(in, now);
+        } else if constexpr (std::is_same_v<T, FrameIn>) {
+          OnFrame(in, now);
+        } else if constexpr (std::is_same_v<T, ConnClosed>) {
+          OnClosed(in, now);
+        } else if constexpr (std::is_same_v<T, TrainerProgress>) {
+          OnTrainer(in, now);
+        } else if constexpr (std::is_same_v<T, SnapshotIn>) {
+          OnSnapshot(std::move(in), now);
+        } else if constexpr (std::is_same_v<T, PlanResult>) {
+          OnPlan(std::move(in), now);
+        } else if constexpr (std::is_same_v<T, JoinCmd>) {
+          OnJoin(in, now);
+        } else if constexpr (std::is_same_v<T, LeaveCmd>) {
+          OnLeave(now);
+        } else if constexpr (std::is_same_v<T, ForceLeaveCmd>) {
+          OnForceLeave(in, now);
+        } else if constexpr (std::is_same_v<T, PeerView>) {
+          OnPeerView(in, now);
+        }
+      },
+      input);
+}
+
+void Node::Tick(TimeMs now) {
+  if (swim_ && now >= swim_->NextDeadline()) swim_->Tick(now);
+  if (now >= bandwidth_at_) {
+    bandwidth_at_ = now + config_.bandwidth_interval_ms;
+    UpdateBandwidth(now);
+  }
+  if (now >= retry_join_at_) {
+    retry_join_at_ = sync::kNoDeadline;
+    if (swim_ && !leaving_ && swim_->NumAlive() <= 1) {
+      Emit(LogLine{false, "retry-join: contacting the configured peers"});
+      swim_->Join(config_.join, now);
+      retry_join_at_ = now + config_.retry_join_interval_ms;
+    }
+  }
+  if (leaving_ && !left_) {
+    const bool others = swim_ ? swim_->NumAlive() > 1 : false;
+    const bool spread = swim_ ? swim_->PendingUpdates() == 0 : true;
+    // SPEC §3: announce "left", wait up to leave_max_ms for the news to spread, then exit.
+    if (!others || spread || now - leave_started_ >= config_.leave_max_ms) {
+      left_ = true;
+      Emit(LeaveDone{now - leave_started_});
+    }
+  }
+  if (barrier_waiting_ && now >= barrier_deadline_) RunBarrier(now);
+  Pump(now, 0);
+}
+
+TimeMs Node::NextDeadline() const {
+  TimeMs d = std::min(bandwidth_at_, retry_join_at_);
+  if (swim_) d = std::min(d, swim_->NextDeadline());
+  if (barrier_waiting_) d = std::min(d, barrier_deadline_);
+  if (leaving_ && !left_) d = std::min(d, leave_started_ + 50);
+  return d;
+}
+
+std::vector<Output> Node::TakeOutput() {
+  std::vector<Output> out;
+  out.swap(out_);
+  return out;
+}
+
+void Node::Reject() { stats_.rejected++; }
+
+// ---- membership ---------------------------------------------------------------------------------
+
+std::vector<Node::PeerInfo> Node::PeerList() const {
+  std::vector<PeerInfo> out;
+  auto add = [&](const std::string& name, const std::string& addr, const std::string& data_addr,
+                 bool live, bool alive, bool training, uint64_t step, float up, float down) {
+    out.push_back(PeerInfo{name, addr, data_addr.empty() ? addr : data_addr, live, alive,
+                           training, step, up, down});
+  };
+  if (swim_) {
+    for (const auto& m : swim_->Members()) {
+      if (m.name == config_.name) continue;
+      add(m.name, m.addr, m.meta.data_addr, IsLive(m.status), m.status == ms::Status::kAlive,
+          m.meta.training, m.step, m.meta.uplink_mbps, m.meta.downlink_mbps);
+    }
+  } else {
+    for (const auto& [name, v] : external_) {
+      add(name, v.addr, "", v.alive, v.alive, v.training, v.step, v.uplink_mbps, v.downlink_mbps);
+    }
+  }
+  return out;
+}
+
+std::optional<Node::PeerInfo> Node::FindPeer(const std::string& name) const {
+  if (swim_) {
+    const ms::Member* m = swim_->Find(name);
+    if (m == nullptr || name == config_.name) return std::nullopt;
+    return PeerInfo{m->name,
+                    m->addr,
+                    m->meta.data_addr.empty() ? m->addr : m->meta.data_addr,
+                    IsLive(m->status),
+                    m->status == ms::Status::kAlive,
+                    m->meta.training,
+                    m->step,
+                    m->meta.uplink_mbps,
+                    m->meta.downlink_mbps};
+  }
+  auto it = external_.find(name);
+  if (it == external_.end()) return std::nullopt;
+  const PeerView& v = it->second;
+  return PeerInfo{v.name, v.addr, v.addr, v.alive, v.alive,
+                  v.training, v.step, v.uplink_mbps, v.downlink_mbps};
+}
+
+std::vector<ms::Member> Node::Members() const {
+  if (swim_) return swim_->Members();
+  std::vector<ms::Member> out;
+  ms::Member self;
+  self.name = config_.name;
+  self.addr = config_.addr;
+  self.step = progress_.step;
+  self.meta.training = training();
+  out.push_back(self);
+  for (const auto& [name, v] : external_) {
+    ms::Member m;
+    m.name = name;
+    m.addr = v.addr;
+    m.status = v.alive ? ms::Status::kAlive : ms::Status::kFailed;
+    m.step = v.step;
+    m.meta.training = v.training;
+    m.meta.uplink_mbps = v.uplink_mbps;
+    m.meta.downlink_mbps = v.downlink_mbps;
+    out.push_back(std::move(m));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ms::Member& a, const ms::Member& b) { return a.name < b.name; });
+  return out;
+}
+
+size_t Node::PeersAlive() const {
+  if (swim_) return swim_->NumAlive() - (swim_->HasLeft() ? 0 : 1);
+  size_t n = 0;
+  for (const auto& [name, v] : external_) n += v.alive ? 1 : 0;
+  return n;
+}
+
+int Node::HealthScore() const { return swim_ ? swim_->HealthScore() : 0; }
+
+uint64_t Node::Incarnation() const {
+  const ms::Member* self = swim_ ? swim_->Find(config_.name) : nullptr;
+  return self ? self->incarnation : 0;
+}
+
+double Node::BarrierWaitSeconds(TimeMs now) const {
+  return barrier_ ? barrier_->WaitSeconds(now) : 0.0;
+}
+
+double Node::uplink_estimate_mbps() const {
+  return up_.estimate.CapacityMbps(config_.uplink_limit_mbps);
+}
+double Node::downlink_estimate_mbps() const {
+  return down_.estimate.CapacityMbps(config_.downlink_limit_mbps);
+}
+
+void Node::OnPeerView(const PeerView& v, TimeMs now) {
+  if (swim_ || v.name == config_.name) return;
+  auto it = external_.find(v.name);
+  const bool was_alive = it != external_.end() && it->second.alive;
+  ms::Member m;
+  m.name = v.name;
+  m.addr = v.addr;
+  m.status = v.alive ? ms::Status::kAlive : ms::Status::kFailed;
+  if (v.alive && !was_alive) {
+    Emit(MemberEvent{ms::Event::Kind::kJoined, std::move(m)});
+  } else if (!v.alive && was_alive) {
+    Emit(MemberEvent{ms::Event::Kind::kFailed, std::move(m)});
+    AbortTransfersTo(v.name);
+  }
+  external_[v.name] = v;
+  progress_dirty_ = true;
+  Pump(now, 0);
+}
+
+// Sends what the membership core wants sent, reports its events, and re-runs the barrier when
+// membership or progress changed. `join_tag` tags new push-pulls with the join that caused them.
+void Node::Pump(TimeMs now, uint64_t join_tag) {
+  bool changed = false;
+  if (swim_) {
+    for (auto& p : swim_->TakePackets()) {
+      gossip::Datagram dg;
+      dg.sender = config_.name;
+      dg.body = std::move(p.packet);
+      Emit(SendDatagram{std::move(p.to_addr), std::move(dg)});
+    }
+    for (auto& pp : swim_->TakePushPulls()) StartPushPull(pp, join_tag, now);
+    for (auto& ev : swim_->TakeEvents()) {
+      if (ev.kind == ms::Event::Kind::kUpdated) continue;
+      changed = true;
+      if (ev.kind == ms::Event::Kind::kFailed || ev.kind == ms::Event::Kind::kLeft) {
+        AbortTransfersTo(ev.member.name);
+      }
+      Emit(LogLine{ev.kind == ms::Event::Kind::kFailed,
+                   "member " + ev.member.name + " " + KindName(ev.kind) +
+                       (ev.kind == ms::Event::Kind::kJoined ? " at " + ev.member.addr : "")});
+      Emit(MemberEvent{ev.kind, std::move(ev.member)});
+    }
+  }
+  if (changed) Emit(MembershipChanged{});
+  if (barrier_waiting_ && (changed || progress_dirty_)) {
+    progress_dirty_ = false;
+    RunBarrier(now);
+  }
+}
+
+void Node::OnDatagram(DatagramIn& in, TimeMs now) {
+  gossip::Datagram& dg = in.msg;
+  if (auto* pkt = std::get_if<ms::Packet>(&dg.body)) {
+    if (!swim_) return Reject();
+    swim_->HandlePacket(in.from, *pkt, now);
+    progress_dirty_ = true;
+  } else if (auto* q = std::get_if<gossip::ProgressQuery>(&dg.body)) {
+    gossip::Datagram reply;
+    reply.sender = config_.name;
+    reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
+    if (barrier_ && training()) barrier_->OnProgress(dg.sender, q->step, now);
+    Emit(SendDatagram{in.from, std::move(reply)});
+  } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
+    if (!barrier_) return;
+    const bool changed = rep->training ? barrier_->OnReply(dg.sender, rep->seq, rep->step, now)
+                                       : barrier_->OnPeerRemoved(dg.sender);
+    if (changed && barrier_waiting_) RunBarrier(now);
+    return;
+  }
+  Pump(now, 0);
+}
+
+void Node::OnFrame(FrameIn& in, TimeMs now) {
+  gossip::Frame& f = in.msg;
+  // Replies on connections this node opened.
+  if (in.conn >= kFirstOutgoingConn) {
+    if (auto pp = pushpulls_.find(in.conn); pp != pushpulls_.end()) {
+      auto* msg = std::get_if<gossip::PushPullMsg>(&f.body);
+      if (msg == nullptr || !msg->response || pp->second->done) {
+        Reject();
+        Emit(Close{in.conn, true});
+        return;
+      }
+      return OnPushPullReply(in.conn, *msg, now);
+    }
+    const auto* ack = std::get_if<gossip::ParamAckMsg>(&f.body);
+    auto t = round_ ? round_->transfers.find(in.conn) : decltype(round_->transfers)::iterator{};
+    if (!round_ || t == round_->transfers.end() || ack == nullptr || f.sender != t->second ||
+        ack->round != round_->id || round_->acked.count(in.conn) > 0) {
+      Reject();
+      Emit(Close{in.conn, true});
+      return;
+    }
+    round_->acked.insert(in.conn);
+    if (barrier_ && barrier_->OnProgress(f.sender, ack->step, now) && barrier_waiting_) {
+      RunBarrier(now);
+    }
+    Emit(Close{in.conn, false});
+    return;
+  }
+  // Requests on accepted connections.
+  if (auto* pp = std::get_if<gossip::PushPullMsg>(&f.body)) {
+    if (pp->response || !swim_ || serving_.count(in.conn) > 0) {
+      Reject();
+      Emit(Close{in.conn, true});
+      return;
+    }
+    gossip::Frame reply;
+    reply.sender = config_.name;
+    reply.body = gossip::PushPullMsg{true, swim_->HandlePushPullRequest(pp->state, now)};
+    serving_.insert(in.conn);
+    Emit(SendFrame{in.conn, std::move(reply)});
+    Emit(Close{in.conn, false});
+    Pump(now, 0);
+  } else if (auto* chunk = std::get_if<gossip::ParamChunk>(&f.body)) {
+    OnParamChunk(in.conn, f.sender, *chunk, now);
+  } else {
+    Reject();
+    Emit(Close{in.conn, true});
+  }
+}
+
+void Node::OnClosed(const ConnClosed& in, TimeMs now) {
+  serving_.erase(in.conn);
+  if (auto it = incoming_.find(in.conn); it != incoming_.end()) {
+    down_.End(now, it->second);
+    incoming_.erase(it);
+    return;
+  }
+  if (auto it = pushpulls_.find(in.conn); it != pushpulls_.end()) {
+    std::unique_ptr<PushPull> pp = std::move(it->second);
+    pushpulls_.erase(it);
+    if (!pp->done) {
+      if (pp->join) {
+        Emit(LogLine{true, "could not join through " + pp->addr +
+                               (config_.retry_join ? " (will retry)"
+                                                   : " (use --retry-join to keep trying)")});
+      }
+      if (swim_) swim_->PushPullFailed(pp->addr, now);
+    }
+    FinishJoinPart(pp->join_tag, pp->done);
+    Pump(now, 0);
+    return;
+  }
+  if (round_ && round_->transfers.count(in.conn) > 0) {
+    const bool acked = round_->acked.count(in.conn) > 0;
+    FinishTransfer(in.conn, acked, now);
+  }
+}
+
+// ---- training: barrier ----------------------------------------------------------------------
+
+void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
+  if (!config_.training) return;
+  const bool step_changed = p.step != progress_.step;
+  progress_ = p;
+  if (swim_ && step_changed) swim_->SetStep(p.step);
+  if (p.training != published_training_) {
+    published_training_ = p.training;
+    SetOwnMeta(now);  // peers' barriers stop waiting on us (SPEC §6)
+  }
+  if (p.waiting && p.training) {
+    barrier_waiting_ = true;
+    RunBarrier(now);
+  } else {
+    barrier_waiting_ = false;
+  }
+  Pump(now, 0);
+}
+
+// Feeds the barrier with what membership knows: every live, training peer's step; everyone
+// else leaves the barrier set at once.
+void Node::RefreshProgress(TimeMs now) {
+  for (const PeerInfo& p : PeerList()) {
+    if (p.live && p.training) {
+      barrier_->OnProgress(p.name, p.step, now);
+    } else {
+      barrier_->OnPeerRemoved(p.name);
+    }
+  }
+}
+
+void Node::RunBarrier(TimeMs now) {
+  if (!barrier_waiting_ || !barrier_) return;
+  RefreshProgress(now);
+  barrier_deadline_ = sync::kNoDeadline;
+  if (!min_peers_reached_) {
+    // --min-peers: the mesh forms before anyone trains, so no node races ahead alone.
+    if (barrier_->view().size() < config_.min_peers) {
+      barrier_deadline_ = now + config_.min_peers_poll_ms;
+      return;
+    }
+    min_peers_reached_ = true;
+    Emit(LogLine{false, std::to_string(barrier_->view().size()) +
+                            " training peers alive: starting to train"});
+  }
+  const sync::Decision d = barrier_->Check(progress_.step, now, rng_);
+  for (const auto& q : barrier_->TakeQueries()) {
+    auto peer = FindPeer(q.to);
+    if (!peer) continue;
+    gossip::Datagram dg;
+    dg.sender = config_.name;
+    dg.body = gossip::ProgressQuery{q.seq, progress_.step};
+    Emit(SendDatagram{peer->addr, std::move(dg)});
+  }
+  if (d == sync::Decision::kPass) {
+    barrier_waiting_ = false;
+    Emit(Permit{progress_.step + 1});
+    return;
+  }
+  const sync::TimeMs deadline = barrier_->NextDeadline();
+  barrier_deadline_ = deadline == sync::kNoDeadline ? now + 1000 : std::max(deadline, now + 1);
+}
+
+// ---- training: parameter rounds ---------------------------------------------------------------
+
+void Node::OnSnapshot(SnapshotIn s, TimeMs now) {
+  if (!config_.training || !s.params) return;
+  pending_ = std::move(s);
+  StartRound(now);
+}
+
+// SELMCAST plans are global: every node computes the whole assignment and keeps its own row. So
+// that nodes with the same view build the same plan, the plan's RNG is seeded from the cluster
+// view and a logical epoch — the slowest live training node's step divided by plan_epoch_steps —
+// which every node learns from gossip, with no clock agreement between hosts. The plan is cached
+// per (epoch, view) and changes with the epoch (ties randomized per epoch).
+uint64_t Node::PlanEpoch() const {
+  uint64_t min_step = progress_.step;
+  for (const PeerInfo& p : PeerList()) {
+    if (p.alive && p.training) min_step = std::min(min_step, p.step);
+  }
+  return min_step / std::max<uint64_t>(1, config_.plan_epoch_steps);
+}
+
+void Node::StartRound(TimeMs now) {
+  if (!pending_ || round_ || awaiting_plan_ != 0 || leaving_) return;
+  std::vector<std::string> candidates;
+  sync::BandwidthView bw;
+  for (const PeerInfo& p : PeerList()) {
+    if (!p.alive || !p.training) continue;
+    bw[p.name] = sync::NodeBandwidth{p.uplink_mbps, p.downlink_mbps, 0};
+    candidates.push_back(p.name);
+  }
+  if (candidates.empty()) {
+    pending_.reset();
+    return;
+  }
+  if (pending_->final) return SendRound(std::move(candidates), now);
+  if (config_.select != sync::SelectPolicy::kSelmcast) {
+    return SendRound(sync::Select(config_.select, config_.name, candidates, config_.fanout, bw, rng_),
+                     now);
+  }
+  // The sender is part of the global plan, with the figures its peers see (published ones).
+  const ms::Member* self = swim_ ? swim_->Find(config_.name) : nullptr;
+  bw[config_.name] =
+      self ? sync::NodeBandwidth{self->meta.uplink_mbps, self->meta.downlink_mbps, 0}
+           : sync::NodeBandwidth{static_cast<float>(uplink_estimate_mbps()),
+                                 static_cast<float>(downlink_estimate_mbps()), 0};
+  const uint64_t epoch = PlanEpoch();
+  std::string view;
+  for (const auto& [name, b] : bw) {  // std::map: sorted, so the text is canonical
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "=%.3g/%.3g;", b.uplink_mbps, b.downlink_mbps);
+    view += name;
+    view += buf;
+  }
+  if (epoch == plan_cache_.epoch && view == plan_cache_.view) {
+    return SendRound(plan_cache_.receivers, now);
+  }
+  PlanRequest req;
+  req.id = next_plan_++;
+  req.self = config_.name;
+  req.candidates = std::move(candidates);
+  req.bandwidth = std::move(bw);
+  req.fanout = config_.fanout;
+  req.seed = StableHash(view, epoch * 0x9E3779B97F4A7C15ULL ^ StableHash(config_.cluster));
+  awaiting_plan_ = req.id;
+  awaiting_epoch_ = epoch;
+  awaiting_view_ = std::move(view);
+  Emit(std::move(req));
+}
+
+void Node::OnPlan(PlanResult p, TimeMs now) {
+  if (p.id != awaiting_plan_ || awaiting_plan_ == 0) return;
+  awaiting_plan_ = 0;
+  plan_cache_.epoch = awaiting_epoch_;
+  plan_cache_.view = std::move(awaiting_view_);
+  // Receivers that died while the plan was being solved are left out.
+  std::vector<std::string> live;
+  for (auto& r : p.receivers) {
+    auto peer = FindPeer(r);
+    if (peer && peer->alive && peer->training) live.push_back(r);
+  }
+  plan_cache_.receivers = std::move(p.receivers);
+  if (live.empty()) {
+    pending_.reset();
+    return;
+  }
+  SendRound(std::move(live), now);
+}
+
+void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
+  if (receivers.empty() || !pending_) return;
+  SnapshotIn snap = std::move(*pending_);
+  pending_.reset();
+  auto chunks = gossip::SplitParams(*snap.params, next_round_, snap.step, config_.chunk_floats);
+  if (chunks.empty()) return;
+  round_ = std::make_unique<Round>();
+  round_->id = next_round_++;
+  round_->started = now;
+  for (const auto& c : chunks) {
+    round_->bytes_per_rx += c.data.size() * sizeof(float) + kFrameOverheadBytes;
+  }
+  up_.Begin(now);
+  for (const auto& name : receivers) {
+    auto peer = FindPeer(name);
+    if (!peer) continue;
+    const ConnId conn = next_conn_++;
+    // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck) and the
+    // connection closes; closed without an ack (refused, aborted, timed out) = lost.
+    Emit(Connect{conn, peer->data_addr});
+    for (const auto& c : chunks) {
+      gossip::Frame f;
+      f.sender = config_.name;
+      f.body = c;
+      Emit(SendFrame{conn, std::move(f)});
+    }
+    round_->transfers[conn] = name;
+    round_->outstanding++;
+  }
+  if (round_->outstanding == 0) {
+    up_.End(now, 0);
+    round_.reset();
+  }
+}
+
+void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
+  round_->transfers.erase(conn);
+  round_->acked.erase(conn);
+  round_->outstanding--;
+  if (ok) {
+    round_->delivered++;
+    round_->bytes += round_->bytes_per_rx;
+    stats_.params_bytes_sent += round_->bytes_per_rx;
+  }
+  if (round_->outstanding > 0) return;
+  const double seconds = static_cast<double>(now - round_->started) / 1000.0;
+  up_.End(now, round_->bytes);
+  stats_.rounds++;
+  stats_.fanout_sum += static_cast<uint64_t>(round_->delivered);
+  Emit(RoundDone{round_->delivered, round_->bytes, seconds});
+  round_.reset();
+  StartRound(now);
+}
+
+// A transfer to a member that failed or left is abandoned at once, so the next round (and with
+// it the rest of the mesh) does not wait for a TCP timeout (SPEC §6: no stalls). The driver
+// answers the abort with ConnClosed, which ends the transfer.
+void Node::AbortTransfersTo(const std::string& name) {
+  if (!round_) return;
+  for (const auto& [conn, receiver] : round_->transfers) {
+    if (receiver == name) {
+      Emit(LogLine{false, "abandoning the parameter transfer to " + name});
+      Emit(Close{conn, true});
+    }
+  }
+}
+
+void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
+                        TimeMs now) {
+  auto peer = FindPeer(sender);
+  const bool size_ok = config_.expected_params == 0 || chunk.total == config_.expected_params;
+  if (!config_.training || !peer || !peer->live || !size_ok) {
+    // Parameters only from live members of this mesh, for a model of our size.
+    Reject();
+    Emit(Close{conn, true});
+    return;
+  }
+  auto [it, fresh] = incoming_.try_emplace(conn, 0);
+  if (fresh) down_.Begin(now);
+  it->second += chunk.data.size() * sizeof(float) + kFrameOverheadBytes;
+  const uint64_t chunk_round = chunk.round;
+  auto model = assemblers_[sender].Add(chunk);
+  if (!model) return;
+  stats_.params_received++;
+  gossip::Frame ack;  // the sender's round for this receiver ends with this
+  ack.sender = config_.name;
+  ack.body = gossip::ParamAckMsg{chunk_round, progress_.step};
+  Emit(SendFrame{conn, std::move(ack)});
+  Emit(ParamsReceived{sender, model->step});
+  if (barrier_->OnProgress(sender, model->step, now) && barrier_waiting_) RunBarrier(now);
+  Emit(Mix{sender, model->step, std::move(model->params)});
+}
+
+// ---- push-pull, joins, leave ------------------------------------------------------------------
+
+void Node::StartPushPull(const ms::OutPushPull& pp, uint64_t join_tag, TimeMs now) {
+  (void)now;
+  const ConnId conn = next_conn_++;
+  auto ctx = std::make_unique<PushPull>();
+  ctx->addr = pp.to_addr;
+  ctx->join = pp.request.join;
+  ctx->join_tag = join_tag;
+  pushpulls_[conn] = std::move(ctx);
+  if (join_tag != 0) {
+    if (auto j = joins_.find(join_tag); j != joins_.end()) j->second.outstanding++;
+  }
+  gossip::Frame f;
+  f.sender = config_.name;
+  f.body = gossip::PushPullMsg{false, pp.request};
+  Emit(Connect{conn, pp.to_addr});
+  Emit(SendFrame{conn, std::move(f)});
+}
+
+void Node::OnPushPullReply(ConnId conn, gossip::PushPullMsg& msg, TimeMs now) {
+  pushpulls_[conn]->done = true;
+  swim_->HandlePushPullResponse(msg.state, now);
+  Emit(Close{conn, false});
+  Pump(now, 0);
+}
+
+void Node::FinishJoinPart(uint64_t tag, bool ok) {
+  if (tag == 0) return;
+  auto it = joins_.find(tag);
+  if (it == joins_.end()) return;
+  it->second.outstanding--;
+  if (ok) it->second.joined++;
+  if (it->second.outstanding > 0) return;
+  CommandDone done{tag, it->second.joined > 0, it->second.joined, ""};
+  if (!done.ok) done.error = "could not contact any of the given peers";
+  joins_.erase(it);
+  Emit(std::move(done));
+}
+
+void Node::OnJoin(const JoinCmd& c, TimeMs now) {
+  if (leaving_ || !swim_) {
+    Emit(CommandDone{c.tag, false, 0, leaving_ ? "agent is leaving" : "no membership"});
+    return;
+  }
+  joins_[c.tag] = JoinWait{};
+  swim_->Join(c.addrs, now);
+  Pump(now, c.tag);
+  auto it = joins_.find(c.tag);
+  if (it != joins_.end() && it->second.outstanding == 0) {
+    joins_.erase(it);
+    Emit(CommandDone{c.tag, false, 0, "no push-pull could be started"});
+  }
+}
+
+void Node::OnLeave(TimeMs now) {
+  if (leaving_) return;
+  leaving_ = true;
+  leave_started_ = now;
+  retry_join_at_ = sync::kNoDeadline;
+  barrier_waiting_ = false;
+  pending_.reset();
+  if (swim_) swim_->Leave(now);
+  Pump(now, 0);
+}
+
+void Node::OnForceLeave(const ForceLeaveCmd& c, TimeMs now) {
+  if (swim_ && swim_->ForceLeave(c.name, now)) {
+    Pump(now, 0);
+    Emit(CommandDone{c.tag, true, 0, ""});
+    return;
+  }
+  const ms::Member* m = swim_ ? swim_->Find(c.name) : nullptr;
+  Emit(CommandDone{c.tag, false, 0,
+                   m == nullptr ? "no member named '" + c.name + "'"
+                                : "member '" + c.name + "' is " + ms::StatusName(m->status) +
+                                      ", not failed"});
+}
+
+// Every bandwidth_interval_ms: measurements become estimates, published when they moved > 10 %.
+void Node::UpdateBandwidth(TimeMs now) {
+  up_.Sample();
+  down_.Sample();
+  // Capacity estimates age with a half-life of about 30 s (15 ticks of 2 s).
+  up_.estimate.Decay(0.955);
+  down_.estimate.Decay(0.955);
+  if (!swim_ || leaving_) return;
+  const ms::Member* self = swim_->Find(config_.name);
+  if (self == nullptr) return;
+  const float up = static_cast<float>(uplink_estimate_mbps());
+  const float down = static_cast<float>(downlink_estimate_mbps());
+  auto moved = [](float a, float b) { return std::abs(a - b) > 0.1f * std::max(a, b); };
+  if (moved(up, self->meta.uplink_mbps) || moved(down, self->meta.downlink_mbps)) {
+    ms::Meta meta = self->meta;
+    meta.uplink_mbps = up;
+    meta.downlink_mbps = down;
+    swim_->SetMeta(meta, now);
+  }
+}
+
+}  // namespace meshtrain::node
