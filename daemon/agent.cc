@@ -177,7 +177,9 @@ struct Agent::Impl : RpcBackend {
       } else if (auto* m = std::get_if<node::Mix>(&o)) {
         if (trainer) trainer->Deliver(m->from, std::move(m->params));
       } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {
-        SolvePlan(std::move(*req));
+        SolvePlanOffLoop(&loop, std::move(*req), [this](node::PlanResult r) {
+          if (!stopping) Feed(std::move(r));
+        });
       } else if (auto* ev = std::get_if<node::MemberEvent>(&o)) {
         if (ev->kind != membership::Event::Kind::kUpdated) {
           metrics.Write("member", {{"name", ev->member.name}, {"status", EventStatus(ev->kind)}});
@@ -204,25 +206,6 @@ struct Agent::Impl : RpcBackend {
         peer_snapshot->Save(std::move(peers));
       }
     }
-  }
-
-  // SELMCAST solves run on the thread pool (a refined plan takes milliseconds to tens of
-  // milliseconds); the answer comes back as an input.
-  void SolvePlan(node::PlanRequest req) {
-    auto result = std::make_shared<node::PlanResult>();
-    result->id = req.id;
-    auto shared_req = std::make_shared<node::PlanRequest>(std::move(req));
-    Offload(
-        &loop,
-        [shared_req, result] {
-          sync::Rng rng(shared_req->seed);
-          result->receivers =
-              sync::Select(sync::SelectPolicy::kSelmcast, shared_req->self, shared_req->candidates,
-                           shared_req->fanout, shared_req->bandwidth, rng);
-        },
-        [this, result] {
-          if (!stopping) Feed(std::move(*result));
-        });
   }
 
   // ---- inbound ----------------------------------------------------------------------------------
@@ -400,7 +383,8 @@ struct Agent::Impl : RpcBackend {
       codec->set_expected_params(static_cast<uint32_t>(trainer->num_params()));
       spdlog::info("task {}: {} parameters", config.task, trainer->num_params());
     }
-    PrintBanner();
+    std::printf("%s", config.Banner(keyring != nullptr).c_str());
+    std::fflush(stdout);
     feeding = true;
     node->Start(Now());
     Execute(node->TakeOutput());
@@ -408,19 +392,6 @@ struct Agent::Impl : RpcBackend {
     if (trainer) trainer->Start();
     Drain();
     return 0;
-  }
-
-  void PrintBanner() {
-    std::printf(
-        "meshtrain agent %s\n"
-        "  name:      %s\n  bind:      %s\n  advertise: %s\n  rpc:       %s\n"
-        "  cluster:   %s\n  encrypted: %s\n  profile:   %s\n  task:      %s\n"
-        "  barrier:   %s\n  selection: %s\n",
-        MESHTRAIN_VERSION_STRING, config.name.c_str(), config.bind.c_str(),
-        config.advertise.c_str(), config.rpc.c_str(), config.cluster.c_str(),
-        keyring ? "yes" : "no", config.profile.c_str(), config.task.c_str(), config.barrier.c_str(),
-        config.select.c_str());
-    std::fflush(stdout);
   }
 
   void Shutdown() {

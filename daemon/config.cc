@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <regex>
 
 #include "gossip/net_addr.h"
@@ -102,6 +104,15 @@ membership::Config AgentConfig::MembershipConfig() const {
     c.push_pull_interval = static_cast<membership::TimeMs>(push_pull_interval_s * 1000);
   }
   return c;
+}
+
+std::string AgentConfig::Banner(bool encrypted) const {
+  return fmt::format(
+      "meshtrain agent {}\n  name:      {}\n  bind:      {}\n  advertise: {}\n  rpc:       {}\n"
+      "  cluster:   {}\n  encrypted: {}\n  profile:   {}\n  task:      {}\n"
+      "  barrier:   {}\n  selection: {}\n",
+      MESHTRAIN_VERSION_STRING, name, bind, advertise, rpc, cluster, encrypted ? "yes" : "no",
+      profile, task, barrier, select);
 }
 
 node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) const {

@@ -32,4 +32,20 @@ void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> 
   job->done();
 }
 
+void SolvePlanOffLoop(uv_loop_t* loop, node::PlanRequest req,
+                      std::function<void(node::PlanResult)> done) {
+  auto shared_req = std::make_shared<node::PlanRequest>(std::move(req));
+  auto result = std::make_shared<node::PlanResult>();
+  result->id = shared_req->id;
+  Offload(
+      loop,
+      [shared_req, result] {
+        sync::Rng rng(shared_req->seed);
+        result->receivers =
+            sync::Select(sync::SelectPolicy::kSelmcast, shared_req->self, shared_req->candidates,
+                         shared_req->fanout, shared_req->bandwidth, rng);
+      },
+      [result, done = std::move(done)] { done(std::move(*result)); });
+}
+
 }  // namespace meshtrain::daemon

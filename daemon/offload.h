@@ -8,10 +8,17 @@
 
 #include <functional>
 
+#include "node/node.h"
+
 namespace meshtrain::daemon {
 
 // Runs `work` on the thread pool, then `done` on the loop thread. If the request cannot be
 // queued, both run at once on the calling thread.
 void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> done);
+
+// Solves a SELMCAST plan (sync::Select with the request's seed) on the thread pool; `done` gets
+// the answer on the loop thread.
+void SolvePlanOffLoop(uv_loop_t* loop, node::PlanRequest req,
+                      std::function<void(node::PlanResult)> done);
 
 }  // namespace meshtrain::daemon
