@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
-#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -22,6 +21,7 @@
 #include "daemon/offload.h"
 #include "daemon/peer_snapshot.h"
 #include "daemon/rpc_server.h"
+#include "daemon/setup.h"
 #include "daemon/status_json.h"
 #include "daemon/trainer.h"
 #include "gossip/codec.h"
@@ -58,6 +58,7 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<node::Node> node;
   uint64_t oversize_drops = 0;
+  uint64_t internal_errors = 0;  // exceptions caught at the driver's boundary
   int exit_code = 0;
   bool stopping = false;
 
@@ -91,9 +92,11 @@ struct Agent::Impl : RpcBackend {
     while (!queue.empty()) {
       node::Input next = std::move(queue.front());
       queue.pop_front();
-      uv_update_time(&loop);
-      node->Step(std::move(next), Now());
-      Execute(node->TakeOutput());
+      Guarded("input", [&] {
+        uv_update_time(&loop);
+        node->Step(std::move(next), Now());
+        Execute(node->TakeOutput());
+      });
     }
     feeding = false;
     ArmTimer();
@@ -101,12 +104,29 @@ struct Agent::Impl : RpcBackend {
 
   void OnTimer() {
     if (!node) return;
-    uv_update_time(&loop);
     feeding = true;
-    node->Tick(Now());
-    Execute(node->TakeOutput());
+    Guarded("tick", [&] {
+      uv_update_time(&loop);
+      node->Tick(Now());
+      Execute(node->TakeOutput());
+    });
     feeding = false;
     Drain();
+  }
+
+  // The boundary no exception crosses (STYLE.md: never throw through a libuv callback): what
+  // escapes one input is logged and counted, and the loop goes on with the next.
+  template <typename Fn>
+  void Guarded(const char* what, Fn&& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      internal_errors++;
+      spdlog::error("internal error while handling {}: {}", what, e.what());
+    } catch (...) {
+      internal_errors++;
+      spdlog::error("internal error while handling {}", what);
+    }
   }
 
   void ArmTimer() {
@@ -197,13 +217,9 @@ struct Agent::Impl : RpcBackend {
         spdlog::info("left the mesh after {} ms", left->took_ms);
         Shutdown();
       } else if (std::holds_alternative<node::MembershipChanged>(o)) {
-        std::vector<std::string> peers;
-        for (const auto& m : node->Members()) {
-          if (m.name != config.name && m.status == membership::Status::kAlive) {
-            peers.push_back(m.addr);
-          }
-        }
-        peer_snapshot->Save(std::move(peers));
+        std::vector<std::string> addrs;
+        for (auto& [name, addr] : LivePeers(node->Members(), config.name)) addrs.push_back(addr);
+        peer_snapshot->Save(std::move(addrs));
       }
     }
   }
@@ -275,43 +291,16 @@ struct Agent::Impl : RpcBackend {
   }
   void Leave() override { Feed(node::LeaveCmd{}); }
   void Keys(uint64_t tag, const RpcRequest& req) override {
-    std::vector<std::pair<std::string, std::string>> peers;
-    for (const auto& m : node->Members()) {
-      if (m.name != config.name && m.status == membership::Status::kAlive) {
-        peers.emplace_back(m.name, m.addr);
-      }
-    }
-    keys->Run(req.key_op, req.key, peers, [this, tag](json r) { rpc->Reply(tag, r); });
+    keys->Run(req.key_op, req.key, LivePeers(node->Members(), config.name),
+              [this, tag](json r) { rpc->Reply(tag, r); });
   }
 
   // ---- start-up and shutdown ---------------------------------------------------------------------
 
   int Start() {
-    if (auto err = metrics.Open(config.metrics_file); !err.empty()) {
-      spdlog::error("{}", err);
+    if (auto st = PrepareAgent(&config, &metrics, &keyring); !st.ok()) {
+      spdlog::error("{}", st.message());
       return 2;
-    }
-    if (!config.encrypt.empty()) {
-      auto key = gossip::ParseKeyBase64(config.encrypt);
-      if (!key) {
-        spdlog::error("invalid --encrypt key: expected base64 of 32 bytes (see `meshtrain keygen`)");
-        return 2;
-      }
-      keyring = std::make_shared<gossip::Keyring>(*key);
-    }
-    if (!config.data_dir.empty()) {
-      std::error_code ec;
-      std::filesystem::create_directories(config.data_dir, ec);
-      if (ec) {
-        spdlog::error("cannot create --data-dir {}: {}", config.data_dir, ec.message());
-        return 2;
-      }
-      for (const auto& addr : LoadPeerSnapshot(config.data_dir)) {
-        if (addr != config.advertise &&
-            std::find(config.join.begin(), config.join.end(), addr) == config.join.end()) {
-          config.join.push_back(addr);
-        }
-      }
     }
     peer_snapshot = std::make_unique<PeerSnapshotWriter>(config.data_dir);
     const uint64_t seed = config.seed ? *config.seed : learn::SeedFromString(config.name);

@@ -23,6 +23,15 @@ const char* EventStatus(membership::Event::Kind kind) {
   return "unknown";
 }
 
+std::vector<std::pair<std::string, std::string>> LivePeers(
+    const std::vector<membership::Member>& members, const std::string& self) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& m : members) {
+    if (m.name != self && m.status == membership::Status::kAlive) out.emplace_back(m.name, m.addr);
+  }
+  return out;
+}
+
 json MembersJson(const std::vector<membership::Member>& members) {
   json arr = json::array();
   for (const auto& m : members) {

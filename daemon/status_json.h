@@ -33,6 +33,9 @@ struct StatusInputs {
 
 nlohmann::json StatusJson(const StatusInputs& in);
 nlohmann::json MembersJson(const std::vector<membership::Member>& members);
+// (name, addr) of the alive members other than `self`.
+std::vector<std::pair<std::string, std::string>> LivePeers(
+    const std::vector<membership::Member>& members, const std::string& self);
 // "alive", "suspect", "failed", "left", "reaped" for the metrics file's member events.
 const char* EventStatus(membership::Event::Kind kind);
 
