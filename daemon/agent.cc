@@ -362,7 +362,10 @@ struct Agent::Impl : RpcBackend {
     }
     trainer = std::move(made).value();
     if (resumed >= 0) metrics.Write("resume", {{"step", resumed}});
-    node::NodeConfig nc = config.NodeConfig(seed, resumed);
+    // The protocol RNG is reproducible with --seed; otherwise each run draws its own (gossip
+    // targets and probe order should not repeat identically every time a node restarts).
+    node::NodeConfig nc =
+        config.NodeConfig(config.seed ? seed : seed ^ std::random_device{}(), resumed);
     // The datagram budget must leave room for the envelope, cluster label and seal.
     nc.membership.packet_overhead_bytes =
         std::max(nc.membership.packet_overhead_bytes, codec->DatagramOverhead());
