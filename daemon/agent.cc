@@ -18,6 +18,7 @@
 
 #include "daemon/key_rotation.h"
 #include "daemon/metrics.h"
+#include "daemon/net_endpoint.h"
 #include "daemon/offload.h"
 #include "daemon/peer_snapshot.h"
 #include "daemon/rpc_server.h"
@@ -49,6 +50,7 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<gossip::Inbound> inbound;
   std::unique_ptr<gossip::UdpEndpoint> udp;
   std::unique_ptr<TcpHub> data_tcp;
+  std::unique_ptr<NetEndpoint> net;
   std::unique_ptr<RpcServer> rpc;
   std::unique_ptr<KeyRotation> keys;
   std::unique_ptr<PeerSnapshotWriter> peer_snapshot;
@@ -57,7 +59,6 @@ struct Agent::Impl : RpcBackend {
   std::vector<std::unique_ptr<gossip::Signal>> signals;
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<node::Node> node;
-  uint64_t oversize_drops = 0;
   uint64_t internal_errors = 0;  // exceptions caught at the driver's boundary
   int exit_code = 0;
   bool stopping = false;
@@ -65,11 +66,6 @@ struct Agent::Impl : RpcBackend {
   // Inputs waiting to be fed (see the file comment) and whether a batch is running.
   std::deque<node::Input> queue;
   bool feeding = false;
-  // Outgoing connections: the node's id <-> the hub's id. Accepted ones keep the hub's id.
-  std::map<node::ConnId, TcpHub::ConnId> out_conns;
-  std::map<TcpHub::ConnId, node::ConnId> out_rev;
-  node::ConnId connecting = 0;  // the connect in progress, to see a failure inside Connect()
-  bool connect_failed = false;
 
   int64_t Now() { return static_cast<int64_t>(uv_now(&loop)); }
   double MonoSeconds() { return static_cast<double>(uv_hrtime()) / 1e9; }
@@ -136,63 +132,9 @@ struct Agent::Impl : RpcBackend {
                  [this] { OnTimer(); });
   }
 
-  void SendDatagram(const std::string& to_addr, gossip::Datagram& msg) {
-    auto to = NetAddr::Parse(to_addr);
-    if (!to) return;
-    Bytes bytes = codec->EncodeDatagram(msg);
-    if (bytes.empty()) {
-      oversize_drops++;
-      spdlog::warn("dropping a datagram to {} that does not fit in {} bytes", to_addr,
-                   gossip::kMaxDatagramBytes);
-      return;
-    }
-    udp->Send(*to, std::move(bytes));
-  }
-
-  TcpHub::ConnId HubId(node::ConnId id) {
-    if (id < node::kFirstOutgoingConn) return id;
-    auto it = out_conns.find(id);
-    return it == out_conns.end() ? 0 : it->second;
-  }
-
-  void Connect(node::ConnId id, const std::string& to_addr) {
-    auto to = NetAddr::Parse(to_addr);
-    if (!to) {
-      Feed(node::ConnClosed{id, false});  // queued: a batch is running
-      return;
-    }
-    // A connect that fails at once (EMFILE, ...) calls the close handler inside Connect(); the
-    // close is queued like any other input and the id is never registered.
-    connecting = id;
-    connect_failed = false;
-    const TcpHub::ConnId hid = data_tcp->Connect(
-        *to, [this, id](TcpHub::ConnId, Bytes&& payload) { OnOutgoingFrame(id, payload); },
-        [this, id](TcpHub::ConnId hid, int status) {
-          if (connecting == id) connect_failed = true;
-          out_conns.erase(id);
-          out_rev.erase(hid);
-          Feed(node::ConnClosed{id, status == 0});
-        });
-    connecting = 0;
-    if (!connect_failed) {
-      out_conns[id] = hid;
-      out_rev[hid] = id;
-    }
-  }
-
   void Execute(std::vector<node::Output> outputs) {
-    for (auto& o : outputs) {
-      if (auto* d = std::get_if<node::SendDatagram>(&o)) {
-        SendDatagram(d->to, d->msg);
-      } else if (auto* c = std::get_if<node::Connect>(&o)) {
-        Connect(c->conn, c->to);
-      } else if (auto* f = std::get_if<node::SendFrame>(&o)) {
-        if (TcpHub::ConnId hid = HubId(f->conn)) data_tcp->Send(hid, codec->EncodeFrame(f->msg));
-      } else if (auto* cl = std::get_if<node::Close>(&o)) {
-        if (TcpHub::ConnId hid = HubId(cl->conn)) {
-          cl->abort ? data_tcp->Abort(hid) : data_tcp->Close(hid);
-        }
-      } else if (auto* p = std::get_if<node::Permit>(&o)) {
+    for (auto& o : node::RouteNetwork(std::move(outputs), *net)) {
+      if (auto* p = std::get_if<node::Permit>(&o)) {
         if (trainer) trainer->Permit(p->step);
       } else if (auto* m = std::get_if<node::Mix>(&o)) {
         if (trainer) trainer->Deliver(m->from, std::move(m->params));
@@ -251,10 +193,7 @@ struct Agent::Impl : RpcBackend {
 
   void OnOutgoingFrame(node::ConnId id, const Bytes& payload) {
     auto frame = inbound->OnFrame(payload.data(), payload.size());
-    if (!frame) {
-      if (TcpHub::ConnId hid = HubId(id)) data_tcp->Abort(hid);
-      return;
-    }
+    if (!frame) return net->Abort(id);
     Feed(node::FrameIn{id, std::move(*frame)});
   }
 
@@ -313,6 +252,9 @@ struct Agent::Impl : RpcBackend {
     data_opts.idle_timeout_ms = 10000;
     data_tcp = std::make_unique<TcpHub>(&loop, data_opts);
     data_tcp->SetRateLimits(config.uplink_limit * 1e6, config.downlink_limit * 1e6);
+    net = std::make_unique<NetEndpoint>(
+        codec.get(), udp.get(), data_tcp.get(), [this](node::Input in) { Feed(std::move(in)); },
+        [this](node::ConnId id, const Bytes& payload) { OnOutgoingFrame(id, payload); });
     rpc = std::make_unique<RpcServer>(&loop, config.rpc_token, this);
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),
                                          inbound.get());
@@ -328,7 +270,7 @@ struct Agent::Impl : RpcBackend {
     if (int rc = data_tcp->Listen(
             bind, [this](TcpHub::ConnId id, Bytes&& f) { OnIncomingFrame(id, std::move(f)); },
             [this](TcpHub::ConnId id, int status) {
-              if (out_rev.count(id) == 0) Feed(node::ConnClosed{id, status == 0});
+              if (!net->IsOutgoing(id)) Feed(node::ConnClosed{id, status == 0});
             });
         rc != 0) {
       spdlog::error("cannot listen on TCP {}: {}", config.bind, uv_strerror(rc));
@@ -426,6 +368,7 @@ int Agent::Run() {
   s.trainer_wake.reset();
   s.timer.reset();
   s.signals.clear();
+  s.net.reset();
   s.udp.reset();
   s.keys.reset();
   s.data_tcp.reset();

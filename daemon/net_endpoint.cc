@@ -1,0 +1,66 @@
+#include "daemon/net_endpoint.h"
+
+#include <spdlog/spdlog.h>
+
+namespace meshtrain::daemon {
+
+using gossip::NetAddr;
+using gossip::TcpHub;
+
+NetEndpoint::NetEndpoint(const gossip::Codec* codec, gossip::UdpEndpoint* udp, TcpHub* tcp,
+                         Feed feed, OnReply on_reply)
+    : codec_(codec), udp_(udp), tcp_(tcp), feed_(std::move(feed)), on_reply_(std::move(on_reply)) {}
+
+void NetEndpoint::SendDatagram(const std::string& to_addr, const gossip::Datagram& msg) {
+  auto to = NetAddr::Parse(to_addr);
+  if (!to) return;
+  gossip::Bytes bytes = codec_->EncodeDatagram(msg);
+  if (bytes.empty()) {
+    oversize_drops_++;
+    spdlog::warn("dropping a datagram to {} that does not fit in {} bytes", to_addr,
+                 gossip::kMaxDatagramBytes);
+    return;
+  }
+  udp_->Send(*to, std::move(bytes));
+}
+
+TcpHub::ConnId NetEndpoint::HubId(node::ConnId id) const {
+  if (id < node::kFirstOutgoingConn) return id;
+  auto it = hub_id_.find(id);
+  return it == hub_id_.end() ? 0 : it->second;
+}
+
+void NetEndpoint::Connect(node::ConnId id, const std::string& to_addr) {
+  auto to = NetAddr::Parse(to_addr);
+  if (!to) {
+    feed_(node::ConnClosed{id, false});
+    return;
+  }
+  // A connect that fails at once calls the close handler inside TcpHub::Connect(); the close is
+  // queued like any other input and the id is never registered.
+  connecting_ = id;
+  connect_failed_ = false;
+  const TcpHub::ConnId hid = tcp_->Connect(
+      *to, [this, id](TcpHub::ConnId, gossip::Bytes&& payload) { on_reply_(id, payload); },
+      [this, id](TcpHub::ConnId hid, int status) {
+        if (connecting_ == id) connect_failed_ = true;
+        hub_id_.erase(id);
+        node_id_.erase(hid);
+        feed_(node::ConnClosed{id, status == 0});
+      });
+  connecting_ = 0;
+  if (!connect_failed_) {
+    hub_id_[id] = hid;
+    node_id_[hid] = id;
+  }
+}
+
+void NetEndpoint::SendFrame(node::ConnId conn, const gossip::Frame& msg) {
+  if (TcpHub::ConnId hid = HubId(conn)) tcp_->Send(hid, codec_->EncodeFrame(msg));
+}
+
+void NetEndpoint::Close(node::ConnId conn, bool abort) {
+  if (TcpHub::ConnId hid = HubId(conn)) abort ? tcp_->Abort(hid) : tcp_->Close(hid);
+}
+
+}  // namespace meshtrain::daemon

@@ -1,0 +1,57 @@
+// node::Endpoint over the libuv transports: datagrams are encoded (and sealed) by the codec and
+// sent on the UDP endpoint; connections and frames go through the data TcpHub. Connections the
+// node opens are known to it by node ids, mapped here to the hub's ids; accepted connections
+// keep the hub's id.
+//
+// Nothing is delivered back synchronously: a close — even one reported inside TcpHub::Connect
+// when the connect fails at once (EMFILE, ...) — goes to `feed`, which queues it while the driver
+// executes outputs. Thread-safety: loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+
+#include "gossip/codec.h"
+#include "gossip/transport.h"
+#include "node/endpoint.h"
+
+namespace meshtrain::daemon {
+
+class NetEndpoint : public node::Endpoint {
+ public:
+  using Feed = std::function<void(node::Input)>;
+  // A frame that arrived on a connection the node opened, as received (not yet checked).
+  using OnReply = std::function<void(node::ConnId, const gossip::Bytes&)>;
+
+  NetEndpoint(const gossip::Codec* codec, gossip::UdpEndpoint* udp, gossip::TcpHub* tcp, Feed feed,
+              OnReply on_reply);
+
+  void SendDatagram(const std::string& to, const gossip::Datagram& msg) override;
+  void Connect(node::ConnId conn, const std::string& to) override;
+  void SendFrame(node::ConnId conn, const gossip::Frame& msg) override;
+  void Close(node::ConnId conn, bool abort) override;
+
+  // Aborts connection `conn` (a node id) at once, e.g. after a bad reply.
+  void Abort(node::ConnId conn) { Close(conn, true); }
+  // True if `hub_id` is a connection the node opened (its closes are reported by Connect's
+  // handler, not the listener's).
+  bool IsOutgoing(gossip::TcpHub::ConnId hub_id) const { return node_id_.count(hub_id) > 0; }
+  uint64_t oversize_drops() const { return oversize_drops_; }
+
+ private:
+  gossip::TcpHub::ConnId HubId(node::ConnId id) const;
+
+  const gossip::Codec* codec_;
+  gossip::UdpEndpoint* udp_;
+  gossip::TcpHub* tcp_;
+  Feed feed_;
+  OnReply on_reply_;
+  std::map<node::ConnId, gossip::TcpHub::ConnId> hub_id_;  // outgoing: node id -> hub id
+  std::map<gossip::TcpHub::ConnId, node::ConnId> node_id_;
+  node::ConnId connecting_ = 0;  // the connect in progress, to see a failure inside Connect()
+  bool connect_failed_ = false;
+  uint64_t oversize_drops_ = 0;
+};
+
+}  // namespace meshtrain::daemon
