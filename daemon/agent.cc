@@ -147,7 +147,8 @@ struct Agent::Impl : RpcBackend {
           metrics.Write("member", {{"name", ev->member.name}, {"status", EventStatus(ev->kind)}});
         }
       } else if (auto* r = std::get_if<node::RoundDone>(&o)) {
-        metrics.Write("sync", {{"fanout", r->fanout}, {"bytes", r->bytes}, {"seconds", r->seconds}});
+        metrics.Write("sync",
+                      {{"fanout", r->fanout}, {"bytes", r->bytes}, {"seconds", r->seconds}});
       } else if (auto* done = std::get_if<node::CommandDone>(&o)) {
         json reply = {{"ok", done->ok}};
         if (done->joined > 0 || !done->ok) reply["joined"] = done->joined;
@@ -206,7 +207,8 @@ struct Agent::Impl : RpcBackend {
     }
   }
 
-  // ---- RPC backend --------------------------------------------------------------------------------
+  // ---- RPC backend
+  // --------------------------------------------------------------------------------
 
   json Status() override {
     StatusInputs in(config, *node);
@@ -234,7 +236,8 @@ struct Agent::Impl : RpcBackend {
               [this, tag](json r) { rpc->Reply(tag, r); });
   }
 
-  // ---- start-up and shutdown ---------------------------------------------------------------------
+  // ---- start-up and shutdown
+  // ---------------------------------------------------------------------
 
   int Start() {
     if (auto st = PrepareAgent(&config, &metrics, &keyring); !st.ok()) {
@@ -278,8 +281,9 @@ struct Agent::Impl : RpcBackend {
     }
     const auto rpc_addr = *NetAddr::Parse(config.rpc);
     if (!rpc_addr.IsLoopback()) {
-      spdlog::warn("RPC endpoint {} is not on loopback: anyone who can reach it controls this agent",
-                   config.rpc);
+      spdlog::warn(
+          "RPC endpoint {} is not on loopback: anyone who can reach it controls this agent",
+          config.rpc);
     }
     if (int rc = rpc->Listen(rpc_addr); rc != 0) {
       spdlog::error("cannot listen for RPC on {}: {}", config.rpc, uv_strerror(rc));
@@ -297,7 +301,8 @@ struct Agent::Impl : RpcBackend {
     }
     int64_t resumed = -1;
     trainer_wake = std::make_unique<gossip::Async>(&loop, [this] { OnTrainerWake(); });
-    auto made = MakeTrainer(config, &metrics, [this] { trainer_wake->Send(); }, &resumed);
+    auto made = MakeTrainer(
+        config, &metrics, [this] { trainer_wake->Send(); }, &resumed);
     if (!made.ok()) {
       spdlog::error("{}", made.status().message());
       return 2;

@@ -1,8 +1,7 @@
 #include "daemon/config.h"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <regex>
 

@@ -10,8 +10,7 @@ namespace meshtrain::daemon {
 using nlohmann::json;
 
 KeyRotation::KeyRotation(std::string self, std::shared_ptr<gossip::Keyring> keyring,
-                         const gossip::Codec* codec, gossip::TcpHub* hub,
-                         gossip::Inbound* inbound)
+                         const gossip::Codec* codec, gossip::TcpHub* hub, gossip::Inbound* inbound)
     : self_(std::move(self)),
       keyring_(std::move(keyring)),
       codec_(codec),

@@ -20,9 +20,8 @@ RpcServer::RpcServer(uv_loop_t* loop, std::string token, RpcBackend* backend)
 }
 
 int RpcServer::Listen(const gossip::NetAddr& addr) {
-  return hub_->Listen(addr, [this](gossip::TcpHub::ConnId id, gossip::Bytes&& f) {
-    OnFrame(id, std::move(f));
-  });
+  return hub_->Listen(
+      addr, [this](gossip::TcpHub::ConnId id, gossip::Bytes&& f) { OnFrame(id, std::move(f)); });
 }
 
 void RpcServer::CloseAll() { hub_->CloseAll(); }

@@ -193,8 +193,7 @@ void Trainer::Run() {
   notify_();
 }
 
-learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config,
-                                                    MetricsLog* metrics,
+learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, MetricsLog* metrics,
                                                     std::function<void()> notify,
                                                     int64_t* resumed_step) {
   *resumed_step = -1;
@@ -203,7 +202,8 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config,
   opts.dataset_dir = config.dataset_dir;
   if (!config.shard.empty()) {
     auto shard = learn::ParseShard(config.shard);
-    if (!shard.ok()) return learn::Status::InvalidArgument("invalid --shard: " + shard.status().message());
+    if (!shard.ok())
+      return learn::Status::InvalidArgument("invalid --shard: " + shard.status().message());
     opts.shard = shard.value();
   }
   opts.batch_size = config.batch;

@@ -113,8 +113,7 @@ class Trainer {
 
 // The trainer for config.task (nullptr for --task none), restored from the newest good
 // checkpoint of --data-dir; *resumed_step is the step it resumed at, or -1 for a fresh start.
-learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config,
-                                                    MetricsLog* metrics,
+learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, MetricsLog* metrics,
                                                     std::function<void()> notify,
                                                     int64_t* resumed_step);
 

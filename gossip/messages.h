@@ -177,10 +177,10 @@ struct RejectCounters {
 };
 
 // Building blocks of the checks below, for every string that arrives from the network.
-bool NoControlChars(std::string_view s);            // no ASCII control characters
-bool ValidName(std::string_view s, size_t max);     // 1..max bytes, NoControlChars
-bool ValidAddr(std::string_view a);                 // ValidWireAddr
-bool ValidFingerprint(std::string_view f);          // kFingerprintChars lowercase hex
+bool NoControlChars(std::string_view s);         // no ASCII control characters
+bool ValidName(std::string_view s, size_t max);  // 1..max bytes, NoControlChars
+bool ValidAddr(std::string_view a);              // ValidWireAddr
+bool ValidFingerprint(std::string_view f);       // kFingerprintChars lowercase hex
 
 // Name and label syntax the decoders accept: 1..max bytes, no ASCII control characters.
 bool ValidNodeName(const std::string& name);       // max kMaxSenderBytes

@@ -1,5 +1,4 @@
 #include "membership/swim.h"
-#include "membership/swim_impl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +9,7 @@
 
 #include "membership/broadcast_queue.h"
 #include "membership/lifeguard.h"
+#include "membership/swim_impl.h"
 
 namespace meshtrain::membership {
 
@@ -29,7 +29,6 @@ Swim::Impl::Impl(Config c, uint64_t seed, TimeMs now)
   next_gossip_ = now + stagger(cfg_.gossip_interval);
   next_push_pull_ = now + cfg_.push_pull_interval + stagger(cfg_.push_pull_interval);
 }
-
 
 NodeState* Swim::Impl::AddNode(const std::string& name) {
   auto owned = std::make_unique<NodeState>();

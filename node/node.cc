@@ -57,8 +57,8 @@ struct Node::Round {
   TimeMs started = 0;
   int outstanding = 0;
   int delivered = 0;
-  uint64_t bytes = 0;          // acknowledged bytes
-  uint64_t bytes_per_rx = 0;   // what one transfer costs
+  uint64_t bytes = 0;                       // acknowledged bytes
+  uint64_t bytes_per_rx = 0;                // what one transfer costs
   std::map<ConnId, std::string> transfers;  // open connection -> receiver
   std::set<ConnId> acked;
 };
@@ -220,8 +220,8 @@ std::vector<Node::PeerInfo> Node::PeerList() const {
   std::vector<PeerInfo> out;
   auto add = [&](const std::string& name, const std::string& addr, const std::string& data_addr,
                  bool live, bool alive, bool training, uint64_t step, float up, float down) {
-    out.push_back(PeerInfo{name, addr, data_addr.empty() ? addr : data_addr, live, alive,
-                           training, step, up, down});
+    out.push_back(PeerInfo{name, addr, data_addr.empty() ? addr : data_addr, live, alive, training,
+                           step, up, down});
   };
   if (swim_) {
     for (const auto& m : swim_->Members()) {
@@ -254,7 +254,7 @@ std::optional<Node::PeerInfo> Node::FindPeer(const std::string& name) const {
   auto it = external_.find(name);
   if (it == external_.end()) return std::nullopt;
   const PeerView& v = it->second;
-  return PeerInfo{v.name, v.addr, v.addr, v.alive, v.alive,
+  return PeerInfo{v.name,     v.addr, v.addr,        v.alive,        v.alive,
                   v.training, v.step, v.uplink_mbps, v.downlink_mbps};
 }
 
@@ -558,15 +558,14 @@ void Node::StartRound(TimeMs now) {
   }
   if (pending_->final) return SendRound(std::move(candidates), now);
   if (config_.select != sync::SelectPolicy::kSelmcast) {
-    return SendRound(sync::Select(config_.select, config_.name, candidates, config_.fanout, bw, rng_),
-                     now);
+    return SendRound(
+        sync::Select(config_.select, config_.name, candidates, config_.fanout, bw, rng_), now);
   }
   // The sender is part of the global plan, with the figures its peers see (published ones).
   const ms::Member* self = swim_ ? swim_->Find(config_.name) : nullptr;
-  bw[config_.name] =
-      self ? sync::NodeBandwidth{self->meta.uplink_mbps, self->meta.downlink_mbps, 0}
-           : sync::NodeBandwidth{static_cast<float>(uplink_estimate_mbps()),
-                                 static_cast<float>(downlink_estimate_mbps()), 0};
+  bw[config_.name] = self ? sync::NodeBandwidth{self->meta.uplink_mbps, self->meta.downlink_mbps, 0}
+                          : sync::NodeBandwidth{static_cast<float>(uplink_estimate_mbps()),
+                                                static_cast<float>(downlink_estimate_mbps()), 0};
   const uint64_t epoch = PlanEpoch();
   std::string view;
   for (const auto& [name, b] : bw) {  // std::map: sorted, so the text is canonical
@@ -776,10 +775,10 @@ void Node::OnForceLeave(const ForceLeaveCmd& c, TimeMs now) {
     return;
   }
   const ms::Member* m = swim_ ? swim_->Find(c.name) : nullptr;
-  Emit(CommandDone{c.tag, false, 0,
-                   m == nullptr ? "no member named '" + c.name + "'"
-                                : "member '" + c.name + "' is " + ms::StatusName(m->status) +
-                                      ", not failed"});
+  Emit(CommandDone{
+      c.tag, false, 0,
+      m == nullptr ? "no member named '" + c.name + "'"
+                   : "member '" + c.name + "' is " + ms::StatusName(m->status) + ", not failed"});
 }
 
 // Every bandwidth_interval_ms: measurements become estimates, published when they moved > 10 %.

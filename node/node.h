@@ -53,8 +53,8 @@ inline constexpr ConnId kFirstOutgoingConn = ConnId{1} << 62;
 struct NodeConfig {
   std::string name;
   std::string cluster = "default";  // seeds the shared SELMCAST plan
-  std::string addr;       // advertised membership address ("ip:port")
-  std::string data_addr;  // parameter address; empty = addr
+  std::string addr;                 // advertised membership address ("ip:port")
+  std::string data_addr;            // parameter address; empty = addr
   membership::Config membership;
   bool external_membership = false;  // the driver supplies PeerView inputs instead of SWIM
   uint64_t seed = 1;                 // the node's only source of randomness
@@ -64,10 +64,10 @@ struct NodeConfig {
   sync::BarrierConfig barrier;
   sync::SelectPolicy select = sync::SelectPolicy::kSelmcast;
   size_t fanout = 3;
-  size_t min_peers = 0;        // training peers to wait for before the first step of a fresh run
-  uint64_t start_step = 0;     // resumed from a checkpoint at this step (skips min_peers)
+  size_t min_peers = 0;     // training peers to wait for before the first step of a fresh run
+  uint64_t start_step = 0;  // resumed from a checkpoint at this step (skips min_peers)
   bool resumed = false;
-  double uplink_limit_mbps = 0;    // caps of the bandwidth estimates (0 = none)
+  double uplink_limit_mbps = 0;  // caps of the bandwidth estimates (0 = none)
   double downlink_limit_mbps = 0;
   uint32_t chunk_floats = gossip::kParamChunkFloats;
   uint32_t expected_params = 0;  // floats of the local model; other sizes are rejected
@@ -75,8 +75,8 @@ struct NodeConfig {
   std::vector<std::string> join;  // peers to contact at start
   bool retry_join = false;
   TimeMs retry_join_interval_ms = 30000;
-  TimeMs leave_max_ms = 3000;             // SPEC §3: wait at most this long for "left" to spread
-  TimeMs bandwidth_interval_ms = 2000;    // how often measurements become published estimates
+  TimeMs leave_max_ms = 3000;           // SPEC §3: wait at most this long for "left" to spread
+  TimeMs bandwidth_interval_ms = 2000;  // how often measurements become published estimates
   TimeMs min_peers_poll_ms = 100;
   uint64_t plan_epoch_steps = 16;  // a SELMCAST plan is shared for this many steps (see node.cc)
 };
@@ -99,9 +99,9 @@ struct ConnClosed {
 };
 // The trainer's state (sent whenever it changed).
 struct TrainerProgress {
-  uint64_t step = 0;      // completed steps
-  bool training = true;   // false once --steps / --target-accuracy stopped it
-  bool waiting = false;   // blocked on the barrier for step `step + 1`
+  uint64_t step = 0;     // completed steps
+  bool training = true;  // false once --steps / --target-accuracy stopped it
+  bool waiting = false;  // blocked on the barrier for step `step + 1`
 };
 // A parameter snapshot to multicast; a newer one replaces one not yet sent.
 struct SnapshotIn {
@@ -208,9 +208,9 @@ struct LeaveDone {
 // Membership changed (the driver may persist a peer snapshot).
 struct MembershipChanged {};
 
-using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
-                            MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
-                            MembershipChanged>;
+using Output =
+    std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest, MemberEvent,
+                 RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone, MembershipChanged>;
 
 // ---- Counters and state for status --------------------------------------------------------------
 

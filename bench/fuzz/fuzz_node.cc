@@ -154,9 +154,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           dg.body = gossip::ProgressQuery{in.ConsumeIntegral<uint32_t>(),
                                           in.ConsumeIntegralInRange<uint64_t>(0, 100)};
         } else {
-          dg.body = gossip::ProgressReply{in.ConsumeIntegralInRange<uint32_t>(0, 20),
-                                          in.ConsumeIntegralInRange<uint64_t>(0, 100),
-                                          in.ConsumeBool()};
+          dg.body =
+              gossip::ProgressReply{in.ConsumeIntegralInRange<uint32_t>(0, 20),
+                                    in.ConsumeIntegralInRange<uint64_t>(0, 100), in.ConsumeBool()};
         }
         n->Step(node::DatagramIn{PickAddr(in), std::move(dg)}, now);
         break;
@@ -174,7 +174,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         a.meta.uplink_mbps = in.ConsumeFloatingPointInRange<float>(0, 100);
         a.meta.downlink_mbps = in.ConsumeFloatingPointInRange<float>(0, 100);
         p.updates.push_back(a);
-        if (in.ConsumeBool()) p.updates.push_back(ms::ProgressMsg{PickName(in), in.ConsumeIntegral<uint8_t>()});
+        if (in.ConsumeBool())
+          p.updates.push_back(ms::ProgressMsg{PickName(in), in.ConsumeIntegral<uint8_t>()});
         gossip::Datagram dg;
         dg.sender = p.from;
         dg.body = std::move(p);
@@ -218,9 +219,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         n->Step(node::ConnClosed{PickConn(in), in.ConsumeBool()}, now);
         break;
       case 8: {
-        node::TrainerProgress p{in.ConsumeIntegralInRange<uint64_t>(check.trainer_step,
-                                                                    check.trainer_step + 2),
-                                in.ConsumeBool(), in.ConsumeBool()};
+        node::TrainerProgress p{
+            in.ConsumeIntegralInRange<uint64_t>(check.trainer_step, check.trainer_step + 2),
+            in.ConsumeBool(), in.ConsumeBool()};
         check.trainer_step = p.step;
         n->Step(p, now);
         break;
@@ -234,7 +235,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 10: {
         node::PlanResult r;
         r.id = in.ConsumeIntegralInRange<uint64_t>(0, 4);
-        for (int k = in.ConsumeIntegralInRange(0, 3); k > 0; --k) r.receivers.push_back(PickName(in));
+        for (int k = in.ConsumeIntegralInRange(0, 3); k > 0; --k)
+          r.receivers.push_back(PickName(in));
         n->Step(std::move(r), now);
         break;
       }
@@ -248,8 +250,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         n->Step(node::ForceLeaveCmd{1, PickName(in)}, now);
         break;
       case 14: {
-        node::PeerView v{PickName(in), PickAddr(in), in.ConsumeBool(), in.ConsumeBool(),
-                         in.ConsumeIntegralInRange<uint64_t>(0, 100), 10, 10};
+        node::PeerView v{PickName(in),
+                         PickAddr(in),
+                         in.ConsumeBool(),
+                         in.ConsumeBool(),
+                         in.ConsumeIntegralInRange<uint64_t>(0, 100),
+                         10,
+                         10};
         n->Step(v, now);
         break;
       }

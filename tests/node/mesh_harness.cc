@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "learn/mixing.h"
+#include "node/endpoint.h"
 #include "sync/selection.h"
 
 namespace meshtrain::testing {
@@ -163,78 +164,89 @@ void Mesh::MaybeCompute(size_t i) {
   });
 }
 
-void Mesh::Execute(size_t i) {
-  for (auto& o : peers_[i]->node->TakeOutput()) {
-    if (on_output) on_output(i, o);
-    if (auto* d = std::get_if<node::SendDatagram>(&o)) {
-      datagrams_++;
-      const size_t j = ByAddr(d->to);
-      if (j == peers_.size()) continue;
-      if (std::uniform_real_distribution<double>(0, 1)(rng_) < opt_.loss) continue;
-      auto in = std::make_shared<node::DatagramIn>(node::DatagramIn{peers_[i]->addr, d->msg});
-      At(now_ + Latency(), [this, j, in] { Feed(j, std::move(*in)); });
-    } else if (auto* c = std::get_if<node::Connect>(&o)) {
-      const size_t j = ByAddr(c->to);
-      const uint64_t serial = next_conn_++;
-      Conn conn{i, j, c->conn, next_accept_id_++};
-      conns_[serial] = conn;
-      conn_of_[{i, c->conn}] = serial;
-      if (j < peers_.size()) conn_of_[{j, conn.id_b}] = serial;
-      if (i == opt_.refuse_connects_from) {
-        conns_[serial].closed = true;
-        At(now_, [this, i, id = c->conn] { Feed(i, node::ConnClosed{id, false}); });
-      } else if (j == peers_.size() || peers_[j]->crashed) {
-        conns_[serial].closed = true;
-        At(now_ + kConnectTimeoutMs,
-           [this, i, id = c->conn] { Feed(i, node::ConnClosed{id, false}); });
+void Mesh::NetDatagram(size_t i, const std::string& to, const gossip::Datagram& msg) {
+  datagrams_++;
+  const size_t j = ByAddr(to);
+  if (j == peers_.size()) return;
+  if (std::uniform_real_distribution<double>(0, 1)(rng_) < opt_.loss) return;
+  auto in = std::make_shared<node::DatagramIn>(node::DatagramIn{peers_[i]->addr, msg});
+  At(now_ + Latency(), [this, j, in] { Feed(j, std::move(*in)); });
+}
+
+void Mesh::NetConnect(size_t i, node::ConnId conn, const std::string& to) {
+  const size_t j = ByAddr(to);
+  const uint64_t serial = next_conn_++;
+  const Conn link{i, j, conn, next_accept_id_++};
+  conns_[serial] = link;
+  conn_of_[{i, conn}] = serial;
+  if (j < peers_.size()) conn_of_[{j, link.id_b}] = serial;
+  if (i == opt_.refuse_connects_from) {
+    conns_[serial].closed = true;
+    At(now_, [this, i, id = conn] { Feed(i, node::ConnClosed{id, false}); });
+  } else if (j == peers_.size() || peers_[j]->crashed) {
+    conns_[serial].closed = true;
+    At(now_ + kConnectTimeoutMs, [this, i, id = conn] { Feed(i, node::ConnClosed{id, false}); });
+  }
+}
+
+void Mesh::NetFrame(size_t i, node::ConnId conn, const gossip::Frame& msg) {
+  auto it = conn_of_.find({i, conn});
+  if (it == conn_of_.end()) return;
+  Conn& cn = conns_[it->second];
+  if (cn.closed || cn.closing) return;
+  const bool forward = cn.a == i && cn.id_a == conn;
+  const size_t to = forward ? cn.b : cn.a;
+  const node::ConnId to_id = forward ? cn.id_b : cn.id_a;
+  size_t bytes = 64;
+  if (auto* ch = std::get_if<gossip::ParamChunk>(&msg.body)) bytes += ch->data.size() * 4;
+  int64_t& last = forward ? cn.last_a_to_b : cn.last_b_to_a;
+  const auto transfer = static_cast<int64_t>(bytes / (opt_.bandwidth_mbps * 1e3));
+  last = std::max(last, now_ + Latency()) + transfer;
+  auto in = std::make_shared<node::FrameIn>(node::FrameIn{to_id, msg});
+  const uint64_t serial = it->second;
+  At(last, [this, to, in, serial, i, from_id = conn] {
+    if (peers_[to]->crashed) {  // the sender learns it from a reset, later
+      Conn& k = conns_[serial];
+      if (!k.closed) {
+        k.closed = true;
+        At(now_ + kConnectTimeoutMs, [this, i, from_id] {
+          Feed(i, node::ConnClosed{from_id, false});
+        });
       }
-    } else if (auto* f = std::get_if<node::SendFrame>(&o)) {
-      auto it = conn_of_.find({i, f->conn});
-      if (it == conn_of_.end()) continue;
-      Conn& cn = conns_[it->second];
-      if (cn.closed || cn.closing) continue;
-      const bool forward = cn.a == i && cn.id_a == f->conn;
-      const size_t to = forward ? cn.b : cn.a;
-      const node::ConnId to_id = forward ? cn.id_b : cn.id_a;
-      size_t bytes = 64;
-      if (auto* ch = std::get_if<gossip::ParamChunk>(&f->msg.body)) bytes += ch->data.size() * 4;
-      int64_t& last = forward ? cn.last_a_to_b : cn.last_b_to_a;
-      const auto transfer = static_cast<int64_t>(bytes / (opt_.bandwidth_mbps * 1e3));
-      last = std::max(last, now_ + Latency()) + transfer;
-      auto in = std::make_shared<node::FrameIn>(node::FrameIn{to_id, f->msg});
-      const uint64_t serial = it->second;
-      At(last, [this, to, in, serial, i, from_id = f->conn] {
-        if (peers_[to]->crashed) {  // the sender learns it from a reset, later
-          Conn& k = conns_[serial];
-          if (!k.closed) {
-            k.closed = true;
-            At(now_ + kConnectTimeoutMs, [this, i, from_id] {
-              Feed(i, node::ConnClosed{from_id, false});
-            });
-          }
-          return;
-        }
-        if (!conns_[serial].closed) Feed(to, std::move(*in));
-      });
-    } else if (auto* cl = std::get_if<node::Close>(&o)) {
-      auto it = conn_of_.find({i, cl->conn});
-      if (it == conn_of_.end()) continue;
-      const uint64_t serial = it->second;
-      Conn& cn = conns_[serial];
-      if (cn.closed || cn.closing) continue;
-      cn.closing = true;
-      const bool forward = cn.a == i && cn.id_a == cl->conn;
-      const size_t other = forward ? cn.b : cn.a;
-      const node::ConnId other_id = forward ? cn.id_b : cn.id_a;
-      const int64_t after = std::max(forward ? cn.last_a_to_b : cn.last_b_to_a, now_) + Latency();
-      const bool clean = !cl->abort;
-      // Both ends see the close after everything sent before it has arrived.
-      At(after, [this, serial, i, self_id = cl->conn, other, other_id, clean] {
-        conns_[serial].closed = true;
-        Feed(i, node::ConnClosed{self_id, clean});
-        if (other < peers_.size()) Feed(other, node::ConnClosed{other_id, clean});
-      });
-    } else if (auto* pm = std::get_if<node::Permit>(&o)) {
+      return;
+    }
+    if (!conns_[serial].closed) Feed(to, std::move(*in));
+  });
+}
+
+void Mesh::NetClose(size_t i, node::ConnId conn, bool abort) {
+  auto it = conn_of_.find({i, conn});
+  if (it == conn_of_.end()) return;
+  const uint64_t serial = it->second;
+  Conn& cn = conns_[serial];
+  if (cn.closed || cn.closing) return;
+  cn.closing = true;
+  const bool forward = cn.a == i && cn.id_a == conn;
+  const size_t other = forward ? cn.b : cn.a;
+  const node::ConnId other_id = forward ? cn.id_b : cn.id_a;
+  const int64_t after = std::max(forward ? cn.last_a_to_b : cn.last_b_to_a, now_) + Latency();
+  const bool clean = !abort;
+  // Both ends see the close after everything sent before it has arrived.
+  At(after, [this, serial, i, self_id = conn, other, other_id, clean] {
+    conns_[serial].closed = true;
+    Feed(i, node::ConnClosed{self_id, clean});
+    if (other < peers_.size()) Feed(other, node::ConnClosed{other_id, clean});
+  });
+}
+
+void Mesh::Execute(size_t i) {
+  std::vector<node::Output> outs = peers_[i]->node->TakeOutput();
+  if (on_output) {
+    for (const auto& o : outs) on_output(i, o);
+  }
+  NodeEndpoint ep(this, i);
+  for (auto& o : node::RouteNetwork(std::move(outs), ep)) {
+    if (auto* pm = std::get_if<node::Permit>(&o)) {
       if (on_permit) on_permit(i, pm->step);
       peers_[i]->permitted = std::max(peers_[i]->permitted, pm->step);
       MaybeCompute(i);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "learn/task.h"
+#include "node/endpoint.h"
 #include "node/node.h"
 
 namespace meshtrain::testing {
@@ -32,9 +33,9 @@ struct MeshOptions {
   double straggler_factor = 1;     // node 0 is this many times slower
   double latency_ms = 1;
   double jitter_ms = 1;
-  double loss = 0;                 // datagram loss rate
-  double bandwidth_mbps = 50;      // per connection, MB/s (frame transfer time)
-  uint64_t max_steps = 0;          // the trainer stops (training=false) at this step; 0 = never
+  double loss = 0;             // datagram loss rate
+  double bandwidth_mbps = 50;  // per connection, MB/s (frame transfer time)
+  uint64_t max_steps = 0;      // the trainer stops (training=false) at this step; 0 = never
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
 };
@@ -95,6 +96,30 @@ class Mesh {
     std::function<void()> fn;
     bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
   };
+
+  // The simulated network, as node i's node::Endpoint.
+  class NodeEndpoint : public node::Endpoint {
+   public:
+    NodeEndpoint(Mesh* mesh, size_t i) : mesh_(mesh), i_(i) {}
+    void SendDatagram(const std::string& to, const gossip::Datagram& msg) override {
+      mesh_->NetDatagram(i_, to, msg);
+    }
+    void Connect(node::ConnId conn, const std::string& to) override {
+      mesh_->NetConnect(i_, conn, to);
+    }
+    void SendFrame(node::ConnId conn, const gossip::Frame& msg) override {
+      mesh_->NetFrame(i_, conn, msg);
+    }
+    void Close(node::ConnId conn, bool abort) override { mesh_->NetClose(i_, conn, abort); }
+
+   private:
+    Mesh* mesh_;
+    size_t i_;
+  };
+  void NetDatagram(size_t i, const std::string& to, const gossip::Datagram& msg);
+  void NetConnect(size_t i, node::ConnId conn, const std::string& to);
+  void NetFrame(size_t i, node::ConnId conn, const gossip::Frame& msg);
+  void NetClose(size_t i, node::ConnId conn, bool abort);
 
   void At(int64_t t, std::function<void()> fn);
   void Feed(size_t i, node::Input in);

@@ -154,9 +154,9 @@ TEST_CASE("a connect that fails at once ends the transfer and rounds go on", "[n
   const auto step0 = mesh.step(1);
   mesh.RefuseConnectsFrom(1);
   mesh.RunUntil(5000);
-  CHECK(mesh.node(1).stats().rounds > rounds0 + 50);     // rounds end (every transfer lost) ...
+  CHECK(mesh.node(1).stats().rounds > rounds0 + 50);  // rounds end (every transfer lost) ...
   CHECK(mesh.node(1).stats().fanout_sum == fanout0);  // ... and none was delivered
-  CHECK(mesh.node(0).stats().fanout_sum > 50);  // the others' transfers work
+  CHECK(mesh.node(0).stats().fanout_sum > 50);        // the others' transfers work
   CHECK(mesh.step(1) > step0 + 100);
 }
 
