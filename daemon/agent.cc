@@ -264,30 +264,25 @@ struct Agent::Impl : RpcBackend {
     timer = std::make_unique<gossip::Timer>(&loop);
 
     const auto bind = *NetAddr::Parse(config.bind);
-    if (int rc = udp->Bind(bind, [this](const uint8_t* d, size_t n,
-                                        const NetAddr& from) { OnDatagram(d, n, from); });
-        rc != 0) {
-      spdlog::error("cannot bind UDP {}: {}", config.bind, uv_strerror(rc));
-      return 1;
-    }
-    if (int rc = data_tcp->Listen(
-            bind, [this](TcpHub::ConnId id, Bytes&& f) { OnIncomingFrame(id, std::move(f)); },
-            [this](TcpHub::ConnId id, int status) {
-              if (!net->IsOutgoing(id)) Feed(node::ConnClosed{id, status == 0});
-            });
-        rc != 0) {
-      spdlog::error("cannot listen on TCP {}: {}", config.bind, uv_strerror(rc));
-      return 1;
-    }
     const auto rpc_addr = *NetAddr::Parse(config.rpc);
     if (!rpc_addr.IsLoopback()) {
       spdlog::warn(
           "RPC endpoint {} is not on loopback: anyone who can reach it controls this agent",
           config.rpc);
     }
-    if (int rc = rpc->Listen(rpc_addr); rc != 0) {
-      spdlog::error("cannot listen for RPC on {}: {}", config.rpc, uv_strerror(rc));
-      return 1;
+    for (const ::meshtrain::Status& st :
+         {udp->Bind(bind, [this](const uint8_t* d, size_t n,
+                                 const NetAddr& from) { OnDatagram(d, n, from); }),
+          data_tcp->Listen(
+              bind, [this](TcpHub::ConnId id, Bytes&& f) { OnIncomingFrame(id, std::move(f)); },
+              [this](TcpHub::ConnId id, int status) {
+                if (!net->IsOutgoing(id)) Feed(node::ConnClosed{id, status == 0});
+              }),
+          rpc->Listen(rpc_addr)}) {
+      if (!st.ok()) {
+        spdlog::error("{}", st.message());
+        return 1;
+      }
     }
     for (int sig : {SIGINT, SIGTERM}) {
       signals.push_back(std::make_unique<gossip::Signal>(&loop, sig, [this, sig] {
@@ -338,8 +333,8 @@ struct Agent::Impl : RpcBackend {
     stopping = true;
     if (trainer) {
       trainer->Stop();
-      if (auto err = trainer->SaveCheckpoint(); !err.empty()) {
-        spdlog::error("final checkpoint failed: {}", err);
+      if (auto st = trainer->SaveCheckpoint(); !st.ok()) {
+        spdlog::error("final checkpoint failed: {}", st.message());
       } else if (!config.data_dir.empty()) {
         spdlog::info("final checkpoint written at step {}", trainer->state().step);
       }

@@ -10,12 +10,14 @@ MetricsLog::~MetricsLog() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-std::string MetricsLog::Open(const std::string& path) {
-  if (path.empty()) return "";
+Status MetricsLog::Open(const std::string& path) {
+  if (path.empty()) return Status::OK();
   std::lock_guard<std::mutex> lock(mu_);
   file_ = std::fopen(path.c_str(), "a");
-  if (file_ == nullptr) return "cannot open metrics file '" + path + "': " + std::strerror(errno);
-  return "";
+  if (file_ == nullptr) {
+    return Status::IOError("cannot open metrics file '" + path + "': " + std::strerror(errno));
+  }
+  return Status::OK();
 }
 
 double MetricsLog::Elapsed() const {

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/status.h"
+
 namespace meshtrain::daemon {
 
 class MetricsLog {
@@ -19,8 +21,8 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  // Opens (appends to) `path`. Returns an error message or empty. An empty path disables it.
-  std::string Open(const std::string& path);
+  // Opens (appends to) `path`. An empty path disables it.
+  Status Open(const std::string& path);
   // Adds "t" and "event" to `fields` and appends it as one line.
   void Write(const std::string& event, nlohmann::json fields);
   double Elapsed() const;

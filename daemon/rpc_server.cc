@@ -19,7 +19,7 @@ RpcServer::RpcServer(uv_loop_t* loop, std::string token, RpcBackend* backend)
   hub_ = std::make_unique<gossip::TcpHub>(loop, opts);
 }
 
-int RpcServer::Listen(const gossip::NetAddr& addr) {
+Status RpcServer::Listen(const gossip::NetAddr& addr) {
   return hub_->Listen(
       addr, [this](gossip::TcpHub::ConnId id, gossip::Bytes&& f) { OnFrame(id, std::move(f)); });
 }

@@ -39,7 +39,7 @@ class RpcServer {
   RpcServer(const RpcServer&) = delete;
   RpcServer& operator=(const RpcServer&) = delete;
 
-  int Listen(const gossip::NetAddr& addr);  // 0 or a libuv error
+  Status Listen(const gossip::NetAddr& addr);
   void Reply(uint64_t tag, const nlohmann::json& reply);
   void CloseAll();
   uint64_t rejects() const { return rejects_; }

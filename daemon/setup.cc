@@ -9,9 +9,7 @@ namespace meshtrain::daemon {
 
 learn::Status PrepareAgent(AgentConfig* config, MetricsLog* metrics,
                            std::shared_ptr<gossip::Keyring>* keyring) {
-  if (auto err = metrics->Open(config->metrics_file); !err.empty()) {
-    return learn::Status::IOError(err);
-  }
+  if (auto st = metrics->Open(config->metrics_file); !st.ok()) return st;
   if (!config->encrypt.empty()) {
     auto key = gossip::ParseKeyBase64(config->encrypt);
     if (!key) {

@@ -65,36 +65,37 @@ TrainerState Trainer::state() const {
   return state_;
 }
 
-std::string Trainer::Restore(int64_t* resumed_step) {
-  if (options_.checkpoint_dir.empty()) return "";
+learn::Status Trainer::Restore(int64_t* resumed_step) {
+  using learn::Status;
+  if (options_.checkpoint_dir.empty()) return Status::OK();
   auto loaded = learn::LoadLatestGood(options_.checkpoint_dir);
   if (!loaded.ok()) {
-    if (loaded.status().code() == learn::Status::Code::kNotFound) return "";
-    return "no usable checkpoint in " + options_.checkpoint_dir + ": " + loaded.status().message() +
-           " (move the directory away to start from scratch)";
+    if (loaded.status().IsNotFound()) return Status::OK();
+    return Status::Corruption("no usable checkpoint in " + options_.checkpoint_dir + ": " +
+                              loaded.status().message() +
+                              " (move the directory away to start from scratch)");
   }
   for (const auto& why : loaded->skipped) {
     spdlog::error("skipped a bad checkpoint, using the previous one: {}", why);
   }
   if (loaded->data.task != task_->name()) {
-    return "checkpoint " + loaded->path + " is for task " + loaded->data.task + ", not " +
-           task_->name();
+    return Status::InvalidArgument("checkpoint " + loaded->path + " is for task " +
+                                   loaded->data.task + ", not " + task_->name());
   }
   if (auto st = learn::RestoreCheckpoint(loaded->data, task_.get()); !st.ok()) {
-    return "cannot restore " + loaded->path + ": " + st.message();
+    return Status::Corruption("cannot restore " + loaded->path + ": " + st.message());
   }
   *resumed_step = task_->steps();
   spdlog::info("resumed from {} at step {}", loaded->path, task_->steps());
-  return "";
+  return Status::OK();
 }
 
-std::string Trainer::SaveCheckpoint() {
-  if (options_.checkpoint_dir.empty()) return "";
+learn::Status Trainer::SaveCheckpoint() {
+  if (options_.checkpoint_dir.empty()) return learn::Status::OK();
   auto data = learn::CaptureCheckpoint(*task_, {{"node", options_.name}});
   auto st = learn::SaveCheckpointToDir(options_.checkpoint_dir, data);
-  if (!st.ok()) return st.message();
-  checkpoints_++;
-  return "";
+  if (st.ok()) checkpoints_++;
+  return st;
 }
 
 void Trainer::Evaluate(uint64_t step) {
@@ -170,7 +171,9 @@ void Trainer::Run() {
     }
     if (!options_.checkpoint_dir.empty() &&
         done % static_cast<uint64_t>(options_.checkpoint_every) == 0) {
-      if (auto err = SaveCheckpoint(); !err.empty()) spdlog::error("checkpoint failed: {}", err);
+      if (auto st = SaveCheckpoint(); !st.ok()) {
+        spdlog::error("checkpoint failed: {}", st.message());
+      }
       metrics_->Write("checkpoint", {{"step", done}});
     }
     if (done % static_cast<uint64_t>(options_.eval_every) == 0 ||
@@ -230,9 +233,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
   topts.checkpoint_every = config.checkpoint_every;
   auto trainer =
       std::make_unique<Trainer>(std::move(task).value(), topts, metrics, std::move(notify));
-  if (auto err = trainer->Restore(resumed_step); !err.empty()) {
-    return learn::Status::Corruption(err);
-  }
+  if (auto st = trainer->Restore(resumed_step); !st.ok()) return st;
   return trainer;
 }
 

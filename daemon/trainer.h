@@ -81,12 +81,12 @@ class Trainer {
   std::optional<Snapshot> TakeSnapshot();
   TrainerState state() const;
   size_t num_params() const { return num_params_; }
-  // Restores the newest good checkpoint of options.checkpoint_dir before Start(). Returns an
-  // error message (never silently starts from zero over a corrupt checkpoint), or "" — also
-  // when there is no checkpoint yet. `*resumed_step` is set when one was loaded.
-  std::string Restore(int64_t* resumed_step);
+  // Restores the newest good checkpoint of options.checkpoint_dir before Start(). An error (never
+  // a silent start from zero over a corrupt checkpoint); ok also when there is no checkpoint
+  // yet. `*resumed_step` is set when one was loaded.
+  learn::Status Restore(int64_t* resumed_step);
   // Writes a checkpoint now. Only while the trainer thread is stopped (or from it).
-  std::string SaveCheckpoint();
+  learn::Status SaveCheckpoint();
 
  private:
   void Run();

@@ -114,12 +114,13 @@ UdpEndpoint::UdpEndpoint(uv_loop_t* loop) : handle_(new uv_udp_t) {
 }
 UdpEndpoint::~UdpEndpoint() { Close(); }
 
-int UdpEndpoint::Bind(const NetAddr& addr, RecvFn on_recv) {
-  if (handle_ == nullptr) return UV_EBADF;
+Status UdpEndpoint::Bind(const NetAddr& addr, RecvFn on_recv) {
+  if (handle_ == nullptr) return Status::InvalidArgument("UDP endpoint is closed");
   on_recv_ = std::move(on_recv);
   int rc = uv_udp_bind(handle_, reinterpret_cast<const sockaddr*>(&addr.sa), 0);
-  if (rc != 0) return rc;
-  return uv_udp_recv_start(handle_, AllocBuffer, &UdpEndpoint::OnRecv);
+  if (rc == 0) rc = uv_udp_recv_start(handle_, AllocBuffer, &UdpEndpoint::OnRecv);
+  if (rc == 0) return Status::OK();
+  return Status::Unavailable("cannot bind UDP " + addr.ToString() + ": " + uv_strerror(rc));
 }
 
 void UdpEndpoint::OnRecv(uv_udp_t* h, ssize_t nread, const uv_buf_t* buf, const sockaddr* addr,
@@ -229,7 +230,7 @@ void TcpHub::Touch(Conn* c) {
       static_cast<uint64_t>(options_.idle_timeout_ms), 0);
 }
 
-int TcpHub::Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close) {
+Status TcpHub::Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close) {
   auto* l = new Listener;
   l->hub = this;
   l->tcp = new uv_tcp_t;
@@ -258,7 +259,8 @@ int TcpHub::Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close) {
       hub->StartReading(c);
     });
   }
-  return rc;
+  if (rc == 0) return Status::OK();
+  return Status::Unavailable("cannot listen on TCP " + addr.ToString() + ": " + uv_strerror(rc));
 }
 
 TcpHub::ConnId TcpHub::Connect(const NetAddr& addr, FrameFn on_frame, CloseFn on_close) {

@@ -18,10 +18,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/status.h"
 #include "gossip/net_addr.h"
 #include "gossip/rate_limit.h"
 
 namespace meshtrain::gossip {
+
+using ::meshtrain::Status;
 
 using Bytes = std::vector<uint8_t>;
 
@@ -84,7 +87,7 @@ class UdpEndpoint {
   UdpEndpoint& operator=(const UdpEndpoint&) = delete;
 
   // Binds and starts receiving. Returns 0 or a libuv error code (see uv_strerror).
-  int Bind(const NetAddr& addr, RecvFn on_recv);
+  Status Bind(const NetAddr& addr, RecvFn on_recv);
   // Sends one datagram (copied into the request). False if the send could not be queued.
   bool Send(const NetAddr& to, Bytes data);
   void Close();  // idempotent
@@ -127,7 +130,7 @@ class TcpHub {
   TcpHub& operator=(const TcpHub&) = delete;
 
   // Listens on addr; frames from accepted connections go to on_frame. Returns 0 or a uv error.
-  int Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close = nullptr);
+  Status Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close = nullptr);
   // Starts a connection; Send() may be called at once (writes queue until connected).
   ConnId Connect(const NetAddr& addr, FrameFn on_frame, CloseFn on_close);
   // Queues one frame. False if the connection is unknown or closing.

@@ -39,7 +39,7 @@ NetAddr Loopback(uint16_t port) { return *NetAddr::Parse("127.0.0.1:" + std::to_
 // our wrapper); returns the port.
 uint16_t ListenSomewhere(TcpHub& hub, TcpHub::FrameFn fn) {
   for (uint16_t port = 23000; port < 23400; ++port) {
-    if (hub.Listen(Loopback(port), fn) == 0) return port;
+    if (hub.Listen(Loopback(port), fn).ok()) return port;
   }
   FAIL("no free port");
   return 0;
@@ -101,7 +101,7 @@ TEST_CASE("UDP endpoint sends and receives datagrams", "[transport]") {
   for (uint16_t p = 23500; p < 23600 && port == 0; ++p) {
     if (b.Bind(Loopback(p), [&](const uint8_t* d, size_t n, const NetAddr&) {
           got.emplace_back(d, d + n);
-        }) == 0) {
+        }).ok()) {
       port = p;
     }
   }

@@ -1,6 +1,6 @@
-#include "learn/status.h"
+#include "base/status.h"
 
-namespace meshtrain::learn {
+namespace meshtrain {
 
 std::string Status::ToString() const {
   const char* name = "OK";
@@ -19,8 +19,11 @@ std::string Status::ToString() const {
     case Code::kIOError:
       name = "IOError";
       break;
+    case Code::kUnavailable:
+      name = "Unavailable";
+      break;
   }
   return std::string(name) + ": " + message_;
 }
 
-}  // namespace meshtrain::learn
+}  // namespace meshtrain
