@@ -286,6 +286,10 @@ class Node {
   };
   std::vector<PeerInfo> PeerList() const;  // everyone but self
   std::optional<PeerInfo> FindPeer(const std::string& name) const;
+  bool LiveTrainingPeer(const std::string& name) const;  // alive or suspect, and training
+  // Alive, training peers: the receivers a round may choose from. Cached between PeerViews with
+  // external membership, rebuilt per call with SWIM.
+  const std::vector<std::string>& Candidates();
   void SetOwnMeta(TimeMs now);
 
   // Barrier driving.
@@ -294,6 +298,7 @@ class Node {
 
   // Parameter rounds.
   void StartRound(TimeMs now);
+  std::vector<std::string> RandomReceivers(const std::vector<std::string>& candidates);
   void SendRound(std::vector<std::string> receivers, TimeMs now);
   void FinishTransfer(ConnId conn, bool ok, TimeMs now);
   void AbortTransfersTo(const std::string& name);
@@ -311,6 +316,8 @@ class Node {
   NodeConfig config_;
   std::unique_ptr<membership::Swim> swim_;
   std::map<std::string, PeerView> external_;  // external membership
+  std::vector<std::string> candidates_;        // Candidates()
+  bool candidates_stale_ = true;
   sync::Rng rng_;
   std::vector<Output> out_;
   NodeStats stats_;
