@@ -326,7 +326,11 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
       it->second.training != v.training) {
     candidates_stale_ = true;
   }
-  external_[v.name] = v;
+  if (it == external_.end()) {
+    external_.emplace(v.name, v);
+  } else {
+    it->second = v;
+  }
   if (barrier_) {
     // Incremental where SWIM's view is re-read per barrier run: meshes of thousands of nodes
     // use external membership, and a pass over the whole view per run would dominate.
@@ -577,6 +581,7 @@ const std::vector<std::string>& Node::Candidates() {
     for (const PeerInfo& p : PeerList()) {
       if (p.alive && p.training) candidates_.push_back(p.name);
     }
+    std::sort(candidates_.begin(), candidates_.end());  // independent of the hash order
     candidates_stale_ = false;
   }
   return candidates_;
