@@ -212,6 +212,11 @@ std::vector<Output> Node::TakeOutput() {
   return out;
 }
 
+void Node::TakeOutput(std::vector<Output>* out) {
+  out->clear();
+  out->swap(out_);
+}
+
 void Node::Reject() { stats_.rejected++; }
 
 // ---- membership ---------------------------------------------------------------------------------
@@ -385,9 +390,10 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
-    // The query carries the querier's step: progress news, but only about a live, training
-    // member (SPEC §6). A stranger would stay in the barrier's view, where nothing removes it.
-    if (barrier_ && training() && LiveTrainingPeer(dg.sender)) {
+    // The query carries the querier's step: progress news, but only about a peer the barrier
+    // already tracks (membership put it there as live and training, SPEC §6). A stranger would
+    // stay in the barrier's view, where nothing removes it.
+    if (barrier_ && training() && barrier_->view().Contains(dg.sender)) {
       barrier_->OnProgress(dg.sender, q->step, now);
     }
     Emit(SendDatagram{in.from, std::move(reply)});
@@ -528,12 +534,12 @@ void Node::RunBarrier(TimeMs now) {
   }
   const sync::Decision d = barrier_->Check(progress_.step, now, rng_);
   for (const auto& q : barrier_->TakeQueries()) {
-    auto peer = FindPeer(q.to);
-    if (!peer) continue;
+    const std::string* addr = PeerAddr(q.to);
+    if (addr == nullptr) continue;
     gossip::Datagram dg;
     dg.sender = config_.name;
     dg.body = gossip::ProgressQuery{q.seq, progress_.step};
-    Emit(SendDatagram{peer->addr, std::move(dg)});
+    Emit(SendDatagram{*addr, std::move(dg)});
   }
   if (d == sync::Decision::kPass) {
     barrier_waiting_ = false;
@@ -565,21 +571,28 @@ uint64_t Node::PlanEpoch() const {
   return min_step / std::max<uint64_t>(1, config_.plan_epoch_steps);
 }
 
-bool Node::LiveTrainingPeer(const std::string& name) const {
-  if (name == config_.name) return false;
+const std::string* Node::PeerAddr(const std::string& name) const {
+  if (name == config_.name) return nullptr;
   if (swim_) {
     const ms::Member* m = swim_->Find(name);
-    return m != nullptr && IsLive(m->status) && m->meta.training;
+    return m == nullptr ? nullptr : &m->addr;
   }
   auto it = external_.find(name);
-  return it != external_.end() && it->second.alive && it->second.training;
+  return it == external_.end() ? nullptr : &it->second.addr;
 }
 
 const std::vector<std::string>& Node::Candidates() {
   if (swim_ || candidates_stale_) {
     candidates_.clear();
-    for (const PeerInfo& p : PeerList()) {
-      if (p.alive && p.training) candidates_.push_back(p.name);
+    if (swim_) {
+      for (const PeerInfo& p : PeerList()) {
+        if (p.alive && p.training) candidates_.push_back(p.name);
+      }
+    } else {
+      candidates_.reserve(external_.size());
+      for (const auto& [name, v] : external_) {
+        if (v.alive && v.training) candidates_.push_back(name);
+      }
     }
     std::sort(candidates_.begin(), candidates_.end());  // independent of the hash order
     candidates_stale_ = false;

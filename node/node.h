@@ -238,6 +238,9 @@ class Node {
   // Earliest time Tick must run; never in the past by more than the caller's lateness.
   TimeMs NextDeadline() const;
   std::vector<Output> TakeOutput();
+  // The same into `*out` (cleared first); both vectors keep their capacity, so a driver that
+  // reuses its buffer allocates nothing per input (the simulator runs millions of them).
+  void TakeOutput(std::vector<Output>* out);
 
   // ---- Read-only views (status, members, tests) ----
   const NodeConfig& config() const { return config_; }
@@ -287,7 +290,7 @@ class Node {
   };
   std::vector<PeerInfo> PeerList() const;  // everyone but self
   std::optional<PeerInfo> FindPeer(const std::string& name) const;
-  bool LiveTrainingPeer(const std::string& name) const;  // alive or suspect, and training
+  const std::string* PeerAddr(const std::string& name) const;  // membership address, or null
   // Alive, training peers: the receivers a round may choose from. Cached between PeerViews with
   // external membership, rebuilt per call with SWIM.
   const std::vector<std::string>& Candidates();
