@@ -42,20 +42,51 @@ NodeNet::NodeNet(size_t nodes, const NetModel& model, size_t param_bytes, uint64
       downlink_free_(nodes, 0),
       traffic_(nodes) {
   for (size_t i = 0; i < nodes; ++i) names_[i] = "n" + std::to_string(i);
-  heap_.reserve(4 * nodes + 1024);
+  wheel_.resize(static_cast<size_t>(kWheelMs));
   slots_.reserve(4 * nodes + 1024);
 }
 
 void NodeNet::Push(TimeMs at, SimEvent::Kind kind, uint32_t node, uint32_t slot) {
-  heap_.push_back(SimEvent{at, seq_++, node, slot, kind});
-  std::push_heap(heap_.begin(), heap_.end(), Later());
+  at = std::max(at, cur_);
+  const SimEvent ev{at, seq_++, node, slot, kind};
+  if (at - cur_ < kWheelMs) {
+    wheel_[static_cast<size_t>(at & (kWheelMs - 1))].push_back(ev);
+    ++in_wheel_;
+  } else {
+    far_.push_back(ev);
+    std::push_heap(far_.begin(), far_.end(), Later());
+  }
 }
 
-SimEvent NodeNet::Pop() {
-  std::pop_heap(heap_.begin(), heap_.end(), Later());
-  const SimEvent ev = heap_.back();
-  heap_.pop_back();
-  return ev;
+bool NodeNet::PopUntil(TimeMs until, SimEvent* ev) {
+  for (;;) {
+    // An event that waited in far_ for this millisecond was pushed before any event of its
+    // bucket (it was out of the wheel's reach then): it has the smaller sequence number.
+    if (!far_.empty() && far_.front().at == cur_) {
+      std::pop_heap(far_.begin(), far_.end(), Later());
+      *ev = far_.back();
+      far_.pop_back();
+      return true;
+    }
+    std::vector<SimEvent>& bucket = wheel_[static_cast<size_t>(cur_ & (kWheelMs - 1))];
+    if (pos_ < bucket.size()) {
+      *ev = bucket[pos_++];
+      --in_wheel_;
+      return true;
+    }
+    bucket.clear();
+    pos_ = 0;
+    if (cur_ >= until) return false;
+    if (in_wheel_ == 0) {
+      if (far_.empty()) {
+        cur_ = until;
+        return false;
+      }
+      cur_ = std::min(far_.front().at, until);
+    } else {
+      ++cur_;
+    }
+  }
 }
 
 void NodeNet::Deliver(TimeMs at, uint32_t node, node::Input in) {

@@ -1,5 +1,8 @@
-// The simulated world between node::Node instances (sim/node_sim.h): one event heap ordered by
-// (virtual time, sequence number) and the network model of PspSimOptions::net.
+// The simulated world between node::Node instances (sim/node_sim.h): one event queue ordered by
+// (virtual time, sequence number) and the network model of PspSimOptions::net. The queue is a
+// timing wheel of 1 ms buckets (events of a bucket in push order, which is sequence order) over
+// the next kWheelMs, with a binary heap for events further ahead: O(1) per event where a heap of
+// a million events would cost a cache miss per level.
 //
 // Everything a node's output causes at another node (or at itself) becomes an input delivered
 // through the heap, never synchronously (STYLE.md):
@@ -63,11 +66,12 @@ class NodeNet {
   NodeNet(const NodeNet&) = delete;
   NodeNet& operator=(const NodeNet&) = delete;
 
-  // ---- the event heap ----
+  // ---- the event queue ----
+  // Schedules an event; `at` must not be before the last popped event (it is clamped).
   void Push(TimeMs at, SimEvent::Kind kind, uint32_t node, uint32_t slot = 0);
-  bool empty() const { return heap_.empty(); }
-  TimeMs next_time() const { return heap_.front().at; }
-  SimEvent Pop();
+  // The earliest event if it is due at or before `until`; false otherwise. After false, events
+  // may still be pushed for any time >= `until`.
+  bool PopUntil(TimeMs until, SimEvent* ev);
   // Delivers `in` to `node` at `at` (a kInput event).
   void Deliver(TimeMs at, uint32_t node, node::Input in);
   // The input of a kInput event (once).
@@ -128,7 +132,12 @@ class NodeNet {
   std::vector<double> downlink_free_;  // same for its downlink
   std::vector<NodeTraffic> traffic_;
 
-  std::vector<SimEvent> heap_;  // a binary heap (std::push_heap) with the earliest on top
+  static constexpr TimeMs kWheelMs = TimeMs{1} << 14;
+  std::vector<std::vector<SimEvent>> wheel_;  // bucket at & (kWheelMs - 1), for [cur_, +kWheelMs)
+  TimeMs cur_ = 0;                            // the bucket being drained
+  size_t pos_ = 0;                            // next event in it
+  size_t in_wheel_ = 0;
+  std::vector<SimEvent> far_;  // a binary heap (std::push_heap), earliest on top
   uint64_t seq_ = 0;
   std::vector<node::Input> slots_;  // inputs in flight, by slot
   std::vector<uint32_t> free_slots_;

@@ -160,8 +160,8 @@ void NodeSim::SetupNodes() {
       pv.name = net_->name(j);
       pv.addr = pv.name;
       nodes_[i]->Step(pv, now_);
+      Drain(i);  // a short output vector stays in cache
     }
-    Drain(i);
   }
 }
 
@@ -185,8 +185,8 @@ learn::Status NodeSim::WarmUpMembership() {
 }
 
 void NodeSim::RunUntil(TimeMs until) {
-  while (!net_->empty() && net_->next_time() <= until) {
-    const SimEvent ev = net_->Pop();
+  SimEvent ev;
+  while (net_->PopUntil(until, &ev)) {
     now_ = std::max(now_, ev.at);
     Handle(ev);
   }
@@ -204,8 +204,9 @@ void NodeSim::Arm(uint32_t i) {
 }
 
 void NodeSim::Drain(uint32_t i) {
-  std::vector<node::Output> out = nodes_[i]->TakeOutput();
-  for (node::Output& o : out) Dispatch(i, o);
+  // Dispatch never re-enters Drain: what it causes at a node comes back through the queue.
+  nodes_[i]->TakeOutput(&outputs_);
+  for (node::Output& o : outputs_) Dispatch(i, o);
   Arm(i);
 }
 
@@ -437,8 +438,8 @@ PspSimResult NodeSim::Run() {
                SimEvent::kCrash, 0, c);
   }
   Sample();  // t = 0; schedules the next sample
-  while (!net_->empty() && net_->next_time() <= end_) {
-    const SimEvent ev = net_->Pop();
+  SimEvent ev;
+  while (net_->PopUntil(end_, &ev)) {
     now_ = std::max(now_, ev.at);
     Handle(ev);
     if (o_.observer) o_.observer(steps_, live_);

@@ -92,6 +92,7 @@ class NodeSim {
   std::vector<uint64_t> steps_;               // trainers' completed steps (for the observer)
   std::vector<uint8_t> live_;                 // not crashed
   std::vector<TimeMs> tick_at_;               // the kTick event each node waits for
+  std::vector<node::Output> outputs_;         // Drain's buffer
   std::vector<std::vector<uint32_t>> views_;  // external membership: each node's peers, sorted
   std::shared_ptr<const std::vector<float>> no_task_params_;
   std::shared_ptr<const learn::SyntheticData> data_;
