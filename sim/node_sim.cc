@@ -488,6 +488,12 @@ PspSimResult NodeSim::Collect() {
   r.membership_messages = net_->membership_datagrams() - membership_at_t0_;
   r.messages_per_node = static_cast<double>(messages) / static_cast<double>(n_);
   r.bytes_per_node = static_cast<double>(bytes) / static_cast<double>(n_);
+  if (data_) {
+    r.node_errors.assign(n_, std::numeric_limits<double>::quiet_NaN());
+    for (uint32_t i = 0; i < n_; ++i) {
+      if (live_[i]) r.node_errors[i] = trainers_[i].task->Evaluate().loss;
+    }
+  }
   if (!r.series.empty() && r.series.back().error) {
     r.error = r.series.back().error;
     r.error_avg_model = r.series.back().error_avg_model;

@@ -159,6 +159,7 @@ struct PspSimResult {
   std::optional<double> error;             // final mean node test MSE (task only)
   std::optional<double> error_avg_model;   // final MSE of the averaged model (task only)
   std::optional<double> time_to_target_s;  // first sample with error ≤ target_error
+  std::vector<double> node_errors;  // final test MSE per node (task only; NaN for crashed nodes)
 
   std::vector<TimePoint> series;                  // one per virtual second (and t = 0)
   std::vector<std::vector<uint64_t>> node_steps;  // [second][node], with record_nodes
