@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <regex>
 
 #include "gossip/net_addr.h"
@@ -102,6 +104,40 @@ membership::Config AgentConfig::MembershipConfig() const {
     c.push_pull_interval = static_cast<membership::TimeMs>(push_pull_interval_s * 1000);
   }
   return c;
+}
+
+std::string AgentConfig::Banner(bool encrypted) const {
+  return fmt::format(
+      "meshtrain agent {}\n  name:      {}\n  bind:      {}\n  advertise: {}\n  rpc:       {}\n"
+      "  cluster:   {}\n  encrypted: {}\n  profile:   {}\n  task:      {}\n"
+      "  barrier:   {}\n  selection: {}\n",
+      MESHTRAIN_VERSION_STRING, name, bind, advertise, rpc, cluster, encrypted ? "yes" : "no",
+      profile, task, barrier, select);
+}
+
+node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) const {
+  node::NodeConfig n;
+  n.name = name;
+  n.cluster = cluster;
+  n.addr = advertise;
+  n.data_addr = advertise;
+  n.membership = MembershipConfig();
+  n.seed = seed;
+  n.training = task != "none";
+  n.barrier.policy = *sync::ParsePolicy(barrier);
+  n.barrier.staleness = static_cast<uint64_t>(staleness);
+  n.barrier.sample = static_cast<size_t>(sample);
+  n.select = *sync::ParseSelectPolicy(select);
+  n.fanout = static_cast<size_t>(fanout);
+  n.min_peers = static_cast<size_t>(std::max(0, min_peers));
+  n.resumed = resumed_step >= 0;
+  n.start_step = resumed_step >= 0 ? static_cast<uint64_t>(resumed_step) : 0;
+  n.uplink_limit_mbps = uplink_limit;
+  n.downlink_limit_mbps = downlink_limit;
+  n.join = join;
+  n.retry_join = retry_join;
+  n.retry_join_interval_ms = retry_join_interval_ms;
+  return n;
 }
 
 }  // namespace meshtrain::daemon

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "membership/swim.h"
+#include "node/node.h"
 
 namespace meshtrain::daemon {
 
@@ -59,6 +60,11 @@ struct AgentConfig {
   std::string Finalize();
   // The membership timing for this configuration (profile plus overrides).
   membership::Config MembershipConfig() const;
+  // The start-up banner (SPEC §3): name, bind, rpc, cluster, encrypted, task, barrier, selection.
+  std::string Banner(bool encrypted) const;
+  // The node core's configuration; `seed` is the node's RNG seed, `resumed_step` the checkpoint
+  // step it resumed at (-1: a fresh start).
+  node::NodeConfig NodeConfig(uint64_t seed, int64_t resumed_step) const;
 };
 
 }  // namespace meshtrain::daemon

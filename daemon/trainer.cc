@@ -193,4 +193,47 @@ void Trainer::Run() {
   notify_();
 }
 
+learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config,
+                                                    MetricsLog* metrics,
+                                                    std::function<void()> notify,
+                                                    int64_t* resumed_step) {
+  *resumed_step = -1;
+  if (config.task == "none") return std::unique_ptr<Trainer>();
+  learn::TaskOptions opts;
+  opts.dataset_dir = config.dataset_dir;
+  if (!config.shard.empty()) {
+    auto shard = learn::ParseShard(config.shard);
+    if (!shard.ok()) return learn::Status::InvalidArgument("invalid --shard: " + shard.status().message());
+    opts.shard = shard.value();
+  }
+  opts.batch_size = config.batch;
+  opts.lr = static_cast<float>(config.lr);
+  opts.momentum = static_cast<float>(config.momentum);
+  // Every node starts from the same parameters (gossip averaging assumes one model); sample
+  // order differs per node.
+  opts.init_seed = 0x6d657368;
+  opts.data_seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
+  spdlog::info("loading task {}", config.task);
+  auto task = learn::MakeTask(config.task, opts);
+  if (!task.ok()) {
+    return learn::Status::InvalidArgument("cannot start task " + config.task + ": " +
+                                          task.status().message());
+  }
+  TrainerOptions topts;
+  topts.max_steps = config.steps;
+  topts.target_accuracy = config.target_accuracy;
+  topts.eval_every = config.eval_every;
+  topts.sync_every = config.sync_every;
+  topts.slowdown = config.slowdown;
+  topts.name = config.name;
+  topts.checkpoint_dir = config.data_dir;
+  topts.checkpoint_every = config.checkpoint_every;
+  auto trainer =
+      std::make_unique<Trainer>(std::move(task).value(), topts, metrics, std::move(notify));
+  if (auto err = trainer->Restore(resumed_step); !err.empty()) {
+    return learn::Status::Corruption(err);
+  }
+  return trainer;
+}
+
 }  // namespace meshtrain::daemon

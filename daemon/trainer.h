@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/config.h"
+#include "learn/status.h"
 #include "learn/task.h"
 
 namespace meshtrain::daemon {
@@ -108,5 +110,12 @@ class Trainer {
 
   std::thread thread_;
 };
+
+// The trainer for config.task (nullptr for --task none), restored from the newest good
+// checkpoint of --data-dir; *resumed_step is the step it resumed at, or -1 for a fresh start.
+learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config,
+                                                    MetricsLog* metrics,
+                                                    std::function<void()> notify,
+                                                    int64_t* resumed_step);
 
 }  // namespace meshtrain::daemon

@@ -118,8 +118,8 @@ void Node::Start(TimeMs now) {
     if (config_.training) {
       published_training_ = true;
       swim_->SetStep(progress_.step);
+      SetOwnMeta(now);  // training and the bandwidth caps travel in the alive message
     }
-    SetOwnMeta(now);
     if (!config_.join.empty()) {
       swim_->Join(config_.join, now);
       if (config_.retry_join) retry_join_at_ = now + config_.retry_join_interval_ms;

@@ -1,0 +1,24 @@
+// Work that is not I/O — a SELMCAST solve, an fsync — runs on libuv's thread pool, off the loop
+// thread; its completion comes back on the loop thread (STYLE.md: libuv ownership).
+// Thread-safety: Offload is called on the loop thread; `work` runs on a pool thread and must not
+// touch loop-thread state; `done` runs on the loop thread.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+
+#include "node/node.h"
+
+namespace meshtrain::daemon {
+
+// Runs `work` on the thread pool, then `done` on the loop thread. If the request cannot be
+// queued, both run at once on the calling thread.
+void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> done);
+
+// Solves a SELMCAST plan (sync::Select with the request's seed) on the thread pool; `done` gets
+// the answer on the loop thread.
+void SolvePlanOffLoop(uv_loop_t* loop, node::PlanRequest req,
+                      std::function<void(node::PlanResult)> done);
+
+}  // namespace meshtrain::daemon

@@ -1,0 +1,59 @@
+// The agent's control endpoint (SPEC §3, --rpc): one request frame per connection, parsed by
+// ParseRpcRequest (daemon/rpc.h), checked against the RPC token, and dispatched to a backend;
+// every reply is one JSON object written with JsonText (never throws).
+//
+// Commands that finish later (join, force-leave, keys) get a tag; the backend completes them with
+// Reply(tag, json). Thread-safety: loop thread only.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "daemon/rpc.h"
+#include "gossip/net_addr.h"
+#include "gossip/transport.h"
+
+namespace meshtrain::daemon {
+
+class RpcBackend {
+ public:
+  virtual ~RpcBackend() = default;
+  virtual nlohmann::json Status() = 0;
+  virtual nlohmann::json Members() = 0;
+  // Deferred commands: answer with RpcServer::Reply(tag, ...).
+  virtual void Join(uint64_t tag, const std::vector<std::string>& addrs) = 0;
+  virtual void ForceLeave(uint64_t tag, const std::string& name) = 0;
+  virtual void Keys(uint64_t tag, const RpcRequest& req) = 0;
+  // Replied to at once with {"ok":true}; the agent then leaves.
+  virtual void Leave() = 0;
+};
+
+class RpcServer {
+ public:
+  RpcServer(uv_loop_t* loop, std::string token, RpcBackend* backend);
+  RpcServer(const RpcServer&) = delete;
+  RpcServer& operator=(const RpcServer&) = delete;
+
+  int Listen(const gossip::NetAddr& addr);  // 0 or a libuv error
+  void Reply(uint64_t tag, const nlohmann::json& reply);
+  void CloseAll();
+  uint64_t rejects() const { return rejects_; }
+
+ private:
+  void OnFrame(gossip::TcpHub::ConnId id, gossip::Bytes&& payload);
+  void Send(gossip::TcpHub::ConnId id, const nlohmann::json& reply);
+
+  std::string token_;
+  RpcBackend* backend_;
+  std::unique_ptr<gossip::TcpHub> hub_;
+  std::map<uint64_t, gossip::TcpHub::ConnId> waiting_;  // tag -> connection
+  uint64_t next_tag_ = 1;
+  uint64_t rejects_ = 0;
+};
+
+}  // namespace meshtrain::daemon

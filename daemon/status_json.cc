@@ -1,0 +1,89 @@
+#include "daemon/status_json.h"
+
+namespace meshtrain::daemon {
+
+using nlohmann::json;
+
+const char* EventStatus(membership::Event::Kind kind) {
+  using K = membership::Event::Kind;
+  switch (kind) {
+    case K::kJoined:
+    case K::kAlive:
+    case K::kUpdated:
+      return "alive";
+    case K::kSuspect:
+      return "suspect";
+    case K::kFailed:
+      return "failed";
+    case K::kLeft:
+      return "left";
+    case K::kReaped:
+      return "reaped";
+  }
+  return "unknown";
+}
+
+std::vector<std::pair<std::string, std::string>> LivePeers(
+    const std::vector<membership::Member>& members, const std::string& self) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& m : members) {
+    if (m.name != self && m.status == membership::Status::kAlive) out.emplace_back(m.name, m.addr);
+  }
+  return out;
+}
+
+json MembersJson(const std::vector<membership::Member>& members) {
+  json arr = json::array();
+  for (const auto& m : members) {
+    arr.push_back({{"name", m.name},
+                   {"addr", m.addr},
+                   {"status", membership::StatusName(m.status)},
+                   {"incarnation", m.incarnation},
+                   {"step", m.step},
+                   {"training", m.meta.training},
+                   {"uplink_mbps", m.meta.uplink_mbps},
+                   {"downlink_mbps", m.meta.downlink_mbps}});
+  }
+  return {{"members", arr}};
+}
+
+json StatusJson(const StatusInputs& in) {
+  const node::Node& n = in.node;
+  const TrainerState st = in.trainer.value_or(TrainerState{});
+  const bool has_trainer = in.trainer.has_value();
+  json rejected = json::object();
+  for (size_t i = 0; i < gossip::kNumRejects; ++i) {
+    const auto r = static_cast<gossip::Reject>(i);
+    if (in.rejects.get(r) > 0) rejected[gossip::RejectName(r)] = in.rejects.get(r);
+  }
+  if (n.stats().rejected > 0) rejected["node"] = n.stats().rejected;
+  if (in.rpc_rejects > 0) rejected["rpc"] = in.rpc_rejects;
+  if (in.framing_errors > 0) rejected["framing"] = in.framing_errors;
+  if (in.refused_connections > 0) rejected["connections_refused"] = in.refused_connections;
+  const uint64_t rejected_total =
+      in.rejects.total() + n.stats().rejected + in.rpc_rejects + in.framing_errors;
+  const auto& s = n.stats();
+  return {{"name", in.config.name},
+          {"step", st.step},
+          {"loss", st.loss ? json(*st.loss) : json(nullptr)},
+          {"accuracy", st.accuracy ? json(*st.accuracy) : json(nullptr)},
+          {"training", has_trainer && st.training},
+          {"train_loss", st.train_loss},
+          {"params_received", s.params_received},
+          {"params_crc32", st.params_crc32},
+          {"rounds", s.rounds},
+          {"barrier", in.config.barrier},
+          {"select", in.config.select},
+          {"peers_alive", n.PeersAlive()},
+          {"barrier_wait_s", n.BarrierWaitSeconds(in.now)},
+          {"bytes_sent", in.bytes_sent},
+          {"bytes_received", in.bytes_received},
+          {"mean_fanout", s.rounds ? static_cast<double>(s.fanout_sum) / s.rounds : 0.0},
+          {"rejected_packets", rejected_total},
+          {"rejected_by_reason", rejected},
+          {"health_score", n.HealthScore()},
+          {"incarnation", n.Incarnation()},
+          {"uptime_s", in.uptime_s}};
+}
+
+}  // namespace meshtrain::daemon

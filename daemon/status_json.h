@@ -1,0 +1,42 @@
+// The JSON documents of `meshtrain status` and `meshtrain members` (SPEC §3 output contracts),
+// built from plain inputs so that tests can check them without an agent.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "daemon/config.h"
+#include "daemon/trainer.h"
+#include "gossip/messages.h"
+#include "membership/swim.h"
+#include "node/node.h"
+
+namespace meshtrain::daemon {
+
+struct StatusInputs {
+  StatusInputs(const AgentConfig& c, const node::Node& n) : config(c), node(n) {}
+  const AgentConfig& config;
+  const node::Node& node;
+  std::optional<TrainerState> trainer;  // absent with --task none
+  int64_t now = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  gossip::RejectCounters rejects;
+  uint64_t rpc_rejects = 0;
+  uint64_t framing_errors = 0;
+  uint64_t refused_connections = 0;
+  double uptime_s = 0;
+};
+
+nlohmann::json StatusJson(const StatusInputs& in);
+nlohmann::json MembersJson(const std::vector<membership::Member>& members);
+// (name, addr) of the alive members other than `self`.
+std::vector<std::pair<std::string, std::string>> LivePeers(
+    const std::vector<membership::Member>& members, const std::string& self);
+// "alive", "suspect", "failed", "left", "reaped" for the metrics file's member events.
+const char* EventStatus(membership::Event::Kind kind);
+
+}  // namespace meshtrain::daemon

@@ -1,0 +1,214 @@
+// Internals of membership::Swim shared by swim.cc (state, updates, the public API) and
+// swim_probe.cc (probing, gossip and push-pull scheduling). Not part of the library's API.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "membership/broadcast_queue.h"
+#include "membership/lifeguard.h"
+#include "membership/swim.h"
+
+namespace meshtrain::membership {
+
+namespace swim_detail {
+
+constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
+
+// Lifeguard nacks: an intermediary that has not heard from the target after this fraction of
+// the probe timeout tells the origin so, early enough to reach it before the origin's deadline.
+constexpr double kNackFraction = 0.8;
+
+// A member we hear from but do not know (we missed its alive message, or reaped it while it
+// was cut off) gets a push-pull after this many probe intervals, unless gossip told us about
+// it meanwhile. At most this many such senders are remembered at once.
+constexpr TimeMs kUnknownSenderGraceIntervals = 2;
+constexpr size_t kMaxUnknownSenders = 64;
+
+// memberlist pushPullScale: above this many members the push-pull interval grows with
+// log2(n), so full-state syncs stay O(1) per second cluster-wide instead of O(n).
+constexpr size_t kPushPullScaleThreshold = 32;
+
+inline bool IsLive(Status s) { return s == Status::kAlive || s == Status::kSuspect; }
+inline bool IsDeadOrLeft(Status s) { return !IsLive(s); }
+
+inline TimeMs PushPullScale(TimeMs interval, size_t n) {
+  if (n <= kPushPullScaleThreshold) return interval;
+  const double mult =
+      std::ceil(std::log2(static_cast<double>(n)) - std::log2(double{kPushPullScaleThreshold})) +
+      1.0;
+  return static_cast<TimeMs>(static_cast<double>(interval) * mult);
+}
+
+// Lifeguard suspicion state for one suspected member (memberlist suspicion.go).
+struct Suspicion {
+  TimeMs start = 0;
+  TimeMs min = 0;
+  TimeMs max = 0;
+  int expected = 0;       // K: confirmations that bring the timeout down to min
+  int confirmations = 0;  // independent confirmations so far (the first accuser excluded)
+  std::vector<std::string> accusers;
+  TimeMs deadline = 0;
+  TimeMs refresh_at = 0;  // when to gossip the suspicion again (see RefreshSuspicion)
+};
+
+struct NodeState {
+  Member m;
+  std::optional<Suspicion> suspicion;
+  TimeMs reap_at = kNever;
+};
+
+// Our own probe in flight (memberlist probeNode, as a resumable state machine).
+struct Probe {
+  bool active = false;
+  uint32_t seq = 0;
+  std::string target;
+  TimeMs timeout_at = 0;  // direct ack deadline; then indirect pings
+  TimeMs deadline = 0;    // end of the probe interval; then suspect the target
+  bool indirect_sent = false;
+  int expected_nacks = 0;
+  int nacks = 0;
+};
+
+// An indirect ping we are running for another member (SWIM ping-req at the intermediary).
+struct Relay {
+  std::string origin_addr;
+  uint32_t origin_seq = 0;
+  bool want_nack = false;
+  bool nack_sent = false;
+  TimeMs nack_at = 0;
+  TimeMs expire_at = 0;
+};
+
+}  // namespace swim_detail
+using namespace swim_detail;  // NOLINT: internal header of swim.cc/swim_probe.cc
+
+struct Swim::Impl {
+  Impl(Config c, uint64_t seed, TimeMs now);
+
+  // ---- state updates (memberlist state.go) ----
+  NodeState* FindState(const std::string& name) {
+    auto it = map_.find(name);
+    return it == map_.end() ? nullptr : it->second.get();
+  }
+  NodeState* AddNode(const std::string& name);
+  void RemoveNode(NodeState* st);
+  void SetStatus(NodeState* st, Status s);
+  void Emit(Event::Kind kind, const NodeState* st) {
+    if (st != self_) events_.push_back(Event{kind, st->m});
+  }
+  void ClearSuspicion(NodeState* st);
+  void RefreshSuspicion(NodeState* st);
+  void StartSuspicion(NodeState* st, const std::string& from);
+  bool Confirm(NodeState* st, const std::string& from);
+  // `spread` = false learns without re-gossiping (state that is old news to the cluster).
+  void OnAlive(const AliveMsg& a, bool spread = true);
+  void OnSuspect(const SuspectMsg& s);
+  void OnDead(const DeadMsg& d);
+  void OnProgress(const ProgressMsg& p);
+  void OnUpdate(const Update& u);
+  void Refute(uint32_t accused);
+  void NoteStale(const NodeState* st);
+  void MergeState(const std::vector<MemberState>& remote, bool spread = true);
+  std::vector<MemberState> LocalState() const;
+
+  // ---- failure detector ----
+  NodeState* NextProbeTarget();
+  void StartProbe();
+  void SendIndirectPings();
+  void ProbeFailed();
+  void ProbeSucceeded();
+
+  // ---- dissemination ----
+  int RetransmitLimit() const {
+    const double n = static_cast<double>(nodes_.size());
+    return cfg_.retransmit_mult * static_cast<int>(std::ceil(std::log10(n + 1.0)));
+  }
+  void SendPacket(const std::string& to, Primary primary, std::vector<Update> extra = {});
+  // Sends `u` directly to up to kAnnounceFanout random live members, besides queueing it for
+  // gossip. Used for rare, important news (our join, our leave, a force-leave): in small
+  // clusters the retransmit budget (RetransmitMult × ceil(log10(n+1)), as low as 2) can be
+  // spent on packets to the recently dead or to the subject itself, leaving a member to learn
+  // the news only at the next push-pull.
+  void Announce(const Update& u);
+  static constexpr size_t kAnnounceFanout = 32;
+  void Gossip();
+  void StartPushPulls();
+  void QueueProgress();
+  TimeMs NextGossip() const;
+
+  // Up to k distinct random members accepted by `accept`, by rejection sampling over at most
+  // 3·n draws (memberlist kRandomNodes): O(k) when most members qualify, never O(n²).
+  template <typename F>
+  std::vector<NodeState*> RandomNodes(size_t k, F accept) {
+    std::vector<NodeState*> out;
+    const size_t n = nodes_.size();
+    for (size_t i = 0; i < 3 * n && out.size() < k; ++i) {
+      NodeState* cand = nodes_[rng_() % n];
+      if (!accept(cand)) continue;
+      if (std::find(out.begin(), out.end(), cand) != out.end()) continue;
+      out.push_back(cand);
+    }
+    return out;
+  }
+  // One uniformly random member accepted by `accept`, by a full O(n) scan (for rare states).
+  template <typename F>
+  NodeState* PickOne(F accept) {
+    NodeState* chosen = nullptr;
+    uint64_t seen = 0;
+    for (NodeState* st : nodes_) {
+      if (!accept(st)) continue;
+      ++seen;
+      if (rng_() % seen == 0) chosen = st;  // reservoir sampling
+    }
+    return chosen;
+  }
+
+  uint32_t NextSeq() { return next_seq_++; }
+
+  Config cfg_;
+  std::mt19937_64 rng_;
+  TimeMs now_;
+
+  std::unordered_map<std::string, std::unique_ptr<NodeState>> map_;
+  std::vector<NodeState*> nodes_;  // probe order (memberlist's shuffled nodes slice)
+  size_t probe_index_ = 0;
+  NodeState* self_ = nullptr;
+  size_t num_live_ = 0;
+
+  Probe probe_;
+  std::map<uint32_t, Relay> relays_;  // by the seq of our ping to the target
+  uint32_t next_seq_ = 1;
+
+  std::set<std::pair<TimeMs, std::string>> suspicion_timers_;
+  std::set<std::pair<TimeMs, std::string>> refresh_timers_;
+  std::set<std::pair<TimeMs, std::string>> reap_timers_;
+
+  TimeMs next_probe_;
+  TimeMs next_gossip_;
+  TimeMs next_push_pull_;
+  bool progress_dirty_ = false;
+  TimeMs last_progress_queued_ = std::numeric_limits<TimeMs>::min() / 2;
+  bool left_ = false;
+
+  BroadcastQueue queue_;
+  Awareness awareness_;
+
+  // Senders not in our member list, by name: (address, first heard).
+  std::map<std::string, std::pair<std::string, TimeMs>> unknown_senders_;
+
+  // Corrections for stale accusations found in the packet being handled (see NoteStale).
+  bool collecting_ = false;
+  std::vector<Update> corrections_;
+
+  std::vector<OutPacket> out_packets_;
+  std::vector<OutPushPull> out_push_pulls_;
+  std::vector<Event> events_;
+  Stats stats_;
+};
+
+}  // namespace meshtrain::membership

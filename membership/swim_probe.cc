@@ -1,0 +1,150 @@
+// SWIM probing (direct ping, indirect ping-reqs, Lifeguard nacks), piggybacked gossip and the
+// push-pull schedule: the half of Swim::Impl that decides what to send when.
+#include "membership/swim_impl.h"
+
+namespace meshtrain::membership {
+
+NodeState* Swim::Impl::NextProbeTarget() {
+  // Randomized round-robin (SWIM §4.3): walk a shuffled list, reshuffle after each pass.
+  for (size_t checked = 0; checked < nodes_.size(); ++checked) {
+    if (probe_index_ >= nodes_.size()) {
+      std::shuffle(nodes_.begin(), nodes_.end(), rng_);
+      probe_index_ = 0;
+    }
+    NodeState* st = nodes_[probe_index_++];
+    if (st == self_ || IsDeadOrLeft(st->m.status)) continue;
+    return st;
+  }
+  return nullptr;
+}
+
+void Swim::Impl::StartProbe() {
+  // Lifeguard: the interval and the timeout stretch with our own health score.
+  const TimeMs interval = awareness_.Scale(cfg_.probe_interval);
+  next_probe_ = now_ + interval;
+  NodeState* target = NextProbeTarget();
+  if (target == nullptr) return;
+  probe_ = Probe{};
+  probe_.active = true;
+  probe_.seq = NextSeq();
+  probe_.target = target->m.name;
+  probe_.timeout_at = now_ + awareness_.Scale(cfg_.probe_timeout);
+  probe_.deadline = now_ + interval;
+  ++stats_.probes;
+  std::vector<Update> extra;
+  // Tell a suspect it is suspected, so it can refute at once (memberlist probeNode).
+  if (target->m.status == Status::kSuspect) {
+    extra.push_back(SuspectMsg{target->m.name, target->m.incarnation, cfg_.name});
+  }
+  SendPacket(target->m.addr, PingMsg{probe_.seq, target->m.name}, std::move(extra));
+}
+
+void Swim::Impl::SendIndirectPings() {
+  probe_.indirect_sent = true;
+  NodeState* target = FindState(probe_.target);
+  if (target == nullptr) {
+    probe_.active = false;
+    return;
+  }
+  auto peers =
+      RandomNodes(static_cast<size_t>(std::max(0, cfg_.indirect_checks)), [&](const NodeState* st) {
+        return st != self_ && st != target && st->m.status == Status::kAlive;
+      });
+  for (NodeState* peer : peers) {
+    SendPacket(peer->m.addr, IndirectPingMsg{probe_.seq, target->m.name, target->m.addr, true});
+    ++probe_.expected_nacks;
+    ++stats_.indirect_probes;
+  }
+}
+
+void Swim::Impl::ProbeFailed() {
+  probe_.active = false;
+  // Lifeguard: missing nacks mean our own network path is suspect, not only the target; with
+  // nobody to send nacks we blame ourselves by one.
+  int delta = 1;
+  if (probe_.expected_nacks > 0) delta = std::max(0, probe_.expected_nacks - probe_.nacks);
+  awareness_.ApplyDelta(delta);
+  NodeState* target = FindState(probe_.target);
+  if (target == nullptr) return;
+  const bool was_alive = target->m.status == Status::kAlive;
+  OnSuspect(SuspectMsg{target->m.name, target->m.incarnation, cfg_.name});
+  if (was_alive && target->m.status == Status::kSuspect) ++stats_.suspicions_raised;
+}
+
+void Swim::Impl::ProbeSucceeded() {
+  probe_.active = false;
+  awareness_.ApplyDelta(-1);
+}
+
+void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<Update> extra) {
+  Packet p;
+  p.from = cfg_.name;
+  p.from_addr = cfg_.addr;
+  p.from_step = self_->m.step;
+  p.primary = std::move(primary);
+  const size_t limit = cfg_.max_packet_bytes > cfg_.packet_overhead_bytes
+                           ? cfg_.max_packet_bytes - cfg_.packet_overhead_bytes
+                           : 0;
+  const size_t header = EstimatePacketOverhead(p);
+  size_t budget = limit > header ? limit - header : 0;
+  for (Update& u : extra) {
+    const size_t bytes = EstimateSize(u);
+    if (bytes > budget) continue;
+    budget -= bytes;
+    p.updates.push_back(std::move(u));
+  }
+  queue_.Fill(budget, RetransmitLimit(), &p.updates);
+  if (std::holds_alternative<std::monostate>(p.primary) && p.updates.empty()) return;
+  ++stats_.packets_sent;
+  out_packets_.push_back(OutPacket{to, std::move(p)});
+}
+
+void Swim::Impl::Announce(const Update& u) {
+  auto targets = RandomNodes(
+      kAnnounceFanout, [&](const NodeState* st) { return st != self_ && IsLive(st->m.status); });
+  for (NodeState* t : targets) SendPacket(t->m.addr, std::monostate{}, {u});
+}
+
+void Swim::Impl::Gossip() {
+  // Gossip to live members and to the recently dead, so a wrongly declared node still hears
+  // about it and can refute (memberlist gossip, GossipToTheDeadTime).
+  auto targets =
+      RandomNodes(static_cast<size_t>(std::max(0, cfg_.gossip_nodes)), [&](const NodeState* st) {
+        if (st == self_) return false;
+        if (IsLive(st->m.status)) return true;
+        return now_ - st->m.state_change <= cfg_.gossip_to_dead_time;
+      });
+  for (NodeState* t : targets) {
+    if (queue_.empty()) break;
+    SendPacket(t->m.addr, std::monostate{});
+  }
+}
+
+TimeMs Swim::Impl::NextGossip() const {
+  if (next_gossip_ > now_ || cfg_.gossip_interval <= 0) return next_gossip_;
+  // Keep the gossip cadence while idle: the next slot on the original grid after now.
+  return next_gossip_ + ((now_ - next_gossip_) / cfg_.gossip_interval + 1) * cfg_.gossip_interval;
+}
+
+void Swim::Impl::StartPushPulls() {
+  next_push_pull_ = now_ + PushPullScale(cfg_.push_pull_interval, nodes_.size());
+  // Anti-entropy with one random live member (memberlist pushPull), and — like Serf's
+  // reconnect — with one random failed member: after a partition heals, each side learns
+  // that it was declared dead and refutes, which merges the two views again.
+  NodeState* live =
+      PickOne([&](const NodeState* st) { return st != self_ && st->m.status == Status::kAlive; });
+  NodeState* failed = PickOne([](const NodeState* st) { return st->m.status == Status::kFailed; });
+  for (NodeState* st : {live, failed}) {
+    if (st == nullptr) continue;
+    out_push_pulls_.push_back(OutPushPull{st->m.addr, PushPull{false, cfg_.name, LocalState()}});
+    ++stats_.pushpulls;
+  }
+}
+
+void Swim::Impl::QueueProgress() {
+  queue_.Queue(ProgressMsg{cfg_.name, self_->m.step});
+  last_progress_queued_ = now_;
+  progress_dirty_ = false;
+}
+
+}  // namespace meshtrain::membership

@@ -1,0 +1,121 @@
+// A virtual-time mesh of node::Node cores for tests: an event heap (time, then sequence number),
+// a fake network (per-message latency with seeded jitter, per-connection FIFO, optional loss),
+// and a simulated trainer per node that takes real SGD steps on a learn::Task when it holds a
+// Permit. Nodes run their own SWIM. Everything is seeded: the same options give the same run.
+// Nothing sleeps; nothing touches a socket or a clock (Tarantool's swim tests, STYLE.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "learn/task.h"
+#include "node/node.h"
+
+namespace meshtrain::testing {
+
+struct MeshOptions {
+  size_t nodes = 4;
+  uint64_t seed = 1;
+  sync::Policy policy = sync::Policy::kPssp;
+  size_t sample = 2;
+  uint64_t staleness = 2;
+  sync::SelectPolicy select = sync::SelectPolicy::kRandom;
+  size_t fanout = 2;
+  std::string task = "synthetic";  // or "none": steps without a model
+  double step_ms = 20;             // mean compute time of one step
+  double straggler_factor = 1;     // node 0 is this many times slower
+  double latency_ms = 1;
+  double jitter_ms = 1;
+  double loss = 0;                 // datagram loss rate
+  double bandwidth_mbps = 50;      // per connection, MB/s (frame transfer time)
+  uint64_t max_steps = 0;          // the trainer stops (training=false) at this step; 0 = never
+  // Connects from this node fail at once (EMFILE-like): the close is the next input.
+  size_t refuse_connects_from = ~size_t{0};
+};
+
+class Mesh {
+ public:
+  explicit Mesh(MeshOptions options);
+  ~Mesh();
+
+  // Joins everyone through node 0 and runs until `until_ms` of virtual time.
+  void Start();
+  void RunUntil(int64_t until_ms);
+  // The node stops answering and computing (SIGKILL).
+  void Crash(size_t i);
+  // From now on, connects from node i fail at once (EMFILE-like): the close is the next input.
+  void RefuseConnectsFrom(size_t i) { opt_.refuse_connects_from = i; }
+  // Delivers `input` to node i at the current virtual time (after the current event).
+  void Inject(size_t i, node::Input input);
+  // Hooks called on every Permit (node, step permitted) and every output (node, output).
+  std::function<void(size_t, uint64_t)> on_permit;
+  std::function<void(size_t, const node::Output&)> on_output;
+
+  int64_t now() const { return now_; }
+  size_t size() const { return peers_.size(); }
+  node::Node& node(size_t i) { return *peers_[i]->node; }
+  uint64_t step(size_t i) const { return peers_[i]->step; }
+  bool crashed(size_t i) const { return peers_[i]->crashed; }
+  bool finished(size_t i) const { return peers_[i]->finished; }
+  double loss(size_t i) const;  // test loss of node i's model (synthetic)
+  uint64_t mixes(size_t i) const { return peers_[i]->mixes; }
+  uint64_t datagrams() const { return datagrams_; }
+
+ private:
+  struct Peer {
+    std::string name, addr;
+    std::unique_ptr<node::Node> node;
+    std::unique_ptr<learn::Task> task;
+    uint64_t step = 0;
+    uint64_t permitted = 0;
+    bool computing = false;
+    bool crashed = false;
+    bool finished = false;
+    double speed = 1;
+    uint64_t mixes = 0;
+    std::vector<std::vector<float>> inbox;
+    int64_t timer_at = -1;  // the pending Tick, if any
+  };
+  struct Conn {  // one TCP connection: (node a, id at a) <-> (node b, id at b)
+    size_t a, b;
+    node::ConnId id_a, id_b;
+    int64_t last_a_to_b = 0, last_b_to_a = 0;  // FIFO per direction
+    bool closed = false;
+    bool closing = false;
+  };
+  struct Event {
+    int64_t at;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+
+  void At(int64_t t, std::function<void()> fn);
+  void Feed(size_t i, node::Input in);
+  void Execute(size_t i);
+  void Arm(size_t i);
+  void MaybeCompute(size_t i);
+  int64_t Latency();
+  size_t ByAddr(const std::string& addr) const;
+
+  MeshOptions opt_;
+  std::mt19937_64 rng_;
+  int64_t now_ = 0;
+  uint64_t seq_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::map<uint64_t, Conn> conns_;  // by connection serial
+  std::map<std::pair<size_t, node::ConnId>, uint64_t> conn_of_;
+  node::ConnId next_accept_id_ = 1;
+  uint64_t next_conn_ = 1;
+  uint64_t datagrams_ = 0;
+  std::shared_ptr<const learn::SyntheticData> data_;
+};
+
+}  // namespace meshtrain::testing
