@@ -21,16 +21,16 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kDescription =
-    "Run the discrete-event PSP simulator: N nodes train in virtual time, each driving the real\n"
-    "barrier core (sync/) before every step and, with --membership, the real SWIM core.\n"
+    "Run the discrete-event PSP simulator: N nodes train in virtual time, each one the daemon's\n"
+    "node core (node/: barrier, parameter rounds, plans; with --membership its own SWIM).\n"
     "Compute model: node i's mean step time is STEP_TIME x g_i (g_i ~ Gamma, mean 1, CV\n"
     "--node-cv, drawn once: persistent speed differences) x FACTOR for the --stragglers; each\n"
     "step's time is drawn around that mean: gamma with CV --step-cv (default), exp\n"
     "(exponential, CV 1) or const. Network: latency + uniform jitter per message; parameter\n"
     "transfers queue on per-node up/downlinks; queries/replies are lossy datagrams, parameter\n"
-    "transfers and progress announcements are streams (a loss costs a retransmission timeout).\n"
-    "pbsp/pssp learn progress from their queries and from parameter transfers; bsp/ssp/dssp\n"
-    "get every step announced to every peer. Several --barrier/--sample/--staleness values run\n"
+    "transfers are streams (a loss costs a retransmission timeout). pbsp/pssp query beta\n"
+    "sampled peers, bsp/ssp query every live peer; steps also ride on parameter transfers\n"
+    "and their acks. Several --barrier/--sample/--staleness values run\n"
     "one simulation each (same seed: same node speeds). Output is deterministic for a seed;\n"
     "only wall time varies (omit it with --no-wall).";
 

@@ -212,6 +212,11 @@ std::vector<Output> Node::TakeOutput() {
   return out;
 }
 
+void Node::TakeOutput(std::vector<Output>* out) {
+  out->clear();
+  out->swap(out_);
+}
+
 void Node::Reject() { stats_.rejected++; }
 
 // ---- membership ---------------------------------------------------------------------------------
@@ -322,7 +327,24 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
     Emit(MemberEvent{ms::Event::Kind::kFailed, std::move(m)});
     AbortTransfersTo(v.name);
   }
-  external_[v.name] = v;
+  if (it == external_.end() || it->second.alive != v.alive ||
+      it->second.training != v.training) {
+    candidates_stale_ = true;
+  }
+  if (it == external_.end()) {
+    external_.emplace(v.name, v);
+  } else {
+    it->second = v;
+  }
+  if (barrier_) {
+    // Incremental where SWIM's view is re-read per barrier run: meshes of thousands of nodes
+    // use external membership, and a pass over the whole view per run would dominate.
+    if (v.alive && v.training) {
+      barrier_->OnProgress(v.name, v.step, now);
+    } else {
+      barrier_->OnPeerRemoved(v.name);
+    }
+  }
   progress_dirty_ = true;
   Pump(now, 0);
 }
@@ -368,7 +390,12 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
-    if (barrier_ && training()) barrier_->OnProgress(dg.sender, q->step, now);
+    // The query carries the querier's step: progress news, but only about a peer the barrier
+    // already tracks (membership put it there as live and training, SPEC §6). A stranger would
+    // stay in the barrier's view, where nothing removes it.
+    if (barrier_ && training() && barrier_->view().Contains(dg.sender)) {
+      barrier_->OnProgress(dg.sender, q->step, now);
+    }
     Emit(SendDatagram{in.from, std::move(reply)});
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
     if (!barrier_) return;
@@ -481,6 +508,7 @@ void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
 // Feeds the barrier with what membership knows: every live, training peer's step; everyone
 // else leaves the barrier set at once.
 void Node::RefreshProgress(TimeMs now) {
+  if (!swim_) return;  // external membership: OnPeerView feeds the barrier as views arrive
   for (const PeerInfo& p : PeerList()) {
     if (p.live && p.training) {
       barrier_->OnProgress(p.name, p.step, now);
@@ -506,12 +534,12 @@ void Node::RunBarrier(TimeMs now) {
   }
   const sync::Decision d = barrier_->Check(progress_.step, now, rng_);
   for (const auto& q : barrier_->TakeQueries()) {
-    auto peer = FindPeer(q.to);
-    if (!peer) continue;
+    const std::string* addr = PeerAddr(q.to);
+    if (addr == nullptr) continue;
     gossip::Datagram dg;
     dg.sender = config_.name;
     dg.body = gossip::ProgressQuery{q.seq, progress_.step};
-    Emit(SendDatagram{peer->addr, std::move(dg)});
+    Emit(SendDatagram{*addr, std::move(dg)});
   }
   if (d == sync::Decision::kPass) {
     barrier_waiting_ = false;
@@ -543,8 +571,75 @@ uint64_t Node::PlanEpoch() const {
   return min_step / std::max<uint64_t>(1, config_.plan_epoch_steps);
 }
 
+const std::string* Node::PeerAddr(const std::string& name) const {
+  if (name == config_.name) return nullptr;
+  if (swim_) {
+    const ms::Member* m = swim_->Find(name);
+    return m == nullptr ? nullptr : &m->addr;
+  }
+  auto it = external_.find(name);
+  return it == external_.end() ? nullptr : &it->second.addr;
+}
+
+const std::vector<std::string>& Node::Candidates() {
+  if (swim_ || candidates_stale_) {
+    candidates_.clear();
+    if (swim_) {
+      for (const PeerInfo& p : PeerList()) {
+        if (p.alive && p.training) candidates_.push_back(p.name);
+      }
+    } else {
+      candidates_.reserve(external_.size());
+      for (const auto& [name, v] : external_) {
+        if (v.alive && v.training) candidates_.push_back(name);
+      }
+    }
+    std::sort(candidates_.begin(), candidates_.end());  // independent of the hash order
+    candidates_stale_ = false;
+  }
+  return candidates_;
+}
+
+// `fanout` distinct candidates, uniformly (sync::Select's kRandom, drawn by index: Select copies
+// its candidates into a set per call, which costs more than the rest of a round in large views).
+std::vector<std::string> Node::RandomReceivers(const std::vector<std::string>& candidates) {
+  const size_t n = candidates.size();
+  const size_t k = std::min(config_.fanout, n);
+  std::vector<size_t> picked;
+  picked.reserve(k);
+  if (2 * k > n) {
+    std::vector<size_t> idx(n);
+    for (size_t i = 0; i < n; ++i) idx[i] = i;
+    for (size_t i = 0; i < k; ++i) {
+      std::swap(idx[i], idx[std::uniform_int_distribution<size_t>(i, n - 1)(rng_)]);
+      picked.push_back(idx[i]);
+    }
+  } else {
+    while (picked.size() < k) {
+      const size_t c = std::uniform_int_distribution<size_t>(0, n - 1)(rng_);
+      if (std::find(picked.begin(), picked.end(), c) == picked.end()) picked.push_back(c);
+    }
+  }
+  std::vector<std::string> out;
+  out.reserve(k);
+  for (size_t i : picked) out.push_back(candidates[i]);
+  return out;
+}
+
 void Node::StartRound(TimeMs now) {
   if (!pending_ || round_ || awaiting_plan_ != 0 || leaving_) return;
+  if (pending_->final || config_.select != sync::SelectPolicy::kSelmcast) {
+    // all and random need no bandwidth view.
+    const std::vector<std::string>& candidates = Candidates();
+    if (candidates.empty()) {
+      pending_.reset();
+      return;
+    }
+    if (pending_->final || config_.select == sync::SelectPolicy::kAll) {
+      return SendRound(candidates, now);
+    }
+    return SendRound(RandomReceivers(candidates), now);
+  }
   std::vector<std::string> candidates;
   sync::BandwidthView bw;
   for (const PeerInfo& p : PeerList()) {
@@ -555,11 +650,6 @@ void Node::StartRound(TimeMs now) {
   if (candidates.empty()) {
     pending_.reset();
     return;
-  }
-  if (pending_->final) return SendRound(std::move(candidates), now);
-  if (config_.select != sync::SelectPolicy::kSelmcast) {
-    return SendRound(
-        sync::Select(config_.select, config_.name, candidates, config_.fanout, bw, rng_), now);
   }
   // The sender is part of the global plan, with the figures its peers see (published ones).
   const ms::Member* self = swim_ ? swim_->Find(config_.name) : nullptr;

@@ -35,6 +35,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -237,6 +238,9 @@ class Node {
   // Earliest time Tick must run; never in the past by more than the caller's lateness.
   TimeMs NextDeadline() const;
   std::vector<Output> TakeOutput();
+  // The same into `*out` (cleared first); both vectors keep their capacity, so a driver that
+  // reuses its buffer allocates nothing per input (the simulator runs millions of them).
+  void TakeOutput(std::vector<Output>* out);
 
   // ---- Read-only views (status, members, tests) ----
   const NodeConfig& config() const { return config_; }
@@ -286,6 +290,10 @@ class Node {
   };
   std::vector<PeerInfo> PeerList() const;  // everyone but self
   std::optional<PeerInfo> FindPeer(const std::string& name) const;
+  const std::string* PeerAddr(const std::string& name) const;  // membership address, or null
+  // Alive, training peers: the receivers a round may choose from. Cached between PeerViews with
+  // external membership, rebuilt per call with SWIM.
+  const std::vector<std::string>& Candidates();
   void SetOwnMeta(TimeMs now);
 
   // Barrier driving.
@@ -294,6 +302,7 @@ class Node {
 
   // Parameter rounds.
   void StartRound(TimeMs now);
+  std::vector<std::string> RandomReceivers(const std::vector<std::string>& candidates);
   void SendRound(std::vector<std::string> receivers, TimeMs now);
   void FinishTransfer(ConnId conn, bool ok, TimeMs now);
   void AbortTransfersTo(const std::string& name);
@@ -310,7 +319,11 @@ class Node {
 
   NodeConfig config_;
   std::unique_ptr<membership::Swim> swim_;
-  std::map<std::string, PeerView> external_;  // external membership
+  // External membership. Hashed: with thousands of simulated nodes of 500 peers each, a tree
+  // lookup per query and per transfer is a chain of cache misses.
+  std::unordered_map<std::string, PeerView> external_;
+  std::vector<std::string> candidates_;        // Candidates()
+  bool candidates_stale_ = true;
   sync::Rng rng_;
   std::vector<Output> out_;
   NodeStats stats_;

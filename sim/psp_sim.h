@@ -1,11 +1,10 @@
-// The PSP simulator behind `meshtrain simulate` (SPEC §9): N nodes train in virtual time, each
-// driving the real sync::BarrierCore (asp, bsp, ssp, pbsp, pssp, dssp) before every local step,
-// exchanging parameters with receivers picked per step, and — with `membership` on — running
-// the real membership::Swim cores (through sim/swim_cluster.h) whose failure events remove
-// crashed peers from every barrier's view. One run simulates one barrier configuration;
-// RunPspSim() is called once per policy with the same seed, so node speeds and per-step compute
-// times are identical across policies (common random numbers: differences come from the
-// barriers, not from luck).
+// The PSP simulator behind `meshtrain simulate` (SPEC §9): N real node::Node cores — the state
+// machine the daemon runs: barrier driving, multicast rounds with ParamAck, SELMCAST plans,
+// reassembly, and (with `membership`) SWIM — train in virtual time over a simulated network
+// (sim/node_sim.h, sim/node_net.h). One run simulates one barrier configuration; RunPspSim() is
+// called once per policy with the same seed, so node speeds and per-step compute times are
+// identical across policies (common random numbers: differences come from the barriers, not
+// from luck).
 //
 // Model (all defaults documented in `meshtrain simulate --help`):
 //   Compute. Node i has a mean step time m_i = step_time · g_i · f_i, where g_i ~ Gamma with
@@ -15,29 +14,32 @@
 //     memoryless, very bursty) or constant. A pure exponential makes every node look like a
 //     straggler half of the time; the PSP paper's simulations instead have nodes whose speeds
 //     differ persistently, which the two-level gamma model reproduces.
-//   Network. Every message takes latency + uniform[0, jitter] ms. Parameter transfers also
-//     queue on the sender's uplink and the receiver's downlink (bandwidth MB/s each). Progress
-//     queries and replies are UDP datagrams (lost with probability `loss`); parameter transfers
-//     and progress announcements are TCP-like streams: a lost attempt costs one retransmission
-//     timeout, nothing is dropped.
-//   Progress knowledge. pbsp/pssp learn peers' steps from their own progress queries (answered
-//     by the peer with its current step) and from the step piggybacked on every parameter
-//     transfer (SPEC §6). bsp/ssp/dssp must know every live peer's step: each completed step is
-//     announced to every peer (one small message each — the O(n)-per-step cost PSP avoids,
-//     visible in messages_per_node). asp needs no progress at all.
-//   Parameter exchange (SPEC §6). After each step a node sends its parameters (a snapshot) to
-//     `fanout` receivers (select random: uniform distinct live peers; all; or selmcast: the
-//     global sync::SolveSelmcast plan, recomputed every virtual second). A receiver mixes
-//     everything that arrived (learn::MixAverage) when its next step starts.
-//   View. bsp/ssp/dssp use full membership. pbsp/pssp/asp nodes know `view` random peers
-//     (0 = everyone up to 2000 nodes, else 500): a peer-sampling partial view, so 10 000 nodes
-//     do not need 10^8 view entries. Sampling β of them approximates sampling the whole system.
-//   Failures. `crashes` stop nodes at given times. With membership off an oracle removes a
-//     crashed node from every view at once; with membership on, SWIM must detect it, and the
-//     result reports when the first and the last live node marked it failed.
+//   Trainer. Each node's trainer asks its node for a permit (TrainerProgress, waiting), computes
+//     one step, then hands the node a parameter snapshot and its new step (sync every step).
+//   Network. Every datagram and frame takes latency + uniform[0, jitter] ms. Frames queue on the
+//     sender's uplink and the receiver's downlink (bandwidth MB/s each); a parameter transfer
+//     costs param_bytes. Datagrams (SWIM, progress queries and replies) are lost with probability
+//     `loss`; a lost stream attempt costs one retransmission timeout, nothing is dropped.
+//   Barriers, as the node core runs them. pbsp/pssp sample β peers and query them (UDP); bsp and
+//     ssp are pbsp/pssp with β = every live peer (the node queries them all, SPEC §6's limit).
+//     Peers' steps also arrive with every parameter transfer and ParamAck. asp never waits.
+//   Parameter exchange (SPEC §6). After each step a node multicasts its snapshot to receivers
+//     chosen by the node core (select random: `fanout` uniform live peers; all; or selmcast: the
+//     node's global sync::Select plan, shared for plan_epoch_steps). A receiver acknowledges the
+//     whole snapshot; its trainer mixes everything that arrived (learn::MixAverage) when its
+//     next step starts.
+//   View. Without `membership` the simulator feeds every node its membership (PeerView inputs):
+//     bsp/ssp/dssp nodes know everyone; pbsp/pssp/asp nodes know `view` random peers (0 =
+//     everyone up to 2000 nodes, else 500), a peer-sampling partial view, so 10 000 nodes do not
+//     need 10^8 view entries. With `membership` every node runs SWIM and knows everyone.
+//   Failures. `crashes` stop nodes at given times. With membership off an oracle tells every
+//     node that knows a crashed node at once (PeerView alive = false); with membership on, SWIM
+//     must detect it, and the result reports when the first and the last live node marked it
+//     failed. Connections to a crashed node end after a timeout unless the node core aborts them.
 //   Task. With task "synthetic" every node trains a learn::Task on shared synthetic data (small
 //     d by default); the model error is the mean test MSE over live nodes (and the MSE of their
-//     averaged model), sampled every eval_every_s.
+//     averaged model), sampled every eval_every_s. With task "none" the snapshot is a token and
+//     the network charges param_bytes for it.
 //
 // Everything random is seeded from `seed`; the same options give the same result, bit for bit.
 //
@@ -46,6 +48,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -109,6 +112,10 @@ struct PspSimOptions {
   double eval_every_s = 1;
   double target_error = 0.1;  // report the first time the mean node test MSE is at or below it
   bool record_nodes = false;  // keep every node's step at every virtual second (for --csv)
+  // Called after every event of the training phase with each node's completed steps and
+  // whether it is still up (tests check invariants such as the SSP bound with it).
+  std::function<void(const std::vector<uint64_t>& steps, const std::vector<uint8_t>& live)>
+      observer;
 };
 
 // One sample of the step distribution over live nodes (and the error, with a task).
@@ -136,7 +143,7 @@ struct PspSimResult {
   uint64_t staleness = 0;  // s (ssp/pssp; s_L for dssp)
   size_t nodes = 0;
   size_t live_nodes = 0;  // nodes not crashed at the end (all statistics are over these)
-  size_t view = 0;        // peers each node's barrier knew at the start
+  size_t view = 0;        // peers each node knew at the start
   double duration_s = 0;
 
   std::vector<uint64_t> final_steps;  // per node (crashed nodes keep their last step)
@@ -146,12 +153,13 @@ struct PspSimResult {
   // The spread of the middle 80%: insensitive to a few stragglers and the single fastest node.
   uint64_t spread_p10_p90() const { return steps_p90 - steps_p10; }
   double wait_share = 0;         // mean over live nodes of barrier wait / duration
-  double messages_per_node = 0;  // sent, mean over all nodes (params, queries, replies,
-                                 // announcements; plus SWIM datagrams with membership on)
+  double messages_per_node = 0;  // datagrams and frames sent, mean over all nodes (queries,
+                                 // replies, parameter chunks, acks; SWIM traffic with membership)
   double bytes_per_node = 0;
   std::optional<double> error;             // final mean node test MSE (task only)
   std::optional<double> error_avg_model;   // final MSE of the averaged model (task only)
   std::optional<double> time_to_target_s;  // first sample with error ≤ target_error
+  std::vector<double> node_errors;  // final test MSE per node (task only; NaN for crashed nodes)
 
   std::vector<TimePoint> series;                  // one per virtual second (and t = 0)
   std::vector<std::vector<uint64_t>> node_steps;  // [second][node], with record_nodes
@@ -162,7 +170,7 @@ struct PspSimResult {
   uint64_t queries = 0;
   uint64_t replies = 0;
   uint64_t timeouts = 0;
-  uint64_t param_messages = 0;
+  uint64_t param_messages = 0;  // parameter chunk frames
   uint64_t datagrams_lost = 0;
   uint64_t membership_messages = 0;
   uint64_t false_failures = 0;  // membership marked a live node failed (with membership on)

@@ -1,0 +1,530 @@
+#include "sim/node_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "learn/mixing.h"
+#include "sim/sim_random.h"
+
+namespace meshtrain::sim {
+namespace {
+
+constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
+constexpr size_t kParamHeaderBytes = 64;
+constexpr size_t kDefaultParamBytes = 100000;
+// Automatic partial views: full membership up to this many nodes, else this many peers.
+constexpr size_t kAutoFullViewMax = 2000;
+constexpr size_t kAutoPartialView = 500;
+constexpr TimeMs kMembershipWarmupMaxMs = 300000;
+constexpr TimeMs kWarmupCheckMs = 500;
+constexpr size_t kMaxCachedPlans = 256;
+// Without a task the snapshot is a token: the network charges param_bytes for it.
+constexpr size_t kNoTaskFloats = 4;
+
+bool NeedsFullView(sync::Policy p) {
+  return p == sync::Policy::kBsp || p == sync::Policy::kSsp || p == sync::Policy::kDssp;
+}
+
+}  // namespace
+
+NodeSim::NodeSim(const PspSimOptions& options)
+    : o_(options), n_(options.nodes), crash_rng_(SubSeed(options.seed, 4)) {}
+
+NodeSim::~NodeSim() = default;
+
+learn::Status NodeSim::Setup() {
+  trainers_.resize(n_);
+  steps_.assign(n_, 0);
+  live_.assign(n_, 1);
+  tick_at_.assign(n_, kNever);
+  if (learn::Status s = SetupTasks(); !s.ok()) return s;
+  net_ = std::make_unique<NodeNet>(n_, o_.net, param_bytes_, SubSeed(o_.seed, 2));
+  SetupNodes();
+  if (o_.membership) {
+    if (learn::Status s = WarmUpMembership(); !s.ok()) return s;
+  }
+  t0_ = now_;
+  end_ = t0_ + static_cast<TimeMs>(std::llround(o_.duration_s * 1000.0));
+  return learn::Status::OK();
+}
+
+learn::Status NodeSim::SetupTasks() {
+  // Node speeds: drawn from streams that do not depend on the policy (common random numbers).
+  learn::Rng speed_rng(SubSeed(o_.seed, 7));
+  std::vector<double> factor(n_, 1.0);
+  if (o_.compute.straggler_fraction > 0) {
+    const auto k = static_cast<uint32_t>(
+        std::llround(o_.compute.straggler_fraction * static_cast<double>(n_)));
+    for (uint32_t s : SampleDistinct(speed_rng, static_cast<uint32_t>(n_), k)) {
+      factor[s] = o_.compute.straggler_factor;
+    }
+  }
+  if (o_.task == "synthetic") {
+    learn::SyntheticOptions so;
+    so.dim = o_.task_dim;
+    so.train_samples = o_.task_train_samples;
+    so.test_samples = o_.task_test_samples;
+    so.data_seed = SubSeed(o_.seed, 8);
+    data_ = learn::MakeSyntheticData(so);
+  }
+  learn::TaskOptions topts;
+  topts.synthetic_data = data_;
+  topts.synthetic.dim = o_.task_dim;
+  topts.batch_size = o_.batch;
+  topts.lr = o_.lr;
+  topts.momentum = o_.momentum;
+  topts.init_seed = SubSeed(o_.seed, 9);  // the same for every node (SPEC §6 mixing)
+  for (size_t i = 0; i < n_; ++i) {
+    Trainer& t = trainers_[i];
+    t.compute_rng = learn::Rng(SubSeed(o_.seed, 10, i));
+    t.mean_ms = o_.compute.step_ms * UnitGamma(speed_rng, o_.compute.node_cv) * factor[i];
+    if (data_) {
+      topts.data_seed = SubSeed(o_.seed, 11, i);
+      auto task = learn::MakeTask("synthetic", topts);
+      if (!task.ok()) return task.status();
+      t.task = std::move(task).value();
+    }
+  }
+  if (data_) {
+    auto task = learn::MakeTask("synthetic", topts);
+    if (!task.ok()) return task.status();
+    eval_task_ = std::move(task).value();
+    param_bytes_ =
+        o_.param_bytes != 0 ? o_.param_bytes : 4 * eval_task_->num_params() + kParamHeaderBytes;
+  } else {
+    param_bytes_ = o_.param_bytes != 0 ? o_.param_bytes : kDefaultParamBytes;
+    no_task_params_ = std::make_shared<const std::vector<float>>(kNoTaskFloats, 0.0f);
+  }
+  return learn::Status::OK();
+}
+
+void NodeSim::SetupNodes() {
+  full_view_ = o_.membership || NeedsFullView(o_.barrier.policy) ||
+               (o_.view == 0 && n_ <= kAutoFullViewMax) || o_.view + 1 >= n_;
+  view_ = full_view_ ? n_ - 1 : (o_.view == 0 ? kAutoPartialView : o_.view);
+  const membership::Config profile =
+      membership::Config::Profile(o_.profile).value_or(membership::Config::Lan());
+  nodes_.reserve(n_);
+  for (size_t i = 0; i < n_; ++i) {
+    node::NodeConfig cfg;
+    cfg.name = net_->name(static_cast<uint32_t>(i));
+    cfg.addr = cfg.name;
+    cfg.data_addr = cfg.name;
+    cfg.membership = profile;
+    cfg.external_membership = !o_.membership;
+    // The node runs the barrier with membership's probe timeout (one --probe-timeout in the
+    // daemon). Without SWIM that timeout is the simulator's --probe-timeout; with SWIM, the
+    // profile's, so that failure detection keeps its timing.
+    if (cfg.external_membership) cfg.membership.probe_timeout = o_.barrier.probe_timeout;
+    cfg.seed = SubSeed(o_.seed, 12, i);
+    cfg.training = true;
+    cfg.barrier = o_.barrier;
+    cfg.select = o_.select;
+    cfg.fanout = o_.fanout;
+    cfg.uplink_limit_mbps = o_.net.bandwidth_mbps;
+    cfg.downlink_limit_mbps = o_.net.bandwidth_mbps;
+    cfg.expected_params = eval_task_ ? static_cast<uint32_t>(eval_task_->num_params())
+                                     : static_cast<uint32_t>(kNoTaskFloats);
+    if (o_.membership && i > 0) cfg.join = {net_->name(0)};
+    nodes_.push_back(std::make_unique<node::Node>(std::move(cfg), now_));
+  }
+  for (uint32_t i = 0; i < n_; ++i) {
+    nodes_[i]->Start(now_);
+    Drain(i);
+  }
+  if (o_.membership) return;
+
+  // External membership: every node learns its view, every peer at step 0.
+  learn::Rng view_rng(SubSeed(o_.seed, 6));
+  if (!full_view_) views_.resize(n_);
+  node::PeerView pv;
+  pv.uplink_mbps = static_cast<float>(o_.net.bandwidth_mbps);
+  pv.downlink_mbps = pv.uplink_mbps;
+  std::vector<uint32_t> peers;
+  for (uint32_t i = 0; i < n_; ++i) {
+    peers.clear();
+    if (full_view_) {
+      for (uint32_t j = 0; j < n_; ++j) {
+        if (j != i) peers.push_back(j);
+      }
+    } else {
+      for (uint32_t j :
+           SampleDistinct(view_rng, static_cast<uint32_t>(n_ - 1), static_cast<uint32_t>(view_))) {
+        peers.push_back(j >= i ? j + 1 : j);
+      }
+      views_[i] = peers;
+    }
+    for (uint32_t j : peers) {
+      pv.name = net_->name(j);
+      pv.addr = pv.name;
+      nodes_[i]->Step(pv, now_);
+      Drain(i);  // a short output vector stays in cache
+    }
+  }
+}
+
+learn::Status NodeSim::WarmUpMembership() {
+  // Every node joins through n0; training starts once every view is complete.
+  const auto converged = [this] {
+    for (const auto& nd : nodes_) {
+      if (nd->PeersAlive() + 1 < n_) return false;
+    }
+    return true;
+  };
+  while (!converged()) {
+    if (now_ >= kMembershipWarmupMaxMs) {
+      return learn::Status::InvalidArgument("membership did not converge within " +
+                                            std::to_string(kMembershipWarmupMaxMs / 1000) +
+                                            " virtual seconds of warm-up");
+    }
+    RunUntil(now_ + kWarmupCheckMs);
+  }
+  return learn::Status::OK();
+}
+
+void NodeSim::RunUntil(TimeMs until) {
+  SimEvent ev;
+  while (net_->PopUntil(until, &ev)) {
+    now_ = std::max(now_, ev.at);
+    Handle(ev);
+  }
+  now_ = std::max(now_, until);
+}
+
+void NodeSim::Arm(uint32_t i) {
+  const TimeMs d = nodes_[i]->NextDeadline();
+  if (d == sync::kNoDeadline) return;
+  const TimeMs at = std::max(d, now_);
+  if (at < tick_at_[i]) {
+    tick_at_[i] = at;
+    net_->Push(at, SimEvent::kTick, i);
+  }
+}
+
+void NodeSim::Drain(uint32_t i) {
+  // Dispatch never re-enters Drain: what it causes at a node comes back through the queue.
+  nodes_[i]->TakeOutput(&outputs_);
+  for (node::Output& o : outputs_) Dispatch(i, o);
+  Arm(i);
+}
+
+void NodeSim::Dispatch(uint32_t i, node::Output& out) {
+  if (auto* d = std::get_if<node::SendDatagram>(&out)) {
+    net_->Send(i, std::move(*d), now_);
+  } else if (auto* f = std::get_if<node::SendFrame>(&out)) {
+    net_->Send(i, std::move(*f), now_);
+  } else if (auto* c = std::get_if<node::Connect>(&out)) {
+    net_->Open(i, *c, now_);
+  } else if (auto* cl = std::get_if<node::Close>(&out)) {
+    net_->Close(i, *cl, now_);
+  } else if (auto* p = std::get_if<node::Permit>(&out)) {
+    trainers_[i].permit = std::max(trainers_[i].permit, p->step);
+    TryCompute(i);
+  } else if (auto* m = std::get_if<node::Mix>(&out)) {
+    Trainer& t = trainers_[i];
+    if (t.task && m->params.size() == t.task->num_params() &&
+        learn::ParamsFinite(m->params.data(), m->params.size())) {
+      t.inbox.push_back(std::move(m->params));
+    }
+  } else if (auto* r = std::get_if<node::PlanRequest>(&out)) {
+    SolvePlan(i, *r);
+  } else if (auto* e = std::get_if<node::MemberEvent>(&out)) {
+    OnMemberEvent(i, *e);
+  }
+  // RoundDone, ParamsReceived, LogLine, MembershipChanged, ...: nothing to drive.
+}
+
+void NodeSim::SolvePlan(uint32_t i, node::PlanRequest& req) {
+  // Every node that asks with the same seed has the same view: the plan is solved once.
+  std::vector<std::string> receivers;
+  auto it = plans_.find(req.seed);
+  const bool hit = it != plans_.end() && it->second.nodes.size() == req.candidates.size() + 1 &&
+                   std::binary_search(it->second.nodes.begin(), it->second.nodes.end(), req.self);
+  if (hit) {
+    receivers = it->second.ReceiversOf(req.self);
+  } else {
+    sync::Rng rng(req.seed);
+    sync::Assignment plan;
+    receivers = sync::Select(sync::SelectPolicy::kSelmcast, req.self, req.candidates, req.fanout,
+                             req.bandwidth, rng, {}, &plan);
+    if (plans_.size() >= kMaxCachedPlans) plans_.clear();
+    plans_[req.seed] = std::move(plan);
+  }
+  net_->Deliver(now_, i, node::PlanResult{req.id, std::move(receivers)});
+}
+
+void NodeSim::OnMemberEvent(uint32_t observer, const node::MemberEvent& e) {
+  using Kind = membership::Event::Kind;
+  if (e.kind != Kind::kFailed && e.kind != Kind::kLeft) return;
+  const int64_t target = net_->IndexOf(e.member.name);
+  if (target < 0 || !started_) return;  // warm-up and setup are not reported
+  for (CrashTrack& c : crash_tracks_) {
+    if (c.node == target && c.detected_at[observer] < 0) c.detected_at[observer] = now_;
+  }
+  if (live_[static_cast<size_t>(target)]) ++false_failures_;
+}
+
+void NodeSim::TryCompute(uint32_t i) {
+  Trainer& t = trainers_[i];
+  if (!live_[i] || t.computing || t.step >= t.permit || now_ >= end_) return;
+  // SPEC §6: parameters that arrived since the last step are mixed at this step boundary.
+  if (t.task && !t.inbox.empty()) {
+    std::vector<const float*> others;
+    others.reserve(t.inbox.size());
+    for (const auto& p : t.inbox) others.push_back(p.data());
+    learn::MixAverage(t.task->params(), others);
+  }
+  t.inbox.clear();
+  double scale = 1.0;
+  switch (o_.compute.dist) {
+    case StepDist::kGamma:
+      scale = UnitGamma(t.compute_rng, o_.compute.step_cv);
+      break;
+    case StepDist::kExponential:
+      scale = -std::log(1.0 - t.compute_rng.Uniform());
+      break;
+    case StepDist::kConstant:
+      break;
+  }
+  const auto duration = std::max<TimeMs>(1, static_cast<TimeMs>(std::llround(t.mean_ms * scale)));
+  t.computing = true;
+  net_->Push(now_ + duration, SimEvent::kStepDone, i);
+}
+
+void NodeSim::FinishStep(uint32_t i) {
+  Trainer& t = trainers_[i];
+  if (!live_[i] || !t.computing) return;
+  t.computing = false;
+  steps_[i] = ++t.step;
+  std::shared_ptr<const std::vector<float>> params = no_task_params_;
+  if (t.task) {
+    t.task->Step();
+    const Eigen::VectorXf& x = t.task->params();
+    params = std::make_shared<const std::vector<float>>(x.data(), x.data() + x.size());
+  }
+  node::Node& nd = *nodes_[i];
+  nd.Step(node::SnapshotIn{t.step, std::move(params), false}, now_);
+  nd.Step(node::TrainerProgress{t.step, true, true}, now_);
+  Drain(i);
+}
+
+void NodeSim::Handle(const SimEvent& ev) {
+  ++events_;
+  const uint32_t i = ev.node;
+  switch (ev.kind) {
+    case SimEvent::kInput: {
+      node::Input in = net_->TakeInput(ev.slot);
+      if (!live_[i] || !net_->Admit(i, in)) break;
+      nodes_[i]->Step(std::move(in), now_);
+      Drain(i);
+      break;
+    }
+    case SimEvent::kTick:
+      if (!live_[i] || ev.at != tick_at_[i]) break;
+      tick_at_[i] = kNever;
+      if (now_ >= nodes_[i]->NextDeadline()) nodes_[i]->Tick(now_);
+      Drain(i);
+      break;
+    case SimEvent::kStepDone:
+      FinishStep(i);
+      break;
+    case SimEvent::kCrash:
+      Crash(ev.slot);
+      break;
+    case SimEvent::kSample:
+      Sample();
+      break;
+  }
+}
+
+void NodeSim::Crash(uint32_t spec) {
+  std::vector<uint32_t> live;
+  for (uint32_t j = 0; j < n_; ++j) {
+    if (live_[j]) live.push_back(j);
+  }
+  const auto k = static_cast<uint32_t>(std::min(o_.crashes[spec].count, live.size()));
+  for (uint32_t pick : SampleDistinct(crash_rng_, static_cast<uint32_t>(live.size()), k)) {
+    const uint32_t victim = live[pick];
+    live_[victim] = 0;
+    trainers_[victim].computing = false;
+    trainers_[victim].inbox.clear();
+    net_->Crash(victim, now_);
+    const std::string& name = net_->name(victim);
+    CrashTrack track{victim, now_, std::vector<TimeMs>(n_, -1), std::vector<bool>(n_, false)};
+    for (uint32_t j = 0; j < n_; ++j) {
+      if (j == victim || !live_[j]) continue;
+      if (o_.membership) {
+        for (const membership::Member& m : nodes_[j]->Members()) {
+          if (m.name == name) {
+            track.knew[j] =
+                m.status == membership::Status::kAlive || m.status == membership::Status::kSuspect;
+            break;
+          }
+        }
+      } else {
+        track.knew[j] =
+            full_view_ || std::binary_search(views_[j].begin(), views_[j].end(), victim);
+      }
+    }
+    crash_tracks_.push_back(std::move(track));
+    if (o_.membership) continue;  // SWIM has to notice
+    // Oracle failure detector: everyone who knows the victim learns it failed, at once.
+    node::PeerView pv;
+    pv.name = name;
+    pv.addr = name;
+    pv.alive = false;
+    for (uint32_t j = 0; j < n_; ++j) {
+      if (!crash_tracks_.back().knew[j]) continue;
+      nodes_[j]->Step(pv, now_);
+      Drain(j);
+    }
+  }
+}
+
+void NodeSim::Sample() {
+  TimePoint tp;
+  tp.t_s = static_cast<double>(now_ - t0_) / 1000.0;
+  std::vector<uint64_t> steps;
+  steps.reserve(n_);
+  for (uint32_t j = 0; j < n_; ++j) {
+    if (live_[j]) steps.push_back(steps_[j]);
+  }
+  std::sort(steps.begin(), steps.end());
+  tp.min = Quantile(steps, 0);
+  tp.p10 = Quantile(steps, 0.1);
+  tp.median = Quantile(steps, 0.5);
+  tp.p90 = Quantile(steps, 0.9);
+  tp.max = Quantile(steps, 1);
+  const TimeMs rel = now_ - t0_;
+  const auto eval_ms = static_cast<TimeMs>(std::llround(std::max(0.001, o_.eval_every_s) * 1000));
+  if (data_ && (rel % eval_ms == 0 || now_ >= end_)) {
+    double sum = 0;
+    size_t live = 0;
+    Eigen::VectorXd avg = Eigen::VectorXd::Zero(eval_task_->params().size());
+    for (uint32_t j = 0; j < n_; ++j) {
+      if (!live_[j]) continue;
+      sum += trainers_[j].task->Evaluate().loss;
+      avg += trainers_[j].task->params().cast<double>();
+      ++live;
+    }
+    if (live > 0) {
+      tp.error = sum / static_cast<double>(live);
+      eval_task_->params() = (avg / static_cast<double>(live)).cast<float>();
+      tp.error_avg_model = eval_task_->Evaluate().loss;
+      if (!result_.time_to_target_s && *tp.error <= o_.target_error) {
+        result_.time_to_target_s = tp.t_s;
+      }
+    }
+  }
+  result_.series.push_back(tp);
+  if (o_.record_nodes) result_.node_steps.push_back(steps_);
+  if (now_ < end_) net_->Push(std::min(end_, now_ + 1000), SimEvent::kSample, 0);
+}
+
+PspSimResult NodeSim::Run() {
+  traffic_at_t0_ = net_->traffic();
+  membership_at_t0_ = net_->membership_datagrams();
+  const uint64_t lost_at_t0 = net_->datagrams_lost();
+  const uint64_t events_at_t0 = events_;
+  started_ = true;
+  for (uint32_t i = 0; i < n_; ++i) {
+    nodes_[i]->Step(node::TrainerProgress{0, true, true}, now_);
+    Drain(i);
+  }
+  for (uint32_t c = 0; c < o_.crashes.size(); ++c) {
+    net_->Push(t0_ + static_cast<TimeMs>(std::llround(o_.crashes[c].at_s * 1000.0)),
+               SimEvent::kCrash, 0, c);
+  }
+  Sample();  // t = 0; schedules the next sample
+  SimEvent ev;
+  while (net_->PopUntil(end_, &ev)) {
+    now_ = std::max(now_, ev.at);
+    Handle(ev);
+    if (o_.observer) o_.observer(steps_, live_);
+  }
+  now_ = end_;
+  PspSimResult r = Collect();
+  r.events = events_ - events_at_t0;
+  r.datagrams_lost = net_->datagrams_lost() - lost_at_t0;
+  return r;
+}
+
+PspSimResult NodeSim::Collect() {
+  PspSimResult& r = result_;
+  r.policy = o_.barrier.policy;
+  r.sample = o_.barrier.sample;
+  r.staleness = o_.barrier.staleness;
+  r.nodes = n_;
+  r.view = view_;
+  r.duration_s = o_.duration_s;
+  std::vector<uint64_t> live_steps;
+  double wait = 0;
+  uint64_t messages = 0, bytes = 0;
+  for (uint32_t i = 0; i < n_; ++i) {
+    r.final_steps.push_back(steps_[i]);
+    messages += net_->traffic()[i].messages - traffic_at_t0_[i].messages;
+    bytes += net_->traffic()[i].bytes - traffic_at_t0_[i].bytes;
+    if (const sync::BarrierCore* b = nodes_[i]->barrier()) {
+      r.queries += b->stats().queries;
+      r.replies += b->stats().replies;
+      r.timeouts += b->stats().timeouts;
+    }
+    if (!live_[i]) continue;
+    live_steps.push_back(steps_[i]);
+    wait += nodes_[i]->BarrierWaitSeconds(end_);
+  }
+  r.live_nodes = live_steps.size();
+  std::sort(live_steps.begin(), live_steps.end());
+  r.steps_min = Quantile(live_steps, 0);
+  r.steps_median = Quantile(live_steps, 0.5);
+  r.steps_max = Quantile(live_steps, 1);
+  r.steps_p10 = Quantile(live_steps, 0.1);
+  r.steps_p90 = Quantile(live_steps, 0.9);
+  if (r.live_nodes > 0) {
+    r.wait_share = wait / static_cast<double>(r.live_nodes) / std::max(1e-9, o_.duration_s);
+  }
+  r.membership_messages = net_->membership_datagrams() - membership_at_t0_;
+  r.messages_per_node = static_cast<double>(messages) / static_cast<double>(n_);
+  r.bytes_per_node = static_cast<double>(bytes) / static_cast<double>(n_);
+  if (data_) {
+    r.node_errors.assign(n_, std::numeric_limits<double>::quiet_NaN());
+    for (uint32_t i = 0; i < n_; ++i) {
+      if (live_[i]) r.node_errors[i] = trainers_[i].task->Evaluate().loss;
+    }
+  }
+  if (!r.series.empty() && r.series.back().error) {
+    r.error = r.series.back().error;
+    r.error_avg_model = r.series.back().error_avg_model;
+  }
+  for (const CrashTrack& c : crash_tracks_) {
+    CrashReport cr;
+    cr.node = net_->name(c.node);
+    cr.crash_at_s = static_cast<double>(c.at - t0_) / 1000.0;
+    TimeMs first = -1, last = -1;
+    for (uint32_t j = 0; j < n_; ++j) {
+      if (j == c.node || !live_[j]) continue;
+      if (!c.knew[j]) {
+        ++cr.unaware;
+        continue;
+      }
+      ++cr.observers;
+      const TimeMs d = c.detected_at[j];
+      if (d < 0) continue;
+      ++cr.detected;
+      first = first < 0 ? d : std::min(first, d);
+      last = std::max(last, d);
+    }
+    if (first >= 0) cr.first_detect_s = static_cast<double>(first - c.at) / 1000.0;
+    if (cr.detected == cr.observers && last >= 0) {
+      cr.all_detect_s = static_cast<double>(last - c.at) / 1000.0;
+    }
+    r.crashes.push_back(cr);
+  }
+  r.param_messages = net_->param_frames();
+  r.false_failures = false_failures_;
+  return std::move(result_);
+}
+
+}  // namespace meshtrain::sim
