@@ -6,17 +6,15 @@
 #include <functional>
 #include <limits>
 
+#include "node/node_internal.h"
+
 namespace meshtrain::node {
 
 namespace ms = ::meshtrain::membership;
+using internal::IsLive;
+using internal::kFrameOverheadBytes;
 
 namespace {
-
-// Bytes a frame costs beyond its floats (envelope, chunk header, seal, length prefix): the
-// meters only need the order of magnitude; the driver counts the real bytes for status.
-constexpr uint64_t kFrameOverheadBytes = 96;
-
-bool IsLive(ms::Status s) { return s == ms::Status::kAlive || s == ms::Status::kSuspect; }
 
 const char* KindName(ms::Event::Kind k) {
   using K = ms::Event::Kind;
@@ -39,36 +37,7 @@ const char* KindName(ms::Event::Kind k) {
   return "?";
 }
 
-// FNV-1a: a hash that is the same on every host and build (std::hash is not specified to be).
-uint64_t StableHash(const std::string& s, uint64_t h = 1469598103934665603ULL) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
-
 }  // namespace
-
-// One multicast round: the snapshot goes to every receiver over a connection of its own; the
-// round ends when every transfer was acknowledged (ParamAck) or lost.
-struct Node::Round {
-  uint64_t id = 0;
-  TimeMs started = 0;
-  int outstanding = 0;
-  int delivered = 0;
-  uint64_t bytes = 0;                       // acknowledged bytes
-  uint64_t bytes_per_rx = 0;                // what one transfer costs
-  std::map<ConnId, std::string> transfers;  // open connection -> receiver
-  std::set<ConnId> acked;
-};
-
-struct Node::PushPull {
-  std::string addr;
-  bool done = false;
-  bool join = false;
-  uint64_t join_tag = 0;
-};
 
 void Node::BusyMeter::Begin(TimeMs now) {
   if (active++ == 0) since = now;
@@ -327,8 +296,7 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
     Emit(MemberEvent{ms::Event::Kind::kFailed, std::move(m)});
     AbortTransfersTo(v.name);
   }
-  if (it == external_.end() || it->second.alive != v.alive ||
-      it->second.training != v.training) {
+  if (it == external_.end() || it->second.alive != v.alive || it->second.training != v.training) {
     candidates_stale_ = true;
   }
   if (it == external_.end()) {
@@ -548,248 +516,6 @@ void Node::RunBarrier(TimeMs now) {
   }
   const sync::TimeMs deadline = barrier_->NextDeadline();
   barrier_deadline_ = deadline == sync::kNoDeadline ? now + 1000 : std::max(deadline, now + 1);
-}
-
-// ---- training: parameter rounds ---------------------------------------------------------------
-
-void Node::OnSnapshot(SnapshotIn s, TimeMs now) {
-  if (!config_.training || !s.params) return;
-  pending_ = std::move(s);
-  StartRound(now);
-}
-
-// SELMCAST plans are global: every node computes the whole assignment and keeps its own row. So
-// that nodes with the same view build the same plan, the plan's RNG is seeded from the cluster
-// view and a logical epoch — the slowest live training node's step divided by plan_epoch_steps —
-// which every node learns from gossip, with no clock agreement between hosts. The plan is cached
-// per (epoch, view) and changes with the epoch (ties randomized per epoch).
-uint64_t Node::PlanEpoch() const {
-  uint64_t min_step = progress_.step;
-  for (const PeerInfo& p : PeerList()) {
-    if (p.alive && p.training) min_step = std::min(min_step, p.step);
-  }
-  return min_step / std::max<uint64_t>(1, config_.plan_epoch_steps);
-}
-
-const std::string* Node::PeerAddr(const std::string& name) const {
-  if (name == config_.name) return nullptr;
-  if (swim_) {
-    const ms::Member* m = swim_->Find(name);
-    return m == nullptr ? nullptr : &m->addr;
-  }
-  auto it = external_.find(name);
-  return it == external_.end() ? nullptr : &it->second.addr;
-}
-
-const std::vector<std::string>& Node::Candidates() {
-  if (swim_ || candidates_stale_) {
-    candidates_.clear();
-    if (swim_) {
-      for (const PeerInfo& p : PeerList()) {
-        if (p.alive && p.training) candidates_.push_back(p.name);
-      }
-    } else {
-      candidates_.reserve(external_.size());
-      for (const auto& [name, v] : external_) {
-        if (v.alive && v.training) candidates_.push_back(name);
-      }
-    }
-    std::sort(candidates_.begin(), candidates_.end());  // independent of the hash order
-    candidates_stale_ = false;
-  }
-  return candidates_;
-}
-
-// `fanout` distinct candidates, uniformly (sync::Select's kRandom, drawn by index: Select copies
-// its candidates into a set per call, which costs more than the rest of a round in large views).
-std::vector<std::string> Node::RandomReceivers(const std::vector<std::string>& candidates) {
-  const size_t n = candidates.size();
-  const size_t k = std::min(config_.fanout, n);
-  std::vector<size_t> picked;
-  picked.reserve(k);
-  if (2 * k > n) {
-    std::vector<size_t> idx(n);
-    for (size_t i = 0; i < n; ++i) idx[i] = i;
-    for (size_t i = 0; i < k; ++i) {
-      std::swap(idx[i], idx[std::uniform_int_distribution<size_t>(i, n - 1)(rng_)]);
-      picked.push_back(idx[i]);
-    }
-  } else {
-    while (picked.size() < k) {
-      const size_t c = std::uniform_int_distribution<size_t>(0, n - 1)(rng_);
-      if (std::find(picked.begin(), picked.end(), c) == picked.end()) picked.push_back(c);
-    }
-  }
-  std::vector<std::string> out;
-  out.reserve(k);
-  for (size_t i : picked) out.push_back(candidates[i]);
-  return out;
-}
-
-void Node::StartRound(TimeMs now) {
-  if (!pending_ || round_ || awaiting_plan_ != 0 || leaving_) return;
-  if (pending_->final || config_.select != sync::SelectPolicy::kSelmcast) {
-    // all and random need no bandwidth view.
-    const std::vector<std::string>& candidates = Candidates();
-    if (candidates.empty()) {
-      pending_.reset();
-      return;
-    }
-    if (pending_->final || config_.select == sync::SelectPolicy::kAll) {
-      return SendRound(candidates, now);
-    }
-    return SendRound(RandomReceivers(candidates), now);
-  }
-  std::vector<std::string> candidates;
-  sync::BandwidthView bw;
-  for (const PeerInfo& p : PeerList()) {
-    if (!p.alive || !p.training) continue;
-    bw[p.name] = sync::NodeBandwidth{p.uplink_mbps, p.downlink_mbps, 0};
-    candidates.push_back(p.name);
-  }
-  if (candidates.empty()) {
-    pending_.reset();
-    return;
-  }
-  // The sender is part of the global plan, with the figures its peers see (published ones).
-  const ms::Member* self = swim_ ? swim_->Find(config_.name) : nullptr;
-  bw[config_.name] = self ? sync::NodeBandwidth{self->meta.uplink_mbps, self->meta.downlink_mbps, 0}
-                          : sync::NodeBandwidth{static_cast<float>(uplink_estimate_mbps()),
-                                                static_cast<float>(downlink_estimate_mbps()), 0};
-  const uint64_t epoch = PlanEpoch();
-  std::string view;
-  for (const auto& [name, b] : bw) {  // std::map: sorted, so the text is canonical
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "=%.3g/%.3g;", b.uplink_mbps, b.downlink_mbps);
-    view += name;
-    view += buf;
-  }
-  if (epoch == plan_cache_.epoch && view == plan_cache_.view) {
-    return SendRound(plan_cache_.receivers, now);
-  }
-  PlanRequest req;
-  req.id = next_plan_++;
-  req.self = config_.name;
-  req.candidates = std::move(candidates);
-  req.bandwidth = std::move(bw);
-  req.fanout = config_.fanout;
-  req.seed = StableHash(view, epoch * 0x9E3779B97F4A7C15ULL ^ StableHash(config_.cluster));
-  awaiting_plan_ = req.id;
-  awaiting_epoch_ = epoch;
-  awaiting_view_ = std::move(view);
-  Emit(std::move(req));
-}
-
-void Node::OnPlan(PlanResult p, TimeMs now) {
-  if (p.id != awaiting_plan_ || awaiting_plan_ == 0) return;
-  awaiting_plan_ = 0;
-  plan_cache_.epoch = awaiting_epoch_;
-  plan_cache_.view = std::move(awaiting_view_);
-  // Receivers that died while the plan was being solved are left out.
-  std::vector<std::string> live;
-  for (auto& r : p.receivers) {
-    auto peer = FindPeer(r);
-    if (peer && peer->alive && peer->training) live.push_back(r);
-  }
-  plan_cache_.receivers = std::move(p.receivers);
-  if (live.empty()) {
-    pending_.reset();
-    return;
-  }
-  SendRound(std::move(live), now);
-}
-
-void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
-  if (receivers.empty() || !pending_) return;
-  SnapshotIn snap = std::move(*pending_);
-  pending_.reset();
-  auto chunks = gossip::SplitParams(*snap.params, next_round_, snap.step, config_.chunk_floats);
-  if (chunks.empty()) return;
-  round_ = std::make_unique<Round>();
-  round_->id = next_round_++;
-  round_->started = now;
-  for (const auto& c : chunks) {
-    round_->bytes_per_rx += c.data.size() * sizeof(float) + kFrameOverheadBytes;
-  }
-  up_.Begin(now);
-  for (const auto& name : receivers) {
-    auto peer = FindPeer(name);
-    if (!peer) continue;
-    const ConnId conn = next_conn_++;
-    // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck) and the
-    // connection closes; closed without an ack (refused, aborted, timed out) = lost.
-    Emit(Connect{conn, peer->data_addr});
-    for (const auto& c : chunks) {
-      gossip::Frame f;
-      f.sender = config_.name;
-      f.body = c;
-      Emit(SendFrame{conn, std::move(f)});
-    }
-    round_->transfers[conn] = name;
-    round_->outstanding++;
-  }
-  if (round_->outstanding == 0) {
-    up_.End(now, 0);
-    round_.reset();
-  }
-}
-
-void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
-  round_->transfers.erase(conn);
-  round_->acked.erase(conn);
-  round_->outstanding--;
-  if (ok) {
-    round_->delivered++;
-    round_->bytes += round_->bytes_per_rx;
-    stats_.params_bytes_sent += round_->bytes_per_rx;
-  }
-  if (round_->outstanding > 0) return;
-  const double seconds = static_cast<double>(now - round_->started) / 1000.0;
-  up_.End(now, round_->bytes);
-  stats_.rounds++;
-  stats_.fanout_sum += static_cast<uint64_t>(round_->delivered);
-  Emit(RoundDone{round_->delivered, round_->bytes, seconds});
-  round_.reset();
-  StartRound(now);
-}
-
-// A transfer to a member that failed or left is abandoned at once, so the next round (and with
-// it the rest of the mesh) does not wait for a TCP timeout (SPEC §6: no stalls). The driver
-// answers the abort with ConnClosed, which ends the transfer.
-void Node::AbortTransfersTo(const std::string& name) {
-  if (!round_) return;
-  for (const auto& [conn, receiver] : round_->transfers) {
-    if (receiver == name) {
-      Emit(LogLine{false, "abandoning the parameter transfer to " + name});
-      Emit(Close{conn, true});
-    }
-  }
-}
-
-void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
-                        TimeMs now) {
-  auto peer = FindPeer(sender);
-  const bool size_ok = config_.expected_params == 0 || chunk.total == config_.expected_params;
-  if (!config_.training || !peer || !peer->live || !size_ok) {
-    // Parameters only from live members of this mesh, for a model of our size.
-    Reject();
-    Emit(Close{conn, true});
-    return;
-  }
-  auto [it, fresh] = incoming_.try_emplace(conn, 0);
-  if (fresh) down_.Begin(now);
-  it->second += chunk.data.size() * sizeof(float) + kFrameOverheadBytes;
-  const uint64_t chunk_round = chunk.round;
-  auto model = assemblers_[sender].Add(chunk);
-  if (!model) return;
-  stats_.params_received++;
-  gossip::Frame ack;  // the sender's round for this receiver ends with this
-  ack.sender = config_.name;
-  ack.body = gossip::ParamAckMsg{chunk_round, progress_.step};
-  Emit(SendFrame{conn, std::move(ack)});
-  Emit(ParamsReceived{sender, model->step});
-  if (barrier_->OnProgress(sender, model->step, now) && barrier_waiting_) RunBarrier(now);
-  Emit(Mix{sender, model->step, std::move(model->params)});
 }
 
 // ---- push-pull, joins, leave ------------------------------------------------------------------

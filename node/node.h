@@ -322,7 +322,7 @@ class Node {
   // External membership. Hashed: with thousands of simulated nodes of 500 peers each, a tree
   // lookup per query and per transfer is a chain of cache misses.
   std::unordered_map<std::string, PeerView> external_;
-  std::vector<std::string> candidates_;        // Candidates()
+  std::vector<std::string> candidates_;  // Candidates()
   bool candidates_stale_ = true;
   sync::Rng rng_;
   std::vector<Output> out_;

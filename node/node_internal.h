@@ -1,0 +1,54 @@
+// Internals of node::Node shared by node.cc (inputs, membership, barrier, joins) and
+// node_rounds.cc (parameter multicast rounds and reassembly). Not part of the API.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "node/node.h"
+
+namespace meshtrain::node {
+namespace internal {
+
+namespace ms = ::meshtrain::membership;
+
+// Bytes a frame costs beyond its floats (envelope, chunk header, seal, length prefix): the
+// meters only need the order of magnitude; the driver counts the real bytes for status.
+constexpr uint64_t kFrameOverheadBytes = 96;
+
+inline bool IsLive(ms::Status s) { return s == ms::Status::kAlive || s == ms::Status::kSuspect; }
+
+// FNV-1a: a hash that is the same on every host and build (std::hash is not specified to be).
+inline uint64_t StableHash(const std::string& s, uint64_t h = 1469598103934665603ULL) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace internal
+
+// One multicast round: the snapshot goes to every receiver over a connection of its own; the
+// round ends when every transfer was acknowledged (ParamAck) or lost.
+struct Node::Round {
+  uint64_t id = 0;
+  TimeMs started = 0;
+  int outstanding = 0;
+  int delivered = 0;
+  uint64_t bytes = 0;                       // acknowledged bytes
+  uint64_t bytes_per_rx = 0;                // what one transfer costs
+  std::map<ConnId, std::string> transfers;  // open connection -> receiver
+  std::set<ConnId> acked;
+};
+
+struct Node::PushPull {
+  std::string addr;
+  bool done = false;
+  bool join = false;
+  uint64_t join_tag = 0;
+};
+
+}  // namespace meshtrain::node
