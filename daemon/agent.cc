@@ -142,20 +142,10 @@ struct Agent::Impl : RpcBackend {
         SolvePlanOffLoop(&loop, std::move(*req), [this](node::PlanResult r) {
           if (!stopping) Feed(std::move(r));
         });
-      } else if (auto* ev = std::get_if<node::MemberEvent>(&o)) {
-        if (ev->kind != membership::Event::Kind::kUpdated) {
-          metrics.Write("member", {{"name", ev->member.name}, {"status", EventStatus(ev->kind)}});
-        }
-      } else if (auto* r = std::get_if<node::RoundDone>(&o)) {
-        metrics.Write("sync",
-                      {{"fanout", r->fanout}, {"bytes", r->bytes}, {"seconds", r->seconds}});
+      } else if (RecordEvent(o, &metrics)) {
+        continue;  // member and sync lines, log lines
       } else if (auto* done = std::get_if<node::CommandDone>(&o)) {
-        json reply = {{"ok", done->ok}};
-        if (done->joined > 0 || !done->ok) reply["joined"] = done->joined;
-        if (!done->error.empty()) reply["error"] = done->error;
-        rpc->Reply(done->tag, reply);
-      } else if (auto* log = std::get_if<node::LogLine>(&o)) {
-        log->warn ? spdlog::warn("{}", log->text) : spdlog::info("{}", log->text);
+        rpc->Reply(done->tag, CommandReply(*done));
       } else if (auto* left = std::get_if<node::LeaveDone>(&o)) {
         spdlog::info("left the mesh after {} ms", left->took_ms);
         Shutdown();

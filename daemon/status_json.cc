@@ -1,5 +1,7 @@
 #include "daemon/status_json.h"
 
+#include <spdlog/spdlog.h>
+
 namespace meshtrain::daemon {
 
 using nlohmann::json;
@@ -21,6 +23,28 @@ const char* EventStatus(membership::Event::Kind kind) {
       return "reaped";
   }
   return "unknown";
+}
+
+bool RecordEvent(const node::Output& o, MetricsLog* metrics) {
+  if (auto* ev = std::get_if<node::MemberEvent>(&o)) {
+    if (ev->kind != membership::Event::Kind::kUpdated) {
+      metrics->Write("member", {{"name", ev->member.name}, {"status", EventStatus(ev->kind)}});
+    }
+  } else if (auto* r = std::get_if<node::RoundDone>(&o)) {
+    metrics->Write("sync", {{"fanout", r->fanout}, {"bytes", r->bytes}, {"seconds", r->seconds}});
+  } else if (auto* log = std::get_if<node::LogLine>(&o)) {
+    log->warn ? spdlog::warn("{}", log->text) : spdlog::info("{}", log->text);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+json CommandReply(const node::CommandDone& done) {
+  json reply = {{"ok", done.ok}};
+  if (done.joined > 0 || !done.ok) reply["joined"] = done.joined;
+  if (!done.error.empty()) reply["error"] = done.error;
+  return reply;
 }
 
 std::vector<std::pair<std::string, std::string>> LivePeers(

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "daemon/config.h"
+#include "daemon/metrics.h"
 #include "daemon/trainer.h"
 #include "gossip/messages.h"
 #include "membership/swim.h"
@@ -33,6 +34,12 @@ struct StatusInputs {
 
 nlohmann::json StatusJson(const StatusInputs& in);
 nlohmann::json MembersJson(const std::vector<membership::Member>& members);
+// Writes what a node event means to the operator: member and sync lines in the metrics file,
+// log lines. False for outputs that are not such events.
+bool RecordEvent(const node::Output& o, MetricsLog* metrics);
+// The RPC reply to a command the node finished (join, force-leave).
+nlohmann::json CommandReply(const node::CommandDone& done);
+
 // (name, addr) of the alive members other than `self`.
 std::vector<std::pair<std::string, std::string>> LivePeers(
     const std::vector<membership::Member>& members, const std::string& self);
