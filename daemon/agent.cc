@@ -18,14 +18,14 @@
 #include <random>
 #include <set>
 
+#include "daemon/json_text.h"
 #include "daemon/metrics.h"
 #include "daemon/rpc.h"
 #include "daemon/trainer.h"
 #include "gossip/codec.h"
 #include "gossip/crypto.h"
+#include "gossip/inbound.h"
 #include "gossip/rate_limit.h"
-#include "gossip/replay_guard.h"
-#include "gossip/source_rate_limiter.h"
 #include "gossip/transport.h"
 #include "learn/rng.h"
 #include "learn/task.h"
@@ -75,9 +75,8 @@ struct Agent::Impl {
   std::unique_ptr<gossip::Timer> leave_timer;
   std::vector<std::unique_ptr<gossip::Signal>> signals;
   MetricsLog metrics;
-  gossip::RejectCounters rejects;
-  gossip::ReplayGuard replay_guard;
-  gossip::SourceRateLimiter source_limiter;
+  // Every datagram and frame from the network, and their rejections (SPEC §4).
+  std::unique_ptr<gossip::Inbound> inbound;
   uint64_t rpc_rejects = 0;
   uint64_t oversize_drops = 0;
 
@@ -196,6 +195,12 @@ struct Agent::Impl {
     }
     codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
     codec->set_wall_clock(WallMs);
+    codec->set_session(RandomSeed() | 1);  // replay protection: a new session per process
+    inbound = std::make_unique<gossip::Inbound>(codec.get());
+    gossip::SetCallbackErrorHook([](const char* where, const char* what, uint64_t n) {
+      spdlog::error("exception #{} in a {} handler, dropped (the agent keeps running): {}", n,
+                    where, what);
+    });
     membership::Config mcfg = config.MembershipConfig();
     // The datagram budget must leave room for the envelope, cluster label and seal.
     mcfg.packet_overhead_bytes = std::max(mcfg.packet_overhead_bytes, codec->DatagramOverhead());
@@ -572,9 +577,9 @@ struct Agent::Impl {
     auto frame = codec->DecodeFrame(payload.data(), payload.size(), &why);
     const auto* ack = frame ? std::get_if<gossip::ParamAckMsg>(&frame->body) : nullptr;
     if (!frame) {
-      rejects.add(why);
+      inbound->Count(why);
     } else if (ack == nullptr || frame->sender != receiver || ack->round != round_id) {
-      rejects.add(gossip::Reject::kSemantic);
+      inbound->Count(gossip::Reject::kSemantic);
     } else {
       if (round && round->id == round_id) round->acked.insert(cid);
       data_tcp->Close(cid);
@@ -607,7 +612,7 @@ struct Agent::Impl {
     if (!trainer || m == nullptr || m->status == membership::Status::kFailed ||
         m->status == membership::Status::kLeft) {
       // Parameters only from live members of this mesh.
-      rejects.add(gossip::Reject::kSemantic);
+      inbound->Count(gossip::Reject::kSemantic);
       data_tcp->Abort(id);
       return;
     }
@@ -658,7 +663,7 @@ struct Agent::Impl {
     }
     if (peers.empty()) return;  // keep the last non-empty view to rejoin through
     const std::string tmp = PeerSnapshotPath() + ".tmp";
-    const std::string body = json{{"peers", peers}}.dump() + "\n";
+    const std::string body = JsonText(json{{"peers", peers}}) + "\n";
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return;
     bool ok = ::write(fd, body.data(), body.size()) == static_cast<ssize_t>(body.size());
@@ -765,7 +770,7 @@ struct Agent::Impl {
                 {"failed", kr.failed}};
     if (!kr.failed.empty()) {
       out["error"] = std::to_string(kr.failed.size()) + " of " + std::to_string(kr.nodes) +
-                     " nodes failed: " + kr.failed.dump();
+                     " nodes failed: " + JsonText(kr.failed);
     }
     RpcReply(kr.rpc, out);
     key_rounds.erase(it);
@@ -813,7 +818,7 @@ struct Agent::Impl {
             auto f = codec->DecodeFrame(payload.data(), payload.size(), &why);
             auto* r = f ? std::get_if<gossip::KeyOpReplyMsg>(&f->body) : nullptr;
             if (r == nullptr || r->seq != seq || *got) {
-              rejects.add(f ? gossip::Reject::kSemantic : why);
+              inbound->Count(f ? gossip::Reject::kSemantic : why);
               data_tcp->Abort(c);
               return;
             }
@@ -901,14 +906,14 @@ struct Agent::Impl {
           gossip::Reject why{};
           auto frame = codec->DecodeFrame(payload.data(), payload.size(), &why);
           if (!frame) {
-            rejects.add(why);
+            inbound->Count(why);
             data_tcp->Abort(cid);
             return;
           }
           auto* msg = std::get_if<gossip::PushPullMsg>(&frame->body);
           auto it = pushpulls.find(cid);
           if (msg == nullptr || !msg->response || it == pushpulls.end()) {
-            rejects.add(gossip::Reject::kSemantic);
+            inbound->Count(gossip::Reject::kSemantic);
             data_tcp->Abort(cid);
             return;
           }
@@ -1007,21 +1012,9 @@ struct Agent::Impl {
   }
 
   void OnDatagram(const uint8_t* data, size_t len, const NetAddr& from) {
-    // Cheapest checks first: the per-source budget, then decoding, then replay.
-    if (!source_limiter.Allow(from.ToString(), static_cast<double>(uv_hrtime()) / 1e9)) {
-      rejects.add(gossip::Reject::kRateLimited);
-      return;
-    }
-    gossip::Reject why{};
-    auto dg = codec->DecodeDatagram(data, len, &why);
-    if (!dg) {
-      rejects.add(why);
-      return;
-    }
-    if (!replay_guard.Check(*dg, WallMs())) {
-      rejects.add(gossip::Reject::kReplay);
-      return;
-    }
+    // Size, per-source budget, decoding, replay: counted by reason inside.
+    auto dg = inbound->OnDatagram(data, len, from.ToString(), static_cast<double>(uv_hrtime()) / 1e9);
+    if (!dg) return;
     uv_update_time(&loop);
     if (auto* pkt = std::get_if<membership::Packet>(&dg->body)) {
       swim->HandlePacket(from.ToString(), *pkt, Now());
@@ -1043,17 +1036,15 @@ struct Agent::Impl {
   }
 
   void OnDataFrame(TcpHub::ConnId id, Bytes&& payload) {
-    gossip::Reject why{};
-    auto frame = codec->DecodeFrame(payload.data(), payload.size(), &why);
+    auto frame = inbound->OnFrame(payload.data(), payload.size());
     if (!frame) {
-      rejects.add(why);
       data_tcp->Abort(id);
       return;
     }
     uv_update_time(&loop);
     if (auto* pp = std::get_if<gossip::PushPullMsg>(&frame->body)) {
       if (pp->response) {
-        rejects.add(gossip::Reject::kSemantic);
+        inbound->Count(gossip::Reject::kSemantic);
         data_tcp->Abort(id);
         return;
       }
@@ -1080,7 +1071,7 @@ struct Agent::Impl {
       data_tcp->Send(id, codec->EncodeFrame(f));
       data_tcp->Close(id);
     } else {
-      rejects.add(gossip::Reject::kSemantic);
+      inbound->Count(gossip::Reject::kSemantic);
       data_tcp->Abort(id);
     }
   }
@@ -1088,7 +1079,7 @@ struct Agent::Impl {
   // ---- RPC -----------------------------------------------------------------------------------
 
   void RpcReply(TcpHub::ConnId id, const json& j) {
-    const std::string s = j.dump();
+    const std::string s = JsonText(j);
     rpc_tcp->Send(id, Bytes(s.begin(), s.end()));
     rpc_tcp->Close(id);
   }
@@ -1109,14 +1100,14 @@ struct Agent::Impl {
   }
 
   uint64_t RejectedPackets() const {
-    return rejects.total() + rpc_rejects + data_tcp->framing_errors();
+    return inbound->rejects().total() + rpc_rejects + data_tcp->framing_errors();
   }
 
   json RejectsJson() const {
     json out = json::object();
     for (size_t i = 0; i < gossip::kNumRejects; ++i) {
       const auto r = static_cast<gossip::Reject>(i);
-      if (rejects.get(r) > 0) out[gossip::RejectName(r)] = rejects.get(r);
+      if (inbound->rejects().get(r) > 0) out[gossip::RejectName(r)] = inbound->rejects().get(r);
     }
     if (rpc_rejects > 0) out["rpc"] = rpc_rejects;
     if (data_tcp->framing_errors() > 0) out["framing"] = data_tcp->framing_errors();
