@@ -16,7 +16,9 @@
 #include "daemon/agent.h"
 #include "daemon/config.h"
 #include "daemon/config_file.h"
+#include "daemon/json_text.h"
 #include "gossip/crypto.h"
+#include "gossip/messages.h"
 
 namespace {
 
@@ -56,7 +58,7 @@ std::string Cell(const json& v) {
     std::snprintf(buf, sizeof(buf), "%.3f", v.get<double>());
     return buf;
   }
-  return v.dump();
+  return meshtrain::daemon::JsonText(v);
 }
 
 void PrintTable(const std::vector<std::string>& cols, const std::vector<json>& rows) {
@@ -147,8 +149,15 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
       ->capture_default_str();
 }
 
+// A configuration error (bad option value, unreadable or malformed config file): one line on
+// stderr, exit status 2.
+int ConfigError(const std::string& msg) {
+  Fail(msg);
+  return 2;
+}
+
 int RunAgent(meshtrain::daemon::AgentConfig config) {
-  if (auto err = config.Finalize(); !err.empty()) return Fail(err);
+  if (auto err = config.Finalize(); !err.empty()) return ConfigError(err);
   auto logger = spdlog::stderr_color_mt("meshtrain");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(config.log_level));
@@ -230,8 +239,9 @@ int main(int argc, char** argv) {
   // --config is expanded into arguments before parsing, so one parser validates both.
   std::vector<std::string> args(argv, argv + argc), expanded;
   std::string config_error;
-  if (!meshtrain::daemon::ExpandAgentConfig(args, &expanded, &config_error))
-    return Fail(config_error);
+  if (!meshtrain::daemon::ExpandAgentConfig(args, &expanded, &config_error)) {
+    return ConfigError(config_error);
+  }
   std::vector<std::string> reversed(expanded.rbegin(), expanded.rend() - 1);
   try {
     app.parse(std::move(reversed));
@@ -241,84 +251,98 @@ int main(int argc, char** argv) {
 
   if (agent->parsed()) return RunAgent(agent_config);
   g_token = token;
-  if (simulate->parsed()) return meshtrain::cli::RunSimulateCommand();
-  if (version->parsed()) {
-    std::printf("meshtrain %s (protocol 1)\n", MESHTRAIN_VERSION);
-    return 0;
-  }
-  if (keygen->parsed()) {
-    std::printf("%s\n", meshtrain::gossip::GenerateKeyBase64().c_str());
-    return 0;
-  }
-  if (join->parsed()) {
-    auto r = Call(rpc, {{"cmd", "join"}, {"addrs", join_addrs}});
-    if (!r) return 1;
-    std::printf("Successfully joined cluster by contacting %d nodes.\n", r->value("joined", 0));
-    return 0;
-  }
-  if (leave->parsed()) {
-    if (!Call(rpc, {{"cmd", "leave"}})) return 1;
-    std::printf("Graceful leave started; the agent exits once the news has spread.\n");
-    return 0;
-  }
-  if (force->parsed()) {
-    if (!Call(rpc, {{"cmd", "force-leave"}, {"name", force_name}})) return 1;
-    std::printf("Member %s marked as left.\n", force_name.c_str());
-    return 0;
-  }
-  if (keys->parsed()) {
-    if (key_install.empty() && key_use.empty() && key_remove.empty() && !key_list) {
-      return Fail("keys: give one of --install KEY, --use KEY, --remove KEY or --list");
+  // Replies come from the network: a field of an unexpected type must end in a one-line error,
+  // not in an uncaught json exception.
+  try {
+    if (simulate->parsed()) return meshtrain::cli::RunSimulateCommand();
+    if (version->parsed()) {
+      std::printf("meshtrain %s (protocol 1)\n", MESHTRAIN_VERSION);
+      return 0;
     }
-    json req = {{"cmd", "keys"}};
-    if (!key_install.empty()) req.update({{"op", "install"}, {"key", key_install}});
-    if (!key_use.empty()) req.update({{"op", "use"}, {"key", key_use}});
-    if (!key_remove.empty()) req.update({{"op", "remove"}, {"key", key_remove}});
-    if (key_list) req["op"] = "list";
-    auto r = Call(rpc, req);
-    if (!r) return 1;
-    std::printf("%d nodes answered.\n", r->value("nodes", 0));
-    for (auto& [fp, n] : (*r)["keys"].items()) {
-      const int primary = (*r)["primary"].value(fp, 0);
-      std::printf("  %s  installed on %s nodes%s\n", fp.c_str(), n.dump().c_str(),
-                  primary ? (", primary on " + std::to_string(primary)).c_str() : "");
+    if (keygen->parsed()) {
+      std::printf("%s\n", meshtrain::gossip::GenerateKeyBase64().c_str());
+      return 0;
     }
-    return 0;
-  }
-  if (members->parsed()) {
-    std::optional<std::regex> re;
-    if (!status_re.empty()) {
-      try {
-        re.emplace(status_re);
-      } catch (const std::regex_error& e) {
-        return Fail("invalid --status regex '" + status_re + "': " + e.what());
+    if (join->parsed()) {
+      for (const auto& a : join_addrs) {
+        if (!meshtrain::gossip::ValidUtf8(a)) return Fail("join: an address is not valid UTF-8");
       }
+      auto r = Call(rpc, {{"cmd", "join"}, {"addrs", join_addrs}});
+      if (!r) return 1;
+      std::printf("Successfully joined cluster by contacting %d nodes.\n", r->value("joined", 0));
+      return 0;
     }
-    auto r = Call(rpc, {{"cmd", "members"}});
-    if (!r) return 1;
-    json list = json::array();
-    for (const auto& m : (*r)["members"]) {
-      if (re && !std::regex_search(m.value("status", ""), *re)) continue;
-      list.push_back(m);
+    if (leave->parsed()) {
+      if (!Call(rpc, {{"cmd", "leave"}})) return 1;
+      std::printf("Graceful leave started; the agent exits once the news has spread.\n");
+      return 0;
     }
-    if (format == "json") {
-      std::printf("%s\n", json{{"members", list}}.dump().c_str());
-    } else {
-      PrintTable({"name", "addr", "status", "incarnation", "step", "training", "uplink_mbps",
-                  "downlink_mbps"},
-                 std::vector<json>(list.begin(), list.end()));
+    if (force->parsed()) {
+      if (!meshtrain::gossip::ValidUtf8(force_name)) {
+        return Fail("force-leave: the member name is not valid UTF-8");
+      }
+      if (!Call(rpc, {{"cmd", "force-leave"}, {"name", force_name}})) return 1;
+      std::printf("Member %s marked as left.\n", force_name.c_str());
+      return 0;
     }
-    return 0;
-  }
-  if (status->parsed()) {
-    auto r = Call(rpc, {{"cmd", "status"}});
-    if (!r) return 1;
-    if (format == "json") {
-      std::printf("%s\n", r->dump().c_str());
-    } else {
-      for (auto& [k, v] : r->items()) std::printf("%-17s %s\n", (k + ":").c_str(), Cell(v).c_str());
+    if (keys->parsed()) {
+      if (key_install.empty() && key_use.empty() && key_remove.empty() && !key_list) {
+        return Fail("keys: give one of --install KEY, --use KEY, --remove KEY or --list");
+      }
+      json req = {{"cmd", "keys"}};
+      if (!key_install.empty()) req.update({{"op", "install"}, {"key", key_install}});
+      if (!key_use.empty()) req.update({{"op", "use"}, {"key", key_use}});
+      if (!key_remove.empty()) req.update({{"op", "remove"}, {"key", key_remove}});
+      if (key_list) req["op"] = "list";
+      auto r = Call(rpc, req);
+      if (!r) return 1;
+      std::printf("%d nodes answered.\n", r->value("nodes", 0));
+      for (auto& [fp, n] : (*r)["keys"].items()) {
+        const int primary = (*r)["primary"].value(fp, 0);
+        std::printf("  %s  installed on %s nodes%s\n", fp.c_str(),
+                    meshtrain::daemon::JsonText(n).c_str(),
+                    primary ? (", primary on " + std::to_string(primary)).c_str() : "");
+      }
+      return 0;
     }
-    return 0;
+    if (members->parsed()) {
+      std::optional<std::regex> re;
+      if (!status_re.empty()) {
+        try {
+          re.emplace(status_re);
+        } catch (const std::regex_error& e) {
+          return Fail("invalid --status regex '" + status_re + "': " + e.what());
+        }
+      }
+      auto r = Call(rpc, {{"cmd", "members"}});
+      if (!r) return 1;
+      json list = json::array();
+      for (const auto& m : (*r)["members"]) {
+        if (re && !std::regex_search(m.value("status", ""), *re)) continue;
+        list.push_back(m);
+      }
+      if (format == "json") {
+        std::printf("%s\n", meshtrain::daemon::JsonText(json{{"members", list}}).c_str());
+      } else {
+        PrintTable({"name", "addr", "status", "incarnation", "step", "training", "uplink_mbps",
+                    "downlink_mbps"},
+                   std::vector<json>(list.begin(), list.end()));
+      }
+      return 0;
+    }
+    if (status->parsed()) {
+      auto r = Call(rpc, {{"cmd", "status"}});
+      if (!r) return 1;
+      if (format == "json") {
+        std::printf("%s\n", meshtrain::daemon::JsonText(*r).c_str());
+      } else {
+        for (auto& [k, v] : r->items())
+          std::printf("%-17s %s\n", (k + ":").c_str(), Cell(v).c_str());
+      }
+      return 0;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Fail(std::string("malformed reply from the agent: ") + e.what());
   }
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "daemon/json_text.h"
 #include "gossip/framing.h"
 #include "gossip/net_addr.h"
 
@@ -71,7 +72,7 @@ RpcResult CallAgent(const std::string& rpc_addr, const nlohmann::json& request, 
       return r;
     }
   }
-  const std::string body = request.dump();
+  const std::string body = meshtrain::daemon::JsonText(request);
   const auto framed = gossip::EncodeFramed(std::vector<uint8_t>(body.begin(), body.end()));
   size_t off = 0;
   while (off < framed.size()) {

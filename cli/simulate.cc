@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "daemon/json_text.h"
 #include "sim/psp_sim.h"
 #include "sim/svg_plot.h"
 
@@ -409,7 +410,7 @@ int RunSimulateCommand() {
     }
     json out = {{"nodes", base.nodes}, {"duration_s", base.duration_s}, {"policies", policies}};
     if (!a.no_wall) out["wall_s"] = Round(wall_s, 2);
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", meshtrain::daemon::JsonText(out).c_str());
     return 0;
   }
 

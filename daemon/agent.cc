@@ -160,7 +160,7 @@ struct Agent::Impl : RpcBackend {
   // ---- inbound ----------------------------------------------------------------------------------
 
   void OnDatagram(const uint8_t* data, size_t len, const NetAddr& from) {
-    auto dg = inbound->OnDatagram(data, len, from.ToString(), MonoSeconds(), WallMs());
+    auto dg = inbound->OnDatagram(data, len, from.ToString(), MonoSeconds());
     if (dg) Feed(node::DatagramIn{from.ToString(), std::move(*dg)});
   }
 
@@ -237,7 +237,12 @@ struct Agent::Impl : RpcBackend {
     peer_snapshot = std::make_unique<PeerSnapshotWriter>(config.data_dir);
     const uint64_t seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
     codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
-    codec->set_wall_clock(WallMs);
+    codec->set_wall_clock(WallMs);  // informational stamps; replay protection is logical
+    codec->set_session(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1);
+    gossip::SetCallbackErrorHook([](const char* where, const char* what, uint64_t n) {
+      spdlog::error("exception #{} in a {} handler, dropped (the agent keeps running): {}", n,
+                    where, what);
+    });
     inbound = std::make_unique<gossip::Inbound>(codec.get());
     udp = std::make_unique<gossip::UdpEndpoint>(&loop);
     gossip::TcpOptions data_opts;

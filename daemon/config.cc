@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <initializer_list>
 #include <regex>
+#include <utility>
 
+#include "gossip/messages.h"
 #include "gossip/net_addr.h"
 
 namespace meshtrain::daemon {
@@ -17,25 +21,61 @@ bool OneOf(const std::string& v, std::initializer_list<const char*> options) {
   return false;
 }
 
+// `v` in single quotes for an error line: bytes that are not printable ASCII (control
+// characters, anything not valid UTF-8, newlines) are shown as \xNN, so the message stays one
+// line of valid text whatever the user typed.
+std::string Quoted(const std::string& v) {
+  std::string out = "'";
+  const bool utf8 = gossip::ValidUtf8(v);
+  for (char ch : v) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u == 0x7f || (u >= 0x80 && !utf8)) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
+      out += buf;
+    } else {
+      out.push_back(ch);
+    }
+  }
+  return out + "'";
+}
+
 }  // namespace
 
 std::string AgentConfig::Finalize() {
+  // Strings that end up in names, labels and addresses, on the wire and in JSON: valid UTF-8
+  // first (issue 20), then their own syntax below.
+  for (const auto& [flag, value] :
+       std::initializer_list<std::pair<const char*, const std::string*>>{
+           {"--name", &name},
+           {"--bind", &bind},
+           {"--advertise", &advertise},
+           {"--rpc", &rpc},
+           {"--rpc-token", &rpc_token},
+           {"--cluster", &cluster},
+           {"--profile", &profile}}) {
+    if (!gossip::ValidUtf8(*value)) return std::string("invalid ") + flag + ": not valid UTF-8";
+  }
+  for (const auto& j : join) {
+    if (!gossip::ValidUtf8(j)) return "invalid --join " + Quoted(j) + ": not valid UTF-8";
+  }
   auto bind_addr = gossip::NetAddr::Parse(bind);
-  if (!bind_addr) return "invalid --bind '" + bind + "': expected IP:PORT, e.g. 127.0.0.1:7950";
-  if (bind_addr->port() == 0) return "invalid --bind '" + bind + "': port 0 is not allowed";
+  if (!bind_addr)
+    return "invalid --bind " + Quoted(bind) + ": expected IP:PORT, e.g. 127.0.0.1:7950";
+  if (bind_addr->port() == 0) return "invalid --bind " + Quoted(bind) + ": port 0 is not allowed";
   if (advertise.empty()) {
     advertise = bind_addr->IsAny() ? "127.0.0.1:" + std::to_string(bind_addr->port())
                                    : bind_addr->ToString();
   }
   auto adv = gossip::NetAddr::Parse(advertise);
   if (!adv || adv->IsAny() || adv->port() == 0) {
-    return "invalid --advertise '" + advertise + "': expected a routable IP:PORT";
+    return "invalid --advertise " + Quoted(advertise) + ": expected a routable IP:PORT";
   }
   advertise = adv->ToString();
-  if (!gossip::NetAddr::Parse(rpc)) return "invalid --rpc '" + rpc + "': expected IP:PORT";
+  if (!gossip::NetAddr::Parse(rpc)) return "invalid --rpc " + Quoted(rpc) + ": expected IP:PORT";
   for (auto& j : join) {
     auto a = gossip::NetAddr::Parse(j);
-    if (!a || a->port() == 0) return "invalid --join '" + j + "': expected IP:PORT";
+    if (!a || a->port() == 0) return "invalid --join " + Quoted(j) + ": expected IP:PORT";
     j = a->ToString();
   }
   if (name.empty()) {
@@ -45,20 +85,23 @@ std::string AgentConfig::Finalize() {
   }
   static const std::regex kName("[A-Za-z0-9._-]{1,64}");
   if (!std::regex_match(name, kName)) {
-    return "invalid --name '" + name + "': use 1-64 characters of [A-Za-z0-9._-]";
+    return "invalid --name " + Quoted(name) + ": use 1-64 characters of [A-Za-z0-9._-]";
   }
   if (!membership::Config::Profile(profile)) {
-    return "invalid --profile '" + profile + "': expected lan, wan or local";
+    return "invalid --profile " + Quoted(profile) + ": expected lan, wan or local";
   }
-  if (cluster.empty() || cluster.size() > 64) return "invalid --cluster: 1-64 characters";
+  if (!gossip::ValidClusterLabel(cluster)) {
+    return "invalid --cluster: 1-64 bytes of UTF-8 without control characters";
+  }
   if (!OneOf(task, {"none", "synthetic", "fmnist-softmax", "fmnist-mlp"})) {
-    return "invalid --task '" + task + "': expected none, synthetic, fmnist-softmax or fmnist-mlp";
+    return "invalid --task " + Quoted(task) +
+           ": expected none, synthetic, fmnist-softmax or fmnist-mlp";
   }
   if (!OneOf(barrier, {"bsp", "ssp", "asp", "pbsp", "pssp", "dssp"})) {
-    return "invalid --barrier '" + barrier + "': expected bsp, ssp, asp, pbsp, pssp or dssp";
+    return "invalid --barrier " + Quoted(barrier) + ": expected bsp, ssp, asp, pbsp, pssp or dssp";
   }
   if (!OneOf(select, {"all", "random", "selmcast"})) {
-    return "invalid --select '" + select + "': expected all, random or selmcast";
+    return "invalid --select " + Quoted(select) + ": expected all, random or selmcast";
   }
   if (batch < 1 || batch > 65536) return "invalid --batch: 1..65536";
   if (!(lr > 0 && lr < 100)) return "invalid --lr: must be > 0";
@@ -79,14 +122,14 @@ std::string AgentConfig::Finalize() {
     static const std::regex kShard("([0-9]{1,6})/([0-9]{1,6})");
     std::smatch m;
     if (!std::regex_match(shard, m, kShard) || std::stoi(m[1]) >= std::stoi(m[2])) {
-      return "invalid --shard '" + shard + "': expected I/N with 0 <= I < N";
+      return "invalid --shard " + Quoted(shard) + ": expected I/N with 0 <= I < N";
     }
   }
   if (probe_interval_ms == 0 || probe_timeout_ms == 0 || gossip_interval_ms == 0) {
     return "timing overrides must be positive";
   }
   if (!OneOf(log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"})) {
-    return "invalid --log-level '" + log_level + "'";
+    return "invalid --log-level " + Quoted(log_level);
   }
   return "";
 }

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
+
+#include "gossip/messages.h"
 
 namespace meshtrain::daemon {
 namespace {
@@ -32,16 +35,37 @@ bool Scalar(const std::string& v, std::string* out) {
 }  // namespace
 
 bool ConfigFileArgs(const std::string& path, std::vector<std::string>* args, std::string* error) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
     *error = "cannot read config file '" + path + "'";
     return false;
   }
-  std::string line;
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) {
+    *error = "cannot read config file '" + path + "'";
+    return false;
+  }
+  return ConfigTextArgs(text.str(), path, args, error);
+}
+
+bool ConfigTextArgs(std::string_view text, const std::string& origin,
+                    std::vector<std::string>* args, std::string* error) {
   int lineno = 0;
-  while (std::getline(in, line)) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t nl = text.find('\n', pos);
+    std::string line(
+        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos));
+    pos = nl == std::string_view::npos ? text.size() : nl + 1;
     ++lineno;
-    const std::string where = path + ":" + std::to_string(lineno) + ": ";
+    const std::string where = origin + ":" + std::to_string(lineno) + ": ";
+    // Values become names, labels and addresses that travel on the wire and into JSON: the
+    // whole line must be UTF-8, and NUL (which would cut an argument short) is refused too.
+    if (!gossip::ValidUtf8(line) || line.find('\0') != std::string::npos) {
+      *error = where + "not valid UTF-8 text";
+      return false;
+    }
     line = Trim(line);
     if (line.empty() || line[0] == '#') continue;
     if (line.front() == '[' && line.back() == ']') continue;

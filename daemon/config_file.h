@@ -15,13 +15,20 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace meshtrain::daemon {
 
 // Reads FILE into "--key value" arguments. False with a one-line *error (naming the file and
-// line) when the file cannot be read or a line is malformed.
+// line) when the file cannot be read or a line is malformed or not valid UTF-8.
 bool ConfigFileArgs(const std::string& path, std::vector<std::string>* args, std::string* error);
+
+// The parser behind ConfigFileArgs, on the file's contents; `origin` names it in errors. Every
+// argument it returns is valid UTF-8 (each line is checked, issue 20), and the error line never
+// repeats bytes that are not. Never throws (bar std::bad_alloc).
+bool ConfigTextArgs(std::string_view text, const std::string& origin,
+                    std::vector<std::string>* args, std::string* error);
 
 // Finds `--config FILE` / `--config=FILE` after the `agent` subcommand in argv and returns the
 // argument list with the file's options inserted right after `agent` (before the command-line

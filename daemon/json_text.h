@@ -1,7 +1,8 @@
-// JSON text that cannot throw: strings that are not valid UTF-8 (which nlohmann's default dump
-// rejects with type_error 316) are written with U+FFFD in place of the bad bytes. Every JSON
-// writer of the daemon and the CLI goes through this.
-// Thread-safety: pure.
+// The one way meshtrain turns JSON into text (issue 20). nlohmann::json::dump() throws
+// type_error 316 on a string that is not valid UTF-8; a name that slipped past validation
+// must never turn a log line, a metrics event or an RPC reply into an abort (an exception
+// escaping a libuv callback). The non-throwing mode replaces invalid bytes with U+FFFD.
+// Thread-safety: pure function.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 
 namespace meshtrain::daemon {
 
+// Compact JSON text of `j`; never throws (bar std::bad_alloc).
 inline std::string JsonText(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "daemon/json_text.h"
+
 namespace meshtrain::daemon {
 
 MetricsLog::~MetricsLog() {
@@ -25,9 +27,10 @@ double MetricsLog::Elapsed() const {
 }
 
 void MetricsLog::Write(const std::string& event, nlohmann::json fields) {
+  if (!fields.is_object()) fields = {{"value", std::move(fields)}};  // operator[] would throw
   fields["t"] = Elapsed();
   fields["event"] = event;
-  const std::string line = fields.dump() + "\n";
+  const std::string line = JsonText(fields) + "\n";
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ == nullptr) return;
   std::fwrite(line.data(), 1, line.size(), file_);

@@ -2,10 +2,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gossip/messages.h"
+
 namespace meshtrain::daemon {
 namespace {
 
 constexpr size_t kMaxField = 256;
+
+// At most `max` bytes of `s`, cut at a character boundary so the result stays valid UTF-8 (it
+// goes back in the error reply, which is JSON).
+std::string Prefix(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xc0) == 0x80) --n;
+  return s.substr(0, n);
+}
 
 bool GetString(const nlohmann::json& j, const char* field, std::string* out, std::string* error,
                bool required) {
@@ -21,6 +32,12 @@ bool GetString(const nlohmann::json& j, const char* field, std::string* out, std
   const auto& s = it->get_ref<const std::string&>();
   if (s.size() > kMaxField) {
     *error = std::string("field '") + field + "' is too long";
+    return false;
+  }
+  // The JSON parser already refuses ill-formed UTF-8 and lone surrogate escapes; checked here
+  // too so that the guarantee does not rest on a library detail (issue 20).
+  if (!gossip::ValidUtf8(s)) {
+    *error = std::string("field '") + field + "' is not valid UTF-8";
     return false;
   }
   *out = s;
@@ -51,6 +68,10 @@ std::optional<RpcRequest> ParseRpcRequest(const uint8_t* data, size_t len, std::
       *error = "force-leave needs a member name";
       return std::nullopt;
     }
+    if (!gossip::NoControlChars(r.name)) {
+      *error = "force-leave: the member name has control characters";
+      return std::nullopt;
+    }
     return r;
   }
   if (r.cmd == "join") {
@@ -60,8 +81,11 @@ std::optional<RpcRequest> ParseRpcRequest(const uint8_t* data, size_t len, std::
       return std::nullopt;
     }
     for (const auto& a : *it) {
-      if (!a.is_string() || a.get_ref<const std::string&>().size() > kMaxField) {
-        *error = "join addresses must be strings of at most 256 characters";
+      if (!a.is_string() || a.get_ref<const std::string&>().size() > kMaxField ||
+          !gossip::NoControlChars(a.get_ref<const std::string&>())) {
+        *error =
+            "join addresses must be UTF-8 strings of at most 256 bytes without control "
+            "characters";
         return std::nullopt;
       }
       r.addrs.push_back(a.get<std::string>());
@@ -77,7 +101,7 @@ std::optional<RpcRequest> ParseRpcRequest(const uint8_t* data, size_t len, std::
     if (!GetString(j, "key", &r.key, error, r.key_op != "list")) return std::nullopt;
     return r;
   }
-  *error = "unknown command '" + r.cmd.substr(0, 64) + "'";
+  *error = "unknown command '" + Prefix(r.cmd, 64) + "'";
   return std::nullopt;
 }
 

@@ -3,7 +3,7 @@
 // object with "ok" and either the result or "error".
 //
 // ParseRpcRequest is the whole parser for untrusted RPC input: it never throws, bounds every
-// field, and returns a plain struct (fuzzed by bench/fuzz).
+// field, and returns a plain struct whose strings are all valid UTF-8 (fuzzed by bench/fuzz).
 // Thread-safety: pure functions.
 #pragma once
 

@@ -432,16 +432,22 @@ const w::Envelope* CheckEnvelope(const std::vector<uint8_t>& buf, fb::uoffset_t 
   return env;
 }
 
+struct Stamps {
+  uint64_t sent_ms = 0;
+  uint64_t session = 0;
+  uint64_t counter = 0;
+};
+
 fb::Offset<w::Envelope> FinishEnvelope(fb::FlatBufferBuilder& b, uint16_t version,
                                        const std::string& cluster, const std::string& sender,
-                                       uint64_t sent_ms, w::Body type, fb::Offset<void> body) {
+                                       const Stamps& stamps, w::Body type, fb::Offset<void> body) {
   const auto c = b.CreateString(cluster);
   const auto s = b.CreateString(sender);
-  const auto env = w::CreateEnvelope(b, version, c, s, sent_ms, type, body);
+  const auto env = w::CreateEnvelope(b, version, c, s, stamps.sent_ms, type, body, stamps.session,
+                                     stamps.counter);
   w::FinishEnvelopeBuffer(b, env);
   return env;
 }
-
 
 }  // namespace
 
@@ -498,7 +504,13 @@ std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
     const auto& r = std::get<ProgressReply>(d.body);
     body = {w::Body::ProgressReply, w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
   }
-  FinishEnvelope(b, send_version_, cluster_, d.sender, Stamp(d.sent_ms), body.first, body.second);
+  Stamps stamps{Stamp(d.sent_ms), d.session != 0 ? d.session : session_, d.counter};
+  // A datagram numbered by the caller (tests, replays of recorded traffic) keeps its number;
+  // the codec's own sequence only numbers datagrams of its session.
+  if (stamps.counter == 0 && stamps.session == session_ && session_ != 0) {
+    stamps.counter = next_counter_.fetch_add(1, std::memory_order_relaxed);
+  }
+  FinishEnvelope(b, send_version_, cluster_, d.sender, stamps, body.first, body.second);
   const size_t wrapped = b.GetSize() + (keyring_ ? kSealOverhead : kPlainOverhead);
   if (wrapped > kMaxDatagramBytes) return {};
   return Wrap(b.GetBufferPointer(), b.GetSize());
@@ -527,7 +539,8 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
   } else {
     body = EncodeKeyOpReply(b, *reply);
   }
-  FinishEnvelope(b, send_version_, cluster_, f.sender, Stamp(f.sent_ms), body.first, body.second);
+  const Stamps stamps{Stamp(f.sent_ms), f.session != 0 ? f.session : session_, 0};
+  FinishEnvelope(b, send_version_, cluster_, f.sender, stamps, body.first, body.second);
   const size_t wrapped = b.GetSize() + (keyring_ ? kSealOverhead : kPlainOverhead);
   std::vector<uint8_t> out;
   if (wrapped <= max_frame_bytes()) out = Wrap(b.GetBufferPointer(), b.GetSize());
@@ -544,14 +557,9 @@ std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, R
   Datagram out;
   out.sender = ToString(env->sender());
   out.sent_ms = env->sent_ms();
+  out.session = env->session();
+  out.counter = env->counter();
   out.sealed = keyring_ != nullptr;
-  if (out.sealed) {
-    // Unwrap authenticated the nonce that follows the marker.
-    std::memcpy(out.replay_id.data(), data + 1, kReplayIdBytes);
-  } else {
-    crypto_generichash(out.replay_id.data(), out.replay_id.size(), buf.data(), buf.size(),
-                       /*key=*/nullptr, 0);
-  }
   switch (env->body_type()) {
     case w::Body::MembershipPacket: {
       ms::Packet p;
@@ -586,6 +594,7 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
   Frame out;
   out.sender = ToString(env->sender());
   out.sent_ms = env->sent_ms();
+  out.session = env->session();
   switch (env->body_type()) {
     case w::Body::PushPull: {
       PushPullMsg m;

@@ -9,13 +9,16 @@
 //   enum and union values, name/address syntax and lengths, vector counts, chunk geometry,
 //   finite floats (kSemantic) -> conversion to plain structs.
 // Decoders never throw, abort or read outside the buffer; FlatBuffers types stay in codec.cc.
-// Around DecodeDatagram the receiver adds two checks of its own: a per-source rate limit before
-// it (gossip/source_rate_limiter.h, kRateLimited) and a replay guard after it
-// (gossip/replay_guard.h, kReplay), which needs the sent_ms and replay_id the decoder reports.
+// Every string of a decoded message is valid UTF-8 without control characters (NoControlChars)
+// or a numeric address (ValidAddr). Around DecodeDatagram the receiver adds two checks of its
+// own: a per-source rate limit before it (gossip/source_rate_limiter.h, kRateLimited) and a
+// replay guard after it (gossip/replay_guard.h, kReplay), which needs the session, counter and
+// sent_ms the decoder reports; gossip/inbound.h runs the whole chain.
 //
 // Thread-safety: Encode*/Decode* are const and may run concurrently on several threads (the
-// keyring is internally synchronized and expected_params is atomic; the wall clock is set before
-// sharing). RejectCounters is a plain value owned by one thread (the loop thread).
+// keyring is internally synchronized; expected_params and the datagram counter are atomic; the
+// wall clock and the session are set before sharing). RejectCounters is a plain value owned by
+// one thread (the loop thread).
 #pragma once
 
 #include <array>
@@ -77,9 +80,21 @@ class Codec {
   void set_send_version(uint16_t v) { send_version_ = v; }
 
   // Wall clock (ms since the Unix epoch) the encoders stamp into messages whose sent_ms is 0.
-  // Unset: such messages go out with sent_ms 0, which a ReplayGuard rejects as stale. Set it
-  // before the codec is shared between threads; the clock itself must be thread-safe.
+  // Receivers only compare it with this sender's earlier stamps (ReplayGuard orders a sender's
+  // sessions by it), never with their own clock. Set it before the codec is shared between
+  // threads; the clock itself must be thread-safe.
   void set_wall_clock(std::function<uint64_t()> clock) { wall_clock_ = std::move(clock); }
+
+  // This process's session id (non-zero; the agent draws it at random when it starts: the
+  // codec never reads a random device). The encoders stamp it into every datagram and frame
+  // whose session is 0, and number datagrams 1, 2, ... within it (Datagram::counter). Setting
+  // a session restarts the numbering. Unset (0): datagrams go out without a session and a
+  // ReplayGuard refuses them. Set it before the codec is shared between threads.
+  void set_session(uint64_t session) {
+    session_ = session;
+    next_counter_.store(1, std::memory_order_relaxed);
+  }
+  uint64_t session() const { return session_; }
 
  private:
   std::vector<uint8_t> Wrap(const uint8_t* fb, size_t len) const;
@@ -94,6 +109,8 @@ class Codec {
   std::atomic<uint32_t> expected_params_{0};
   uint16_t send_version_ = kProtocolVersion;
   std::function<uint64_t()> wall_clock_;
+  uint64_t session_ = 0;
+  mutable std::atomic<uint64_t> next_counter_{1};  // the next datagram's counter
 };
 
 }  // namespace meshtrain::gossip

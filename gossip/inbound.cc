@@ -2,34 +2,48 @@
 
 namespace meshtrain::gossip {
 
-Inbound::Inbound(const Codec* codec) : codec_(codec) {}
+Inbound::Inbound(const Codec* codec, InboundOptions options)
+    : codec_(codec),
+      options_(options),
+      rate_limiter_(options.rate_limit),
+      replay_guard_(options.replay) {}
 
 std::optional<Datagram> Inbound::OnDatagram(const uint8_t* data, size_t len,
-                                            const std::string& from_addr, double now_s,
-                                            uint64_t wall_ms) {
-  // Cheapest checks first: the per-source budget, then decoding, then replay.
-  if (!source_limiter_.Allow(from_addr, now_s)) {
+                                            const std::string& from_addr, double now_s) {
+  // Cheapest checks first: a flooding source costs a size test and a hash lookup.
+  if (len > options_.max_datagram_bytes) {
+    rejects_.add(Reject::kTooLarge);
+    return std::nullopt;
+  }
+  if (!rate_limiter_.Allow(from_addr, now_s)) {
     rejects_.add(Reject::kRateLimited);
     return std::nullopt;
   }
-  Reject why{};
-  auto dg = codec_->DecodeDatagram(data, len, &why);
-  if (!dg) {
+  Reject why = Reject::kVerify;
+  auto d = codec_->DecodeDatagram(data, len, &why);
+  if (!d) {
     rejects_.add(why);
     return std::nullopt;
   }
-  if (!replay_guard_.Check(*dg, wall_ms)) {
+  if (!replay_guard_.Check(*d, now_s)) {
     rejects_.add(Reject::kReplay);
     return std::nullopt;
   }
-  return dg;
+  return d;
 }
 
 std::optional<Frame> Inbound::OnFrame(const uint8_t* data, size_t len) {
-  Reject why{};
-  auto frame = codec_->DecodeFrame(data, len, &why);
-  if (!frame) rejects_.add(why);
-  return frame;
+  if (len > options_.max_frame_bytes) {
+    rejects_.add(Reject::kTooLarge);
+    return std::nullopt;
+  }
+  Reject why = Reject::kVerify;
+  auto f = codec_->DecodeFrame(data, len, &why);
+  if (!f) {
+    rejects_.add(why);
+    return std::nullopt;
+  }
+  return f;
 }
 
 }  // namespace meshtrain::gossip

@@ -1,8 +1,15 @@
-// The one inbound path of the agent (SPEC §4): every datagram passes the size limit, the
-// per-source rate limit, decoding (authentication, FlatBuffers Verifier, semantic checks) and
-// the replay guard; every frame the size limit and decoding. What fails is counted by reason and
-// dropped; what passes is a plain struct.
-// Thread-safety: none; owned by the loop thread.
+// The one inbound path for untrusted bytes (SPEC §4, issue 20). Every datagram passes, in this
+// order: size limit -> per-source rate limit (gossip/source_rate_limiter.h) -> decode
+// (Codec::DecodeDatagram: marker/AEAD, Verifier, version, cluster, semantic checks including
+// UTF-8) -> replay guard (gossip/replay_guard.h) -> a plain Datagram. Every frame: size limit ->
+// Codec::DecodeFrame -> a plain Frame. Each rejection is counted by reason in this object's
+// RejectCounters; checks the caller makes later (a frame of the wrong kind for its connection,
+// parameters from a non-member) are counted through Count() so that one object holds the total
+// (SPEC §3 `rejected_packets`).
+//
+// Pure apart from the codec it borrows: time is an input (monotonic seconds, used by the rate
+// limiter and to expire replay-guard sessions). Never throws. Thread-safety: none; one owner
+// (the loop thread). The codec must outlive this object.
 #pragma once
 
 #include <cstddef>
@@ -11,32 +18,45 @@
 #include <string>
 
 #include "gossip/codec.h"
+#include "gossip/messages.h"
 #include "gossip/replay_guard.h"
 #include "gossip/source_rate_limiter.h"
 
 namespace meshtrain::gossip {
 
+struct InboundOptions {
+  size_t max_datagram_bytes = kMaxDatagramBytes;
+  size_t max_frame_bytes = kMaxFrameBytes;
+  SourceRateLimiterConfig rate_limit;
+  ReplayGuardConfig replay;
+};
+
 class Inbound {
  public:
-  // `codec` must outlive this object. `wall_ms` is the receiver's wall clock for the replay
-  // guard.
-  explicit Inbound(const Codec* codec);
+  explicit Inbound(const Codec* codec, InboundOptions options = {});
   Inbound(const Inbound&) = delete;
   Inbound& operator=(const Inbound&) = delete;
 
-  // `now_s`: monotonic seconds (rate limit); `wall_ms`: the receiver's wall clock.
+  // A datagram from `from_addr` ("ip:port", the rate limiter's key) received at `now_s`
+  // (monotonic seconds). Nullopt, counted, when any check refuses it.
   std::optional<Datagram> OnDatagram(const uint8_t* data, size_t len, const std::string& from_addr,
-                                     double now_s, uint64_t wall_ms);
+                                     double now_s);
+  // One frame payload (without its length prefix). Nullopt, counted, when refused.
   std::optional<Frame> OnFrame(const uint8_t* data, size_t len);
-  // Counts a rejection decided by a later check.
+
+  // Counts a rejection decided by the caller after decoding.
   void Count(Reject why) { rejects_.add(why); }
+
   const RejectCounters& rejects() const { return rejects_; }
+  const ReplayGuard& replay_guard() const { return replay_guard_; }
+  const SourceRateLimiter& rate_limiter() const { return rate_limiter_; }
 
  private:
   const Codec* codec_;
-  RejectCounters rejects_;
+  InboundOptions options_;
+  SourceRateLimiter rate_limiter_;
   ReplayGuard replay_guard_;
-  SourceRateLimiter source_limiter_;
+  RejectCounters rejects_;
 };
 
 }  // namespace meshtrain::gossip

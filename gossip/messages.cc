@@ -9,11 +9,54 @@ namespace meshtrain::gossip {
 
 // ---- Syntax of strings from the network ------------------------------------------------------
 
+bool ValidUtf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // Lead byte: the sequence length and the range its first continuation byte must fall in
+    // (Unicode Table 3-7), which excludes overlongs, surrogates and code points > U+10FFFF.
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0;  // overlong below U+0800
+      if (c == 0xed) hi = 0x9f;  // surrogates U+D800..U+DFFF
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90;  // overlong below U+10000
+      if (c == 0xf4) hi = 0x8f;  // above U+10FFFF
+    } else {
+      return false;  // a continuation byte, C0/C1 (overlong ASCII), or F5..FF
+    }
+    if (n - i < len) return false;
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (size_t k = 2; k < len; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xbf) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
 bool NoControlChars(std::string_view s) {
-  return std::none_of(s.begin(), s.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u < 0x20 || u == 0x7f;
-  });
+  if (!ValidUtf8(s)) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u < 0x20 || u == 0x7f) return false;
+    // U+0080..U+009F is encoded C2 80..C2 9F.
+    if (u == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9f) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool ValidName(std::string_view s, size_t max) {
@@ -21,7 +64,9 @@ bool ValidName(std::string_view s, size_t max) {
 }
 
 bool ValidAddr(std::string_view a) {
-  if (a.size() > kMaxStringBytes) return false;
+  // inet_pton accepts ASCII only, so a valid address is valid UTF-8 too; checked first anyway
+  // so that the rule does not depend on the resolver library.
+  if (a.size() > kMaxStringBytes || !ValidUtf8(a)) return false;
   const size_t colon = a.rfind(':');
   if (colon == std::string_view::npos) return false;
   const std::string_view port = a.substr(colon + 1);

@@ -117,25 +117,23 @@ constexpr size_t kMaxKeysInReply = 64;
 bool ValidKeyOp(const KeyOpMsg& m);
 bool ValidKeyOpReply(const KeyOpReplyMsg& m);
 
-// What a ReplayGuard (gossip/replay_guard.h) remembers of a datagram to recognise a repeat.
-constexpr size_t kReplayIdBytes = 16;
-using ReplayId = std::array<uint8_t, kReplayIdBytes>;
-
 // A UDP datagram. For a Packet, the wire carries the sender name once, as `sender`: Packet::from
 // is not encoded, and the decoder sets it to `sender`.
 struct Datagram {
   std::string sender;
   std::variant<membership::Packet, ProgressQuery, ProgressReply> body;
   // Sender's wall clock in ms since the Unix epoch. The encoder stamps it from the codec's wall
-  // clock (Codec::set_wall_clock) when left 0. Receivers bound its age (ReplayGuard); inside a
-  // sealed datagram it is authenticated.
+  // clock (Codec::set_wall_clock) when left 0. Receivers never compare it with their own clock:
+  // a ReplayGuard only compares it with the same sender's earlier stamps, to order its sessions.
   uint64_t sent_ms = 0;
+  // Replay protection (gossip/replay_guard.h): the sender's session (chosen at start) and the
+  // datagram's number in it (1, 2, ...). The encoder stamps the codec's session
+  // (Codec::set_session) and its next counter when these are left 0. Sealed, both are
+  // authenticated; in plaintext anybody can forge them.
+  uint64_t session = 0;
+  uint64_t counter = 0;
 
-  // Set by the decoder only (the encoder ignores them).
-  // sealed: the first kReplayIdBytes of the AEAD nonce. The nonce is random per Seal() and
-  // authenticated, so a copy of the datagram carries the same id and nobody without a key can
-  // make a new one. Plaintext: BLAKE2b-128 of the envelope (sender, sent_ms and body).
-  ReplayId replay_id{};
+  // Set by the decoder only (the encoder ignores it): the datagram was sealed and opened.
   bool sealed = false;
 };
 
@@ -145,6 +143,7 @@ struct Frame {
   std::string sender;
   std::variant<PushPullMsg, ParamChunk, KeyOpMsg, KeyOpReplyMsg, ParamAckMsg> body;
   uint64_t sent_ms = 0;  // stamped like Datagram::sent_ms; informational
+  uint64_t session = 0;  // stamped like Datagram::session; informational
 };
 
 // ---- Rejections ----
@@ -158,7 +157,7 @@ enum class Reject : uint8_t {
   kCluster,       // another cluster's label
   kSemantic,      // well-formed but meaningless or out of range
   // Appended; the codec itself never returns these, its callers count them.
-  kReplay,       // a repeated, too old or too far future datagram (gossip/replay_guard.h)
+  kReplay,       // a repeated datagram, or one of a closed or older session (replay_guard.h)
   kRateLimited,  // the source exceeded its datagram rate (gossip/source_rate_limiter.h)
 };
 constexpr size_t kNumRejects = 9;
@@ -176,13 +175,22 @@ struct RejectCounters {
   uint64_t total() const;
 };
 
+// Strict UTF-8 (RFC 3629 / Unicode 15 Table 3-7): every sequence is the shortest encoding of a
+// code point in U+0000..U+10FFFF other than the surrogates U+D800..U+DFFF; no overlongs
+// (C0, C1, E0 80..9F, F0 80..8F), no truncated or stray continuation bytes, no F5..FF. Every
+// string that arrives from the network, the RPC or a config file must pass it: such strings end
+// up in logs and JSON (metrics, RPC replies), and a JSON serializer rejects invalid UTF-8.
+bool ValidUtf8(std::string_view s);
+
 // Building blocks of the checks below, for every string that arrives from the network.
-bool NoControlChars(std::string_view s);         // no ASCII control characters
+// NoControlChars: ValidUtf8, and no control characters (ASCII C0, DEL, and the C1 range
+// U+0080..U+009F, which terminals interpret as escape sequences too).
+bool NoControlChars(std::string_view s);
 bool ValidName(std::string_view s, size_t max);  // 1..max bytes, NoControlChars
 bool ValidAddr(std::string_view a);              // ValidWireAddr
 bool ValidFingerprint(std::string_view f);       // kFingerprintChars lowercase hex
 
-// Name and label syntax the decoders accept: 1..max bytes, no ASCII control characters.
+// Name and label syntax the decoders accept: 1..max bytes, NoControlChars (so valid UTF-8).
 bool ValidNodeName(const std::string& name);       // max kMaxSenderBytes
 bool ValidClusterLabel(const std::string& label);  // max kMaxClusterBytes
 // "a.b.c.d:port" or "[ipv6]:port" with a numeric address and port 1..65535.

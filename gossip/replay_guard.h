@@ -1,117 +1,147 @@
-// Replay protection for UDP datagrams: rejects a captured datagram that is sent again, and any
-// datagram whose sender clock (Datagram::sent_ms) is too old or too far in the future.
+// Replay protection for UDP datagrams without clock agreement between hosts (issue 20): hosts'
+// wall clocks may differ by minutes, so nothing is ever judged by comparing a sender's
+// timestamp with the receiver's clock. Instead every datagram carries logical state stamped by
+// the sender's codec (Codec::set_session): a per-process `session` id, drawn at random when the
+// agent starts, and a `counter` numbering the session's datagrams 1, 2, ...
 //
-// Rules, checked in order (the first that fails decides):
-//  1. stale:     sent_ms < horizon, where horizon = max over calls of (now_ms - max_age_ms).
-//                The horizon never moves back, so a receiver clock stepping backwards cannot
-//                re-open a window whose entries were already forgotten.
-//  2. future:    sent_ms > now_ms + max_skew_ms.
-//  3. evicted:   sent_ms below the floor left by an eviction (below), globally or for this sender.
-//  4. duplicate: the same (sender, sent_ms, replay_id) was accepted before and is still remembered.
-// Otherwise the datagram is fresh and remembered until its sent_ms falls below the horizon;
-// after that rule 1 rejects any copy, so memory is bounded by the traffic of one window.
+// The guard keeps, per sender name, a small set of recent sessions, each with an anti-replay
+// sliding window as in IPsec (RFC 4303 §3.4.3) and WireGuard: the highest counter accepted and a
+// bitmap of the kReplayWindow counters below it. For a datagram (sender, session, counter,
+// sent_ms), checked in order (the first rule that applies decides):
+//  1. unstamped:  session 0 or counter 0 (a codec without a session): refused.
+//  2. known session: counter above the highest: fresh (the window slides); within the window
+//     and not seen: fresh; seen: duplicate; below the window: too_old. A session superseded
+//     by a newer one (rule 3) stays open for supersede_grace_s of receiver time (datagrams in
+//     flight when the sender restarted), then closes: everything in it is closed_session.
+//  3. new session of a known sender: accepted only if its sent_ms is not below the sender's
+//     floor: the start stamp (first sent_ms seen) of the newest session accepted from it, and
+//     1 ms above the last sent_ms of every session forgotten since. sent_ms is the SENDER's own
+//     wall clock and is only ever compared with that same sender's earlier stamps, so a sender
+//     whose clock runs minutes ahead of or behind the receiver is treated like any other, and a
+//     recorded old session cannot be replayed after the sender restarted (its stamps are older
+//     than the new session's). Older sessions of the sender are then superseded (rule 2).
+//     Otherwise: old_session. A first session from an unknown sender is always accepted.
 //
-// Memory is also capped: at most max_per_sender entries per sender and max_entries overall.
-// When a sender is full, its entry with the oldest sent_ms is forgotten (or the new one, if it is
-// older still); when the guard is full, the entry with the oldest sent_ms overall is forgotten.
-// An eviction raises a floor (the sender's, resp. the global one) to just above the forgotten
-// sent_ms, and datagrams below a floor are rejected (rule 3), so evicting never lets a replay
-// through; it may instead reject a genuine datagram that arrives late and out of order while the
-// guard is under pressure. Such rejections are counted apart (stats().evicted_floor).
+// Memory is bounded: at most max_sessions_per_sender sessions per sender (the least recently
+// used one that is not the sender's newest is forgotten first) and max_senders senders (least
+// recently used first; a forgotten sender's state is lost entirely). A session silent for
+// session_idle_s of receiver time is forgotten. Forgetting a session raises the sender's floor
+// above its last stamp, so its datagrams (replays included) are refused afterwards.
 //
-// What the replay id is worth depends on the mode (see Datagram::replay_id). Sealed: the AEAD
-// nonce, random and authenticated, and sent_ms is authenticated too; replays are reliably
-// rejected. Plaintext: a hash of the envelope, so exact copies are rejected, but anyone can
-// forge a fresh datagram anyway, so without a key replay protection is best-effort.
+// Residual risks:
+//  - Plaintext mode (no --encrypt): session, counter and sent_ms are not authenticated, so
+//    anybody can forge a fresh datagram, or a new session with a far-future stamp that makes the
+//    sender's real next session look old (a sender lockout until the receiver forgets it).
+//    Exact copies are refused, but protection is best-effort, as is everything without a key.
+//  - Sealed mode: the guard is per receiver. A datagram captured on its way to another member,
+//    never seen here, is accepted here once while its session is open.
+//  - A sender forgotten under max_senders pressure (more distinct authenticated names than the
+//    cap) loses its floor: a recording of its older sessions can then be replayed once each.
+//  - A legitimate sender whose wall clock stepped back across a restart (its new session starts
+//    below its previous session's start) is refused until its clock passes that start again,
+//    or until this receiver forgets the sender.
 //
-// Pure: the receiver's wall clock is an input (ms since the Unix epoch, the unit the encoders
-// stamp), so tests drive it without sleeping. Thread-safety: none; one owner (the loop thread).
+// Pure: no clock reads; the receiver's monotonic time (seconds) is an input, used only to expire
+// superseded and idle sessions. Thread-safety: none; one owner (the loop thread).
 #pragma once
 
+#include <bitset>
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <set>
+#include <list>
 #include <string>
-#include <tuple>
 #include <unordered_map>
+#include <vector>
 
-#include "gossip/codec.h"
+#include "gossip/messages.h"
 
 namespace meshtrain::gossip {
 
+// Counters below a session's highest that the window still tells apart (as WireGuard's 2048 -
+// 64, IPsec's 32..1024): a datagram reordered by more than this many is refused as too_old.
+constexpr uint64_t kReplayWindow = 1024;
+
 struct ReplayGuardConfig {
-  uint64_t max_age_ms = 30000;   // how stale a datagram may be (sender clock vs. receiver clock)
-  uint64_t max_skew_ms = 10000;  // how far ahead of the receiver a sender's clock may run
-  size_t max_per_sender = 4096;  // remembered datagrams per sender (about 100/s over a window)
-  size_t max_entries = 65536;    // remembered datagrams overall (about 128 bytes each)
+  size_t max_senders = 4096;           // sender names remembered (about 0.6 KB each, 4 sessions)
+  size_t max_sessions_per_sender = 4;  // at least 2: the newest plus one being superseded
+  double supersede_grace_s = 10;       // an older session stays open this long after a newer one
+  double session_idle_s = 600;         // a session silent this long is forgotten (floor kept)
 };
 
 class ReplayGuard {
  public:
-  enum class Verdict : uint8_t { kFresh, kStale, kFuture, kEvictedFloor, kDuplicate };
+  enum class Verdict : uint8_t {
+    kFresh,
+    kDuplicate,      // this counter of this session was accepted before
+    kTooOld,         // below the session's window
+    kOldSession,     // an unknown session whose stamp is below the sender's floor
+    kClosedSession,  // a session superseded by a newer one, past its grace period
+    kUnstamped,      // session or counter 0
+  };
 
   struct Stats {
     uint64_t fresh = 0;
-    uint64_t stale = 0;
-    uint64_t future = 0;
-    uint64_t evicted_floor = 0;
     uint64_t duplicate = 0;
-    uint64_t evictions = 0;  // entries forgotten before their time (by either cap)
-    uint64_t rejected() const { return stale + future + evicted_floor + duplicate; }
+    uint64_t too_old = 0;
+    uint64_t old_session = 0;
+    uint64_t closed_session = 0;
+    uint64_t unstamped = 0;
+    uint64_t sessions_forgotten = 0;  // by the per-sender cap or idleness
+    uint64_t senders_forgotten = 0;   // by the max_senders cap
+    uint64_t rejected() const {
+      return duplicate + too_old + old_session + closed_session + unstamped;
+    }
   };
 
   explicit ReplayGuard(ReplayGuardConfig config = {});
   ReplayGuard(const ReplayGuard&) = delete;
   ReplayGuard& operator=(const ReplayGuard&) = delete;
 
-  // True if the datagram is fresh (and remembers it); false for a replay, a stale or a
-  // future datagram. `now_ms` is the receiver's wall clock.
-  bool Check(const std::string& sender, const ReplayId& id, uint64_t sent_ms, uint64_t now_ms) {
-    return Admit(sender, id, sent_ms, now_ms) == Verdict::kFresh;
+  // The verdict for one decoded datagram; a fresh one is remembered. `now_s`: the receiver's
+  // monotonic clock in seconds (any origin; a clock going backwards expires nothing).
+  Verdict Admit(const std::string& sender, uint64_t session, uint64_t counter, uint64_t sent_ms,
+                double now_s);
+  Verdict Admit(const Datagram& d, double now_s) {
+    return Admit(d.sender, d.session, d.counter, d.sent_ms, now_s);
   }
-  bool Check(const Datagram& d, uint64_t now_ms) {
-    return Check(d.sender, d.replay_id, d.sent_ms, now_ms);
-  }
-  // As Check, with the reason.
-  Verdict Admit(const std::string& sender, const ReplayId& id, uint64_t sent_ms, uint64_t now_ms);
-  Verdict Admit(const Datagram& d, uint64_t now_ms) {
-    return Admit(d.sender, d.replay_id, d.sent_ms, now_ms);
-  }
+  // True if fresh.
+  bool Check(const Datagram& d, double now_s) { return Admit(d, now_s) == Verdict::kFresh; }
 
   const Stats& stats() const { return stats_; }
-  size_t entries() const { return by_age_.size(); }
   size_t senders() const { return senders_.size(); }
+  size_t sessions() const { return num_sessions_; }
   const ReplayGuardConfig& config() const { return config_; }
 
  private:
-  struct Sender {
+  struct Session {
     uint64_t id = 0;
-    size_t count = 0;
-    uint64_t floor_ms = 0;  // datagrams with sent_ms < floor_ms are rejected
+    uint64_t start_ms = 0;            // first sent_ms seen
+    uint64_t last_ms = 0;             // largest sent_ms seen
+    uint64_t top = 0;                 // highest counter accepted
+    std::bitset<kReplayWindow> seen;  // bit i: counter top - i was accepted
+    double last_seen_s = 0;
+    double superseded_s = -1;  // receiver time a newer session appeared; < 0: current
   };
-  using SenderMap = std::map<std::string, Sender>;
+  struct Sender {
+    std::vector<Session> sessions;  // small (max_sessions_per_sender)
+    uint64_t newest_start_ms = 0;   // start of the newest session accepted
+    uint64_t floor_ms = 0;          // a new session needs sent_ms >= floor_ms
+    std::list<std::string>::iterator lru;
+  };
 
-  // Forgets entries below the horizon.
-  void Expire();
-  // Removes one entry from both indexes; drops its sender once it has no entries (its floor is
-  // then covered by the horizon or the global floor, see replay_guard.cc).
-  void Erase(uint64_t sent_ms, uint64_t sender_id, const ReplayId& id);
+  // Forgets sessions of `s` that are idle or closed for good, raising its floor.
+  void Expire(Sender& s, double now_s);
+  void Forget(Sender& s, size_t index);
+  Verdict Window(Session& session, uint64_t counter);
 
   ReplayGuardConfig config_;
   Stats stats_;
-  uint64_t horizon_ms_ = 0;       // monotone: max(now_ms - max_age_ms)
-  uint64_t global_floor_ms_ = 0;  // raised by max_entries evictions
-  uint64_t next_sender_id_ = 0;
-  SenderMap senders_;  // only senders with at least one entry
-  // Sender id -> its map entry (std::map iterators stay valid until erased).
-  std::unordered_map<uint64_t, SenderMap::iterator> sender_by_id_;
-  // The same entries, ordered by age (expiry, global eviction) and by sender (lookup, per-sender
-  // eviction).
-  std::set<std::tuple<uint64_t, uint64_t, ReplayId>> by_age_;     // (sent_ms, sender, id)
-  std::set<std::tuple<uint64_t, uint64_t, ReplayId>> by_sender_;  // (sender, sent_ms, id)
+  double now_s_ = 0;  // monotone: max of the times seen
+  size_t num_sessions_ = 0;
+  std::unordered_map<std::string, Sender> senders_;
+  std::list<std::string> lru_;  // most recently seen sender first
 };
 
-const char* ReplayVerdictName(ReplayGuard::Verdict v);  // "fresh", "stale", "future", ...
+const char* ReplayVerdictName(ReplayGuard::Verdict v);  // "fresh", "duplicate", "too_old", ...
 
 }  // namespace meshtrain::gossip

@@ -1,8 +1,11 @@
 #include "gossip/transport.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
+#include <exception>
+#include <mutex>
 
 #include "gossip/framing.h"
 
@@ -18,6 +21,41 @@ void CloseAndDelete(H* h) {
   uv_close(base, [](uv_handle_t* x) { delete reinterpret_cast<H*>(x); });
 }
 
+std::atomic<uint64_t> g_callback_exceptions{0};
+std::mutex g_hook_mu;
+CallbackErrorHook g_hook;  // guarded by g_hook_mu
+
+void Report(const char* where, const char* what) noexcept {
+  const uint64_t n = g_callback_exceptions.fetch_add(1, std::memory_order_relaxed) + 1;
+  if ((n & (n - 1)) != 0) return;  // 1, 2, 4, 8, ...
+  try {
+    CallbackErrorHook hook;
+    {
+      std::lock_guard<std::mutex> lock(g_hook_mu);
+      hook = g_hook;
+    }
+    if (hook) hook(where, what, n);
+  } catch (...) {
+    // The hook failed too; the count above stands.
+  }
+}
+
+// Runs a user handler from a libuv callback: nothing it throws may unwind into libuv (C code).
+// Returns false if it threw; `counter` (if non-null) counts it for its endpoint.
+template <typename F>
+bool Guarded(const char* where, uint64_t* counter, F&& fn) noexcept {
+  try {
+    fn();
+    return true;
+  } catch (const std::exception& e) {
+    Report(where, e.what());
+  } catch (...) {
+    Report(where, "unknown exception");
+  }
+  if (counter != nullptr) ++*counter;
+  return false;
+}
+
 void AllocBuffer(uv_handle_t*, size_t suggested, uv_buf_t* buf) {
   // Owned from here on: freed by the read callback in every case (including nread <= 0).
   buf->base = new char[suggested];
@@ -27,6 +65,13 @@ void AllocBuffer(uv_handle_t*, size_t suggested, uv_buf_t* buf) {
 }  // namespace
 
 int64_t LoopNowMs(uv_loop_t* loop) { return static_cast<int64_t>(uv_now(loop)); }
+
+uint64_t CallbackExceptions() { return g_callback_exceptions.load(std::memory_order_relaxed); }
+
+void SetCallbackErrorHook(CallbackErrorHook hook) {
+  std::lock_guard<std::mutex> lock(g_hook_mu);
+  g_hook = std::move(hook);
+}
 
 // ---- Timer ----------------------------------------------------------------------------------
 
@@ -44,8 +89,10 @@ void Timer::Start(int64_t delay_ms, std::function<void()> fn, int64_t repeat_ms)
       [](uv_timer_t* h) {
         auto* self = static_cast<Timer*>(h->data);
         if (self != nullptr && self->fn_) {
-          auto fn = self->fn_;  // the callback may re-arm or close this timer
-          fn();
+          Guarded("timer", nullptr, [self] {
+            auto fn = self->fn_;  // the callback may re-arm or close this timer
+            fn();
+          });
         }
       },
       static_cast<uint64_t>(std::max<int64_t>(0, delay_ms)),
@@ -66,7 +113,7 @@ void Timer::Close() {
 Async::Async(uv_loop_t* loop, std::function<void()> fn) : handle_(new uv_async_t), fn_(fn) {
   uv_async_init(loop, handle_, [](uv_async_t* h) {
     auto* self = static_cast<Async*>(h->data);
-    if (self != nullptr && self->fn_) self->fn_();
+    if (self != nullptr && self->fn_) Guarded("async", nullptr, [self] { self->fn_(); });
   });
   handle_->data = this;
 }
@@ -89,7 +136,7 @@ Signal::Signal(uv_loop_t* loop, int signum, std::function<void()> fn)
       handle_,
       [](uv_signal_t* h, int) {
         auto* self = static_cast<Signal*>(h->data);
-        if (self != nullptr && self->fn_) self->fn_();
+        if (self != nullptr && self->fn_) Guarded("signal", nullptr, [self] { self->fn_(); });
       },
       signum);
 }
@@ -136,8 +183,9 @@ void UdpEndpoint::OnRecv(uv_udp_t* h, ssize_t nread, const uv_buf_t* buf, const 
   self->received_++;
   self->bytes_received_ += static_cast<uint64_t>(nread);
   if (self->on_recv_) {
-    self->on_recv_(reinterpret_cast<const uint8_t*>(owned.get()),
-                   std::min<size_t>(static_cast<size_t>(nread), buf->len), *from);
+    const auto* data = reinterpret_cast<const uint8_t*>(owned.get());
+    const size_t len = std::min<size_t>(static_cast<size_t>(nread), buf->len);
+    Guarded("udp recv", &self->callback_exceptions_, [&] { self->on_recv_(data, len, *from); });
   }
 }
 
@@ -329,10 +377,18 @@ void TcpHub::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
   while (true) {
     auto frame = c->decoder->Next();
     if (!frame) break;
-    if (c->on_frame) c->on_frame(id, std::move(*frame));
+    bool ok = true;
+    if (c->on_frame) {
+      ok = Guarded("tcp frame", &hub->callback_exceptions_,
+                   [&] { c->on_frame(id, std::move(*frame)); });
+    }
     // The callback may have closed this connection.
     auto it = hub->conns_.find(id);
     if (it == hub->conns_.end() || it->second->closing) return;
+    if (!ok) {
+      hub->Finish(c, kHandlerError);
+      return;
+    }
   }
   if (c->decoder->error()) {
     hub->framing_errors_++;
@@ -489,7 +545,7 @@ void TcpHub::Finish(Conn* c, int status) {
   uv_close(reinterpret_cast<uv_handle_t*>(c->idle), done);
   c->tcp = nullptr;
   c->idle = nullptr;
-  if (on_close) on_close(id, status);
+  if (on_close) Guarded("tcp close", &callback_exceptions_, [&] { on_close(id, status); });
 }
 
 void TcpHub::CloseAll() {

@@ -3,8 +3,14 @@
 //
 // Ownership follows libuv's rules: every uv handle is heap-allocated, closed with uv_close, and
 // freed only in its close callback; the C++ wrapper objects may be destroyed after Close()
-// even while the close is still pending. Callbacks never throw. Each handle's `data` is
-// cleared on Close() so a late libuv callback cannot reach a dead wrapper.
+// even while the close is still pending. Each handle's `data` is cleared on Close() so a late
+// libuv callback cannot reach a dead wrapper.
+//
+// No exception leaves a libuv callback (issue 20): every user handler (UDP receive, TCP frame and
+// close, timer, async, signal) runs inside a boundary that catches std::exception and anything
+// else, counts it (CallbackExceptions(), and per endpoint/hub), reports it through the optional
+// error hook, and keeps the loop running. A TCP frame handler that throws has its connection
+// aborted (status kHandlerError): its state can no longer be trusted.
 //
 // Thread-safety: everything here must be used from the loop thread, except Async::Send.
 #pragma once
@@ -30,6 +36,16 @@ using Bytes = std::vector<uint8_t>;
 
 // Milliseconds on the loop's monotonic clock.
 int64_t LoopNowMs(uv_loop_t* loop);
+
+// Exceptions caught at the libuv boundary since the process started (all loops, all threads).
+uint64_t CallbackExceptions();
+// Called with where it happened ("udp recv", "tcp frame", ...), the exception's what() and the
+// running count, for the 1st, 2nd, 4th, 8th, ... exception (so a hostile peer cannot flood the
+// log). It runs on the thread whose loop caught the exception; exceptions it throws are
+// swallowed. Set it once, before any loop runs (the daemon logs through spdlog; gossip itself
+// has no logger). Empty: count only.
+using CallbackErrorHook = std::function<void(const char* where, const char* what, uint64_t count)>;
+void SetCallbackErrorHook(CallbackErrorHook hook);
 
 class Timer {
  public:
@@ -96,6 +112,7 @@ class UdpEndpoint {
   uint64_t datagrams_received() const { return received_; }
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
+  uint64_t callback_exceptions() const { return callback_exceptions_; }
 
  private:
   static void OnRecv(uv_udp_t* h, ssize_t nread, const uv_buf_t* buf, const sockaddr* addr,
@@ -103,6 +120,7 @@ class UdpEndpoint {
   uv_udp_t* handle_;
   RecvFn on_recv_;
   uint64_t sent_ = 0, received_ = 0, bytes_sent_ = 0, bytes_received_ = 0;
+  uint64_t callback_exceptions_ = 0;
 };
 
 struct TcpOptions {
@@ -123,6 +141,7 @@ class TcpHub {
   static constexpr int kFramingError = -100001;
   static constexpr int kIdleTimeout = -100002;
   static constexpr int kTooManyConnections = -100003;
+  static constexpr int kHandlerError = -100004;  // the frame handler threw
 
   TcpHub(uv_loop_t* loop, TcpOptions options);
   ~TcpHub();
@@ -150,6 +169,7 @@ class TcpHub {
   uint64_t bytes_received() const { return bytes_received_; }
   uint64_t framing_errors() const { return framing_errors_; }
   uint64_t refused_connections() const { return refused_; }
+  uint64_t callback_exceptions() const { return callback_exceptions_; }
 
  private:
   struct Conn;
@@ -176,6 +196,7 @@ class TcpHub {
   std::unordered_map<ConnId, Conn*> conns_;
   std::vector<Listener*> listeners_;
   uint64_t bytes_sent_ = 0, bytes_received_ = 0, framing_errors_ = 0, refused_ = 0;
+  uint64_t callback_exceptions_ = 0;
 };
 
 // Closes every handle still open on the loop and runs it until they are gone. Returns the

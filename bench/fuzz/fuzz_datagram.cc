@@ -2,8 +2,8 @@
 // Input: the datagram as received (plaintext), or a mode byte and a plaintext envelope to seal
 // or a raw wire buffer (sealed; see fuzz_common.h).
 // Oracles: a rejection always names a valid reason; an accepted datagram re-encodes to one that
-// decodes to the same sender, time and body kind; and a ReplayGuard accepts it once and calls
-// the second delivery a duplicate.
+// decodes to the same sender, time, session, counter and body kind; every string is valid UTF-8;
+// and a ReplayGuard accepts it once (if stamped) and calls the second delivery a duplicate.
 #include "bench/fuzz/fuzz_common.h"
 #include "gossip/replay_guard.h"
 
@@ -19,18 +19,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(d->sealed == static_cast<bool>(FUZZ_SEALED));
-  FUZZ_CHECK(g::ValidNodeName(d->sender));
+  FUZZ_CHECK(g::ValidNodeName(d->sender) && g::ValidUtf8(d->sender));
   const auto again = codec.EncodeDatagram(*d);
   if (!again.empty()) {
     const auto d2 = codec.DecodeDatagram(again.data(), again.size(), nullptr);
     FUZZ_CHECK(d2.has_value());
     FUZZ_CHECK(d2->sender == d->sender);
     FUZZ_CHECK(d2->sent_ms == d->sent_ms);
+    FUZZ_CHECK(d2->session == d->session && d2->counter == d->counter);
     FUZZ_CHECK(d2->body.index() == d->body.index());
   }
   g::ReplayGuard guard;
-  const uint64_t now = d->sent_ms;  // delivered the moment it was sent
-  FUZZ_CHECK(guard.Admit(*d, now) == g::ReplayGuard::Verdict::kFresh);
-  FUZZ_CHECK(guard.Admit(*d, now) == g::ReplayGuard::Verdict::kDuplicate);
+  if (d->session == 0 || d->counter == 0) {
+    FUZZ_CHECK(guard.Admit(*d, 1.0) == g::ReplayGuard::Verdict::kUnstamped);
+  } else {
+    FUZZ_CHECK(guard.Admit(*d, 1.0) == g::ReplayGuard::Verdict::kFresh);
+    FUZZ_CHECK(guard.Admit(*d, 1.0) == g::ReplayGuard::Verdict::kDuplicate);
+  }
   return 0;
 }

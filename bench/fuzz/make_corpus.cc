@@ -76,6 +76,12 @@ std::vector<g::Datagram> Datagrams() {
   out.push_back(g::Datagram{"n2", g::ProgressQuery{17, 300}, 1700000000100});
   out.push_back(g::Datagram{"n3", g::ProgressReply{17, 301, true}, 1700000000200});
   out.push_back(g::Datagram{"n3", g::ProgressReply{18, 0, false}, 0});
+  // Stamped like a real sender's (the fuzz codecs have no session of their own); the last one
+  // is left unstamped.
+  for (size_t i = 0; i + 1 < out.size(); ++i) {
+    out[i].session = 0x5EED0000 + i % 3;
+    out[i].counter = i + 1;
+  }
   return out;
 }
 
@@ -180,20 +186,45 @@ int main(int argc, char** argv) {
     Write("fuzz_param_assembler", *b);
   }
 
-  // Replay guard schedules (sender, id, sent offset, clock step) and rate limiter schedules.
+  // Replay guard schedules (sender, session, counter, stamp/clock) and rate limiter schedules.
   std::mt19937 rng(11);
   for (int s = 0; s < 4; ++s) {
     Bytes rg, rl;
+    uint8_t counter = 1;
     for (int i = 0; i < 64; ++i) {
       rg.push_back(static_cast<uint8_t>(rng() % 6));
-      rg.push_back(static_cast<uint8_t>(rng() % 16));
-      rg.push_back(static_cast<uint8_t>(rng()));
-      rg.push_back(static_cast<uint8_t>(i % 16 == 15 ? 255 : rng() % (s * 40 + 1)));
+      rg.push_back(static_cast<uint8_t>(s * 2 + (i > 40)));  // a restart two thirds in
+      rg.push_back(rng() % 4 == 0 ? static_cast<uint8_t>(rng()) : counter++);
+      rg.push_back(static_cast<uint8_t>(((rng() % (s + 1)) << 4) | (i > 40 ? 0x0f : rng() % 8)));
       rl.push_back(static_cast<uint8_t>(rng() % 8));
       rl.push_back(static_cast<uint8_t>(i % 20 == 19 ? 255 : rng() % (s * 8 + 1)));
     }
     Write("fuzz_replay_guard", rg);
     Write("fuzz_rate_limiter", rl);
+  }
+
+  // Inbound path: mode byte (0 plaintext wire, 1 seal the rest, 2 sealed wire) + buffer.
+  for (const auto& d : Datagrams()) {
+    const Bytes wire = plain.EncodeDatagram(d);
+    Write("fuzz_inbound_datagram", Prefixed(0, wire));
+    Write("fuzz_inbound_datagram", Prefixed(1, Unmarked(wire)));
+  }
+  Write("fuzz_inbound_datagram", Prefixed(2, sealed.EncodeDatagram(Datagrams()[0])));
+  for (const auto& f : Frames()) {
+    const Bytes wire = plain.EncodeFrame(f);
+    Write("fuzz_inbound_frame", Prefixed(0, wire));
+    Write("fuzz_inbound_frame", Prefixed(1, Unmarked(wire)));
+  }
+  Write("fuzz_inbound_frame", Prefixed(2, sealed.EncodeFrame(Frames()[0])));
+
+  // Config files (daemon/config_file.h).
+  for (const char* text :
+       {"# agent\n[agent]\nname = \"n1\"\nbind = \"127.0.0.1:7950\"\n",
+        "join = [\"127.0.0.1:7960\", \"127.0.0.1:7970\"]\nretry-join = true\nfanout = 3\n",
+        "probe_interval = 500 # ms\ncluster = \"caf\xc3\xa9\"\nverbose = false\r\n",
+        "name = \"a\\\"b\"\nbad line\n", "config = \"x\"\n"}) {
+    const std::string s(text);
+    Write("fuzz_config_file", Bytes(s.begin(), s.end()));
   }
 
   // RPC requests (the CLI's JSON frames).

@@ -25,12 +25,16 @@ class Gen {
   }
   bool Coin() { return U(0, 1) == 1; }
 
-  // Printable names of 1..max bytes, sometimes with UTF-8 bytes.
+  // Printable names of 1..max bytes, sometimes with a two-byte UTF-8 character ("é").
   std::string Name(size_t max = kMaxSenderBytes) {
     const size_t len = U(1, max);
     std::string s;
-    for (size_t i = 0; i < len; ++i) {
-      s.push_back(U(0, 20) == 0 ? static_cast<char>(0xC3) : static_cast<char>(U('!', '~')));
+    while (s.size() < len) {
+      if (s.size() + 2 <= len && U(0, 20) == 0) {
+        s += "\xC3\xA9";
+      } else {
+        s.push_back(static_cast<char>(U('!', '~')));
+      }
     }
     return s;
   }

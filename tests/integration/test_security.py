@@ -94,7 +94,11 @@ def main():
         for a in mesh.agents[1:]:
             a.start(join=[seed.addr])
         env = dict(os.environ, MESHTRAIN_RPC_TOKEN="s3cret")
-        r = subprocess.run([b, "members", "--rpc", seed.rpc], capture_output=True, text=True)
+        # The agent answers once its RPC endpoint is up (start() does not wait for it).
+        def refused():
+            r = subprocess.run([b, "members", "--rpc", seed.rpc], capture_output=True, text=True)
+            return r if "cannot reach" not in r.stderr else None
+        _, r = wait_until(refused, 10, interval=0.1, what="seed RPC up")
         assert r.returncode != 0 and "token" in r.stderr, r
         names = {a.name for a in mesh.agents}
 

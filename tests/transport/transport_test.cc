@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "gossip/rate_limit.h"
 
@@ -228,4 +231,87 @@ TEST_CASE("TCP hub uplink and downlink limits hold within 10 % on loopback", "[t
     client.CloseAll();
     server.CloseAll();
   }
+}
+
+// Issue 20: a handler that throws must not unwind into libuv (which would abort the process);
+// the boundary counts it, reports it through the hook, and the loop keeps serving.
+TEST_CASE("a throwing handler does not stop the loop", "[transport][exceptions]") {
+  LoopFixture f;
+  std::vector<std::string> reported;
+  SetCallbackErrorHook([&reported](const char* where, const char* what, uint64_t) {
+    reported.push_back(std::string(where) + ": " + what);
+  });
+  const uint64_t before = CallbackExceptions();
+
+  // UDP: every other datagram makes the handler throw; all are still received.
+  UdpEndpoint rx(&f.loop), tx(&f.loop);
+  int received = 0;
+  uint16_t port = 0;
+  for (uint16_t p = 24000; p < 24400 && port == 0; ++p) {
+    if (rx.Bind(Loopback(p), [&received](const uint8_t* data, size_t len, const NetAddr&) {
+          ++received;
+          if (len > 0 && data[0] == 'x') throw std::runtime_error("bad datagram");
+          if (len > 0 && data[0] == 'y') throw 42;  // not even a std::exception
+        }).ok()) {
+      port = p;
+    }
+  }
+  REQUIRE(port != 0);
+  for (const char* msg : {"x1", "ok", "y2", "ok"}) {
+    tx.Send(Loopback(port), Bytes(msg, msg + 2));
+  }
+  REQUIRE(f.RunUntil([&] { return received == 4; }, 5));
+  CHECK(rx.callback_exceptions() == 2);
+
+  // Timer and async handlers that throw: the loop runs on, and a repeating timer keeps firing.
+  Timer timer(&f.loop);
+  int fired = 0;
+  timer.Start(
+      1,
+      [&fired] {
+        ++fired;
+        throw std::logic_error("timer");
+      },
+      1);
+  Async async(&f.loop, [] { throw std::runtime_error("async"); });
+  async.Send();
+  REQUIRE(f.RunUntil([&] { return fired >= 3; }, 5));
+  timer.Close();
+  async.Close();
+
+  // TCP: a throwing frame handler aborts that connection only; the hub accepts the next one.
+  TcpHub server(&f.loop, TcpOptions{}), client(&f.loop, TcpOptions{});
+  int frames = 0;
+  const uint16_t tcp_port = ListenSomewhere(server, [&frames](TcpHub::ConnId, Bytes&& b) {
+    ++frames;
+    if (!b.empty() && b[0] == 'x') throw std::runtime_error("bad frame");
+  });
+  int closed_with_error = 0;
+  auto c1 = client.Connect(
+      Loopback(tcp_port), [](TcpHub::ConnId, Bytes&&) {},
+      [&closed_with_error](TcpHub::ConnId, int) {
+        ++closed_with_error;
+        throw std::runtime_error("close handler");  // caught too
+      });
+  client.Send(c1, Bytes{'x'});
+  REQUIRE(f.RunUntil([&] { return frames == 1 && closed_with_error == 1; }, 5));
+  CHECK(server.callback_exceptions() == 1);
+  CHECK(client.callback_exceptions() == 1);
+  auto c2 = client.Connect(
+      Loopback(tcp_port), [](TcpHub::ConnId, Bytes&&) {}, nullptr);
+  client.Send(c2, Bytes{'o', 'k'});
+  REQUIRE(f.RunUntil([&] { return frames == 2; }, 5));
+
+  // 2 udp + >= 3 timer + 1 async + 1 frame + 1 close.
+  CHECK(CallbackExceptions() - before >= 8);
+  if (before == 0) {  // the hook reports the 1st, 2nd, 4th, 8th, ... exception of the process
+    REQUIRE(reported.size() >= 4);
+    CHECK(reported[0] == "udp recv: bad datagram");
+    CHECK(reported[1] == "udp recv: unknown exception");
+  }
+  SetCallbackErrorHook(nullptr);
+  rx.Close();
+  tx.Close();
+  server.CloseAll();
+  client.CloseAll();
 }
