@@ -57,8 +57,8 @@ daemon::MetricsLog& Metrics() {
   static daemon::MetricsLog* log = [] {
     auto* m = new daemon::MetricsLog();
     FUZZ_CHECK(m->Open("/dev/null").ok());
-    spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-        "fuzz", std::make_shared<spdlog::sinks::null_sink_mt>()));
+    spdlog::set_default_logger(
+        std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>()));
     return m;
   }();
   return *log;
@@ -95,7 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t pos = 0;
   for (int packets = 0; packets < 64 && pos + 3 <= size; ++packets) {
     const uint8_t kind = data[pos];
-    const size_t len = std::min<size_t>(data[pos + 1] | (size_t{data[pos + 2]} << 8), size - pos - 3);
+    const size_t len =
+        std::min<size_t>(data[pos + 1] | (size_t{data[pos + 2]} << 8), size - pos - 3);
     const std::vector<uint8_t> wire =
         meshtrain::fuzz::TargetWire(FUZZ_SEALED != 0, data + pos + 3, len);
     pos += 3 + len;

@@ -240,6 +240,23 @@ int main(int argc, char** argv) {
     const std::string s(json);
     Write("fuzz_rpc", Bytes(s.begin(), s.end()));
   }
+  // fuzz_agent_*: [kind][u16 length][message] packets (fuzz_agent.cc): every datagram and frame
+  // alone, and all of them in one input so the node gets a member, a push-pull and a transfer.
+  for (const bool seal : {false, true}) {
+    const char* target = seal ? "fuzz_agent_sealed" : "fuzz_agent_plain";
+    Bytes all;
+    auto packet = [&](uint8_t kind, const Bytes& wire) {
+      const Bytes body = seal ? Prefixed(kSealRest, Unmarked(wire)) : wire;
+      Bytes p = {kind, static_cast<uint8_t>(body.size() & 0xff),
+                 static_cast<uint8_t>(body.size() >> 8)};
+      Append(&p, body);
+      Write(target, p);
+      Append(&all, p);
+    };
+    for (const auto& d : Datagrams()) packet(0x00, plain.EncodeDatagram(d));
+    for (const auto& f : Frames()) packet(0x01, plain.EncodeFrame(f));
+    Write(target, all);
+  }
   std::printf("make_corpus: wrote seeds under %s\n", out_dir.c_str());
   return 0;
 }
