@@ -157,7 +157,7 @@ int ConfigError(const std::string& msg) {
 }
 
 int RunAgent(meshtrain::daemon::AgentConfig config) {
-  if (auto err = config.Finalize(); !err.empty()) return ConfigError(err);
+  if (auto st = config.Finalize(); !st.ok()) return ConfigError(st.message());
   auto logger = spdlog::stderr_color_mt("meshtrain");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(config.log_level));

@@ -7,10 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "membership/swim.h"
 #include "node/node.h"
 
 namespace meshtrain::daemon {
+
+using ::meshtrain::Status;
 
 struct AgentConfig {
   std::string name;  // empty: hostname-port
@@ -56,8 +59,8 @@ struct AgentConfig {
   std::string log_level = "info";
 
   // Fills defaults that depend on other fields (name, advertise) and checks every value.
-  // Returns an error message, or empty when the configuration is usable.
-  std::string Finalize();
+  // An InvalidArgument naming the option and what it expects, or ok when usable.
+  Status Finalize();
   // The membership timing for this configuration (profile plus overrides).
   membership::Config MembershipConfig() const;
   // The start-up banner (SPEC §3): name, bind, rpc, cluster, encrypted, task, barrier, selection.

@@ -30,19 +30,19 @@ TEST_CASE("AgentConfig::Finalize fills defaults and rejects bad values", "[confi
   AgentConfig c;
   c.bind = "127.0.0.2:7000";
   c.name = "n1";
-  CHECK(c.Finalize().empty());
+  CHECK(c.Finalize().ok());
   CHECK(c.advertise == "127.0.0.2:7000");
 
   AgentConfig any;
   any.name = "n1";
-  CHECK(any.Finalize().empty());
+  CHECK(any.Finalize().ok());
   CHECK(any.advertise == "127.0.0.1:7950");  // 0.0.0.0 is not an address to give peers
 
   auto err = [](auto mutate) {
     AgentConfig x;
     x.name = "n";
     mutate(x);
-    return x.Finalize();
+    return x.Finalize().message();
   };
   CHECK(err([](AgentConfig& x) { x.bind = "nonsense"; }).find("--bind") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.join = {"1.2.3.4"}; }).find("--join") != std::string::npos);
@@ -58,7 +58,7 @@ TEST_CASE("AgentConfig::Finalize fills defaults and rejects bad values", "[confi
   t.name = "n";
   t.profile = "local";
   t.probe_interval_ms = 300;
-  REQUIRE(t.Finalize().empty());
+  REQUIRE(t.Finalize().ok());
   auto m = t.MembershipConfig();
   CHECK(m.probe_interval == 300);
   CHECK(m.probe_timeout == 200);  // the local profile's
