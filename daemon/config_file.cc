@@ -32,6 +32,12 @@ bool Scalar(const std::string& v, std::string* out) {
   return true;
 }
 
+// A value becomes one argument after its "--key": one that starts with "--" would be read as
+// another option (even --config, which a file must not include).
+bool ValueOk(const std::string& v) { return v.rfind("--", 0) != 0; }
+
+bool ScalarValue(const std::string& v, std::string* out) { return Scalar(v, out) && ValueOk(*out); }
+
 }  // namespace
 
 bool ConfigFileArgs(const std::string& path, std::vector<std::string>* args, std::string* error) {
@@ -104,7 +110,7 @@ bool ConfigTextArgs(std::string_view text, const std::string& origin,
             body.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
         if (!item.empty()) {
           std::string s;
-          if (!Scalar(item, &s)) {
+          if (!ScalarValue(item, &s)) {
             *error = where + "invalid list item " + item;
             return false;
           }
@@ -117,7 +123,7 @@ bool ConfigTextArgs(std::string_view text, const std::string& origin,
       continue;
     }
     std::string s;
-    if (!Scalar(value, &s)) {
+    if (!ScalarValue(value, &s)) {
       *error = where + "invalid value " + value;
       return false;
     }

@@ -7,8 +7,10 @@ namespace meshtrain::gossip {
 // Why forgetting never lets an accepted datagram through again: a datagram accepted in session
 // X has sent_ms <= X.last_ms. While X is remembered, its window refuses the copy (duplicate or
 // too_old) or X is closed. Once X is forgotten, the copy looks like a new session, and the
-// sender's floor is above X.last_ms (Forget), so rule 3 refuses it. Only forgetting the whole
-// sender (max_senders) loses the floor; the header lists that as a residual risk.
+// sender's floor is above X.last_ms (Forget), so rule 3 refuses it; if X came back since
+// (recreated with a fresh window), it was created with that floor and refuses the copy too. Only
+// forgetting the whole sender (max_senders) loses the floor; the header lists that as a residual
+// risk.
 
 ReplayGuard::ReplayGuard(ReplayGuardConfig config) : config_(config) {
   config_.max_senders = std::max<size_t>(config_.max_senders, 1);
@@ -89,6 +91,12 @@ ReplayGuard::Verdict ReplayGuard::Admit(const std::string& sender, uint64_t sess
       ++stats_.closed_session;
       return Verdict::kClosedSession;
     }
+    if (sent_ms < x.floor_ms) {
+      // Older than what the sender showed before this session was (re)created: a copy from
+      // an earlier life of it, which the fresh window does not remember.
+      ++stats_.old_session;
+      return Verdict::kOldSession;
+    }
     const Verdict v = Window(x, counter);
     switch (v) {
       case Verdict::kFresh:
@@ -127,6 +135,7 @@ ReplayGuard::Verdict ReplayGuard::Admit(const std::string& sender, uint64_t sess
   x.id = session;
   x.start_ms = sent_ms;
   x.last_ms = sent_ms;
+  x.floor_ms = s.floor_ms;
   x.top = counter;
   x.seen.set(0);
   x.last_seen_s = now;

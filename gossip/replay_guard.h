@@ -13,6 +13,9 @@
 //     and not seen: fresh; seen: duplicate; below the window: too_old. A session superseded
 //     by a newer one (rule 3) stays open for supersede_grace_s of receiver time (datagrams in
 //     flight when the sender restarted), then closes: everything in it is closed_session.
+//     A session that was forgotten and comes back is a new session (rule 3) with a fresh
+//     window, so it also refuses, as old_session, stamps below the floor it was created with:
+//     the copies of what it accepted before it was forgotten.
 //  3. new session of a known sender: accepted only if its sent_ms is not below the sender's
 //     floor: the start stamp (first sent_ms seen) of the newest session accepted from it, and
 //     1 ms above the last sent_ms of every session forgotten since. sent_ms is the SENDER's own
@@ -117,6 +120,7 @@ class ReplayGuard {
     uint64_t id = 0;
     uint64_t start_ms = 0;            // first sent_ms seen
     uint64_t last_ms = 0;             // largest sent_ms seen
+    uint64_t floor_ms = 0;            // the sender's floor when this session was (re)created
     uint64_t top = 0;                 // highest counter accepted
     std::bitset<kReplayWindow> seen;  // bit i: counter top - i was accepted
     double last_seen_s = 0;

@@ -5,7 +5,8 @@
 //   counter high part (x1024, to reach below the window); [2] counter low byte (0 with high
 //   part 0: unstamped); [3] low nibble: sent_ms offset within the session (x10 ms; sessions are
 //   1 s apart on the sender's clock), high nibble: receiver time step (x0.5 s).
-// Oracles: (sender, session, counter) is accepted at most once; unstamped datagrams are refused
+// Oracles: a datagram (sender, session, counter, sent_ms: an exact copy is a replay) is
+// accepted at most once; unstamped datagrams are refused
 // as such; caps hold; and clock independence: a second guard that sees every sender's stamps
 // shifted by its own constant (the sender's clock minutes ahead or behind) gives the same
 // verdict every time.
@@ -32,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   g::ReplayGuard guard(cfg), skewed(cfg);
   constexpr uint64_t kBase = 1700000000000;
   constexpr uint64_t kMinute = 60000;
-  std::set<std::tuple<uint8_t, uint64_t, uint64_t>> accepted;
+  std::set<std::tuple<uint8_t, uint64_t, uint64_t, uint64_t>> accepted;
   std::list<uint8_t> lru;  // a model of the guard's sender table, most recent first
   double now = 100;
   for (size_t pos = 0; pos + 4 <= size; pos += 4) {
@@ -64,7 +65,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       lru.push_front(sender);
     }
-    if (v == Verdict::kFresh) FUZZ_CHECK(accepted.emplace(sender, session, counter).second);
+    if (v == Verdict::kFresh) FUZZ_CHECK(accepted.emplace(sender, session, counter, sent).second);
     FUZZ_CHECK(guard.senders() <= cfg.max_senders);
     FUZZ_CHECK(guard.sessions() <= cfg.max_senders * cfg.max_sessions_per_sender);
   }

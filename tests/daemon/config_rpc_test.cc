@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "daemon/config.h"
 #include "daemon/config_file.h"
 #include "daemon/rpc.h"
+#include "gossip/messages.h"
 
 using namespace meshtrain::daemon;
 
@@ -128,4 +130,40 @@ TEST_CASE("RPC token comparison", "[rpc]") {
   CHECK_FALSE(TokenMatches("abc", "abd"));
   CHECK_FALSE(TokenMatches("abc", "ab"));
   CHECK_FALSE(TokenMatches("abc", ""));
+}
+
+// Issue 20: strings from the RPC, the command line and config files must be valid UTF-8.
+TEST_CASE("UTF-8 at the edge: RPC, options, config files", "[config][rpc]") {
+  std::string error;
+  auto parse = [&error](const std::string& s) {
+    error.clear();
+    return meshtrain::daemon::ParseRpcRequest(reinterpret_cast<const uint8_t*>(s.data()), s.size(),
+                                              &error);
+  };
+  CHECK_FALSE(parse("{\"cmd\":\"force-leave\",\"name\":\"\xff\xfe\xfd\"}"));
+  CHECK_FALSE(parse(R"({"cmd":"force-leave","name":"\udcff"})"));
+  CHECK_FALSE(parse(R"({"cmd":"force-leave","name":"a\u0007b"})"));
+  CHECK_FALSE(parse("{\"cmd\":\"join\",\"addrs\":[\"\xc0\xaf:1\"]}"));
+  CHECK(parse("{\"cmd\":\"force-leave\",\"name\":\"caf\xc3\xa9\"}"));
+  // An unknown command's error echoes a prefix cut at a character boundary.
+  std::string cmd;
+  for (int i = 0; i < 40; ++i) cmd += "\xc3\xa9";
+  CHECK_FALSE(parse("{\"cmd\":\"" + cmd + "\"}"));
+  CHECK(meshtrain::gossip::ValidUtf8(error));
+
+  meshtrain::daemon::AgentConfig c;
+  c.cluster = "\xff";
+  CHECK(c.Finalize().find("--cluster") != std::string::npos);
+  meshtrain::daemon::AgentConfig j;
+  j.join = {"127.0.0.1:\xff"};
+  const std::string e = j.Finalize();
+  CHECK(e.find("--join") != std::string::npos);
+  CHECK(meshtrain::gossip::ValidUtf8(e));
+
+  std::vector<std::string> args;
+  CHECK_FALSE(meshtrain::daemon::ConfigTextArgs("name = \"n\xff\"\n", "f.toml", &args, &error));
+  CHECK(error == "f.toml:1: not valid UTF-8 text");
+  CHECK_FALSE(meshtrain::daemon::ConfigTextArgs("name = --config\n", "f.toml", &args, &error));
+  CHECK(meshtrain::daemon::ConfigTextArgs("cluster = \"caf\xc3\xa9\"\n", "f.toml", &args, &error));
+  CHECK(args == std::vector<std::string>{"--cluster", "caf\xc3\xa9"});
 }

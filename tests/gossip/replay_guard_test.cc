@@ -330,3 +330,24 @@ TEST_CASE("replay: property — no replay passes, genuine traffic does", "[gossi
 
 }  // namespace
 }  // namespace meshtrain::gossip
+
+namespace meshtrain::gossip {
+namespace {
+
+// Found by fuzz_replay_guard: a session forgotten for idleness that comes back gets a fresh
+// window; the copy of a datagram it accepted in its earlier life must still be refused.
+TEST_CASE("replay: a session that comes back after being forgotten refuses its old copies",
+          "[gossip][replay]") {
+  ReplayGuardConfig cfg;
+  cfg.session_idle_s = 20;
+  ReplayGuard guard(cfg);
+  CHECK(guard.Admit("n5", 6, 3125, kT0 + 50, 109) == Verdict::kFresh);
+  CHECK(guard.Admit("n5", 6, 3125, kT0 + 50, 128) == Verdict::kDuplicate);
+  // Idle for 27 s: forgotten. The same session speaks again with a later stamp...
+  CHECK(guard.Admit("n5", 6, 3327, kT0 + 150, 136) == Verdict::kFresh);
+  // ...and the old datagram, inside the new window but below the floor, is still a replay.
+  CHECK(guard.Admit("n5", 6, 3125, kT0 + 50, 137) == Verdict::kOldSession);
+}
+
+}  // namespace
+}  // namespace meshtrain::gossip
