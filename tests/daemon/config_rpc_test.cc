@@ -153,10 +153,10 @@ TEST_CASE("UTF-8 at the edge: RPC, options, config files", "[config][rpc]") {
 
   meshtrain::daemon::AgentConfig c;
   c.cluster = "\xff";
-  CHECK(c.Finalize().find("--cluster") != std::string::npos);
+  CHECK(c.Finalize().message().find("--cluster") != std::string::npos);
   meshtrain::daemon::AgentConfig j;
   j.join = {"127.0.0.1:\xff"};
-  const std::string e = j.Finalize();
+  const std::string e = j.Finalize().message();
   CHECK(e.find("--join") != std::string::npos);
   CHECK(meshtrain::gossip::ValidUtf8(e));
 
