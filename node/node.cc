@@ -361,9 +361,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     // The query carries the querier's step: progress news, but only about a peer the barrier
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
-    if (barrier_ && training() && barrier_->view().Contains(dg.sender)) {
-      barrier_->OnProgress(dg.sender, q->step, now);
-    }
+    if (barrier_ && training()) barrier_->OnKnownProgress(dg.sender, q->step, now);
     Emit(SendDatagram{in.from, std::move(reply)});
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
     if (!barrier_) return;

@@ -314,10 +314,15 @@ void BarrierCore::Refill(Rng& rng) {
 }
 
 bool BarrierCore::OnProgress(const std::string& name, uint64_t step, TimeMs now) {
-  const PeerProgress* before = view_.Find(name);
-  const bool known = before != nullptr;
-  const bool changed = view_.Update(name, step, now);
-  if (changed && known) silent_.erase(name);  // its step advanced: it is making progress
+  bool added = false;
+  const bool changed = view_.Update(name, step, now, &added);
+  if (changed && !added) silent_.erase(name);  // its step advanced: it is making progress
+  return changed;
+}
+
+bool BarrierCore::OnKnownProgress(const std::string& name, uint64_t step, TimeMs now) {
+  const bool changed = view_.UpdateKnown(name, step, now);
+  if (changed) silent_.erase(name);  // its step advanced: it is making progress
   return changed;
 }
 
@@ -333,7 +338,7 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
   }
   silent_.erase(name);
   // Never re-add a peer that left the view (it departed, or finished training).
-  const bool changed = view_.Contains(name) && view_.Update(name, step, now);
+  const bool changed = view_.UpdateKnown(name, step, now);
   return matched || changed;
 }
 

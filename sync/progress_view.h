@@ -9,20 +9,22 @@
 //     never wait on a departed or finished node.
 // Steps are monotone: Update() never lowers a known step (stale gossip is ignored).
 //
-// Peers are kept in a vector (index access for O(1) sampling) plus a hash index for lookups;
-// the vector's order depends only on the sequence of calls, so sampling driven by a seeded RNG
-// is deterministic. Update/Remove/Find are O(1) expected (plus O(log n) for the step counts);
-// the minimum and maximum step are O(1). Sized for simulations of 1000+ nodes.
+// Peers are kept in a vector (index access for O(1) sampling) plus a flat open-addressing hash
+// index (positions in the vector, linear probing, load <= 1/2) for lookups; the vector's order
+// depends only on the sequence of calls, so sampling driven by a seeded RNG is deterministic.
+// Update/Remove/Find are O(1) expected, plus O(d) for the step counts, d = distinct steps in the
+// view (a sorted vector: small when barriers keep peers within a few steps); the minimum and
+// maximum step are O(1). Sized for simulations of 10 000 nodes with views of hundreds of peers:
+// one lookup touches one index bucket and one entry.
 //
 // Thread-safety: none. One thread owns a ProgressView at a time.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "membership/types.h"
@@ -51,7 +53,10 @@ class ProgressView {
   // Records that `name` has completed `step` as of `now`, adding the peer if unknown. A step
   // not above the known one is ignored (monotone; stale gossip). Returns true when
   // the view changed: the peer was added or its step advanced.
-  bool Update(const std::string& name, uint64_t step, TimeMs now);
+  // `added` (if given) is set to whether the peer was unknown.
+  bool Update(const std::string& name, uint64_t step, TimeMs now, bool* added = nullptr);
+  // As Update, but only for a peer already in the view (never adds one).
+  bool UpdateKnown(const std::string& name, uint64_t step, TimeMs now);
   // Drops a peer (failed, left, or stopped training). Returns true if it was present.
   bool Remove(const std::string& name);
   void Clear();
@@ -71,13 +76,26 @@ class ProgressView {
   const std::string& self() const { return self_; }
 
  private:
+  struct Bucket {
+    uint32_t pos1 = 0;  // position in entries_ + 1; 0 = empty
+    uint32_t tag = 0;   // low 32 bits of the name's hash (the home bucket derives from it)
+  };
+
+  static uint32_t HashName(const std::string& name);
+  // The bucket holding `name`, or the empty bucket where it would go. table_ must not be empty.
+  size_t Lookup(const std::string& name, uint32_t tag) const;
+  void Rehash(size_t capacity);
+  void EraseBucket(size_t b);
+  // Applies a step to the known entry at `pos`; true if it advanced.
+  bool Advance(size_t pos, uint64_t step, TimeMs now);
   void CountStep(uint64_t step, int delta);
 
   std::string self_;
   double alpha_;
   std::vector<Entry> entries_;
-  std::unordered_map<std::string, size_t> index_;  // name -> position in entries_
-  std::map<uint64_t, size_t> step_counts_;  // step -> number of peers at it (min/max in O(1))
+  std::vector<Bucket> table_;  // name -> position in entries_; size a power of two (or 0)
+  // (step, number of peers at it), sorted by step: min/max in O(1).
+  std::vector<std::pair<uint64_t, uint32_t>> step_counts_;
 };
 
 }  // namespace meshtrain::sync
