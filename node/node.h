@@ -35,7 +35,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -43,6 +42,7 @@
 #include "membership/swim.h"
 #include "sync/bandwidth_estimate.h"
 #include "sync/barrier.h"
+#include "sync/name_index.h"
 #include "sync/selection.h"
 
 namespace meshtrain::node {
@@ -321,7 +321,9 @@ class Node {
   std::unique_ptr<membership::Swim> swim_;
   // External membership. Hashed: with thousands of simulated nodes of 500 peers each, a tree
   // lookup per query and per transfer is a chain of cache misses.
-  std::unordered_map<std::string, PeerView> external_;
+  std::vector<PeerView> external_;  // external membership: peers in the order first seen
+  sync::NameIndex external_index_;  // name -> position in external_
+  const PeerView* FindExternal(const std::string& name) const;
   std::vector<std::string> candidates_;  // Candidates()
   bool candidates_stale_ = true;
   sync::Rng rng_;

@@ -40,8 +40,14 @@ const std::string* Node::PeerAddr(const std::string& name) const {
     const ms::Member* m = swim_->Find(name);
     return m == nullptr ? nullptr : &m->addr;
   }
-  auto it = external_.find(name);
-  return it == external_.end() ? nullptr : &it->second.addr;
+  const PeerView* v = FindExternal(name);
+  return v == nullptr ? nullptr : &v->addr;
+}
+
+const PeerView* Node::FindExternal(const std::string& name) const {
+  const size_t pos = external_index_.Find(
+      name, [this](size_t i) -> const std::string& { return external_[i].name; });
+  return pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
 }
 
 const std::vector<std::string>& Node::Candidates() {
@@ -53,8 +59,8 @@ const std::vector<std::string>& Node::Candidates() {
       }
     } else {
       candidates_.reserve(external_.size());
-      for (const auto& [name, v] : external_) {
-        if (v.alive && v.training) candidates_.push_back(name);
+      for (const PeerView& v : external_) {
+        if (v.alive && v.training) candidates_.push_back(v.name);
       }
     }
     std::sort(candidates_.begin(), candidates_.end());  // independent of the hash order

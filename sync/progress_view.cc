@@ -1,7 +1,6 @@
 #include "sync/progress_view.h"
 
 #include <algorithm>
-#include <functional>
 #include <utility>
 
 namespace meshtrain::sync {
@@ -9,42 +8,6 @@ namespace meshtrain::sync {
 ProgressView::ProgressView(std::string self, double interval_alpha)
     : self_(std::move(self)), alpha_(interval_alpha) {
   if (!(alpha_ > 0.0 && alpha_ <= 1.0)) alpha_ = 0.3;
-}
-
-uint32_t ProgressView::HashName(const std::string& name) {
-  return static_cast<uint32_t>(std::hash<std::string>{}(name));
-}
-
-size_t ProgressView::Lookup(const std::string& name, uint32_t tag) const {
-  const size_t mask = table_.size() - 1;
-  for (size_t b = tag & mask;; b = (b + 1) & mask) {
-    const Bucket& k = table_[b];
-    if (k.pos1 == 0) return b;
-    if (k.tag == tag && entries_[k.pos1 - 1].name == name) return b;
-  }
-}
-
-void ProgressView::Rehash(size_t capacity) {
-  table_.assign(capacity, Bucket{});
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const uint32_t tag = HashName(entries_[i].name);
-    table_[Lookup(entries_[i].name, tag)] = Bucket{static_cast<uint32_t>(i + 1), tag};
-  }
-}
-
-// Backward-shift deletion: no tombstones, so probe chains stay short.
-void ProgressView::EraseBucket(size_t b) {
-  const size_t mask = table_.size() - 1;
-  size_t hole = b;
-  for (size_t j = (hole + 1) & mask; table_[j].pos1 != 0; j = (j + 1) & mask) {
-    const size_t home = table_[j].tag & mask;
-    // The entry at j may fill the hole when the hole lies on its probe path [home, j).
-    if (((j - home) & mask) >= ((j - hole) & mask)) {
-      table_[hole] = table_[j];
-      hole = j;
-    }
-  }
-  table_[hole] = Bucket{};
 }
 
 void ProgressView::CountStep(uint64_t step, int delta) {
@@ -81,39 +44,29 @@ bool ProgressView::Advance(size_t pos, uint64_t step, TimeMs now) {
 bool ProgressView::Update(const std::string& name, uint64_t step, TimeMs now, bool* added) {
   if (added) *added = false;
   if (!self_.empty() && name == self_) return false;
-  const uint32_t tag = HashName(name);
-  size_t b = table_.empty() ? 0 : Lookup(name, tag);
-  if (!table_.empty() && table_[b].pos1 != 0) return Advance(table_[b].pos1 - 1, step, now);
-  if (2 * (entries_.size() + 1) > table_.size()) {
-    Rehash(std::max<size_t>(16, 2 * table_.size()));
-    b = Lookup(name, tag);
-  }
+  const size_t pos = index_.Find(name, NameAt());
+  if (pos != NameIndex::kNone) return Advance(pos, step, now);
   PeerProgress p;
   p.step = step;
   p.learned = now;
   entries_.push_back(Entry{name, p});
-  table_[b] = Bucket{static_cast<uint32_t>(entries_.size()), tag};
+  index_.Insert(name, entries_.size() - 1, entries_.size(), NameAt());
   CountStep(step, +1);
   if (added) *added = true;
   return true;
 }
 
 bool ProgressView::UpdateKnown(const std::string& name, uint64_t step, TimeMs now) {
-  if (table_.empty()) return false;
-  const size_t b = Lookup(name, HashName(name));
-  return table_[b].pos1 != 0 && Advance(table_[b].pos1 - 1, step, now);
+  const size_t pos = index_.Find(name, NameAt());
+  return pos != NameIndex::kNone && Advance(pos, step, now);
 }
 
 bool ProgressView::Remove(const std::string& name) {
-  if (table_.empty()) return false;
-  const size_t b = Lookup(name, HashName(name));
-  if (table_[b].pos1 == 0) return false;
-  const size_t pos = table_[b].pos1 - 1;
-  EraseBucket(b);
+  const size_t pos = index_.Erase(name, NameAt());
+  if (pos == NameIndex::kNone) return false;
   CountStep(entries_[pos].progress.step, -1);
   if (pos + 1 != entries_.size()) {
-    const std::string& last = entries_.back().name;
-    table_[Lookup(last, HashName(last))].pos1 = static_cast<uint32_t>(pos + 1);
+    index_.Relocate(entries_.back().name, pos, NameAt());
     entries_[pos] = std::move(entries_.back());
   }
   entries_.pop_back();
@@ -122,14 +75,13 @@ bool ProgressView::Remove(const std::string& name) {
 
 void ProgressView::Clear() {
   entries_.clear();
-  table_.clear();
+  index_.Clear();
   step_counts_.clear();
 }
 
 const PeerProgress* ProgressView::Find(const std::string& name) const {
-  if (table_.empty()) return nullptr;
-  const Bucket& k = table_[Lookup(name, HashName(name))];
-  return k.pos1 == 0 ? nullptr : &entries_[k.pos1 - 1].progress;
+  const size_t pos = index_.Find(name, NameAt());
+  return pos == NameIndex::kNone ? nullptr : &entries_[pos].progress;
 }
 
 std::vector<std::string> ProgressView::peers() const {

@@ -9,13 +9,12 @@
 //     never wait on a departed or finished node.
 // Steps are monotone: Update() never lowers a known step (stale gossip is ignored).
 //
-// Peers are kept in a vector (index access for O(1) sampling) plus a flat open-addressing hash
-// index (positions in the vector, linear probing, load <= 1/2) for lookups; the vector's order
-// depends only on the sequence of calls, so sampling driven by a seeded RNG is deterministic.
-// Update/Remove/Find are O(1) expected, plus O(d) for the step counts, d = distinct steps in the
-// view (a sorted vector: small when barriers keep peers within a few steps); the minimum and
-// maximum step are O(1). Sized for simulations of 10 000 nodes with views of hundreds of peers:
-// one lookup touches one index bucket and one entry.
+// Peers are kept in a vector (index access for O(1) sampling) plus a NameIndex for lookups; the
+// vector's order depends only on the sequence of calls, so sampling driven by a seeded RNG is
+// deterministic. Update/Remove/Find are O(1) expected, plus O(d) for the step counts, d = distinct
+// steps in the view (a sorted vector: small when barriers keep peers within a few steps); the
+// minimum and maximum step are O(1). Sized for simulations of 10 000 nodes with views of hundreds
+// of peers: one lookup touches one index bucket and one entry.
 //
 // Thread-safety: none. One thread owns a ProgressView at a time.
 #pragma once
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include "membership/types.h"
+#include "sync/name_index.h"
 
 namespace meshtrain::sync {
 
@@ -76,24 +76,17 @@ class ProgressView {
   const std::string& self() const { return self_; }
 
  private:
-  struct Bucket {
-    uint32_t pos1 = 0;  // position in entries_ + 1; 0 = empty
-    uint32_t tag = 0;   // low 32 bits of the name's hash (the home bucket derives from it)
-  };
-
-  static uint32_t HashName(const std::string& name);
-  // The bucket holding `name`, or the empty bucket where it would go. table_ must not be empty.
-  size_t Lookup(const std::string& name, uint32_t tag) const;
-  void Rehash(size_t capacity);
-  void EraseBucket(size_t b);
-  // Applies a step to the known entry at `pos`; true if it advanced.
   bool Advance(size_t pos, uint64_t step, TimeMs now);
+  // NameIndex's view of entries_.
+  auto NameAt() const {
+    return [this](size_t pos) -> const std::string& { return entries_[pos].name; };
+  }
   void CountStep(uint64_t step, int delta);
 
   std::string self_;
   double alpha_;
   std::vector<Entry> entries_;
-  std::vector<Bucket> table_;  // name -> position in entries_; size a power of two (or 0)
+  NameIndex index_;  // name -> position in entries_
   // (step, number of peers at it), sorted by step: min/max in O(1).
   std::vector<std::pair<uint64_t, uint32_t>> step_counts_;
 };
