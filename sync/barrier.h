@@ -143,10 +143,11 @@ class BarrierCore {
  private:
   struct Slot {
     std::string name;
-    uint32_t seq = 0;       // latest query in this round; 0 = not queried in this round
-    bool answered = false;  // answered a query in this round (so it is not silent)
-    bool awaiting = false;  // query `seq` is still unanswered
-    TimeMs asked_at = 0;    // when query `seq` was sent
+    uint32_t seq = 0;               // latest query in this round; 0 = not queried in this round
+    bool answered = false;          // answered a query in this round (so it is not silent)
+    bool awaiting = false;          // query `seq` is still unanswered
+    TimeMs asked_at = 0;            // when query `seq` was sent
+    size_t pos = NameIndex::kNone;  // where the peer was last seen in view_ (a lookup hint)
   };
 
   // Sends a progress query to `slot` now.

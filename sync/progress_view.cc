@@ -84,6 +84,23 @@ const PeerProgress* ProgressView::Find(const std::string& name) const {
   return pos == NameIndex::kNone ? nullptr : &entries_[pos].progress;
 }
 
+size_t ProgressView::Locate(const std::string& name, size_t* hint) const {
+  if (*hint < entries_.size() && entries_[*hint].name == name) return *hint;
+  const size_t pos = index_.Find(name, NameAt());
+  if (pos != NameIndex::kNone) *hint = pos;
+  return pos;
+}
+
+const PeerProgress* ProgressView::Find(const std::string& name, size_t* hint) const {
+  const size_t pos = Locate(name, hint);
+  return pos == NameIndex::kNone ? nullptr : &entries_[pos].progress;
+}
+
+bool ProgressView::UpdateKnown(const std::string& name, uint64_t step, TimeMs now, size_t* hint) {
+  const size_t pos = Locate(name, hint);
+  return pos != NameIndex::kNone && Advance(pos, step, now);
+}
+
 std::vector<std::string> ProgressView::peers() const {
   std::vector<std::string> out;
   out.reserve(entries_.size());

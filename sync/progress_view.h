@@ -62,6 +62,10 @@ class ProgressView {
   void Clear();
 
   const PeerProgress* Find(const std::string& name) const;
+  // As Find and UpdateKnown, with `*hint` a position where `name` was last seen: a hint still
+  // right (no Remove moved the peer) skips the index; otherwise it is looked up and refreshed.
+  const PeerProgress* Find(const std::string& name, size_t* hint) const;
+  bool UpdateKnown(const std::string& name, uint64_t step, TimeMs now, size_t* hint);
   bool Contains(const std::string& name) const { return Find(name) != nullptr; }
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
@@ -77,6 +81,7 @@ class ProgressView {
 
  private:
   bool Advance(size_t pos, uint64_t step, TimeMs now);
+  size_t Locate(const std::string& name, size_t* hint) const;  // position or NameIndex::kNone
   // NameIndex's view of entries_.
   auto NameAt() const {
     return [this](size_t pos) -> const std::string& { return entries_[pos].name; };
