@@ -291,6 +291,8 @@ class Node {
   std::vector<PeerInfo> PeerList() const;  // everyone but self
   std::optional<PeerInfo> FindPeer(const std::string& name) const;
   const std::string* PeerAddr(const std::string& name) const;  // membership address, or null
+  // FindPeer(name)->live without building a PeerInfo (per received chunk).
+  bool PeerLive(const std::string& name) const;
   // Alive, training peers: the receivers a round may choose from. Cached between PeerViews with
   // external membership, rebuilt per call with SWIM.
   const std::vector<std::string>& Candidates();

@@ -44,6 +44,15 @@ const std::string* Node::PeerAddr(const std::string& name) const {
   return v == nullptr ? nullptr : &v->addr;
 }
 
+bool Node::PeerLive(const std::string& name) const {
+  if (swim_) {
+    const ms::Member* m = swim_->Find(name);
+    return m != nullptr && name != config_.name && internal::IsLive(m->status);
+  }
+  const PeerView* v = FindExternal(name);
+  return v != nullptr && v->alive;
+}
+
 const PeerView* Node::FindExternal(const std::string& name) const {
   const size_t pos = external_index_.Find(
       name, [this](size_t i) -> const std::string& { return external_[i].name; });
@@ -237,9 +246,8 @@ void Node::AbortTransfersTo(const std::string& name) {
 
 void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
                         TimeMs now) {
-  auto peer = FindPeer(sender);
   const bool size_ok = config_.expected_params == 0 || chunk.total == config_.expected_params;
-  if (!config_.training || !peer || !peer->live || !size_ok) {
+  if (!config_.training || !size_ok || !PeerLive(sender)) {
     // Parameters only from live members of this mesh, for a model of our size.
     Reject();
     Emit(Close{conn, true});
