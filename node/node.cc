@@ -204,8 +204,8 @@ std::vector<Node::PeerInfo> Node::PeerList() const {
           m.meta.training, m.step, m.meta.uplink_mbps, m.meta.downlink_mbps);
     }
   } else {
-    for (const auto& [name, v] : external_) {
-      add(name, v.addr, "", v.alive, v.alive, v.training, v.step, v.uplink_mbps, v.downlink_mbps);
+    for (const PeerView& v : external_) {
+      add(v.name, v.addr, "", v.alive, v.alive, v.training, v.step, v.uplink_mbps, v.downlink_mbps);
     }
   }
   return out;
@@ -225,9 +225,9 @@ std::optional<Node::PeerInfo> Node::FindPeer(const std::string& name) const {
                     m->meta.uplink_mbps,
                     m->meta.downlink_mbps};
   }
-  auto it = external_.find(name);
-  if (it == external_.end()) return std::nullopt;
-  const PeerView& v = it->second;
+  const PeerView* found = FindExternal(name);
+  if (found == nullptr) return std::nullopt;
+  const PeerView& v = *found;
   return PeerInfo{v.name,     v.addr, v.addr,        v.alive,        v.alive,
                   v.training, v.step, v.uplink_mbps, v.downlink_mbps};
 }
@@ -241,9 +241,9 @@ std::vector<ms::Member> Node::Members() const {
   self.step = progress_.step;
   self.meta.training = training();
   out.push_back(self);
-  for (const auto& [name, v] : external_) {
+  for (const PeerView& v : external_) {
     ms::Member m;
-    m.name = name;
+    m.name = v.name;
     m.addr = v.addr;
     m.status = v.alive ? ms::Status::kAlive : ms::Status::kFailed;
     m.step = v.step;
@@ -260,7 +260,7 @@ std::vector<ms::Member> Node::Members() const {
 size_t Node::PeersAlive() const {
   if (swim_) return swim_->NumAlive() - (swim_->HasLeft() ? 0 : 1);
   size_t n = 0;
-  for (const auto& [name, v] : external_) n += v.alive ? 1 : 0;
+  for (const PeerView& v : external_) n += v.alive ? 1 : 0;
   return n;
 }
 
@@ -284,8 +284,10 @@ double Node::downlink_estimate_mbps() const {
 
 void Node::OnPeerView(const PeerView& v, TimeMs now) {
   if (swim_ || v.name == config_.name) return;
-  auto it = external_.find(v.name);
-  const bool was_alive = it != external_.end() && it->second.alive;
+  const auto name_at = [this](size_t pos) -> const std::string& { return external_[pos].name; };
+  const size_t pos = external_index_.Find(v.name, name_at);
+  PeerView* known = pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
+  const bool was_alive = known != nullptr && known->alive;
   ms::Member m;
   m.name = v.name;
   m.addr = v.addr;
@@ -296,13 +298,14 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
     Emit(MemberEvent{ms::Event::Kind::kFailed, std::move(m)});
     AbortTransfersTo(v.name);
   }
-  if (it == external_.end() || it->second.alive != v.alive || it->second.training != v.training) {
+  if (known == nullptr || known->alive != v.alive || known->training != v.training) {
     candidates_stale_ = true;
   }
-  if (it == external_.end()) {
-    external_.emplace(v.name, v);
+  if (known == nullptr) {
+    external_.push_back(v);
+    external_index_.Insert(v.name, external_.size() - 1, external_.size(), name_at);
   } else {
-    it->second = v;
+    *known = v;
   }
   if (barrier_) {
     // Incremental where SWIM's view is re-read per barrier run: meshes of thousands of nodes
@@ -361,9 +364,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     // The query carries the querier's step: progress news, but only about a peer the barrier
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
-    if (barrier_ && training() && barrier_->view().Contains(dg.sender)) {
-      barrier_->OnProgress(dg.sender, q->step, now);
-    }
+    if (barrier_ && training()) barrier_->OnKnownProgress(dg.sender, q->step, now);
     Emit(SendDatagram{in.from, std::move(reply)});
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
     if (!barrier_) return;

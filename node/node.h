@@ -35,7 +35,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -43,6 +42,7 @@
 #include "membership/swim.h"
 #include "sync/bandwidth_estimate.h"
 #include "sync/barrier.h"
+#include "sync/name_index.h"
 #include "sync/selection.h"
 
 namespace meshtrain::node {
@@ -291,6 +291,8 @@ class Node {
   std::vector<PeerInfo> PeerList() const;  // everyone but self
   std::optional<PeerInfo> FindPeer(const std::string& name) const;
   const std::string* PeerAddr(const std::string& name) const;  // membership address, or null
+  // FindPeer(name)->live without building a PeerInfo (per received chunk).
+  bool PeerLive(const std::string& name) const;
   // Alive, training peers: the receivers a round may choose from. Cached between PeerViews with
   // external membership, rebuilt per call with SWIM.
   const std::vector<std::string>& Candidates();
@@ -321,7 +323,9 @@ class Node {
   std::unique_ptr<membership::Swim> swim_;
   // External membership. Hashed: with thousands of simulated nodes of 500 peers each, a tree
   // lookup per query and per transfer is a chain of cache misses.
-  std::unordered_map<std::string, PeerView> external_;
+  std::vector<PeerView> external_;  // external membership: peers in the order first seen
+  sync::NameIndex external_index_;  // name -> position in external_
+  const PeerView* FindExternal(const std::string& name) const;
   std::vector<std::string> candidates_;  // Candidates()
   bool candidates_stale_ = true;
   sync::Rng rng_;

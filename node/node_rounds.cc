@@ -40,8 +40,23 @@ const std::string* Node::PeerAddr(const std::string& name) const {
     const ms::Member* m = swim_->Find(name);
     return m == nullptr ? nullptr : &m->addr;
   }
-  auto it = external_.find(name);
-  return it == external_.end() ? nullptr : &it->second.addr;
+  const PeerView* v = FindExternal(name);
+  return v == nullptr ? nullptr : &v->addr;
+}
+
+bool Node::PeerLive(const std::string& name) const {
+  if (swim_) {
+    const ms::Member* m = swim_->Find(name);
+    return m != nullptr && name != config_.name && internal::IsLive(m->status);
+  }
+  const PeerView* v = FindExternal(name);
+  return v != nullptr && v->alive;
+}
+
+const PeerView* Node::FindExternal(const std::string& name) const {
+  const size_t pos = external_index_.Find(
+      name, [this](size_t i) -> const std::string& { return external_[i].name; });
+  return pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
 }
 
 const std::vector<std::string>& Node::Candidates() {
@@ -53,8 +68,8 @@ const std::vector<std::string>& Node::Candidates() {
       }
     } else {
       candidates_.reserve(external_.size());
-      for (const auto& [name, v] : external_) {
-        if (v.alive && v.training) candidates_.push_back(name);
+      for (const PeerView& v : external_) {
+        if (v.alive && v.training) candidates_.push_back(v.name);
       }
     }
     std::sort(candidates_.begin(), candidates_.end());  // independent of the hash order
@@ -231,9 +246,8 @@ void Node::AbortTransfersTo(const std::string& name) {
 
 void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
                         TimeMs now) {
-  auto peer = FindPeer(sender);
   const bool size_ok = config_.expected_params == 0 || chunk.total == config_.expected_params;
-  if (!config_.training || !peer || !peer->live || !size_ok) {
+  if (!config_.training || !size_ok || !PeerLive(sender)) {
     // Parameters only from live members of this mesh, for a model of our size.
     Reject();
     Emit(Close{conn, true});

@@ -212,8 +212,8 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
     // Probe timeout: peers that never answered and still block are replaced (marked silent,
     // sampled last), and a fresh sample is drawn.
     ++stats_.timeouts;
-    for (const Slot& slot : slots_) {
-      const PeerProgress* p = view_.Find(slot.name);
+    for (Slot& slot : slots_) {
+      const PeerProgress* p = view_.Find(slot.name, &slot.pos);
       if (slot.seq != 0 && !slot.answered && p && !Within(my_step, p->step, bound)) {
         silent_.insert(slot.name);
       }
@@ -227,7 +227,7 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   bool pass = true;
   requery_at_ = kNoDeadline;
   for (Slot& slot : slots_) {
-    const PeerProgress* p = view_.Find(slot.name);
+    const PeerProgress* p = view_.Find(slot.name, &slot.pos);
     if (!p || Within(my_step, p->step, bound)) continue;
     pass = false;
     if (slot.seq == 0) {
@@ -290,7 +290,9 @@ void BarrierCore::NewRound(Rng& rng) {
     }
   }
   for (size_t i : picked) {
-    slots_.push_back(Slot{entries[i].name});
+    Slot slot{entries[i].name};
+    slot.pos = i;
+    slots_.push_back(std::move(slot));
     round_tried_.insert(entries[i].name);
   }
 }
@@ -314,17 +316,25 @@ void BarrierCore::Refill(Rng& rng) {
 }
 
 bool BarrierCore::OnProgress(const std::string& name, uint64_t step, TimeMs now) {
-  const PeerProgress* before = view_.Find(name);
-  const bool known = before != nullptr;
-  const bool changed = view_.Update(name, step, now);
-  if (changed && known) silent_.erase(name);  // its step advanced: it is making progress
+  bool added = false;
+  const bool changed = view_.Update(name, step, now, &added);
+  if (changed && !added) silent_.erase(name);  // its step advanced: it is making progress
+  return changed;
+}
+
+bool BarrierCore::OnKnownProgress(const std::string& name, uint64_t step, TimeMs now) {
+  const bool changed = view_.UpdateKnown(name, step, now);
+  if (changed) silent_.erase(name);  // its step advanced: it is making progress
   return changed;
 }
 
 bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now) {
   bool matched = false;
+  size_t hint = NameIndex::kNone;
   for (Slot& slot : slots_) {
-    if (slot.name == name && slot.seq == seq && seq != 0 && slot.awaiting) {
+    if (slot.name != name) continue;
+    hint = slot.pos;
+    if (slot.seq == seq && seq != 0 && slot.awaiting) {
       slot.awaiting = false;
       slot.answered = true;
       matched = true;
@@ -333,7 +343,7 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
   }
   silent_.erase(name);
   // Never re-add a peer that left the view (it departed, or finished training).
-  const bool changed = view_.Contains(name) && view_.Update(name, step, now);
+  const bool changed = view_.UpdateKnown(name, step, now, &hint);
   return matched || changed;
 }
 

@@ -111,6 +111,9 @@ class BarrierCore {
   // Progress of a live, training peer learned from any traffic. True if the view changed (the
   // caller should re-Check a waiting node).
   bool OnProgress(const std::string& name, uint64_t step, TimeMs now);
+  // Same, but only for a peer already in the view (e.g. news carried by a progress query, whose
+  // sender membership may not have vouched for): an unknown peer is ignored.
+  bool OnKnownProgress(const std::string& name, uint64_t step, TimeMs now);
   // Answer to ProgressQuery `seq`. The step is used even when `seq` is stale (progress is
   // progress), but only for peers still in the view. True if anything changed.
   bool OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now);
@@ -140,10 +143,11 @@ class BarrierCore {
  private:
   struct Slot {
     std::string name;
-    uint32_t seq = 0;       // latest query in this round; 0 = not queried in this round
-    bool answered = false;  // answered a query in this round (so it is not silent)
-    bool awaiting = false;  // query `seq` is still unanswered
-    TimeMs asked_at = 0;    // when query `seq` was sent
+    uint32_t seq = 0;               // latest query in this round; 0 = not queried in this round
+    bool answered = false;          // answered a query in this round (so it is not silent)
+    bool awaiting = false;          // query `seq` is still unanswered
+    TimeMs asked_at = 0;            // when query `seq` was sent
+    size_t pos = NameIndex::kNone;  // where the peer was last seen in view_ (a lookup hint)
   };
 
   // Sends a progress query to `slot` now.

@@ -11,26 +11,23 @@ ProgressView::ProgressView(std::string self, double interval_alpha)
 }
 
 void ProgressView::CountStep(uint64_t step, int delta) {
+  auto it = std::lower_bound(
+      step_counts_.begin(), step_counts_.end(), step,
+      [](const std::pair<uint64_t, uint32_t>& c, uint64_t s) { return c.first < s; });
+  const bool found = it != step_counts_.end() && it->first == step;
   if (delta > 0) {
-    ++step_counts_[step];
+    if (found) {
+      ++it->second;
+    } else {
+      step_counts_.insert(it, {step, 1});
+    }
     return;
   }
-  auto it = step_counts_.find(step);
-  if (it != step_counts_.end() && --it->second == 0) step_counts_.erase(it);
+  if (found && --it->second == 0) step_counts_.erase(it);
 }
 
-bool ProgressView::Update(const std::string& name, uint64_t step, TimeMs now) {
-  if (!self_.empty() && name == self_) return false;
-  auto [it, added] = index_.try_emplace(name, entries_.size());
-  if (added) {
-    PeerProgress p;
-    p.step = step;
-    p.learned = now;
-    entries_.push_back(Entry{name, p});
-    CountStep(step, +1);
-    return true;
-  }
-  PeerProgress& p = entries_[it->second].progress;
+bool ProgressView::Advance(size_t pos, uint64_t step, TimeMs now) {
+  PeerProgress& p = entries_[pos].progress;
   if (step <= p.step) return false;  // stale or duplicate news: steps never go back
   // Interval sample: time between learning two steps, per step. Learning lags the peer's real
   // progress by a roughly constant gossip delay, so differences still track its pace.
@@ -44,15 +41,33 @@ bool ProgressView::Update(const std::string& name, uint64_t step, TimeMs now) {
   return true;
 }
 
+bool ProgressView::Update(const std::string& name, uint64_t step, TimeMs now, bool* added) {
+  if (added) *added = false;
+  if (!self_.empty() && name == self_) return false;
+  const size_t pos = index_.Find(name, NameAt());
+  if (pos != NameIndex::kNone) return Advance(pos, step, now);
+  PeerProgress p;
+  p.step = step;
+  p.learned = now;
+  entries_.push_back(Entry{name, p});
+  index_.Insert(name, entries_.size() - 1, entries_.size(), NameAt());
+  CountStep(step, +1);
+  if (added) *added = true;
+  return true;
+}
+
+bool ProgressView::UpdateKnown(const std::string& name, uint64_t step, TimeMs now) {
+  const size_t pos = index_.Find(name, NameAt());
+  return pos != NameIndex::kNone && Advance(pos, step, now);
+}
+
 bool ProgressView::Remove(const std::string& name) {
-  auto it = index_.find(name);
-  if (it == index_.end()) return false;
-  const size_t pos = it->second;
-  index_.erase(it);
+  const size_t pos = index_.Erase(name, NameAt());
+  if (pos == NameIndex::kNone) return false;
   CountStep(entries_[pos].progress.step, -1);
   if (pos + 1 != entries_.size()) {
+    index_.Relocate(entries_.back().name, pos, NameAt());
     entries_[pos] = std::move(entries_.back());
-    index_[entries_[pos].name] = pos;
   }
   entries_.pop_back();
   return true;
@@ -60,13 +75,30 @@ bool ProgressView::Remove(const std::string& name) {
 
 void ProgressView::Clear() {
   entries_.clear();
-  index_.clear();
+  index_.Clear();
   step_counts_.clear();
 }
 
 const PeerProgress* ProgressView::Find(const std::string& name) const {
-  auto it = index_.find(name);
-  return it == index_.end() ? nullptr : &entries_[it->second].progress;
+  const size_t pos = index_.Find(name, NameAt());
+  return pos == NameIndex::kNone ? nullptr : &entries_[pos].progress;
+}
+
+size_t ProgressView::Locate(const std::string& name, size_t* hint) const {
+  if (*hint < entries_.size() && entries_[*hint].name == name) return *hint;
+  const size_t pos = index_.Find(name, NameAt());
+  if (pos != NameIndex::kNone) *hint = pos;
+  return pos;
+}
+
+const PeerProgress* ProgressView::Find(const std::string& name, size_t* hint) const {
+  const size_t pos = Locate(name, hint);
+  return pos == NameIndex::kNone ? nullptr : &entries_[pos].progress;
+}
+
+bool ProgressView::UpdateKnown(const std::string& name, uint64_t step, TimeMs now, size_t* hint) {
+  const size_t pos = Locate(name, hint);
+  return pos != NameIndex::kNone && Advance(pos, step, now);
 }
 
 std::vector<std::string> ProgressView::peers() const {

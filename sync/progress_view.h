@@ -9,23 +9,25 @@
 //     never wait on a departed or finished node.
 // Steps are monotone: Update() never lowers a known step (stale gossip is ignored).
 //
-// Peers are kept in a vector (index access for O(1) sampling) plus a hash index for lookups;
-// the vector's order depends only on the sequence of calls, so sampling driven by a seeded RNG
-// is deterministic. Update/Remove/Find are O(1) expected (plus O(log n) for the step counts);
-// the minimum and maximum step are O(1). Sized for simulations of 1000+ nodes.
+// Peers are kept in a vector (index access for O(1) sampling) plus a NameIndex for lookups; the
+// vector's order depends only on the sequence of calls, so sampling driven by a seeded RNG is
+// deterministic. Update/Remove/Find are O(1) expected, plus O(d) for the step counts, d = distinct
+// steps in the view (a sorted vector: small when barriers keep peers within a few steps); the
+// minimum and maximum step are O(1). Sized for simulations of 10 000 nodes with views of hundreds
+// of peers: one lookup touches one index bucket and one entry.
 //
 // Thread-safety: none. One thread owns a ProgressView at a time.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "membership/types.h"
+#include "sync/name_index.h"
 
 namespace meshtrain::sync {
 
@@ -51,12 +53,19 @@ class ProgressView {
   // Records that `name` has completed `step` as of `now`, adding the peer if unknown. A step
   // not above the known one is ignored (monotone; stale gossip). Returns true when
   // the view changed: the peer was added or its step advanced.
-  bool Update(const std::string& name, uint64_t step, TimeMs now);
+  // `added` (if given) is set to whether the peer was unknown.
+  bool Update(const std::string& name, uint64_t step, TimeMs now, bool* added = nullptr);
+  // As Update, but only for a peer already in the view (never adds one).
+  bool UpdateKnown(const std::string& name, uint64_t step, TimeMs now);
   // Drops a peer (failed, left, or stopped training). Returns true if it was present.
   bool Remove(const std::string& name);
   void Clear();
 
   const PeerProgress* Find(const std::string& name) const;
+  // As Find and UpdateKnown, with `*hint` a position where `name` was last seen: a hint still
+  // right (no Remove moved the peer) skips the index; otherwise it is looked up and refreshed.
+  const PeerProgress* Find(const std::string& name, size_t* hint) const;
+  bool UpdateKnown(const std::string& name, uint64_t step, TimeMs now, size_t* hint);
   bool Contains(const std::string& name) const { return Find(name) != nullptr; }
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
@@ -71,13 +80,20 @@ class ProgressView {
   const std::string& self() const { return self_; }
 
  private:
+  bool Advance(size_t pos, uint64_t step, TimeMs now);
+  size_t Locate(const std::string& name, size_t* hint) const;  // position or NameIndex::kNone
+  // NameIndex's view of entries_.
+  auto NameAt() const {
+    return [this](size_t pos) -> const std::string& { return entries_[pos].name; };
+  }
   void CountStep(uint64_t step, int delta);
 
   std::string self_;
   double alpha_;
   std::vector<Entry> entries_;
-  std::unordered_map<std::string, size_t> index_;  // name -> position in entries_
-  std::map<uint64_t, size_t> step_counts_;  // step -> number of peers at it (min/max in O(1))
+  NameIndex index_;  // name -> position in entries_
+  // (step, number of peers at it), sorted by step: min/max in O(1).
+  std::vector<std::pair<uint64_t, uint32_t>> step_counts_;
 };
 
 }  // namespace meshtrain::sync

@@ -1,6 +1,10 @@
 #include "sync/progress_view.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <map>
+#include <random>
+#include <string>
 
 namespace meshtrain::sync {
 namespace {
@@ -58,6 +62,54 @@ TEST_CASE("ProgressView min/max stay right under many peers at equal steps", "[s
   for (int i = 1; i < 50; i += 5) view.Update("n" + std::to_string(i), 7, 10);
   REQUIRE(*view.MinStep() == 2);
   REQUIRE(*view.MaxStep() == 7);
+}
+
+TEST_CASE("ProgressView agrees with a std::map under random updates and removals", "[sync][view]") {
+  ProgressView view("self");
+  std::map<std::string, uint64_t> ref;
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const std::string name = "n" + std::to_string(rng() % 300);
+    const uint64_t step = rng() % 40;
+    const int op = static_cast<int>(rng() % 4);
+    if (op == 0) {
+      REQUIRE(view.Remove(name) == (ref.erase(name) > 0));
+    } else if (op == 1) {
+      const bool known = ref.count(name) > 0;
+      const bool advanced = known && step > ref[name];
+      REQUIRE(view.UpdateKnown(name, step, i) == advanced);
+      if (advanced) ref[name] = step;
+    } else {
+      bool added = false;
+      const bool known = ref.count(name) > 0;
+      const bool changed = view.Update(name, step, i, &added);
+      REQUIRE(added == !known);
+      REQUIRE(changed == (!known || step > ref[name]));
+      if (changed) ref[name] = step;
+    }
+    if (i % 97 == 0) {
+      REQUIRE(view.size() == ref.size());
+      uint64_t lo = ~uint64_t{0}, hi = 0;
+      for (const auto& [n, st] : ref) {
+        const PeerProgress* p = view.Find(n);
+        REQUIRE(p != nullptr);
+        REQUIRE(p->step == st);
+        size_t hint = static_cast<size_t>(rng() % 400);  // right or wrong: both must work
+        REQUIRE(view.Find(n, &hint) == p);
+        REQUIRE(view.entries()[hint].name == n);
+        lo = std::min(lo, st);
+        hi = std::max(hi, st);
+      }
+      if (ref.empty()) {
+        REQUIRE(!view.MinStep());
+      } else {
+        REQUIRE(*view.MinStep() == lo);
+        REQUIRE(*view.MaxStep() == hi);
+      }
+      REQUIRE(view.Find("nope") == nullptr);
+    }
+  }
+  REQUIRE(!view.Update("self", 1, 0));
 }
 
 }  // namespace
