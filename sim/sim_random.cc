@@ -3,19 +3,15 @@
 #include <cmath>
 
 namespace meshtrain::sim {
-namespace {
-
-uint64_t Mix(uint64_t x) {
+uint64_t SplitMix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
 
-}  // namespace
-
 uint64_t SubSeed(uint64_t seed, uint64_t stream, uint64_t index) {
-  return Mix(Mix(seed ^ (stream * 0x51ed2701ULL)) + index);
+  return SplitMix(SplitMix(seed ^ (stream * 0x51ed2701ULL)) + index);
 }
 
 double Gamma(learn::Rng& rng, double shape) {

@@ -14,6 +14,8 @@ namespace meshtrain::sim {
 
 // SplitMix64 finalizer of (seed, stream, index): independent, reproducible sub-seeds.
 uint64_t SubSeed(uint64_t seed, uint64_t stream, uint64_t index = 0);
+// The SplitMix64 finalizer: a well-mixed 64-bit value from any input.
+uint64_t SplitMix(uint64_t x);
 
 // Gamma(shape, 1) by Marsaglia & Tsang (2000).
 double Gamma(learn::Rng& rng, double shape);

@@ -1,5 +1,7 @@
 #include "sim/swim_cluster.h"
 
+#include "sim/sim_random.h"
+
 #include <utility>
 
 namespace meshtrain::sim {
@@ -8,14 +10,8 @@ namespace membership = ::meshtrain::membership;
 
 namespace {
 
-// SplitMix64 finalizer: independent, reproducible per-node seeds from (cluster seed, node,
-// generation).
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// Independent, reproducible per-node seeds from (cluster seed, node, generation).
+uint64_t Mix(uint64_t x) { return SplitMix(x); }
 
 size_t PacketBytes(const membership::Packet& p, const membership::Config& c) {
   size_t bytes = c.packet_overhead_bytes + membership::EstimatePacketOverhead(p);
