@@ -139,7 +139,14 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--select", c.select, "Receiver selection: all, random or selmcast")
       ->capture_default_str();
   a->add_option("--fanout", c.fanout, "Receivers per round (P)")->capture_default_str();
-  a->add_option("--sync-every", c.sync_every, "Local steps between parameter multicasts")
+  a->add_option("--sync-every", c.sync_every_spec,
+                "Local steps between parameter multicasts, or auto (hide a round's transfer "
+                "under computation: H = ceil(round time / step time), 1..64)")
+      ->default_str("1");
+  a->add_option("--compress", c.compress,
+                "Parameter transfers: none, fp16, int8 (blocks of 256, one scale each) or "
+                "topk:F (the largest F of the change since the receiver's last "
+                "acknowledged model, with error feedback)")
       ->capture_default_str();
   a->add_option("--uplink-limit", c.uplink_limit, "Uplink cap for parameter traffic (MB/s)");
   a->add_option("--downlink-limit", c.downlink_limit, "Downlink cap (MB/s)");

@@ -60,6 +60,7 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<node::Node> node;
   uint64_t internal_errors = 0;  // exceptions caught at the driver's boundary
+  double round_s = 0;            // EWMA of parameter round times (--sync-every auto)
   int exit_code = 0;
   bool stopping = false;
 
@@ -125,6 +126,18 @@ struct Agent::Impl : RpcBackend {
     }
   }
 
+  // --sync-every auto: from the measured round time (EWMA) and the trainer's step time.
+  void AdaptSyncEvery(const node::RoundDone& r) {
+    if (!trainer || !config.sync_every_auto || r.fanout == 0) return;
+    round_s = round_s == 0 ? r.seconds : 0.7 * round_s + 0.3 * r.seconds;
+    const TrainerState st = trainer->state();
+    const int h = AutoSyncEvery(round_s, st.step_s);
+    if (h != st.sync_every) {
+      spdlog::debug("sync every {} steps (round {:.3f} s, step {:.4f} s)", h, round_s, st.step_s);
+      trainer->SetSyncEvery(h);
+    }
+  }
+
   void ArmTimer() {
     if (!node || stopping) return;
     const int64_t deadline = node->NextDeadline();
@@ -143,6 +156,7 @@ struct Agent::Impl : RpcBackend {
           if (!stopping) Feed(std::move(r));
         });
       } else if (RecordEvent(o, &metrics)) {
+        if (auto* r = std::get_if<node::RoundDone>(&o)) AdaptSyncEvery(*r);
         continue;  // member and sync lines, log lines
       } else if (auto* done = std::get_if<node::CommandDone>(&o)) {
         rpc->Reply(done->tag, CommandReply(*done));
@@ -266,10 +280,10 @@ struct Agent::Impl : RpcBackend {
           config.rpc);
     }
     for (const ::meshtrain::Status& st :
-         {udp->Bind(bind, [this](const uint8_t* d, size_t n,
-                                 const NetAddr& from) { OnDatagram(d, n, from); }),
+         {udp->Bind(bind, [this](const uint8_t*d, size_t n,
+                                 const NetAddr&from) { OnDatagram(d, n, from); }),
           data_tcp->Listen(
-              bind, [this](TcpHub::ConnId id, Bytes&& f) { OnIncomingFrame(id, std::move(f)); },
+              bind, [this](TcpHub::ConnId id, Bytes&&f) { OnIncomingFrame(id, std::move(f)); },
               [this](TcpHub::ConnId id, int status) {
                 if (!net->IsOutgoing(id)) Feed(node::ConnClosed{id, status == 0});
               }),

@@ -52,6 +52,9 @@ struct AgentConfig {
   std::string select = "selmcast";
   int fanout = 3;
   int sync_every = 1;
+  std::string sync_every_spec;  // --sync-every as given: "N" or "auto" (Finalize sets the two below)
+  bool sync_every_auto = false;
+  std::string compress = "none";  // none, fp16, int8 or topk:F (gossip/compress.h)
   double uplink_limit = 0;    // MB/s, 0 = none
   double downlink_limit = 0;  // MB/s, 0 = none
   double slowdown = 1;

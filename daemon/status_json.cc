@@ -31,7 +31,10 @@ bool RecordEvent(const node::Output& o, MetricsLog* metrics) {
       metrics->Write("member", {{"name", ev->member.name}, {"status", EventStatus(ev->kind)}});
     }
   } else if (auto* r = std::get_if<node::RoundDone>(&o)) {
-    metrics->Write("sync", {{"fanout", r->fanout}, {"bytes", r->bytes}, {"seconds", r->seconds}});
+    metrics->Write("sync", {{"fanout", r->fanout},
+                            {"bytes", r->bytes},
+                            {"raw_bytes", r->raw_bytes},
+                            {"seconds", r->seconds}});
   } else if (auto* log = std::get_if<node::LogLine>(&o)) {
     log->warn ? spdlog::warn("{}", log->text) : spdlog::info("{}", log->text);
   } else {
@@ -103,6 +106,15 @@ json StatusJson(const StatusInputs& in) {
           {"bytes_sent", in.bytes_sent},
           {"bytes_received", in.bytes_received},
           {"mean_fanout", s.rounds ? static_cast<double>(s.fanout_sum) / s.rounds : 0.0},
+          {"compress", in.config.compress},
+          {"sync_every", has_trainer ? st.sync_every : in.config.sync_every},
+          {"params_bytes_sent", s.params_bytes_sent},
+          {"params_bytes_raw", s.params_bytes_raw},
+          {"compression_ratio",
+           s.params_bytes_sent > 0
+               ? static_cast<double>(s.params_bytes_raw) / static_cast<double>(s.params_bytes_sent)
+               : 1.0},
+          {"params_need_full", s.params_need_full},
           {"rejected_packets", rejected_total},
           {"rejected_by_reason", rejected},
           {"health_score", n.HealthScore()},

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "daemon/metrics.h"
 #include "learn/checkpoint.h"
@@ -16,7 +18,9 @@ Trainer::Trainer(std::unique_ptr<learn::Task> task, TrainerOptions options, Metr
       options_(std::move(options)),
       metrics_(metrics),
       notify_(std::move(notify)),
-      num_params_(task_->num_params()) {}
+      num_params_(task_->num_params()) {
+  state_.sync_every = std::max(1, options_.sync_every);
+}
 
 Trainer::~Trainer() { Stop(); }
 
@@ -98,6 +102,16 @@ learn::Status Trainer::SaveCheckpoint() {
   return st;
 }
 
+int AutoSyncEvery(double round_s, double step_s) {
+  if (!(round_s > 0) || !(step_s > 0) || !std::isfinite(round_s / step_s)) return 1;
+  return static_cast<int>(std::clamp(std::ceil(round_s / step_s), 1.0, 64.0));
+}
+
+void Trainer::SetSyncEvery(int steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.sync_every = std::max(1, steps);
+}
+
 void Trainer::Evaluate(uint64_t step) {
   const learn::EvalResult r = task_->Evaluate();
   const uint32_t crc = learn::ParamsCrc32(task_->params());
@@ -156,7 +170,14 @@ void Trainer::Run() {
     }
     const uint64_t done = step + 1;
     std::shared_ptr<std::vector<float>> snap;
-    if (done % static_cast<uint64_t>(options_.sync_every) == 0) {
+    const double step_wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    int sync_every = 1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      state_.step_s = state_.step_s == 0 ? step_wall : 0.9 * state_.step_s + 0.1 * step_wall;
+      sync_every = std::max(1, state_.sync_every);
+    }
+    if (done % static_cast<uint64_t>(sync_every) == 0) {
       const auto& p = task_->params();
       snap = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
     }

@@ -59,8 +59,16 @@ struct TrainerState {
   double train_loss = 0;           // EWMA of minibatch losses
   uint64_t mixes = 0;              // parameter vectors mixed in
   double compute_s = 0;            // time spent computing steps
+  double step_s = 0;               // EWMA of one step's duration (compute and --slowdown)
+  int sync_every = 1;              // steps between snapshots now (changes with --sync-every auto)
   uint32_t params_crc32 = 0;       // CRC32 of the parameters at the last evaluation
 };
+
+// --sync-every auto (issue 17): hide a round's transfer under computation. A round started at a
+// snapshot ends `round_s` later; the next snapshot comes H steps of `step_s` each later, so
+// H = ceil(round_s / step_s) keeps one round in flight without queueing snapshots behind it and
+// without idle links. Clamped to [1, 64]; 1 while either figure is unknown.
+int AutoSyncEvery(double round_s, double step_s);
 
 class Trainer {
  public:
@@ -79,6 +87,8 @@ class Trainer {
   // newest vector per sender wins).
   void Deliver(const std::string& from, std::vector<float> params);
   std::optional<Snapshot> TakeSnapshot();
+  // Steps between snapshots from now on (>= 1), for --sync-every auto.
+  void SetSyncEvery(int steps);
   TrainerState state() const;
   size_t num_params() const { return num_params_; }
   // Restores the newest good checkpoint of options.checkpoint_dir before Start(). An error (never

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "gossip/compress.h"
 #include "gossip/schema/meshtrain_generated.h"
 
 namespace meshtrain::gossip {
@@ -138,10 +139,20 @@ std::pair<w::Body, fb::Offset<void>> EncodePushPull(fb::FlatBufferBuilder& b,
 
 std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
                                                       const ParamChunk& c) {
-  const auto data = b.CreateVector(c.data.data(), c.data.size());
-  return {
-      w::Body::ParamChunk,
-      w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data).Union()};
+  // Plain float chunks of a full model keep the original layout (no appended fields).
+  const bool plain = c.encoding == 0 && c.base == 0;
+  const auto data = c.encoding == static_cast<uint8_t>(Encoding::kNone) ||
+                            c.encoding == static_cast<uint8_t>(Encoding::kTopK)
+                        ? b.CreateVector(c.data.data(), c.data.size())
+                        : fb::Offset<fb::Vector<float>>();
+  const auto half = c.half.empty() ? 0 : b.CreateVector(c.half.data(), c.half.size());
+  const auto q = c.q.empty() ? 0 : b.CreateVector(c.q.data(), c.q.size());
+  const auto scales = c.scales.empty() ? 0 : b.CreateVector(c.scales.data(), c.scales.size());
+  const auto idx = c.idx.empty() ? 0 : b.CreateVector(c.idx.data(), c.idx.size());
+  return {w::Body::ParamChunk,
+          w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
+                              c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx)
+              .Union()};
 }
 
 std::pair<w::Body, fb::Offset<void>> EncodeKeyOp(fb::FlatBufferBuilder& b, const KeyOpMsg& m) {
@@ -330,28 +341,44 @@ bool DecodePushPull(const w::PushPull* p, PushPullMsg* out, Reject* why) {
   return true;
 }
 
+template <typename T, typename V>
+void CopyVector(const fb::Vector<V>* v, std::vector<T>* out) {
+  out->clear();
+  if (v == nullptr) return;
+  out->resize(v->size());
+  for (fb::uoffset_t i = 0; i < v->size(); ++i) (*out)[i] = static_cast<T>(v->Get(i));
+}
+
 bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out, Reject* why) {
-  const auto* data = c->data();
-  if (data == nullptr) return Fail(Reject::kVerify, why);
   out->round = c->round();
   out->step = c->step();
   out->chunk = c->chunk();
   out->chunks = c->chunks();
   out->total = c->total();
   out->offset = c->offset();
-  const uint64_t len = data->size();
+  out->encoding = c->encoding();
+  out->base = c->base();
+  CopyVector(c->data(), &out->data);
+  CopyVector(c->half(), &out->half);
+  CopyVector(c->q(), &out->q);
+  CopyVector(c->scales(), &out->scales);
+  CopyVector(c->idx(), &out->idx);
+  out->wire_bytes = ChunkWireBytes(*out);
+  out->count = c->count();
+  if (out->count == 0 && out->encoding == 0) {
+    if (c->data() == nullptr) return Fail(Reject::kVerify, why);
+    out->count = static_cast<uint32_t>(std::min<size_t>(out->data.size(), UINT32_MAX));
+  }
+  const uint64_t len = out->count;
   // Chunk geometry: a non-empty slice inside a model of `total` floats, and the model size the
-  // local trainer uses (a different architecture must never be mixed in).
+  // local trainer uses (a different architecture must never be mixed in). Then the encoded values:
+  // counts that match, finite scales and values, indices in range (ExpandChunk); afterwards `data`
+  // holds `count` dense floats.
   if (len == 0 || len > kParamChunkFloats || out->total == 0 || out->chunks == 0 ||
       out->chunk >= out->chunks || out->chunks > out->total ||
-      uint64_t{out->offset} + len > out->total || (expected != 0 && out->total != expected)) {
+      uint64_t{out->offset} + len > out->total || (expected != 0 && out->total != expected) ||
+      out->encoding > kMaxEncoding || !ExpandChunk(out)) {
     return Fail(Reject::kSemantic, why);
-  }
-  out->data.resize(len);
-  for (fb::uoffset_t i = 0; i < len; ++i) {
-    const float v = data->Get(i);
-    if (!std::isfinite(v)) return Fail(Reject::kSemantic, why);
-    out->data[i] = v;
   }
   return true;
 }
@@ -522,11 +549,11 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
   const auto* op = std::get_if<KeyOpMsg>(&f.body);
   const auto* reply = std::get_if<KeyOpReplyMsg>(&f.body);
   const auto* ack = std::get_if<ParamAckMsg>(&f.body);
-  if (chunk != nullptr && chunk->data.size() > kParamChunkFloats) return {};
+  if (chunk != nullptr && ChunkWireBytes(*chunk) > kParamChunkFloats * sizeof(float)) return {};
   if (pp != nullptr && pp->state.members.size() > kMaxPushPullMembers) return {};
   if (op != nullptr && !ValidKeyOp(*op)) return {};
   if (reply != nullptr && !ValidKeyOpReply(*reply)) return {};
-  fb::FlatBufferBuilder b(chunk != nullptr ? chunk->data.size() * sizeof(float) + 512 : 4096);
+  fb::FlatBufferBuilder b(chunk != nullptr ? ChunkWireBytes(*chunk) + 512 : 4096);
   std::pair<w::Body, fb::Offset<void>> body;
   if (chunk != nullptr) {
     body = EncodeParamChunk(b, *chunk);
@@ -535,7 +562,7 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
   } else if (op != nullptr) {
     body = EncodeKeyOp(b, *op);
   } else if (ack != nullptr) {
-    body = {w::Body::ParamAck, w::CreateParamAck(b, ack->round, ack->step).Union()};
+    body = {w::Body::ParamAck, w::CreateParamAck(b, ack->round, ack->step, ack->need_full).Union()};
   } else {
     body = EncodeKeyOpReply(b, *reply);
   }
@@ -632,7 +659,7 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
         Fail(a == nullptr ? Reject::kVerify : Reject::kSemantic, why);
         return std::nullopt;
       }
-      out.body = ParamAckMsg{a->round(), a->step()};
+      out.body = ParamAckMsg{a->round(), a->step(), a->need_full()};
       break;
     }
     default:

@@ -221,15 +221,19 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     active_ = true;
     round_ = c.round;
     step_ = c.step;
+    base_ = c.base;
+    keyed_ = false;
     chunks_ = c.chunks;
     total_ = c.total;
     seen_.assign(chunks_, false);
     params_.assign(total_, 0.0f);
   }
-  if (!active_ || c.chunks != chunks_ || c.total != total_ || c.step != step_ || seen_[c.chunk]) {
+  if (!active_ || c.chunks != chunks_ || c.total != total_ || c.step != step_ || c.base != base_ ||
+      seen_[c.chunk]) {
     return std::nullopt;
   }
   seen_[c.chunk] = true;
+  keyed_ = keyed_ || c.base != 0 || c.encoding != 0;
   ++received_;
   std::copy(c.data.begin(), c.data.end(), params_.begin() + c.offset);
   spans_.emplace_back(c.offset, static_cast<uint32_t>(c.data.size()));
@@ -244,7 +248,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     next = uint64_t{offset} + len;
   }
   tiled = tiled && next == total_;
-  Model m{round_, step_, std::move(params_)};
+  Model m{round_, step_, base_, keyed_, std::move(params_)};
   Reset();  // the round stays recorded so its late duplicates are ignored
   if (!tiled) return std::nullopt;
   return m;

@@ -74,12 +74,24 @@ struct ParamChunk {
   uint32_t total = 0;
   uint32_t offset = 0;
   std::vector<float> data;
+  // Compressed transfers (gossip/compress.h; appended fields, absent in plain float chunks).
+  uint8_t encoding = 0;        // gossip::Encoding of this chunk
+  uint64_t base = 0;           // 0: values of the model; else the change since the reference `base`
+  uint32_t count = 0;          // values this chunk covers (== data.size() once expanded)
+  std::vector<uint16_t> half;  // fp16
+  std::vector<int8_t> q;       // int8, with one scale a block
+  std::vector<float> scales;   // int8
+  std::vector<uint32_t> idx;   // topk: indices into the chunk, with their values in `data`
+  uint64_t wire_bytes = 0;     // set by the receiver's codec: payload bytes as received
 };
 
 // Receipt of a whole parameter snapshot (all chunks of `round`), sent back by the receiver.
 struct ParamAckMsg {
   uint64_t round = 0;
   uint64_t step = 0;
+  // The transfer was a change against a reference this receiver does not hold (it restarted, or
+  // an earlier acknowledgement was lost): nothing was mixed; the sender sends a full snapshot next.
+  bool need_full = false;
 };
 
 struct PushPullMsg {
@@ -214,6 +226,8 @@ class ParamAssembler {
   struct Model {
     uint64_t round = 0;
     uint64_t step = 0;
+    uint64_t base = 0;   // ParamChunk::base shared by every chunk of the round
+    bool keyed = false;  // some chunk was compressed or a change: the sender keeps a reference
     std::vector<float> params;
   };
 
@@ -228,6 +242,8 @@ class ParamAssembler {
   bool have_round_ = false;
   uint64_t round_ = 0;
   uint64_t step_ = 0;
+  uint64_t base_ = 0;
+  bool keyed_ = false;
   uint32_t chunks_ = 0;
   uint32_t total_ = 0;
   uint32_t received_ = 0;

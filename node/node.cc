@@ -391,10 +391,18 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
     }
     const auto* ack = std::get_if<gossip::ParamAckMsg>(&f.body);
     auto t = round_ ? round_->transfers.find(in.conn) : decltype(round_->transfers)::iterator{};
-    if (!round_ || t == round_->transfers.end() || ack == nullptr || f.sender != t->second ||
-        ack->round != round_->id || round_->acked.count(in.conn) > 0) {
+    if (!round_ || t == round_->transfers.end() || ack == nullptr ||
+        f.sender != t->second.receiver || ack->round != round_->id ||
+        round_->acked.count(in.conn) > 0) {
       Reject();
       Emit(Close{in.conn, true});
+      return;
+    }
+    if (ack->need_full) {
+      // The receiver lacks the reference this change was against: nothing was mixed, the
+      // transfer is lost and the next one to it is a full snapshot.
+      tx_refs_.erase(f.sender);
+      Emit(Close{in.conn, false});
       return;
     }
     round_->acked.insert(in.conn);

@@ -38,6 +38,7 @@
 #include <variant>
 #include <vector>
 
+#include "gossip/compress.h"
 #include "gossip/messages.h"
 #include "membership/swim.h"
 #include "sync/bandwidth_estimate.h"
@@ -71,7 +72,9 @@ struct NodeConfig {
   double uplink_limit_mbps = 0;  // caps of the bandwidth estimates (0 = none)
   double downlink_limit_mbps = 0;
   uint32_t chunk_floats = gossip::kParamChunkFloats;
-  uint32_t expected_params = 0;  // floats of the local model; other sizes are rejected
+  uint32_t expected_params = 0;   // floats of the local model; other sizes are rejected
+  gossip::CompressSpec compress;  // --compress (gossip/compress.h)
+  uint32_t full_every = 32;       // compressed: a full snapshot after this many changes
 
   std::vector<std::string> join;  // peers to contact at start
   bool retry_join = false;
@@ -183,9 +186,10 @@ struct MemberEvent {
   membership::Member member;
 };
 struct RoundDone {
-  int fanout = 0;  // receivers that acknowledged the whole snapshot
-  uint64_t bytes = 0;
+  int fanout = 0;      // receivers that acknowledged the whole snapshot
+  uint64_t bytes = 0;  // on the wire
   double seconds = 0;
+  uint64_t raw_bytes = 0;  // the same transfers as plain float32 chunks (before compression)
 };
 struct ParamsReceived {
   std::string from;
@@ -218,7 +222,9 @@ using Output =
 struct NodeStats {
   uint64_t rounds = 0;
   uint64_t fanout_sum = 0;
-  uint64_t params_bytes_sent = 0;
+  uint64_t params_bytes_sent = 0;  // acknowledged parameter bytes on the wire
+  uint64_t params_bytes_raw = 0;   // the same transfers as plain float32 (before compression)
+  uint64_t params_need_full = 0;   // compressed changes refused for a missing reference
   uint64_t params_received = 0;
   uint64_t rejected = 0;        // inputs refused by the node's own semantic checks
   uint64_t oversize_drops = 0;  // unused by the node; the driver counts encoder refusals
@@ -260,6 +266,8 @@ class Node {
  private:
   struct Peer;
   struct Round;
+  struct Transfer;
+  struct Reference;
   struct PushPull;
 
   void Emit(Output o) { out_.push_back(std::move(o)); }
@@ -308,6 +316,9 @@ class Node {
   void SendRound(std::vector<std::string> receivers, TimeMs now);
   void FinishTransfer(ConnId conn, bool ok, TimeMs now);
   void AbortTransfersTo(const std::string& name);
+  std::vector<gossip::ParamChunk> EncodeFor(const std::string& name,
+                                            const std::vector<float>& params, uint64_t round,
+                                            uint64_t step, Transfer* t);
   void OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk, TimeMs now);
   uint64_t PlanEpoch() const;
 
@@ -357,7 +368,9 @@ class Node {
   std::string awaiting_view_;
   uint64_t awaiting_epoch_ = 0;
   std::map<std::string, gossip::ParamAssembler> assemblers_;
-  std::map<ConnId, uint64_t> incoming_;  // parameter connections being received: bytes so far
+  std::map<std::string, Reference> tx_refs_;  // per receiver: what it holds of our model
+  std::map<std::string, Reference> rx_refs_;  // per sender: our copy of what it last sent
+  std::map<ConnId, uint64_t> incoming_;       // parameter connections being received: bytes so far
 
   // Bandwidth meters (SPEC §7): measured while transfers are active.
   struct BusyMeter {

@@ -181,29 +181,42 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
   if (receivers.empty() || !pending_) return;
   SnapshotIn snap = std::move(*pending_);
   pending_.reset();
-  auto chunks = gossip::SplitParams(*snap.params, next_round_, snap.step, config_.chunk_floats);
-  if (chunks.empty()) return;
+  const std::vector<float>& params = *snap.params;
+  if (params.empty() || params.size() > UINT32_MAX) return;
+  const uint64_t id = next_round_++;
+  const bool compress = config_.compress.kind != gossip::Encoding::kNone;
+  // Plain float chunks are the same for every receiver; compressed transfers are keyed per
+  // receiver (the change since what it acknowledged last), so they are encoded per receiver.
+  std::vector<gossip::ParamChunk> shared;
+  if (!compress) shared = gossip::SplitParams(params, id, snap.step, config_.chunk_floats);
+  const uint32_t chunk_floats =
+      std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats);
+  const uint64_t chunks = (params.size() + chunk_floats - 1) / chunk_floats;
   round_ = std::make_unique<Round>();
-  round_->id = next_round_++;
+  round_->id = id;
   round_->started = now;
-  for (const auto& c : chunks) {
-    round_->bytes_per_rx += c.data.size() * sizeof(float) + kFrameOverheadBytes;
-  }
+  round_->raw_per_rx = params.size() * sizeof(float) + chunks * kFrameOverheadBytes;
   up_.Begin(now);
   for (const auto& name : receivers) {
     auto peer = FindPeer(name);
     if (!peer) continue;
     const ConnId conn = next_conn_++;
+    Transfer t;
+    t.receiver = name;
+    std::vector<gossip::ParamChunk> own;
+    if (compress) own = EncodeFor(name, params, id, snap.step, &t);
+    const std::vector<gossip::ParamChunk>& chunks_out = compress ? own : shared;
     // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck) and the
     // connection closes; closed without an ack (refused, aborted, timed out) = lost.
     Emit(Connect{conn, peer->data_addr});
-    for (const auto& c : chunks) {
+    for (const auto& c : chunks_out) {
+      t.wire_bytes += gossip::ChunkWireBytes(c) + kFrameOverheadBytes;
       gossip::Frame f;
       f.sender = config_.name;
       f.body = c;
       Emit(SendFrame{conn, std::move(f)});
     }
-    round_->transfers[conn] = name;
+    round_->transfers[conn] = std::move(t);
     round_->outstanding++;
   }
   if (round_->outstanding == 0) {
@@ -212,21 +225,57 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
   }
 }
 
+// A compressed transfer to `name`: the change since the reference it acknowledged last, or a full
+// snapshot when it has none (new receiver, lost state) or after full_every changes (so that any
+// drift between the two copies stays bounded). Top-k sends its full snapshots as int8.
+std::vector<gossip::ParamChunk> Node::EncodeFor(const std::string& name,
+                                                const std::vector<float>& params, uint64_t round,
+                                                uint64_t step, Transfer* t) {
+  auto ref = tx_refs_.find(name);
+  const bool full = ref == tx_refs_.end() || ref->second.since_full >= config_.full_every ||
+                    ref->second.values->size() != params.size();
+  gossip::CompressSpec spec = config_.compress;
+  if (full && spec.kind == gossip::Encoding::kTopK) spec.kind = gossip::Encoding::kInt8;
+  std::vector<float> values = params;
+  if (!full) {
+    const std::vector<float>& base = *ref->second.values;
+    for (size_t i = 0; i < values.size(); ++i) values[i] -= base[i];
+  }
+  auto enc = gossip::EncodeTransfer(values, spec, round, step, full ? 0 : ref->second.round,
+                                    config_.chunk_floats);
+  if (!full) {
+    const std::vector<float>& base = *ref->second.values;
+    for (size_t i = 0; i < enc.decoded.size(); ++i) enc.decoded[i] += base[i];
+  }
+  t->full = full;
+  t->new_ref = std::make_shared<const std::vector<float>>(std::move(enc.decoded));
+  return std::move(enc.chunks);
+}
+
 void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
-  round_->transfers.erase(conn);
+  auto it = round_->transfers.find(conn);
+  Transfer t = std::move(it->second);
+  round_->transfers.erase(it);
   round_->acked.erase(conn);
   round_->outstanding--;
   if (ok) {
     round_->delivered++;
-    round_->bytes += round_->bytes_per_rx;
-    stats_.params_bytes_sent += round_->bytes_per_rx;
+    round_->bytes += t.wire_bytes;
+    round_->raw_bytes += round_->raw_per_rx;
+    stats_.params_bytes_sent += t.wire_bytes;
+    stats_.params_bytes_raw += round_->raw_per_rx;
+    if (t.new_ref) {
+      const auto old = tx_refs_.find(t.receiver);
+      const uint32_t since = t.full || old == tx_refs_.end() ? 0 : old->second.since_full + 1;
+      tx_refs_[t.receiver] = Reference{round_->id, since, std::move(t.new_ref)};
+    }
   }
   if (round_->outstanding > 0) return;
   const double seconds = static_cast<double>(now - round_->started) / 1000.0;
   up_.End(now, round_->bytes);
   stats_.rounds++;
   stats_.fanout_sum += static_cast<uint64_t>(round_->delivered);
-  Emit(RoundDone{round_->delivered, round_->bytes, seconds});
+  Emit(RoundDone{round_->delivered, round_->bytes, seconds, round_->raw_bytes});
   round_.reset();
   StartRound(now);
 }
@@ -236,8 +285,8 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
 // answers the abort with ConnClosed, which ends the transfer.
 void Node::AbortTransfersTo(const std::string& name) {
   if (!round_) return;
-  for (const auto& [conn, receiver] : round_->transfers) {
-    if (receiver == name) {
+  for (const auto& [conn, t] : round_->transfers) {
+    if (t.receiver == name) {
       Emit(LogLine{false, "abandoning the parameter transfer to " + name});
       Emit(Close{conn, true});
     }
@@ -247,7 +296,9 @@ void Node::AbortTransfersTo(const std::string& name) {
 void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
                         TimeMs now) {
   const bool size_ok = config_.expected_params == 0 || chunk.total == config_.expected_params;
-  if (!config_.training || !size_ok || !PeerLive(sender)) {
+  // The codec expands compressed chunks as it verifies them; a simulated network hands them over
+  // as built, so expand (or just check) here too.
+  if (!config_.training || !size_ok || !PeerLive(sender) || !gossip::ExpandChunk(&chunk)) {
     // Parameters only from live members of this mesh, for a model of our size.
     Reject();
     Emit(Close{conn, true});
@@ -255,13 +306,32 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   }
   auto [it, fresh] = incoming_.try_emplace(conn, 0);
   if (fresh) down_.Begin(now);
-  it->second += chunk.data.size() * sizeof(float) + kFrameOverheadBytes;
+  it->second += (chunk.wire_bytes != 0 ? chunk.wire_bytes : chunk.data.size() * sizeof(float)) +
+                kFrameOverheadBytes;
   const uint64_t chunk_round = chunk.round;
   auto model = assemblers_[sender].Add(chunk);
   if (!model) return;
-  stats_.params_received++;
   gossip::Frame ack;  // the sender's round for this receiver ends with this
   ack.sender = config_.name;
+  if (model->base != 0) {
+    // A change against the last snapshot we acknowledged to this sender: add it to our copy.
+    auto ref = rx_refs_.find(sender);
+    if (ref == rx_refs_.end() || ref->second.round != model->base ||
+        ref->second.values->size() != model->params.size()) {
+      stats_.params_need_full++;
+      rx_refs_.erase(sender);
+      ack.body = gossip::ParamAckMsg{chunk_round, progress_.step, true};
+      Emit(SendFrame{conn, std::move(ack)});
+      return;
+    }
+    const std::vector<float>& base = *ref->second.values;
+    for (size_t i = 0; i < base.size(); ++i) model->params[i] += base[i];
+  }
+  if (model->keyed) {
+    rx_refs_[sender] =
+        Reference{chunk_round, 0, std::make_shared<const std::vector<float>>(model->params)};
+  }
+  stats_.params_received++;
   ack.body = gossip::ParamAckMsg{chunk_round, progress_.step};
   Emit(SendFrame{conn, std::move(ack)});
   Emit(ParamsReceived{sender, model->step});

@@ -128,8 +128,8 @@ size_t NodeNet::FrameBytes(const gossip::Frame& f) const {
   if (const auto* c = std::get_if<gossip::ParamChunk>(&f.body)) {
     // The transfer costs param_bytes in all; each chunk its share.
     if (c->total == 0) return kFrameHeaderBytes;
-    return std::max<size_t>(kFrameHeaderBytes,
-                            param_bytes_ * c->data.size() / static_cast<size_t>(c->total));
+    return std::max<size_t>(kFrameHeaderBytes, param_bytes_ * gossip::ChunkWireBytes(*c) /
+                                                   (sizeof(float) * static_cast<size_t>(c->total)));
   }
   if (std::holds_alternative<gossip::ParamAckMsg>(f.body)) return kAckBytes;
   if (const auto* pp = std::get_if<gossip::PushPullMsg>(&f.body)) {

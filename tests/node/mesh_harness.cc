@@ -43,6 +43,8 @@ Mesh::Mesh(MeshOptions options) : opt_(std::move(options)), rng_(opt_.seed) {
     c.barrier.staleness = opt_.staleness;
     c.select = opt_.select;
     c.fanout = opt_.fanout;
+    c.compress = opt_.compress;
+    c.chunk_floats = opt_.chunk_floats;
     c.min_peers = opt_.nodes - 1;
     if (i > 0) c.join = {peers_[0]->addr};
     if (data_) {
@@ -198,7 +200,7 @@ void Mesh::NetFrame(size_t i, node::ConnId conn, const gossip::Frame& msg) {
   const size_t to = forward ? cn.b : cn.a;
   const node::ConnId to_id = forward ? cn.id_b : cn.id_a;
   size_t bytes = 64;
-  if (auto* ch = std::get_if<gossip::ParamChunk>(&msg.body)) bytes += ch->data.size() * 4;
+  if (auto* ch = std::get_if<gossip::ParamChunk>(&msg.body)) bytes += gossip::ChunkWireBytes(*ch);
   int64_t& last = forward ? cn.last_a_to_b : cn.last_b_to_a;
   const auto transfer = static_cast<int64_t>(bytes / (opt_.bandwidth_mbps * 1e3));
   last = std::max(last, now_ + Latency()) + transfer;

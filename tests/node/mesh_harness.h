@@ -33,9 +33,11 @@ struct MeshOptions {
   double straggler_factor = 1;     // node 0 is this many times slower
   double latency_ms = 1;
   double jitter_ms = 1;
-  double loss = 0;             // datagram loss rate
-  double bandwidth_mbps = 50;  // per connection, MB/s (frame transfer time)
-  uint64_t max_steps = 0;      // the trainer stops (training=false) at this step; 0 = never
+  double loss = 0;                // datagram loss rate
+  double bandwidth_mbps = 50;     // per connection, MB/s (frame transfer time)
+  uint64_t max_steps = 0;         // the trainer stops (training=false) at this step; 0 = never
+  gossip::CompressSpec compress;  // --compress of every node
+  uint32_t chunk_floats = gossip::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
 };

@@ -1,0 +1,306 @@
+#include "gossip/compress.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace meshtrain::gossip {
+
+Result<CompressSpec> ParseCompress(const std::string& text) {
+  CompressSpec spec;
+  if (text == "none") return spec;
+  if (text == "fp16") {
+    spec.kind = Encoding::kFp16;
+    return spec;
+  }
+  if (text == "int8") {
+    spec.kind = Encoding::kInt8;
+    return spec;
+  }
+  if (text.rfind("topk:", 0) == 0) {
+    const std::string f = text.substr(5);
+    char* end = nullptr;
+    const double v = f.empty() ? 0 : std::strtod(f.c_str(), &end);
+    if (!f.empty() && end == f.c_str() + f.size() && std::isfinite(v) && v > 0 && v <= 0.5) {
+      spec.kind = Encoding::kTopK;
+      spec.topk_fraction = v;
+      return spec;
+    }
+    return Status::InvalidArgument("invalid --compress \"" + text +
+                                   "\": topk takes a fraction F with 0 < F <= 0.5 (topk:0.01)");
+  }
+  return Status::InvalidArgument("invalid --compress \"" + text +
+                                 "\": expected none, fp16, int8 or topk:F");
+}
+
+std::string CompressName(const CompressSpec& spec) {
+  switch (spec.kind) {
+    case Encoding::kNone:
+      return "none";
+    case Encoding::kFp16:
+      return "fp16";
+    case Encoding::kInt8:
+      return "int8";
+    case Encoding::kTopK: {
+      char buf[48];
+      std::snprintf(buf, sizeof(buf), "topk:%g", spec.topk_fraction);
+      return buf;
+    }
+  }
+  return "none";
+}
+
+// ---- binary16 ---------------------------------------------------------------------------------
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7FFFFFFFu;
+  if (x >= 0x7F800000u) return sign | (x > 0x7F800000u ? 0x7E00u : 0x7BFFu);  // NaN; inf saturates
+  if (x >= 0x477FF000u) return sign | 0x7BFFu;  // rounds to >= 65520: saturate at 65504
+  if (x < 0x38800000u) {                        // below the smallest normal half: subnormal or 0
+    if (x < 0x33000000u) return sign;           // rounds to zero
+    const uint32_t mant = (x & 0x007FFFFFu) | 0x00800000u;
+    const int shift = 126 - static_cast<int>(x >> 23);  // 14..24 bits
+    const uint32_t half_mant = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    uint32_t m = half_mant;
+    if (rem > halfway || (rem == halfway && (m & 1u))) ++m;
+    return sign | static_cast<uint16_t>(m);
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the mantissa from 23 to 10 bits.
+  uint32_t h = ((x >> 13) - (112u << 10));
+  const uint32_t rem = x & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carries into the exponent correctly
+  return sign | static_cast<uint16_t>(h);
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t mant = h & 0x3FFu;
+  uint32_t x;
+  if (exp == 0) {
+    if (mant == 0) {
+      x = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      x = sign | ((112u - static_cast<uint32_t>(e)) << 23) | ((mant & 0x3FFu) << 13);
+    }
+  } else if (exp == 0x1F) {
+    x = sign | 0x7F800000u | (mant << 13);
+  } else {
+    x = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &x, sizeof(f));
+  return f;
+}
+
+// ---- encoding ---------------------------------------------------------------------------------
+
+namespace {
+
+uint32_t Blocks(uint32_t count) { return (count + kInt8Block - 1) / kInt8Block; }
+
+void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float* decoded) {
+  c->encoding = static_cast<uint8_t>(kind);
+  c->count = n;
+  switch (kind) {
+    case Encoding::kFp16:
+      c->half.resize(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        c->half[i] = FloatToHalf(v[i]);
+        decoded[i] = HalfToFloat(c->half[i]);
+      }
+      return;
+    case Encoding::kInt8: {
+      c->q.resize(n);
+      c->scales.resize(Blocks(n));
+      for (uint32_t b = 0; b < c->scales.size(); ++b) {
+        const uint32_t lo = b * kInt8Block, hi = std::min(n, lo + kInt8Block);
+        float amax = 0;
+        for (uint32_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(v[i]));
+        const float scale = amax / 127.0f;
+        c->scales[b] = scale;
+        const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+        for (uint32_t i = lo; i < hi; ++i) {
+          const float r = std::nearbyint(v[i] * inv);
+          const int8_t qv = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+          c->q[i] = qv;
+          decoded[i] = static_cast<float>(qv) * scale;
+        }
+      }
+      return;
+    }
+    default:
+      c->encoding = static_cast<uint8_t>(Encoding::kNone);
+      c->data.assign(v, v + n);
+      std::copy(v, v + n, decoded);
+      return;
+  }
+}
+
+}  // namespace
+
+uint64_t ChunkWireBytes(const ParamChunk& c) {
+  return c.data.size() * sizeof(float) + c.half.size() * sizeof(uint16_t) + c.q.size() +
+         c.scales.size() * sizeof(float) + c.idx.size() * sizeof(uint32_t);
+}
+
+EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressSpec& spec,
+                               uint64_t round, uint64_t step, uint64_t base,
+                               uint32_t chunk_floats) {
+  EncodedTransfer out;
+  if (values.empty() || values.size() > UINT32_MAX) return out;
+  chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
+  const auto total = static_cast<uint32_t>(values.size());
+  const uint32_t chunks =
+      static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
+  out.decoded.assign(total, 0.0f);
+
+  // Top-k: one threshold over the whole model (the k largest magnitudes), so that the budget goes
+  // where the change is, whichever chunk it falls in.
+  std::vector<uint8_t> keep;
+  if (spec.kind == Encoding::kTopK) {
+    const size_t k = std::clamp<size_t>(
+        static_cast<size_t>(std::ceil(spec.topk_fraction * static_cast<double>(total))), 1, total);
+    std::vector<uint32_t> order(total);
+    std::iota(order.begin(), order.end(), 0u);
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(),
+                     [&](uint32_t a, uint32_t b) {
+                       const float fa = std::fabs(values[a]), fb = std::fabs(values[b]);
+                       return fa > fb || (fa == fb && a < b);
+                     });
+    keep.assign(total, 0);
+    for (size_t i = 0; i < k; ++i) keep[order[i]] = 1;
+  }
+
+  out.chunks.reserve(chunks);
+  for (uint32_t i = 0; i < chunks; ++i) {
+    ParamChunk c;
+    c.round = round;
+    c.step = step;
+    c.base = base;
+    c.chunk = i;
+    c.chunks = chunks;
+    c.total = total;
+    c.offset = i * chunk_floats;
+    const uint32_t n = std::min(chunk_floats, total - c.offset);
+    const float* v = values.data() + c.offset;
+    float* decoded = out.decoded.data() + c.offset;
+    if (spec.kind == Encoding::kTopK) {
+      size_t picked = 0;
+      for (uint32_t j = 0; j < n; ++j) picked += keep[c.offset + j];
+      if (picked * 2 < n) {  // (index, value) pairs are 8 bytes against 4 for a float
+        c.encoding = static_cast<uint8_t>(Encoding::kTopK);
+        c.count = n;
+        c.idx.reserve(picked);
+        c.data.reserve(picked);
+        for (uint32_t j = 0; j < n; ++j) {
+          if (!keep[c.offset + j]) continue;
+          c.idx.push_back(j);
+          c.data.push_back(v[j]);
+          decoded[j] = v[j];
+        }
+      } else {
+        EncodeDense(v, n, Encoding::kNone, &c, decoded);
+      }
+    } else {
+      EncodeDense(v, n, spec.kind, &c, decoded);
+    }
+    if (c.encoding == static_cast<uint8_t>(Encoding::kNone)) c.count = n;
+    out.wire_bytes += ChunkWireBytes(c);
+    out.chunks.push_back(std::move(c));
+  }
+  return out;
+}
+
+bool ExpandChunk(ParamChunk* c) {
+  if (c->encoding == 0 && c->count == 0 && c->data.size() <= kParamChunkFloats) {
+    c->count = static_cast<uint32_t>(c->data.size());  // a plain chunk (no appended fields)
+  }
+  const uint32_t n = c->count;
+  if (n == 0 || n > kParamChunkFloats || c->encoding > kMaxEncoding ||
+      uint64_t{c->offset} + n > c->total) {
+    return false;
+  }
+  if (c->half.empty() && c->q.empty() && c->scales.empty() && c->idx.empty() &&
+      c->data.size() == n && c->encoding != static_cast<uint8_t>(Encoding::kTopK)) {
+    // Already dense (expanded by the codec, or plain floats).
+    for (float v : c->data) {
+      if (!std::isfinite(v)) return false;
+    }
+    return true;
+  }
+  switch (static_cast<Encoding>(c->encoding)) {
+    case Encoding::kNone:
+      if (c->data.size() != n || !c->half.empty() || !c->q.empty() || !c->scales.empty() ||
+          !c->idx.empty()) {
+        return false;
+      }
+      break;
+    case Encoding::kFp16: {
+      if (c->half.size() != n || !c->data.empty() || !c->q.empty() || !c->scales.empty() ||
+          !c->idx.empty()) {
+        return false;
+      }
+      c->data.resize(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        if ((c->half[i] & 0x7C00u) == 0x7C00u) return false;  // inf or NaN
+        c->data[i] = HalfToFloat(c->half[i]);
+      }
+      c->half.clear();
+      break;
+    }
+    case Encoding::kInt8: {
+      if (c->q.size() != n || c->scales.size() != Blocks(n) || !c->data.empty() ||
+          !c->half.empty() || !c->idx.empty()) {
+        return false;
+      }
+      for (float s : c->scales) {
+        if (!std::isfinite(s) || s < 0) return false;
+      }
+      c->data.resize(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        if (c->q[i] == -128) return false;  // the encoder uses [-127, 127]
+        c->data[i] = static_cast<float>(c->q[i]) * c->scales[i / kInt8Block];
+      }
+      for (float v : c->data) {
+        if (!std::isfinite(v)) return false;  // a huge scale times 127 can overflow
+      }
+      c->q.clear();
+      c->scales.clear();
+      break;
+    }
+    case Encoding::kTopK: {
+      if (c->idx.size() != c->data.size() || c->idx.size() > n || !c->half.empty() ||
+          !c->q.empty() || !c->scales.empty()) {
+        return false;
+      }
+      std::vector<float> dense(n, 0.0f);
+      for (size_t i = 0; i < c->idx.size(); ++i) {
+        if (c->idx[i] >= n || (i > 0 && c->idx[i] <= c->idx[i - 1])) return false;
+        dense[c->idx[i]] = c->data[i];
+      }
+      c->data = std::move(dense);
+      c->idx.clear();
+      break;
+    }
+    default:
+      return false;
+  }
+  for (float v : c->data) {
+    if (!std::isfinite(v)) return false;
+  }
+  return true;
+}
+
+}  // namespace meshtrain::gossip

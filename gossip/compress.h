@@ -1,0 +1,72 @@
+// Compressed parameter transfers (`--compress`): pure encoders and decoders between a float vector
+// and the ParamChunks of one transfer. No I/O, no clocks; the node core (node/) keys transfers by
+// the last snapshot each receiver acknowledged, the codec (gossip/codec.cc) verifies what arrives.
+//
+// Schemes (ParamChunk::encoding, per chunk):
+//   none  - 32-bit floats (4 bytes a value).
+//   fp16  - IEEE binary16, round to nearest even, saturating at +-65504 (2 bytes a value).
+//   int8  - blockwise: each block of kInt8Block values of a chunk has one float scale
+//           (max |v| / 127); a value is round(v / scale) in [-127, 127] (1 byte a value plus
+//           4 bytes a block). Error per value <= scale / 2.
+//   topk  - the k = ceil(F * n) values of largest magnitude as (index, float) pairs; the rest is 0.
+//           Error feedback comes from keying: what was not sent stays in the difference between
+//           the sender's model and the receiver's reference, so a later round sends it.
+// A transfer is either a full snapshot (base 0) or the change since the reference `base` (the
+// round id of the last transfer the receiver acknowledged); the receiver adds the decoded change to
+// its copy of that reference. Both sides hold the same reference: the sender keeps exactly what
+// the receiver reconstructs (the decoded values, not its own exact ones).
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "gossip/messages.h"
+
+namespace meshtrain::gossip {
+
+enum class Encoding : uint8_t { kNone = 0, kFp16 = 1, kInt8 = 2, kTopK = 3 };
+constexpr uint8_t kMaxEncoding = 3;
+constexpr uint32_t kInt8Block = 256;
+
+struct CompressSpec {
+  Encoding kind = Encoding::kNone;
+  double topk_fraction = 0.01;  // topk: share of values sent, in (0, 0.5]
+};
+
+// "none", "fp16", "int8" or "topk:F" (0 < F <= 0.5).
+Result<CompressSpec> ParseCompress(const std::string& text);
+std::string CompressName(const CompressSpec& spec);
+
+uint16_t FloatToHalf(float f);
+float HalfToFloat(uint16_t h);
+
+// One transfer's chunks, and what the receiver will hold after decoding them (`decoded`: the
+// values added to the reference, or the full model when base == 0).
+struct EncodedTransfer {
+  std::vector<ParamChunk> chunks;
+  std::vector<float> decoded;
+  uint64_t wire_bytes = 0;  // payload bytes of all chunks (values, scales, indices)
+};
+
+// Encodes `values` (a full model, or the change since a reference when base != 0) with `spec`.
+// Chunks carry round, step and base; a chunk whose sparse form would be larger than its float form
+// is sent as floats. Empty when `values` is empty or longer than 2^32-1.
+EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressSpec& spec,
+                               uint64_t round, uint64_t step, uint64_t base,
+                               uint32_t chunk_floats = kParamChunkFloats);
+
+// Payload bytes of one chunk as sent (what the codec writes besides the fixed header fields).
+uint64_t ChunkWireBytes(const ParamChunk& c);
+
+// Checks a received chunk's encoded fields (counts, block scales finite and >= 0, fp16 values
+// finite, top-k indices strictly ascending and below `count`, values finite) and replaces them by
+// `count` dense floats in `data`; `encoding` stays as a record. A chunk that is already dense is
+// only checked, so calling it twice is harmless. False: the chunk is malformed.
+bool ExpandChunk(ParamChunk* c);
+
+}  // namespace meshtrain::gossip
