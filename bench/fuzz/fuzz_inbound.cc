@@ -28,7 +28,7 @@ void Str(json* arr, const std::string& s) {
 
 void Meta(json* arr, const ms::Meta& m) { Str(arr, m.data_addr); }
 
-json Strings(const g::Datagram& d) {
+[[maybe_unused]] json Strings(const g::Datagram& d) {
   json a = json::array();
   Str(&a, d.sender);
   if (const auto* p = std::get_if<ms::Packet>(&d.body)) {
@@ -58,7 +58,7 @@ json Strings(const g::Datagram& d) {
   return a;
 }
 
-json Strings(const g::Frame& f) {
+[[maybe_unused]] json Strings(const g::Frame& f) {
   json a = json::array();
   Str(&a, f.sender);
   if (const auto* pp = std::get_if<g::PushPullMsg>(&f.body)) {

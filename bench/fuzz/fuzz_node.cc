@@ -73,6 +73,9 @@ std::unique_ptr<node::Node> MakeNode(FuzzedDataProvider& in) {
   c.min_peers = in.ConsumeIntegralInRange<size_t>(0, 2);
   c.expected_params = kParams;
   c.chunk_floats = in.ConsumeIntegralInRange<uint32_t>(1, 8);
+  c.compress.kind = static_cast<gossip::Encoding>(in.ConsumeIntegralInRange<uint8_t>(0, 3));
+  c.compress.topk_fraction = 0.25;
+  c.full_every = in.ConsumeIntegralInRange<uint32_t>(0, 3);
   if (in.ConsumeBool()) c.join = {kAddrs[1]};
   c.retry_join = in.ConsumeBool();
   return std::make_unique<node::Node>(c, 0);
@@ -88,6 +91,37 @@ gossip::ParamChunk Chunk(FuzzedDataProvider& in) {
   ch.offset = in.ConsumeIntegralInRange<uint32_t>(0, ch.total - 1);
   const uint32_t len = in.ConsumeIntegralInRange<uint32_t>(1, ch.total - ch.offset);
   ch.data.assign(len, in.ConsumeFloatingPointInRange<float>(-1, 1));
+  // Compressed transfers (issue 17): a change against a reference the node may or may not hold,
+  // in any encoding, possibly malformed (the node expands and checks what a simulated network
+  // hands over unverified).
+  ch.base = in.ConsumeIntegralInRange<uint64_t>(0, 4);
+  switch (in.ConsumeIntegralInRange<uint8_t>(0, 4)) {
+    case 1:
+      ch.encoding = 1;
+      ch.count = len;
+      ch.half.assign(len, in.ConsumeIntegral<uint16_t>());
+      ch.data.clear();
+      break;
+    case 2:
+      ch.encoding = 2;
+      ch.count = len;
+      ch.q.assign(len, in.ConsumeIntegral<int8_t>());
+      ch.scales.assign(in.ConsumeIntegralInRange<size_t>(0, 2), in.ConsumeFloatingPoint<float>());
+      ch.data.clear();
+      break;
+    case 3:
+      ch.encoding = 3;
+      ch.count = len;
+      for (uint32_t i = 0; i < len && in.ConsumeBool(); ++i) ch.idx.push_back(i);
+      ch.data.resize(ch.idx.size(), 0.5f);
+      break;
+    case 4:
+      ch.encoding = in.ConsumeIntegral<uint8_t>();
+      ch.count = in.ConsumeIntegralInRange<uint32_t>(0, len + 1);
+      break;
+    default:
+      break;
+  }
   return ch;
 }
 
@@ -192,8 +226,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 5: {
         gossip::Frame f;
         f.sender = PickName(in);
-        f.body = gossip::ParamAckMsg{in.ConsumeIntegralInRange<uint64_t>(0, 6),
-                                     in.ConsumeIntegralInRange<uint64_t>(0, 100)};
+        const uint64_t round = in.ConsumeIntegralInRange<uint64_t>(0, 6);
+        const uint64_t step = in.ConsumeIntegralInRange<uint64_t>(0, 100);
+        f.body = gossip::ParamAckMsg{round, step, in.ConsumeBool()};
         n->Step(node::FrameIn{PickConn(in), std::move(f)}, now);
         break;
       }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/fuzz/fuzz_common.h"
+#include "gossip/compress.h"
 #include "gossip/framing.h"
 
 namespace {
@@ -105,6 +106,16 @@ std::vector<g::Frame> Frames() {
   for (size_t i = 0; i < params.size(); ++i) params[i] = 0.25f * static_cast<float>(i);
   for (const auto& c : g::SplitParams(params, 3, 40, 16)) out.push_back(g::Frame{"n2", c, 5});
   out.push_back(g::Frame{"n2", g::SplitParams(params, 4, 41, 64)[0], 6});
+  // Compressed transfers (issue 17): every encoding, full and as a change against a reference.
+  for (const char* spec : {"fp16", "int8", "topk:0.2"}) {
+    for (uint64_t base : {uint64_t{0}, uint64_t{3}}) {
+      for (const auto& c :
+           g::EncodeTransfer(params, *g::ParseCompress(spec), 5, 42, base, 16).chunks) {
+        out.push_back(g::Frame{"n2", c, 6});
+      }
+    }
+  }
+  out.push_back(g::Frame{"n5", g::ParamAckMsg{5, 42, true}, 10});
   const g::Key key = meshtrain::fuzz::FuzzKey();
   for (const auto op : {g::KeyOpKind::kInstall, g::KeyOpKind::kUse, g::KeyOpKind::kRemove}) {
     out.push_back(g::Frame{"n3", g::KeyOpMsg{op, key, 9}, 7});
