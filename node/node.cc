@@ -338,6 +338,12 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
       if (ev.kind == ms::Event::Kind::kFailed || ev.kind == ms::Event::Kind::kLeft) {
         AbortTransfersTo(ev.member.name);
       }
+      if (ev.kind == ms::Event::Kind::kLeft || ev.kind == ms::Event::Kind::kReaped) {
+        // Compressed-transfer references (a failed member may come back and still hold its
+        // copy; one that left or was reaped starts over with a full snapshot).
+        tx_refs_.erase(ev.member.name);
+        rx_refs_.erase(ev.member.name);
+      }
       Emit(LogLine{ev.kind == ms::Event::Kind::kFailed,
                    "member " + ev.member.name + " " + KindName(ev.kind) +
                        (ev.kind == ms::Event::Kind::kJoined ? " at " + ev.member.addr : "")});
