@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
+#include <functional>
 
 namespace meshtrain::gossip {
 
@@ -58,27 +58,29 @@ uint16_t FloatToHalf(float f) {
   std::memcpy(&x, &f, sizeof(x));
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   x &= 0x7FFFFFFFu;
-  if (x >= 0x7F800000u) return sign | (x > 0x7F800000u ? 0x7E00u : 0x7BFFu);  // NaN; inf saturates
-  if (x >= 0x477FF000u) return sign | 0x7BFFu;  // rounds to >= 65520: saturate at 65504
-  if (x < 0x38800000u) {                        // below the smallest normal half: subnormal or 0
-    if (x < 0x33000000u) return sign;           // rounds to zero
-    const uint32_t mant = (x & 0x007FFFFFu) | 0x00800000u;
-    const int shift = 126 - static_cast<int>(x >> 23);  // 14..24 bits
-    const uint32_t half_mant = mant >> shift;
-    const uint32_t rem = mant & ((1u << shift) - 1);
-    const uint32_t halfway = 1u << (shift - 1);
-    uint32_t m = half_mant;
-    if (rem > halfway || (rem == halfway && (m & 1u))) ++m;
-    return sign | static_cast<uint16_t>(m);
+  if (x >= 0x477FF000u) {  // rounds to >= 65520 (or inf/NaN): saturate; NaN stays NaN
+    return sign | (x > 0x7F800000u ? 0x7E00u : 0x7BFFu);
   }
-  // Normal: rebias the exponent (127 -> 15) and round the mantissa from 23 to 10 bits.
-  uint32_t h = ((x >> 13) - (112u << 10));
-  const uint32_t rem = x & 0x1FFFu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carries into the exponent correctly
-  return sign | static_cast<uint16_t>(h);
+  if (x < 0x38800000u) {
+    // Below the smallest normal half: let the FPU round. Adding 0.5 (2^-1) puts the value's
+    // subnormal-half bits (units of 2^-24) at the bottom of the mantissa of a float in [0.5, 1),
+    // rounded to nearest even by the addition itself.
+    float v;
+    std::memcpy(&v, &x, sizeof(v));
+    const float biased = v + 0.5f;
+    uint32_t b;
+    std::memcpy(&b, &biased, sizeof(b));
+    return sign | static_cast<uint16_t>(b - 0x3F000000u);
+  }
+  // Normal: rebias the exponent (127 -> 15), round the mantissa from 23 to 10 bits to nearest
+  // even (a carry into the exponent is correct, also up to the largest finite half).
+  const uint32_t odd = (x >> 13) & 1u;
+  return sign | static_cast<uint16_t>((x - (112u << 23) + 0xFFFu + odd) >> 13);
 }
 
-float HalfToFloat(uint16_t h) {
+namespace {
+
+float HalfToFloatSlow(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   uint32_t mant = h & 0x3FFu;
@@ -102,6 +104,20 @@ float HalfToFloat(uint16_t h) {
   float f;
   std::memcpy(&f, &x, sizeof(f));
   return f;
+}
+
+}  // namespace
+
+// A table of all 65536 values (256 KiB, built once, thread-safe static): decoding a model of
+// 235k halves costs a load each instead of a branchy conversion (small changes are subnormal
+// halves, which need normalising).
+float HalfToFloat(uint16_t h) {
+  static const std::vector<float> kTable = [] {
+    std::vector<float> t(65536);
+    for (uint32_t i = 0; i < t.size(); ++i) t[i] = HalfToFloatSlow(static_cast<uint16_t>(i));
+    return t;
+  }();
+  return kTable[h];
 }
 
 // ---- encoding ---------------------------------------------------------------------------------
@@ -172,15 +188,21 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
   if (spec.kind == Encoding::kTopK) {
     const size_t k = std::clamp<size_t>(
         static_cast<size_t>(std::ceil(spec.topk_fraction * static_cast<double>(total))), 1, total);
-    std::vector<uint32_t> order(total);
-    std::iota(order.begin(), order.end(), 0u);
-    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(),
-                     [&](uint32_t a, uint32_t b) {
-                       const float fa = std::fabs(values[a]), fb = std::fabs(values[b]);
-                       return fa > fb || (fa == fb && a < b);
-                     });
+    // The k-th largest magnitude by selection on a copy of the magnitudes; then every value
+    // above it, and values equal to it from the lowest index on until k are taken.
+    std::vector<float> mag(total);
+    for (uint32_t i = 0; i < total; ++i) mag[i] = std::fabs(values[i]);
+    std::nth_element(mag.begin(), mag.begin() + static_cast<std::ptrdiff_t>(k - 1), mag.end(),
+                     std::greater<float>());
+    const float threshold = mag[k - 1];
     keep.assign(total, 0);
-    for (size_t i = 0; i < k; ++i) keep[order[i]] = 1;
+    size_t taken = 0;
+    for (uint32_t i = 0; i < total; ++i) {
+      if (std::fabs(values[i]) > threshold) keep[i] = 1, ++taken;
+    }
+    for (uint32_t i = 0; i < total && taken < k; ++i) {
+      if (std::fabs(values[i]) == threshold) keep[i] = 1, ++taken;
+    }
   }
 
   out.chunks.reserve(chunks);
@@ -233,7 +255,7 @@ bool ExpandChunk(ParamChunk* c) {
     return false;
   }
   if (c->half.empty() && c->q.empty() && c->scales.empty() && c->idx.empty() &&
-      c->data.size() == n && c->encoding != static_cast<uint8_t>(Encoding::kTopK)) {
+      c->data.size() == n) {
     // Already dense (expanded by the codec, or plain floats).
     for (float v : c->data) {
       if (!std::isfinite(v)) return false;
