@@ -141,10 +141,11 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
                                                       const ParamChunk& c) {
   // Plain float chunks of a full model keep the original layout (no appended fields).
   const bool plain = c.encoding == 0 && c.base == 0;
-  const auto data = c.encoding == static_cast<uint8_t>(Encoding::kNone) ||
-                            c.encoding == static_cast<uint8_t>(Encoding::kTopK)
-                        ? b.CreateVector(c.data.data(), c.data.size())
-                        : fb::Offset<fb::Vector<float>>();
+  // data: the values of a none chunk, the picked values of a top-k chunk; a chunk decoded
+  // earlier (expanded to dense floats, its encoding kept as a record) re-encodes as such.
+  const auto data = c.data.empty() && c.encoding != static_cast<uint8_t>(Encoding::kNone)
+                        ? fb::Offset<fb::Vector<float>>()
+                        : b.CreateVector(c.data.data(), c.data.size());
   const auto half = c.half.empty() ? 0 : b.CreateVector(c.half.data(), c.half.size());
   const auto q = c.q.empty() ? 0 : b.CreateVector(c.q.data(), c.q.size());
   const auto scales = c.scales.empty() ? 0 : b.CreateVector(c.scales.data(), c.scales.size());
