@@ -30,6 +30,7 @@ def parse_args():
     p.add_argument("--rate", type=float, default=20, help="Mbit/s of every host link, both ways")
     p.add_argument("--rtt", type=float, default=40, help="ms between any two hosts")
     p.add_argument("--target", type=float, default=0.85)
+    p.add_argument("--barrier", default="pssp")
     p.add_argument("--max-steps", type=int, default=3000)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--repeat", type=int, default=1)
@@ -57,7 +58,7 @@ def run_one(a, binary, emu, workdir, setting):
             logs.append(os.path.join(workdir, f"n{i + 1}.log"))
             metrics.append(os.path.join(workdir, f"n{i + 1}.jsonl"))
             argv = [binary, "agent", "--name", f"n{i + 1}", "--bind", f"{bed.addr(i)}:7950",
-                    "--rpc", "127.0.0.1:7951", "--task", "fmnist-mlp", "--barrier", "pssp",
+                    "--rpc", "127.0.0.1:7951", "--task", "fmnist-mlp", "--barrier", a.barrier,
                     "--sample", "2", "--staleness", "4", "--select", "random", "--fanout", "2",
                     "--eval-every", str(a.eval_every), "--steps", str(a.max_steps),
                     "--min-peers", str(a.nodes - 1), "--shard", f"{i}/{a.nodes}",
@@ -144,7 +145,7 @@ def main():
                      bl.fmt(bl.median(mbs) if mbs else None, ".1f")])
     print()
     print(f"{a.nodes} hosts on the namespace bed, {a.rate:g} Mbit/s links both ways, "
-          f"{a.rtt:g} ms RTT; fmnist-mlp, pssp (β 2, s 4), random fanout 2; target {a.target}; "
+          f"{a.rtt:g} ms RTT; fmnist-mlp, {a.barrier} (β 2, s 4), random fanout 2; target {a.target}; "
           f"medians of {a.repeat}")
     print(bl.table(["setting", "reached", f"s to {a.target}", f"vs {settings[0]}", "steps",
                     "param MB/node"], rows))

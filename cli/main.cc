@@ -143,6 +143,11 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "Local steps between parameter multicasts, or auto (hide a round's transfer "
                 "under computation: H = ceil(round time / step time), 1..64)")
       ->default_str("1");
+  a->add_option("--join-state", c.join_state,
+                "on: a fresh node joining a running mesh first takes over the most advanced "
+                "peer's model and the slowest peer's step; off: it starts from its own "
+                "initialisation at step 0")
+      ->capture_default_str();
   a->add_option("--compress", c.compress,
                 "Parameter transfers: none, fp16, int8 (blocks of 256, one scale each) or "
                 "topk:F (the largest F of the change since the receiver's last "

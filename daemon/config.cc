@@ -142,6 +142,10 @@ Status AgentConfig::Finalize() {
   }
   if (sync_every < 1) return Status::InvalidArgument("invalid --sync-every: must be >= 1");
   if (auto c = gossip::ParseCompress(compress); !c.ok()) return c.status();
+  if (!OneOf(join_state, {"on", "off"})) {
+    return Status::InvalidArgument("invalid --join-state " + Quoted(join_state) +
+                                   ": expected on or off");
+  }
   if (uplink_limit < 0 || downlink_limit < 0)
     return Status::InvalidArgument("invalid bandwidth limit: must be >= 0");
   if (!(slowdown >= 1 && slowdown <= 1000))
@@ -205,6 +209,7 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.resumed = resumed_step >= 0;
   n.start_step = resumed_step >= 0 ? static_cast<uint64_t>(resumed_step) : 0;
   n.compress = *gossip::ParseCompress(compress);
+  n.join_state = join_state == "on";
   n.uplink_limit_mbps = uplink_limit;
   n.downlink_limit_mbps = downlink_limit;
   n.join = join;

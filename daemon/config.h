@@ -54,7 +54,8 @@ struct AgentConfig {
   int sync_every = 1;
   std::string sync_every_spec;  // --sync-every as given: "N" or "auto" (Finalize sets the two below)
   bool sync_every_auto = false;
-  std::string compress = "none";  // none, fp16, int8 or topk:F (gossip/compress.h)
+  std::string compress = "none";
+  std::string join_state = "on";  // on: a fresh node joining a running mesh fetches its model  // none, fp16, int8 or topk:F (gossip/compress.h)
   double uplink_limit = 0;    // MB/s, 0 = none
   double downlink_limit = 0;  // MB/s, 0 = none
   double slowdown = 1;

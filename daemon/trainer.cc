@@ -51,10 +51,19 @@ void Trainer::Permit(uint64_t step) {
   cv_.notify_all();
 }
 
-void Trainer::Deliver(const std::string& from, std::vector<float> params) {
+void Trainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step) {
   if (params.size() != num_params_) return;  // the codec already checks; defence in depth
   std::lock_guard<std::mutex> lock(mu_);
-  inbox_[from] = std::move(params);
+  inbox_[from] = Incoming{std::move(params), step};
+}
+
+void Trainer::Adopt(std::vector<float> params, uint64_t step) {
+  if (params.size() != num_params_ || !learn::ParamsFinite(params.data(), params.size())) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    adopt_ = Incoming{std::move(params), step};
+  }
+  cv_.notify_all();
 }
 
 std::optional<Snapshot> Trainer::TakeSnapshot() {
@@ -134,7 +143,9 @@ void Trainer::Evaluate(uint64_t step) {
 
 void Trainer::Run() {
   using Clock = std::chrono::steady_clock;
-  std::vector<std::vector<float>> incoming;
+  std::vector<Incoming> incoming;
+  Clock::time_point last_end;
+  bool have_last_end = false;
   while (true) {
     uint64_t step = 0;
     {
@@ -146,19 +157,34 @@ void Trainer::Run() {
         lock.unlock();
         notify_();  // the loop runs the barrier for step + 1
         lock.lock();
-        cv_.wait(lock, [&] { return stop_ || permitted_ >= step + 1; });
+        cv_.wait(lock, [&] { return stop_ || adopt_ || permitted_ >= step + 1; });
         if (stop_) break;
+      }
+      if (adopt_) {
+        // Join with state: the peer's model replaces ours before our first step.
+        task_->params() = Eigen::Map<const Eigen::VectorXf>(
+            adopt_->params.data(), static_cast<Eigen::Index>(adopt_->params.size()));
+        task_->set_steps(static_cast<int64_t>(adopt_->step));
+        state_.step = adopt_->step;
+        adopt_.reset();
+        inbox_.clear();
+        continue;  // wait for the permit of the adopted step + 1
       }
       state_.waiting = false;
       incoming.clear();
-      for (auto& [from, params] : inbox_) incoming.push_back(std::move(params));
+      for (auto& [from, in] : inbox_) incoming.push_back(std::move(in));
       inbox_.clear();
     }
     const auto t0 = Clock::now();
     if (!incoming.empty()) {
+      // Progress-aware mixing (learn::MixWeight): a model far behind ours barely counts.
       std::vector<const float*> others;
-      for (const auto& v : incoming) others.push_back(v.data());
-      learn::MixAverage(task_->params(), others);
+      std::vector<double> weights;
+      for (const auto& in : incoming) {
+        others.push_back(in.params.data());
+        weights.push_back(learn::MixWeight(step, in.step));
+      }
+      learn::MixWeighted(task_->params(), others, weights);
     }
     const float loss = task_->Step();
     const double compute = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -170,11 +196,15 @@ void Trainer::Run() {
     }
     const uint64_t done = step + 1;
     std::shared_ptr<std::vector<float>> snap;
-    const double step_wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    const auto end = Clock::now();
+    const double interval =
+        std::chrono::duration<double>(end - (have_last_end ? last_end : t0)).count();
+    have_last_end = true;
+    last_end = end;
     int sync_every = 1;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      state_.step_s = state_.step_s == 0 ? step_wall : 0.9 * state_.step_s + 0.1 * step_wall;
+      state_.step_s = state_.step_s == 0 ? interval : 0.9 * state_.step_s + 0.1 * interval;
       sync_every = std::max(1, state_.sync_every);
     }
     if (done % static_cast<uint64_t>(sync_every) == 0) {

@@ -59,13 +59,15 @@ struct TrainerState {
   double train_loss = 0;           // EWMA of minibatch losses
   uint64_t mixes = 0;              // parameter vectors mixed in
   double compute_s = 0;            // time spent computing steps
-  double step_s = 0;               // EWMA of one step's duration (compute and --slowdown)
+  double step_s = 0;               // EWMA of the time from one step's end to the next's (compute,
+                                   // --slowdown and barrier waits: the pace snapshots come at)
   int sync_every = 1;              // steps between snapshots now (changes with --sync-every auto)
   uint32_t params_crc32 = 0;       // CRC32 of the parameters at the last evaluation
 };
 
 // --sync-every auto (issue 17): hide a round's transfer under computation. A round started at a
-// snapshot ends `round_s` later; the next snapshot comes H steps of `step_s` each later, so
+// snapshot ends `round_s` later; the next snapshot comes H steps of `step_s` each later (step_s:
+// the measured interval between step ends, barrier waits included), so
 // H = ceil(round_s / step_s) keeps one round in flight without queueing snapshots behind it and
 // without idle links. Clamped to [1, 64]; 1 while either figure is unknown.
 int AutoSyncEvery(double round_s, double step_s);
@@ -85,7 +87,11 @@ class Trainer {
   void Permit(uint64_t step);
   // Parameters received from `from` at its step `step`; mixed at the next step boundary (the
   // newest vector per sender wins).
-  void Deliver(const std::string& from, std::vector<float> params);
+  // `step`: the sender's step, for the progress-aware weight (learn::MixWeight).
+  void Deliver(const std::string& from, std::vector<float> params, uint64_t step);
+  // Join with state: before the first step, take over `params` and continue after `step`
+  // (applied by the trainer thread; the loop permits step + 1 next).
+  void Adopt(std::vector<float> params, uint64_t step);
   std::optional<Snapshot> TakeSnapshot();
   // Steps between snapshots from now on (>= 1), for --sync-every auto.
   void SetSyncEvery(int steps);
@@ -114,7 +120,12 @@ class Trainer {
   // Guarded by mu_:
   bool stop_ = false;
   uint64_t permitted_ = 0;
-  std::map<std::string, std::vector<float>> inbox_;
+  struct Incoming {
+    std::vector<float> params;
+    uint64_t step = 0;
+  };
+  std::map<std::string, Incoming> inbox_;
+  std::optional<Incoming> adopt_;
   std::optional<Snapshot> outbox_;
   TrainerState state_;
 

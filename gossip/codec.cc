@@ -550,6 +550,7 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
   const auto* op = std::get_if<KeyOpMsg>(&f.body);
   const auto* reply = std::get_if<KeyOpReplyMsg>(&f.body);
   const auto* ack = std::get_if<ParamAckMsg>(&f.body);
+  const auto* state = std::get_if<StateRequestMsg>(&f.body);
   if (chunk != nullptr && ChunkWireBytes(*chunk) > kParamChunkFloats * sizeof(float)) return {};
   if (pp != nullptr && pp->state.members.size() > kMaxPushPullMembers) return {};
   if (op != nullptr && !ValidKeyOp(*op)) return {};
@@ -564,6 +565,8 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
     body = EncodeKeyOp(b, *op);
   } else if (ack != nullptr) {
     body = {w::Body::ParamAck, w::CreateParamAck(b, ack->round, ack->step, ack->need_full).Union()};
+  } else if (state != nullptr) {
+    body = {w::Body::StateRequest, w::CreateStateRequest(b, state->step).Union()};
   } else {
     body = EncodeKeyOpReply(b, *reply);
   }
@@ -661,6 +664,15 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
         return std::nullopt;
       }
       out.body = ParamAckMsg{a->round(), a->step(), a->need_full()};
+      break;
+    }
+    case w::Body::StateRequest: {
+      const w::StateRequest* r = env->body_as_StateRequest();
+      if (r == nullptr) {
+        Fail(Reject::kVerify, why);
+        return std::nullopt;
+      }
+      out.body = StateRequestMsg{r->step()};
       break;
     }
     default:

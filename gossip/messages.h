@@ -94,6 +94,12 @@ struct ParamAckMsg {
   bool need_full = false;
 };
 
+// Join with state (issue 14): a fresh node asks a peer for its current model over TCP; the peer
+// answers on that connection with the chunks of a full snapshot, or closes.
+struct StateRequestMsg {
+  uint64_t step = 0;
+};
+
 struct PushPullMsg {
   bool response = false;  // false: a request (the receiver answers with its own state)
   membership::PushPull state;
@@ -153,7 +159,7 @@ struct Datagram {
 // replay guard: a stream is authenticated frame by frame and bound to its connection.
 struct Frame {
   std::string sender;
-  std::variant<PushPullMsg, ParamChunk, KeyOpMsg, KeyOpReplyMsg, ParamAckMsg> body;
+  std::variant<PushPullMsg, ParamChunk, KeyOpMsg, KeyOpReplyMsg, ParamAckMsg, StateRequestMsg> body;
   uint64_t sent_ms = 0;  // stamped like Datagram::sent_ms; informational
   uint64_t session = 0;  // stamped like Datagram::session; informational
 };

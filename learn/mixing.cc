@@ -7,21 +7,33 @@
 namespace meshtrain::learn {
 
 void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others) {
+  MixWeighted(x, others, std::vector<double>(others.size(), 1.0));
+}
+
+void MixWeighted(Eigen::VectorXf& x, const std::vector<const float*>& others,
+                 const std::vector<double>& weights) {
   if (others.empty()) return;
   const Eigen::Index n = x.size();
-  const double scale = 1.0 / (1.0 + static_cast<double>(others.size()));
-  // Blocked so the double accumulator stays in cache while every input streams once.
+  double total = 1.0;
+  for (double w : weights) total += w;
+  const double scale = 1.0 / total;
   constexpr Eigen::Index kBlock = 4096;
   Eigen::VectorXd acc(std::min(n, kBlock));
   for (Eigen::Index start = 0; start < n; start += kBlock) {
     const Eigen::Index len = std::min(kBlock, n - start);
     auto a = acc.head(len);
     a = x.segment(start, len).cast<double>();
-    for (const float* other : others) {
-      a += Eigen::Map<const Eigen::VectorXf>(other + start, len).cast<double>();
+    for (size_t j = 0; j < others.size(); ++j) {
+      a += weights[j] * Eigen::Map<const Eigen::VectorXf>(others[j] + start, len).cast<double>();
     }
     x.segment(start, len) = (a * scale).cast<float>();
   }
+}
+
+double MixWeight(uint64_t ours, uint64_t theirs) {
+  if (theirs >= ours) return 1.0;
+  const double r = (static_cast<double>(theirs) + 1.0) / (static_cast<double>(ours) + 1.0);
+  return r * r;
 }
 
 bool ParamsFinite(const float* data, size_t n) {

@@ -20,6 +20,19 @@ namespace meshtrain::learn {
 // to float rounding of the final result.
 void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others);
 
+// Progress-aware mixing (issue 14): x <- (x + sum_j w_j x_j) / (1 + sum_j w_j). With every
+// w_j = 1 this is MixAverage.
+void MixWeighted(Eigen::VectorXf& x, const std::vector<const float*>& others,
+                 const std::vector<double>& weights);
+
+// The weight of a model received at the sender's step `theirs` by a node at step `ours`:
+// min(1, (theirs + 1) / (ours + 1))^2. A model as far on as ours or further counts fully (plain
+// averaging, SPEC §6, whenever steps agree within a few steps of staleness: 96 vs 100 still
+// gets 0.92); a model far behind counts little (half our steps: 0.25; a fresh node's step-0
+// model against step 500: 4e-6), so it never pulls an advanced node back. Squared so that the
+// pull of a model falls faster than its training does.
+double MixWeight(uint64_t ours, uint64_t theirs);
+
 // True when all n values are finite: a receiver's last semantic check before mixing, so one
 // diverged or malicious peer cannot poison the average with NaN/Inf.
 bool ParamsFinite(const float* data, size_t n);

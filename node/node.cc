@@ -85,7 +85,7 @@ Node::~Node() = default;
 void Node::Start(TimeMs now) {
   if (swim_) {
     if (config_.training) {
-      published_training_ = true;
+      published_training_ = training();
       swim_->SetStep(progress_.step);
       SetOwnMeta(now);  // training and the bandwidth caps travel in the alive message
     }
@@ -102,7 +102,7 @@ void Node::SetOwnMeta(TimeMs now) {
   const ms::Member* self = swim_->Find(config_.name);
   ms::Meta meta = self ? self->meta : ms::Meta{};
   meta.data_addr = config_.data_addr == config_.addr ? std::string() : config_.data_addr;
-  meta.training = config_.training && progress_.training;
+  meta.training = training();
   if (self == nullptr || (meta.uplink_mbps == 0 && meta.downlink_mbps == 0)) {
     meta.uplink_mbps = static_cast<float>(up_.estimate.CapacityMbps(config_.uplink_limit_mbps));
     meta.downlink_mbps =
@@ -164,6 +164,7 @@ void Node::Tick(TimeMs now) {
     }
   }
   if (barrier_waiting_ && now >= barrier_deadline_) RunBarrier(now);
+  ServeFinal(now);
   Pump(now, 0);
 }
 
@@ -172,6 +173,7 @@ TimeMs Node::NextDeadline() const {
   if (swim_) d = std::min(d, swim_->NextDeadline());
   if (barrier_waiting_) d = std::min(d, barrier_deadline_);
   if (leaving_ && !left_) d = std::min(d, leave_started_ + 50);
+  if (final_) d = std::min(d, final_serve_at_);
   return d;
 }
 
@@ -351,6 +353,7 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
     }
   }
   if (changed) Emit(MembershipChanged{});
+  if (changed && fetch_.phase != Fetch::kDone) PublishTraining(now);
   if (barrier_waiting_ && (changed || progress_dirty_)) {
     progress_dirty_ = false;
     RunBarrier(now);
@@ -386,6 +389,9 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
   gossip::Frame& f = in.msg;
   // Replies on connections this node opened.
   if (in.conn >= kFirstOutgoingConn) {
+    if (fetch_.phase == Fetch::kWaiting && in.conn == fetch_.conn) {
+      return OnStateChunk(in.conn, f, now);
+    }
     if (auto pp = pushpulls_.find(in.conn); pp != pushpulls_.end()) {
       auto* msg = std::get_if<gossip::PushPullMsg>(&f.body);
       if (msg == nullptr || !msg->response || pp->second->done) {
@@ -434,6 +440,10 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
     Pump(now, 0);
   } else if (auto* chunk = std::get_if<gossip::ParamChunk>(&f.body)) {
     OnParamChunk(in.conn, f.sender, *chunk, now);
+  } else if (std::holds_alternative<gossip::StateRequestMsg>(f.body) &&
+             serving_.count(in.conn) == 0) {
+    serving_.insert(in.conn);
+    ServeState(in.conn, f.sender);
   } else {
     Reject();
     Emit(Close{in.conn, true});
@@ -442,6 +452,7 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
 
 void Node::OnClosed(const ConnClosed& in, TimeMs now) {
   serving_.erase(in.conn);
+  if (fetch_.phase == Fetch::kWaiting && in.conn == fetch_.conn) return OnStateClosed(now);
   if (auto it = incoming_.find(in.conn); it != incoming_.end()) {
     down_.End(now, it->second);
     incoming_.erase(it);
@@ -475,10 +486,7 @@ void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
   const bool step_changed = p.step != progress_.step;
   progress_ = p;
   if (swim_ && step_changed) swim_->SetStep(p.step);
-  if (p.training != published_training_) {
-    published_training_ = p.training;
-    SetOwnMeta(now);  // peers' barriers stop waiting on us (SPEC §6)
-  }
+  PublishTraining(now);  // peers' barriers stop waiting on us when we stop (SPEC §6)
   if (p.waiting && p.training) {
     barrier_waiting_ = true;
     RunBarrier(now);
@@ -515,6 +523,7 @@ void Node::RunBarrier(TimeMs now) {
     Emit(LogLine{false, std::to_string(barrier_->view().size()) +
                             " training peers alive: starting to train"});
   }
+  if (!StateReady(now)) return;  // a fresh node joining a running mesh fetches its model first
   const sync::Decision d = barrier_->Check(progress_.step, now, rng_);
   for (const auto& q : barrier_->TakeQueries()) {
     const std::string* addr = PeerAddr(q.to);

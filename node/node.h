@@ -83,6 +83,13 @@ struct NodeConfig {
   TimeMs bandwidth_interval_ms = 2000;  // how often measurements become published estimates
   TimeMs min_peers_poll_ms = 100;
   uint64_t plan_epoch_steps = 16;  // a SELMCAST plan is shared for this many steps (see node.cc)
+  // Join with state (issue 14): a fresh node that finds training peers further on fetches the
+  // most advanced one's model before its first step and adopts the slowest live peer's step.
+  bool join_state = true;
+  TimeMs join_state_timeout_ms = 10000;  // then it starts from its own initialisation
+  // A node that finished training (--target-accuracy, --steps) offers its final model to the
+  // peers still training this often, so the last nodes converge with it instead of alone.
+  TimeMs final_serve_interval_ms = 2000;
 };
 
 // ---- Inputs ----------------------------------------------------------------------------------
@@ -201,6 +208,13 @@ struct CommandDone {
   int joined = 0;
   std::string error;
 };
+// Join with state: the trainer adopts `params` (fetched from `from`) and continues after `step`
+// (it has not taken a step yet). The Permit for step + 1 follows.
+struct AdoptState {
+  std::string from;
+  uint64_t step = 0;
+  std::vector<float> params;
+};
 // A note for the operator's log; `warn` for problems.
 struct LogLine {
   bool warn = false;
@@ -213,9 +227,9 @@ struct LeaveDone {
 // Membership changed (the driver may persist a peer snapshot).
 struct MembershipChanged {};
 
-using Output =
-    std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest, MemberEvent,
-                 RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone, MembershipChanged>;
+using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
+                            MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
+                            MembershipChanged, AdoptState>;
 
 // ---- Counters and state for status --------------------------------------------------------------
 
@@ -253,7 +267,9 @@ class Node {
   std::vector<membership::Member> Members() const;
   size_t PeersAlive() const;  // live (alive or suspect) members other than self
   uint64_t step() const { return progress_.step; }
-  bool training() const { return config_.training && progress_.training; }
+  // Training as the mesh sees it: a fresh node joining a running mesh is not (nobody waits for
+  // it) until it has adopted a peer's model (node_state.cc).
+  bool training() const { return config_.training && progress_.training && !Joining(); }
   double BarrierWaitSeconds(TimeMs now) const;
   const NodeStats& stats() const { return stats_; }
   int HealthScore() const;
@@ -330,6 +346,15 @@ class Node {
   void UpdateBandwidth(TimeMs now);
   void Reject();  // counts an input the node refused
 
+  // Join with state and final-model serving (node_state.cc).
+  bool StateReady(TimeMs now);       // false while a fresh node fetches a peer's model
+  bool Joining() const;              // see training()
+  void PublishTraining(TimeMs now);  // our metadata's `training` follows training()
+  void OnStateChunk(ConnId conn, gossip::Frame& f, TimeMs now);
+  void OnStateClosed(TimeMs now);
+  void ServeState(ConnId conn, const std::string& from);
+  void ServeFinal(TimeMs now);
+
   NodeConfig config_;
   std::unique_ptr<membership::Swim> swim_;
   // External membership. Hashed: with thousands of simulated nodes of 500 peers each, a tree
@@ -371,6 +396,19 @@ class Node {
   std::map<std::string, Reference> tx_refs_;  // per receiver: what it holds of our model
   std::map<std::string, Reference> rx_refs_;  // per sender: our copy of what it last sent
   std::map<ConnId, uint64_t> incoming_;       // parameter connections being received: bytes so far
+  // The newest snapshot of our model (served to joiners; the final one to peers still training).
+  std::shared_ptr<const std::vector<float>> latest_;
+  uint64_t latest_step_ = 0;
+  bool final_ = false;
+  TimeMs final_serve_at_ = sync::kNoDeadline;
+  struct Fetch {
+    enum { kIdle, kWaiting, kDone } phase = kIdle;
+    ConnId conn = 0;
+    std::string from;
+    uint64_t adopt_step = 0;
+    TimeMs deadline = 0;
+    gossip::ParamAssembler assembler;
+  } fetch_;
 
   // Bandwidth meters (SPEC §7): measured while transfers are active.
   struct BusyMeter {

@@ -17,6 +17,12 @@ using internal::StableHash;
 
 void Node::OnSnapshot(SnapshotIn s, TimeMs now) {
   if (!config_.training || !s.params) return;
+  latest_ = s.params;
+  latest_step_ = s.step;
+  if (s.final && !final_) {
+    final_ = true;
+    final_serve_at_ = now + config_.final_serve_interval_ms;
+  }
   pending_ = std::move(s);
   StartRound(now);
 }

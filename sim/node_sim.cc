@@ -227,6 +227,7 @@ void NodeSim::Dispatch(uint32_t i, node::Output& out) {
     if (t.task && m->params.size() == t.task->num_params() &&
         learn::ParamsFinite(m->params.data(), m->params.size())) {
       t.inbox.push_back(std::move(m->params));
+      t.inbox_steps.push_back(m->step);
     }
   } else if (auto* r = std::get_if<node::PlanRequest>(&out)) {
     SolvePlan(i, *r);
@@ -271,12 +272,17 @@ void NodeSim::TryCompute(uint32_t i) {
   if (!live_[i] || t.computing || t.step >= t.permit || now_ >= end_) return;
   // SPEC §6: parameters that arrived since the last step are mixed at this step boundary.
   if (t.task && !t.inbox.empty()) {
+    // Progress-aware, as the daemon's trainer mixes (learn::MixWeight).
     std::vector<const float*> others;
-    others.reserve(t.inbox.size());
-    for (const auto& p : t.inbox) others.push_back(p.data());
-    learn::MixAverage(t.task->params(), others);
+    std::vector<double> weights;
+    for (size_t k = 0; k < t.inbox.size(); ++k) {
+      others.push_back(t.inbox[k].data());
+      weights.push_back(learn::MixWeight(t.step, t.inbox_steps[k]));
+    }
+    learn::MixWeighted(t.task->params(), others, weights);
   }
   t.inbox.clear();
+  t.inbox_steps.clear();
   double scale = 1.0;
   switch (o_.compute.dist) {
     case StepDist::kGamma:

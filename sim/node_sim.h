@@ -53,6 +53,7 @@ class NodeSim {
     uint64_t permit = 0;
     bool computing = false;
     std::vector<std::vector<float>> inbox;  // Mix outputs since the last step
+    std::vector<uint64_t> inbox_steps;      // their senders' steps (progress-aware mixing)
     std::unique_ptr<learn::Task> task;
   };
   struct CrashTrack {

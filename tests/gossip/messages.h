@@ -321,6 +321,9 @@ inline void CheckSame(const Frame& a, const Frame& b) {
     const auto& y = std::get<ParamAckMsg>(b.body);
     CHECK(x->round == y.round);
     CHECK(x->step == y.step);
+    CHECK(x->need_full == y.need_full);
+  } else if (const auto* x = std::get_if<StateRequestMsg>(&a.body)) {
+    CHECK(x->step == std::get<StateRequestMsg>(b.body).step);
   } else {
     const auto& p = std::get<ParamChunk>(a.body);
     const auto& q = std::get<ParamChunk>(b.body);

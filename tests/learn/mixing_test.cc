@@ -98,3 +98,29 @@ TEST_CASE("SGD with momentum follows v <- mu v + g, x <- x - lr v", "[learn][opt
 
 }  // namespace
 }  // namespace meshtrain::learn
+
+TEST_CASE("progress-aware mixing: a model far behind barely pulls", "[learn][mixing]") {
+  using meshtrain::learn::MixWeight;
+  using meshtrain::learn::MixWeighted;
+  CHECK(MixWeight(100, 100) == 1.0);
+  CHECK(MixWeight(100, 150) == 1.0);  // further on: full weight
+  CHECK(MixWeight(100, 96) == Approx((97.0 / 101.0) * (97.0 / 101.0)));
+  CHECK(MixWeight(99, 49) == Approx(0.25));
+  CHECK(MixWeight(500, 0) < 1e-5);
+  CHECK(MixWeight(0, 0) == 1.0);
+  // x = 1, a peer at the same step with 3 -> the plain average 2; a fresh peer's 100 at step 0
+  // against our step 500 moves x by less than 0.001.
+  Eigen::VectorXf x = Eigen::VectorXf::Constant(5, 1.0f);
+  std::vector<float> same(5, 3.0f), fresh(5, 100.0f);
+  MixWeighted(x, {same.data()}, {MixWeight(10, 10)});
+  CHECK(x[0] == Approx(2.0f));
+  Eigen::VectorXf y = Eigen::VectorXf::Constant(5, 1.0f);
+  MixWeighted(y, {fresh.data()}, {MixWeight(500, 0)});
+  CHECK(std::fabs(y[0] - 1.0f) < 1e-3f);
+  // Weights 1 are MixAverage.
+  Eigen::VectorXf a = Eigen::VectorXf::LinSpaced(5, 0, 4), b = a;
+  std::vector<float> o1(5, 2.0f), o2(5, -1.0f);
+  MixWeighted(a, {o1.data(), o2.data()}, {1.0, 1.0});
+  meshtrain::learn::MixAverage(b, {o1.data(), o2.data()});
+  CHECK(a == b);
+}

@@ -44,8 +44,10 @@ Mesh::Mesh(MeshOptions options) : opt_(std::move(options)), rng_(opt_.seed) {
     c.select = opt_.select;
     c.fanout = opt_.fanout;
     c.compress = opt_.compress;
+    c.join_state = opt_.join_state;
     c.chunk_floats = opt_.chunk_floats;
-    c.min_peers = opt_.nodes - 1;
+    // With a late joiner the first nodes start without it; it waits for all of them.
+    c.min_peers = opt_.late_join_ms > 0 && i + 1 < opt_.nodes ? opt_.nodes - 2 : opt_.nodes - 1;
     if (i > 0) c.join = {peers_[0]->addr};
     if (data_) {
       learn::TaskOptions to;
@@ -85,11 +87,20 @@ size_t Mesh::ByAddr(const std::string& addr) const {
 
 void Mesh::Start() {
   for (size_t i = 0; i < peers_.size(); ++i) {
-    peers_[i]->node->Start(now_);
-    Execute(i);
-    Arm(i);
-    Feed(i, node::TrainerProgress{0, true, true});
+    if (opt_.late_join_ms > 0 && i + 1 == peers_.size()) {
+      At(opt_.late_join_ms, [this, i] { StartNode(i); });
+    } else {
+      StartNode(i);
+    }
   }
+}
+
+void Mesh::StartNode(size_t i) {
+  peers_[i]->started = true;
+  peers_[i]->node->Start(now_);
+  Execute(i);
+  Arm(i);
+  Feed(i, node::TrainerProgress{0, true, true});
 }
 
 void Mesh::RunUntil(int64_t until_ms) {
@@ -147,11 +158,16 @@ void Mesh::MaybeCompute(size_t i) {
     // SPEC §6: what arrived since the last step is mixed at the step boundary.
     if (q.task && !q.inbox.empty()) {
       std::vector<const float*> others;
-      for (const auto& v : q.inbox) others.push_back(v.data());
-      learn::MixAverage(q.task->params(), others);
+      std::vector<double> weights;
+      for (size_t k = 0; k < q.inbox.size(); ++k) {
+        others.push_back(q.inbox[k].data());
+        weights.push_back(learn::MixWeight(q.step, q.inbox_steps[k]));
+      }
+      learn::MixWeighted(q.task->params(), others, weights);
       q.mixes += q.inbox.size();
     }
     q.inbox.clear();
+    q.inbox_steps.clear();
     if (q.task) q.task->Step();
     q.step++;
     q.computing = false;
@@ -254,6 +270,18 @@ void Mesh::Execute(size_t i) {
       MaybeCompute(i);
     } else if (auto* m = std::get_if<node::Mix>(&o)) {
       peers_[i]->inbox.push_back(std::move(m->params));
+      peers_[i]->inbox_steps.push_back(m->step);
+    } else if (auto* a = std::get_if<node::AdoptState>(&o)) {
+      // As the daemon's trainer: the model and step are taken over before the first step.
+      Peer& p = *peers_[i];
+      if (p.task && a->params.size() == static_cast<size_t>(p.task->params().size())) {
+        p.task->params() = Eigen::Map<const Eigen::VectorXf>(
+            a->params.data(), static_cast<Eigen::Index>(a->params.size()));
+      }
+      p.step = a->step;
+      p.adopted_from = a->from;
+      p.inbox.clear();
+      p.inbox_steps.clear();
     } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {
       sync::Rng rng(req->seed);
       node::PlanResult r{req->id, sync::Select(sync::SelectPolicy::kSelmcast, req->self,

@@ -37,6 +37,8 @@ struct MeshOptions {
   double bandwidth_mbps = 50;     // per connection, MB/s (frame transfer time)
   uint64_t max_steps = 0;         // the trainer stops (training=false) at this step; 0 = never
   gossip::CompressSpec compress;  // --compress of every node
+  int64_t late_join_ms = 0;       // > 0: the last node starts (fresh) at this time, joining node 0
+  bool join_state = true;
   uint32_t chunk_floats = gossip::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
@@ -66,6 +68,8 @@ class Mesh {
   uint64_t step(size_t i) const { return peers_[i]->step; }
   bool crashed(size_t i) const { return peers_[i]->crashed; }
   bool finished(size_t i) const { return peers_[i]->finished; }
+  bool started(size_t i) const { return peers_[i]->started; }
+  const std::string& adopted_from(size_t i) const { return peers_[i]->adopted_from; }
   double loss(size_t i) const;  // test loss of node i's model (synthetic)
   uint64_t mixes(size_t i) const { return peers_[i]->mixes; }
   uint64_t datagrams() const { return datagrams_; }
@@ -83,7 +87,10 @@ class Mesh {
     double speed = 1;
     uint64_t mixes = 0;
     std::vector<std::vector<float>> inbox;
-    int64_t timer_at = -1;  // the pending Tick, if any
+    std::vector<uint64_t> inbox_steps;  // the senders' steps (progress-aware mixing)
+    bool started = false;
+    std::string adopted_from;  // join with state: whose model it took over
+    int64_t timer_at = -1;     // the pending Tick, if any
   };
   struct Conn {  // one TCP connection: (node a, id at a) <-> (node b, id at b)
     size_t a, b;
@@ -128,6 +135,7 @@ class Mesh {
   void Execute(size_t i);
   void Arm(size_t i);
   void MaybeCompute(size_t i);
+  void StartNode(size_t i);
   int64_t Latency();
   size_t ByAddr(const std::string& addr) const;
 

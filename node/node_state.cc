@@ -1,0 +1,148 @@
+// Elastic meshes (issue 14): join with state, and finished nodes serving their final model.
+//
+// Join with state. A fresh node (no checkpoint, step 0, --join-state on) that, once its
+// --min-peers are there, sees training peers further on asks the most advanced one for its model
+// (StateRequest on a parameter connection; the peer answers with the chunks of its newest full
+// snapshot and closes). The node adopts the model and the step of the slowest live training peer
+// (so no bsp/ssp barrier of anyone waits for it, and its own barrier starts where the mesh is),
+// and only then permits its first step. If the peer has no model, the transfer fails or takes
+// longer than join_state_timeout_ms, the node starts from its own initialisation, as the first
+// nodes of a mesh do.
+//
+// Final models. A node that finished training (--target-accuracy or --steps) counts as finished
+// in every barrier (its metadata says training: false), and offers its final model to the peers
+// still training every final_serve_interval_ms: the last nodes mix with it (progress-aware, see
+// learn/mixing.h) instead of finishing alone on their shards.
+#include <algorithm>
+
+#include "node/node.h"
+#include "node/node_internal.h"
+
+namespace meshtrain::node {
+
+// Joining: a fresh node (join-state on, no checkpoint, step 0) holds back "training" while it
+// fetches, while a live training peer is further on (it will fetch once its --min-peers are
+// there), and, when it was given peers to join, until it knows any: so that nobody's barrier
+// waits for a node at step 0 that is about to take over the mesh's model and step.
+bool Node::Joining() const {
+  if (fetch_.phase == Fetch::kDone || !config_.join_state || config_.resumed ||
+      progress_.step != 0) {
+    return false;
+  }
+  if (fetch_.phase == Fetch::kWaiting) return true;
+  const std::vector<PeerInfo> peers = PeerList();
+  for (const PeerInfo& p : peers) {
+    if (p.alive && p.training && p.step > 0) return true;
+  }
+  return peers.empty() && !config_.join.empty();
+}
+
+void Node::PublishTraining(TimeMs now) {
+  const bool t = training();
+  if (t == published_training_) return;
+  published_training_ = t;
+  SetOwnMeta(now);
+}
+
+bool Node::StateReady(TimeMs now) {
+  if (fetch_.phase == Fetch::kDone) return true;
+  if (fetch_.phase == Fetch::kIdle) {
+    auto start_fresh = [&] {
+      fetch_.phase = Fetch::kDone;
+      PublishTraining(now);
+      return true;
+    };
+    if (!config_.join_state || config_.resumed || progress_.step != 0) return start_fresh();
+    std::string best, best_addr;
+    uint64_t best_step = 0, min_step = ~uint64_t{0};
+    for (const PeerInfo& p : PeerList()) {
+      if (!p.alive || !p.training) continue;
+      min_step = std::min(min_step, p.step);
+      if (best.empty() || p.step > best_step) {
+        best = p.name;
+        best_addr = p.data_addr;
+        best_step = p.step;
+      }
+    }
+    if (best.empty() || best_step == 0) return start_fresh();  // a mesh just starting
+    fetch_.phase = Fetch::kWaiting;
+    fetch_.conn = next_conn_++;
+    fetch_.from = best;
+    fetch_.adopt_step = min_step;
+    fetch_.deadline = now + config_.join_state_timeout_ms;
+    Emit(LogLine{false, "joining a running mesh: fetching the model of " + best + " (step " +
+                            std::to_string(best_step) + "), continuing after step " +
+                            std::to_string(min_step)});
+    Emit(Connect{fetch_.conn, best_addr});
+    gossip::Frame f;
+    f.sender = config_.name;
+    f.body = gossip::StateRequestMsg{progress_.step};
+    Emit(SendFrame{fetch_.conn, std::move(f)});
+  }
+  if (now >= fetch_.deadline) {
+    Emit(LogLine{true, "no model from " + fetch_.from + " in time: starting from scratch"});
+    Emit(Close{fetch_.conn, true});
+    fetch_.phase = Fetch::kDone;
+    PublishTraining(now);
+    return true;
+  }
+  barrier_deadline_ = fetch_.deadline;
+  return false;
+}
+
+void Node::OnStateChunk(ConnId conn, gossip::Frame& f, TimeMs now) {
+  auto* chunk = std::get_if<gossip::ParamChunk>(&f.body);
+  const bool ok = chunk != nullptr && f.sender == fetch_.from && gossip::ExpandChunk(chunk) &&
+                  chunk->base == 0 &&
+                  (config_.expected_params == 0 || chunk->total == config_.expected_params);
+  if (!ok) {
+    Reject();
+    Emit(Close{conn, true});
+    return;  // OnStateClosed falls back
+  }
+  auto model = fetch_.assembler.Add(*chunk);
+  if (!model) return;
+  fetch_.phase = Fetch::kDone;
+  Emit(Close{conn, false});
+  Emit(LogLine{false, "adopted the model of " + fetch_.from + " (its step " +
+                          std::to_string(model->step) + "); first step " +
+                          std::to_string(fetch_.adopt_step + 1)});
+  progress_.step = fetch_.adopt_step;
+  if (swim_) swim_->SetStep(progress_.step);
+  PublishTraining(now);
+  Emit(AdoptState{fetch_.from, fetch_.adopt_step, std::move(model->params)});
+  if (barrier_waiting_) RunBarrier(now);
+}
+
+void Node::OnStateClosed(TimeMs now) {
+  if (fetch_.phase != Fetch::kWaiting) return;
+  Emit(LogLine{true, "could not fetch the model of " + fetch_.from + ": starting from scratch"});
+  fetch_.phase = Fetch::kDone;
+  PublishTraining(now);
+  if (barrier_waiting_) RunBarrier(now);
+}
+
+// A peer asks for our model (on a connection it opened): the newest snapshot, whole.
+void Node::ServeState(ConnId conn, const std::string& from) {
+  if (!latest_ || !PeerLive(from)) {
+    Emit(Close{conn, false});
+    return;
+  }
+  for (auto& c : gossip::SplitParams(*latest_, 1, latest_step_, config_.chunk_floats)) {
+    gossip::Frame f;
+    f.sender = config_.name;
+    f.body = std::move(c);
+    Emit(SendFrame{conn, std::move(f)});
+  }
+  Emit(Close{conn, false});
+}
+
+void Node::ServeFinal(TimeMs now) {
+  if (!final_ || now < final_serve_at_) return;
+  final_serve_at_ = now + config_.final_serve_interval_ms;
+  if (!latest_ || pending_ || round_ || leaving_) return;
+  pending_ = SnapshotIn{latest_step_, latest_, true};
+  StartRound(now);
+}
+
+}  // namespace meshtrain::node
