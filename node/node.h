@@ -83,10 +83,13 @@ struct NodeConfig {
   TimeMs bandwidth_interval_ms = 2000;  // how often measurements become published estimates
   TimeMs min_peers_poll_ms = 100;
   uint64_t plan_epoch_steps = 16;  // a SELMCAST plan is shared for this many steps (see node.cc)
-  // Join with state (issue 14): a fresh node that finds training peers further on fetches the
+  // Join with state (issue 14): a node about to take its first step (fresh or resumed) that
+  // finds every live training peer further on fetches the
   // most advanced one's model before its first step and adopts the slowest live peer's step.
   bool join_state = true;
   TimeMs join_state_timeout_ms = 10000;  // then it starts from its own initialisation
+  uint64_t join_state_min_lead = 20;     // fetch only from a mesh this many steps further on (the
+                                         // first nodes of a mesh start within a few steps)
   // A node that finished training (--target-accuracy, --steps) offers its final model to the
   // peers still training this often, so the last nodes converge with it instead of alone.
   TimeMs final_serve_interval_ms = 2000;

@@ -1,7 +1,8 @@
 // Elastic meshes (issue 14): join with state, and finished nodes serving their final model.
 //
-// Join with state. A fresh node (no checkpoint, step 0, --join-state on) that, once its
-// --min-peers are there, sees training peers further on asks the most advanced one for its model
+// Join with state. A node about to take its first step (fresh, or resumed from a checkpoint) that,
+// once its --min-peers are there, sees every live training peer further on asks the most advanced
+// one for its model
 // (StateRequest on a parameter connection; the peer answers with the chunks of its newest full
 // snapshot and closes). The node adopts the model and the step of the slowest live training peer
 // (so no bsp/ssp barrier of anyone waits for it, and its own barrier starts where the mesh is),
@@ -20,19 +21,18 @@
 
 namespace meshtrain::node {
 
-// Joining: a fresh node (join-state on, no checkpoint, step 0) holds back "training" while it
-// fetches, while a live training peer is further on (it will fetch once its --min-peers are
-// there), and, when it was given peers to join, until it knows any: so that nobody's barrier
-// waits for a node at step 0 that is about to take over the mesh's model and step.
+// Joining: a node behind every live training peer (fresh at step 0, or resumed from an older
+// checkpoint) holds back "training" while it fetches, while such a peer is known (it fetches once
+// its --min-peers are there), and, when it was given peers to join, until it knows any: so that
+// nobody's barrier waits for a node that is about to take over the mesh's model and step.
 bool Node::Joining() const {
-  if (fetch_.phase == Fetch::kDone || !config_.join_state || config_.resumed ||
-      progress_.step != 0) {
-    return false;
-  }
+  if (fetch_.phase == Fetch::kDone || !config_.join_state) return false;
   if (fetch_.phase == Fetch::kWaiting) return true;
   const std::vector<PeerInfo> peers = PeerList();
   for (const PeerInfo& p : peers) {
-    if (p.alive && p.training && p.step > 0) return true;
+    if (p.alive && p.training && p.step > progress_.step + config_.join_state_min_lead) {
+      return true;
+    }
   }
   return peers.empty() && !config_.join.empty();
 }
@@ -44,15 +44,19 @@ void Node::PublishTraining(TimeMs now) {
   SetOwnMeta(now);
 }
 
+// Before the first step: fetch the most advanced live peer's model when every live training peer
+// is further on than we are ("whichever is newer": a resumed node keeps its checkpoint unless the
+// mesh has moved past it), adopting the slowest peer's step (never below our own).
 bool Node::StateReady(TimeMs now) {
   if (fetch_.phase == Fetch::kDone) return true;
   if (fetch_.phase == Fetch::kIdle) {
-    auto start_fresh = [&] {
+    auto keep_own = [&] {
       fetch_.phase = Fetch::kDone;
       PublishTraining(now);
       return true;
     };
-    if (!config_.join_state || config_.resumed || progress_.step != 0) return start_fresh();
+    if (!config_.join_state) return keep_own();
+    if (fetch_.deadline == 0) fetch_.deadline = now + config_.join_state_timeout_ms;
     std::string best, best_addr;
     uint64_t best_step = 0, min_step = ~uint64_t{0};
     for (const PeerInfo& p : PeerList()) {
@@ -64,15 +68,21 @@ bool Node::StateReady(TimeMs now) {
         best_step = p.step;
       }
     }
-    if (best.empty() || best_step == 0) return start_fresh();  // a mesh just starting
+    if (best.empty() && !config_.join.empty() && now < fetch_.deadline) {
+      barrier_deadline_ = now + config_.min_peers_poll_ms;  // still joining: learn the mesh first
+      return false;
+    }
+    if (best.empty() || best_step <= progress_.step + config_.join_state_min_lead) {
+      return keep_own();  // we are not behind
+    }
     fetch_.phase = Fetch::kWaiting;
     fetch_.conn = next_conn_++;
     fetch_.from = best;
-    fetch_.adopt_step = min_step;
+    fetch_.adopt_step = std::max(progress_.step, min_step);
     fetch_.deadline = now + config_.join_state_timeout_ms;
     Emit(LogLine{false, "joining a running mesh: fetching the model of " + best + " (step " +
                             std::to_string(best_step) + "), continuing after step " +
-                            std::to_string(min_step)});
+                            std::to_string(fetch_.adopt_step)});
     Emit(Connect{fetch_.conn, best_addr});
     gossip::Frame f;
     f.sender = config_.name;
@@ -80,7 +90,7 @@ bool Node::StateReady(TimeMs now) {
     Emit(SendFrame{fetch_.conn, std::move(f)});
   }
   if (now >= fetch_.deadline) {
-    Emit(LogLine{true, "no model from " + fetch_.from + " in time: starting from scratch"});
+    Emit(LogLine{true, "no model from " + fetch_.from + " in time: going on with our own"});
     Emit(Close{fetch_.conn, true});
     fetch_.phase = Fetch::kDone;
     PublishTraining(now);
