@@ -150,7 +150,7 @@ struct Agent::Impl : RpcBackend {
       if (auto* p = std::get_if<node::Permit>(&o)) {
         if (trainer) trainer->Permit(p->step);
       } else if (auto* m = std::get_if<node::Mix>(&o)) {
-        if (trainer) trainer->Deliver(m->from, std::move(m->params), m->step);
+        if (trainer) trainer->Deliver(m->from, std::move(m->params), m->step, m->finished);
       } else if (auto* a = std::get_if<node::AdoptState>(&o)) {
         if (trainer) trainer->Adopt(std::move(a->params), a->step);
       } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {

@@ -51,10 +51,11 @@ void Trainer::Permit(uint64_t step) {
   cv_.notify_all();
 }
 
-void Trainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step) {
+void Trainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step,
+                      bool finished) {
   if (params.size() != num_params_) return;  // the codec already checks; defence in depth
   std::lock_guard<std::mutex> lock(mu_);
-  inbox_[from] = Incoming{std::move(params), step};
+  inbox_[from] = Incoming{std::move(params), step, finished};
 }
 
 void Trainer::Adopt(std::vector<float> params, uint64_t step) {
@@ -185,6 +186,14 @@ void Trainer::Run() {
         weights.push_back(learn::MixWeight(step, in.step));
       }
       learn::MixWeighted(task_->params(), others, weights);
+      const bool final_in = std::any_of(incoming.begin(), incoming.end(),
+                                        [](const Incoming& in) { return in.finished; });
+      if (final_in && options_.target_accuracy > 0) {
+        // Mixed with a finished peer's model: if that meets the target, this node is done too.
+        Evaluate(step);
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!state_.training) continue;
+      }
     }
     const float loss = task_->Step();
     const double compute = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -88,7 +88,10 @@ class Trainer {
   // Parameters received from `from` at its step `step`; mixed at the next step boundary (the
   // newest vector per sender wins).
   // `step`: the sender's step, for the progress-aware weight (learn::MixWeight).
-  void Deliver(const std::string& from, std::vector<float> params, uint64_t step);
+  // `finished`: the sender's final model; with --target-accuracy the mixed model is evaluated
+  // at once, and training stops if it meets the target (the mesh-wide stop of issue 14).
+  void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
+               bool finished = false);
   // Join with state: before the first step, take over `params` and continue after `step`
   // (applied by the trainer thread; the loop permits step + 1 next).
   void Adopt(std::vector<float> params, uint64_t step);
@@ -123,6 +126,7 @@ class Trainer {
   struct Incoming {
     std::vector<float> params;
     uint64_t step = 0;
+    bool finished = false;
   };
   std::map<std::string, Incoming> inbox_;
   std::optional<Incoming> adopt_;

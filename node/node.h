@@ -180,6 +180,7 @@ struct Mix {
   std::string from;
   uint64_t step = 0;
   std::vector<float> params;
+  bool finished = false;  // the sender finished training: this is its final model
 };
 // Solve a SELMCAST plan (off the loop thread in the daemon) and answer with PlanResult{id}.
 struct PlanRequest {

@@ -342,7 +342,12 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   Emit(SendFrame{conn, std::move(ack)});
   Emit(ParamsReceived{sender, model->step});
   if (barrier_->OnProgress(sender, model->step, now) && barrier_waiting_) RunBarrier(now);
-  Emit(Mix{sender, model->step, std::move(model->params)});
+  // A finished peer's model reached its goal however few steps it took: it mixes at full weight
+  // (the step it carries is ours at least), so the last nodes converge with the finished ones.
+  auto peer = FindPeer(sender);
+  const bool finished = peer && !peer->training;
+  const uint64_t weight_step = finished ? std::max(model->step, progress_.step) : model->step;
+  Emit(Mix{sender, weight_step, std::move(model->params), finished});
 }
 
 }  // namespace meshtrain::node
