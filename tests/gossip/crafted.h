@@ -196,7 +196,7 @@ inline std::vector<Crafted> CraftedCases() {
   c.push_back({"unknown primary type", false, SharedUpdates(1, kProgress, 9), Reject::kSemantic});
   c.push_back({"alive without addr", false, AliveWithoutAddr(), Reject::kVerify});
   c.push_back({"query", false, Query({}), std::nullopt});
-  c.push_back({"unknown body type", false, Query({}, 9), Reject::kSemantic});
+  c.push_back({"unknown body type", false, Query({}, 10), Reject::kSemantic});
   c.push_back({"no sender", false, Query({kProtocolVersion, "default", nullptr}), Reject::kVerify});
   c.push_back({"no cluster", false, Query({kProtocolVersion, nullptr, "n1"}), Reject::kVerify});
   c.push_back({"empty sender", false, Query({kProtocolVersion, "default", ""}), Reject::kSemantic});
