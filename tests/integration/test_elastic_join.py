@@ -37,8 +37,8 @@ def evals(path):
     return out
 
 
-def run(binary, policy, strict):
-    common = ["--profile", "local", "--task", "fmnist-mlp", "--barrier", policy,
+def run(binary, policy, strict, extra=()):
+    common = list(extra) + ["--profile", "local", "--task", "fmnist-mlp", "--barrier", policy,
               "--sample", "2", "--staleness", "4", "--select", "random", "--fanout", "2",
               "--eval-every", "50"]
     with Mesh(binary, 4, common, name_prefix="el") as mesh:
@@ -102,12 +102,15 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", required=True)
     p.add_argument("--policies", default="pssp")
+    p.add_argument("--extra", default="",
+                   help="more agent options, e.g. '--slowdown 3' so that 4 agents do not compete "
+                   "for 2 cores and the step rates show the protocol, not the CPU")
     a = p.parse_args()
     if not os.path.exists(os.path.join(DATASET, "t10k-images-idx3-ubyte.gz")):
         print(f"SKIP: Fashion-MNIST not installed in {DATASET}")
         sys.exit(77)
     for pol in a.policies.split(","):
-        run(a.bin, pol, strict=True)
+        run(a.bin, pol, strict=True, extra=a.extra.split())
     print("PASS")
 
 
