@@ -52,12 +52,14 @@ struct AgentConfig {
   std::string select = "selmcast";
   int fanout = 3;
   int sync_every = 1;
-  std::string sync_every_spec;  // --sync-every as given: "N" or "auto" (Finalize sets the two below)
+  std::string
+      sync_every_spec;  // --sync-every as given: "N" or "auto" (Finalize sets the two below)
   bool sync_every_auto = false;
   std::string compress = "none";
-  std::string join_state = "on";  // on: a fresh node joining a running mesh fetches its model  // none, fp16, int8 or topk:F (gossip/compress.h)
-  double uplink_limit = 0;    // MB/s, 0 = none
-  double downlink_limit = 0;  // MB/s, 0 = none
+  std::string join_state = "on";  // on: a fresh node joining a running mesh fetches its model  //
+                                  // none, fp16, int8 or topk:F (gossip/compress.h)
+  double uplink_limit = 0;        // MB/s, 0 = none
+  double downlink_limit = 0;      // MB/s, 0 = none
   double slowdown = 1;
   std::string metrics_file;
   std::string log_level = "info";

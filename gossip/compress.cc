@@ -207,15 +207,9 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
 
   out.chunks.reserve(chunks);
   for (uint32_t i = 0; i < chunks; ++i) {
-    ParamChunk c;
-    c.round = round;
-    c.step = step;
+    uint32_t n = 0;
+    ParamChunk c = ParamChunkHeader(round, step, i, total, chunk_floats, &n);
     c.base = base;
-    c.chunk = i;
-    c.chunks = chunks;
-    c.total = total;
-    c.offset = i * chunk_floats;
-    const uint32_t n = std::min(chunk_floats, total - c.offset);
     const float* v = values.data() + c.offset;
     float* decoded = out.decoded.data() + c.offset;
     if (spec.kind == Encoding::kTopK) {

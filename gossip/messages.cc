@@ -174,6 +174,19 @@ bool ValidWireAddr(const std::string& addr) { return ValidAddr(addr); }
 
 // ---- Parameter chunking ---------------------------------------------------------------------
 
+ParamChunk ParamChunkHeader(uint64_t round, uint64_t step, uint32_t i, uint32_t total,
+                            uint32_t chunk_floats, uint32_t* len) {
+  ParamChunk c;
+  c.round = round;
+  c.step = step;
+  c.chunk = i;
+  c.chunks = static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
+  c.total = total;
+  c.offset = i * chunk_floats;
+  *len = std::min(chunk_floats, total - c.offset);
+  return c;
+}
+
 std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round, uint64_t step,
                                     uint32_t chunk_floats) {
   std::vector<ParamChunk> out;
@@ -184,14 +197,8 @@ std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t r
       static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
   out.reserve(chunks);
   for (uint32_t i = 0; i < chunks; ++i) {
-    ParamChunk c;
-    c.round = round;
-    c.step = step;
-    c.chunk = i;
-    c.chunks = chunks;
-    c.total = total;
-    c.offset = i * chunk_floats;
-    const uint32_t len = std::min(chunk_floats, total - c.offset);
+    uint32_t len = 0;
+    ParamChunk c = ParamChunkHeader(round, step, i, total, chunk_floats, &len);
     c.data.assign(params.begin() + c.offset, params.begin() + c.offset + len);
     out.push_back(std::move(c));
   }

@@ -218,6 +218,10 @@ bool ValidWireAddr(const std::string& addr);
 
 // Splits a model into ParamChunks of at most `chunk_floats` floats (clamped to
 // 1..kParamChunkFloats). Empty when `params` is empty or longer than 2^32-1 floats.
+// The header of chunk `i` of a model of `total` floats cut into chunks of `chunk_floats`
+// (offset i * chunk_floats); `*len` = the floats it covers.
+ParamChunk ParamChunkHeader(uint64_t round, uint64_t step, uint32_t i, uint32_t total,
+                            uint32_t chunk_floats, uint32_t* len);
 std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round, uint64_t step,
                                     uint32_t chunk_floats = kParamChunkFloats);
 

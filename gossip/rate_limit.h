@@ -9,10 +9,10 @@
 // Thread-safety: none; one owner.
 #pragma once
 
-#include "sync/bandwidth_estimate.h"
-
 #include <algorithm>
 #include <cstdint>
+
+#include "sync/bandwidth_estimate.h"
 
 namespace meshtrain::gossip {
 
