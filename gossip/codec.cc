@@ -527,7 +527,7 @@ std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
   if (const auto* p = std::get_if<ms::Packet>(&d.body)) {
     body = EncodePacket(b, *p);
   } else if (const auto* q = std::get_if<ProgressQuery>(&d.body)) {
-    body = {w::Body::ProgressQuery, w::CreateProgressQuery(b, q->seq, q->step).Union()};
+    body = {w::Body::ProgressQuery, w::CreateProgressQuery(b, q->seq, q->step, q->need).Union()};
   } else {
     const auto& r = std::get<ProgressReply>(d.body);
     body = {w::Body::ProgressReply, w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
@@ -601,7 +601,7 @@ std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, R
     }
     case w::Body::ProgressQuery: {
       const auto* q = env->body_as_ProgressQuery();
-      out.body = ProgressQuery{q->seq(), q->step()};
+      out.body = ProgressQuery{q->seq(), q->step(), q->need()};
       break;
     }
     case w::Body::ProgressReply: {

@@ -57,6 +57,7 @@ constexpr size_t kEnvelopeOverhead = 64;
 struct ProgressQuery {
   uint32_t seq = 0;
   uint64_t step = 0;  // the querier's own step
+  uint64_t need = 0;  // the step it waits for (0 = none): a peer below it answers again there
 };
 
 struct ProgressReply {

@@ -370,6 +370,10 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
+    if (training() && q->need > progress_.step &&
+        (watchers_.size() < kMaxWatchers || watchers_.count(dg.sender) > 0)) {
+      watchers_[dg.sender] = Watcher{in.from, q->seq, q->need};
+    }
     // The query carries the querier's step: progress news, but only about a peer the barrier
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
@@ -481,11 +485,28 @@ void Node::OnClosed(const ConnClosed& in, TimeMs now) {
 
 // ---- training: barrier ----------------------------------------------------------------------
 
+// Peers that wait for our step (their ProgressQuery.need) hear it when we get there, or that we
+// stopped training: one ProgressReply each, with the seq of their query.
+void Node::NotifyWatchers() {
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if (training() && progress_.step < it->second.need) {
+      ++it;
+      continue;
+    }
+    gossip::Datagram reply;
+    reply.sender = config_.name;
+    reply.body = gossip::ProgressReply{it->second.seq, progress_.step, training()};
+    Emit(SendDatagram{it->second.addr, std::move(reply)});
+    it = watchers_.erase(it);
+  }
+}
+
 void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
   if (!config_.training) return;
   const bool step_changed = p.step != progress_.step;
   progress_ = p;
   if (swim_ && step_changed) swim_->SetStep(p.step);
+  if (!watchers_.empty() && (step_changed || !training())) NotifyWatchers();
   PublishTraining(now);  // peers' barriers stop waiting on us when we stop (SPEC §6)
   if (p.waiting && p.training) {
     barrier_waiting_ = true;
@@ -530,7 +551,11 @@ void Node::RunBarrier(TimeMs now) {
     if (addr == nullptr) continue;
     gossip::Datagram dg;
     dg.sender = config_.name;
-    dg.body = gossip::ProgressQuery{q.seq, progress_.step};
+    // `need`: the step this node waits for from the peer; a peer below it answers again when it
+    // gets there, so the wait ends without polling (re-queries stay as the fallback).
+    const uint64_t bound = barrier_->SampledBound();
+    const uint64_t need = progress_.step > bound ? progress_.step - bound : 0;
+    dg.body = gossip::ProgressQuery{q.seq, progress_.step, need};
     Emit(SendDatagram{*addr, std::move(dg)});
   }
   if (d == sync::Decision::kPass) {

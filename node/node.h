@@ -354,6 +354,7 @@ class Node {
   bool StateReady(TimeMs now);       // false while a fresh node fetches a peer's model
   bool Joining() const;              // see training()
   void PublishTraining(TimeMs now);  // our metadata's `training` follows training()
+  void NotifyWatchers();
   void OnStateChunk(ConnId conn, gossip::Frame& f, TimeMs now);
   void OnStateClosed(TimeMs now);
   void ServeState(ConnId conn, const std::string& from);
@@ -382,6 +383,14 @@ class Node {
   bool min_peers_reached_ = false;
   TimeMs barrier_deadline_ = sync::kNoDeadline;
   bool progress_dirty_ = false;
+  // Peers waiting for our step (ProgressQuery.need): answered again when we reach it.
+  struct Watcher {
+    std::string addr;
+    uint32_t seq = 0;
+    uint64_t need = 0;
+  };
+  static constexpr size_t kMaxWatchers = 1024;
+  std::map<std::string, Watcher> watchers_;
 
   // Rounds: one in flight; a newer snapshot replaces a pending one.
   std::unique_ptr<Round> round_;

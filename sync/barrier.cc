@@ -205,7 +205,7 @@ uint64_t BarrierCore::ChooseDsspExtra(TimeMs now) const {
 
 bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   if (config_.sample == 0 || view_.empty()) return true;  // β = 0 is asp; alone passes
-  const uint64_t bound = config_.policy == Policy::kPssp ? config_.staleness : 0;
+  const uint64_t bound = SampledBound();
   if (!round_active_) {
     NewRound(rng);
   } else if (now >= round_deadline_) {

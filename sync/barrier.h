@@ -133,6 +133,9 @@ class BarrierCore {
   double WaitSeconds(TimeMs now) const;
 
   const ProgressView& view() const { return view_; }
+  // pbsp/pssp: how far a sampled peer may be behind (0, or the staleness): a node at step c
+  // waits for sampled peers below c - SampledBound().
+  uint64_t SampledBound() const { return config_.policy == Policy::kPssp ? config_.staleness : 0; }
   const BarrierConfig& config() const { return config_; }
   const BarrierStats& stats() const { return stats_; }
   // Peers in the current pbsp/pssp sample (empty when not waiting on a sample).

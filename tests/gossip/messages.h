@@ -145,7 +145,8 @@ class Gen {
     d.sent_ms = U(0, UINT64_MAX);
     switch (U(0, 3)) {
       case 0:
-        d.body = ProgressQuery{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX)};
+        d.body = ProgressQuery{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX),
+                               U(0, UINT64_MAX)};
         break;
       case 1:
         d.body = ProgressReply{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX), Coin()};
@@ -282,6 +283,7 @@ inline void CheckSame(const Datagram& a, const Datagram& b) {
     CheckSame(*p, std::get<ms::Packet>(b.body));
   } else if (const auto* q = std::get_if<ProgressQuery>(&a.body)) {
     CHECK(q->seq == std::get<ProgressQuery>(b.body).seq);
+    CHECK(q->need == std::get<ProgressQuery>(b.body).need);
     CHECK(q->step == std::get<ProgressQuery>(b.body).step);
   } else {
     const auto& x = std::get<ProgressReply>(a.body);
