@@ -419,9 +419,11 @@ class Node {
     ConnId conn = 0;
     std::string from;
     uint64_t adopt_step = 0;
-    TimeMs deadline = 0;
+    TimeMs deadline = 0;  // of the whole attempt (learning the mesh, fetches, retries)
+    TimeMs retry_at = 0;
     gossip::ParamAssembler assembler;
   } fetch_;
+  static constexpr TimeMs kStateRetryMs = 250;
 
   // Bandwidth meters (SPEC §7): measured while transfers are active.
   struct BusyMeter {

@@ -57,6 +57,10 @@ bool Node::StateReady(TimeMs now) {
     };
     if (!config_.join_state) return keep_own();
     if (fetch_.deadline == 0) fetch_.deadline = now + config_.join_state_timeout_ms;
+    if (now < fetch_.retry_at) {  // the last attempt failed; another one shortly
+      barrier_deadline_ = fetch_.retry_at;
+      return false;
+    }
     std::string best, best_addr;
     uint64_t best_step = 0, min_step = ~uint64_t{0};
     for (const PeerInfo& p : PeerList()) {
@@ -79,7 +83,7 @@ bool Node::StateReady(TimeMs now) {
     fetch_.conn = next_conn_++;
     fetch_.from = best;
     fetch_.adopt_step = std::max(progress_.step, min_step);
-    fetch_.deadline = now + config_.join_state_timeout_ms;
+    fetch_.assembler.Reset();
     Emit(LogLine{false, "joining a running mesh: fetching the model of " + best + " (step " +
                             std::to_string(best_step) + "), continuing after step " +
                             std::to_string(fetch_.adopt_step)});
@@ -126,7 +130,15 @@ void Node::OnStateChunk(ConnId conn, gossip::Frame& f, TimeMs now) {
 
 void Node::OnStateClosed(TimeMs now) {
   if (fetch_.phase != Fetch::kWaiting) return;
-  Emit(LogLine{true, "could not fetch the model of " + fetch_.from + ": starting from scratch"});
+  if (now + 2 * kStateRetryMs < fetch_.deadline) {
+    // E.g. the peer still holds us for failed (we restarted under the same name): ask again,
+    // maybe another peer, until the deadline.
+    fetch_.phase = Fetch::kIdle;
+    fetch_.retry_at = now + kStateRetryMs;
+    if (barrier_waiting_) barrier_deadline_ = fetch_.retry_at;
+    return;
+  }
+  Emit(LogLine{true, "could not fetch the model of " + fetch_.from + ": going on with our own"});
   fetch_.phase = Fetch::kDone;
   PublishTraining(now);
   if (barrier_waiting_) RunBarrier(now);
@@ -134,7 +146,9 @@ void Node::OnStateClosed(TimeMs now) {
 
 // A peer asks for our model (on a connection it opened): the newest snapshot, whole.
 void Node::ServeState(ConnId conn, const std::string& from) {
-  if (!latest_ || !PeerLive(from)) {
+  // Any member we know (a node restarted under its name may still be "failed" here).
+  const bool known = swim_ ? swim_->Find(from) != nullptr : FindExternal(from) != nullptr;
+  if (!latest_ || !known) {
     Emit(Close{conn, false});
     return;
   }

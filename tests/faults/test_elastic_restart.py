@@ -53,12 +53,14 @@ def main():
         done.start(join=[rest[0].addr])
 
         def rejoined():
-            s = done.status()
             log = open(done.log_path, errors="replace").read()
-            return (s, log) if s and "adopted the model of" in log else None
-        dt, (s, log) = wait_until(rejoined, 60, interval=0.5,
-                                  what=f"{done.name} rejoins from the mesh")
+            return log if "adopted the model of" in log else None
+        dt, log = wait_until(rejoined, 60, interval=0.5, what=f"{done.name} rejoins from the mesh")
         others = [a.status()["step"] for a in rest]
+        # The trainer takes the model over at its next step boundary: poll its step (bounded).
+        _, s = wait_until(lambda: (lambda st: st if st and st["step"] >= min(others) - 100
+                                   else None)(done.status()), 20, interval=0.2,
+                          what=f"{done.name} continues near the others' step")
         resumed = [ln for ln in log.splitlines() if "resum" in ln or "checkpoint" in ln]
         print(f"{done.name} restarted: {resumed[-1:] if resumed else 'no checkpoint line'}; "
               f"adopted the mesh's model, now at step {s['step']} (others {others})")
