@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "gossip/messages.h"
+#include "learn/label_skew.h"
 #include "gossip/net_addr.h"
 
 namespace meshtrain::daemon {
@@ -124,6 +125,9 @@ Status AgentConfig::Finalize() {
     if (!std::regex_match(shard, m, kShard) || std::stoi(m[1]) >= std::stoi(m[2])) {
       return Status::InvalidArgument("invalid --shard " + Quoted(shard) + ": expected I/N with 0 <= I < N");
     }
+  }
+  if (auto mode = learn::ParseShardMode(shard_mode); !mode.ok()) {
+    return Status::InvalidArgument("invalid " + mode.status().message());
   }
   if (probe_interval_ms == 0 || probe_timeout_ms == 0 || gossip_interval_ms == 0) {
     return Status::InvalidArgument("timing overrides must be positive");
