@@ -123,6 +123,10 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
       ->capture_default_str();
   a->add_option("--dataset-dir", c.dataset_dir, "Fashion-MNIST IDX files")->capture_default_str();
   a->add_option("--shard", c.shard, "Train on the I-th of N disjoint shards (I/N)");
+  a->add_option("--shard-mode", c.shard_mode,
+                "How shards split the training set: iid (contiguous ranges) or label-skew:ALPHA "
+                "(seeded Dirichlet label skew; small ALPHA = few classes per shard)")
+      ->capture_default_str();
   a->add_option("--batch", c.batch, "Mini-batch size")->capture_default_str();
   a->add_option("--lr", c.lr, "Learning rate")->capture_default_str();
   a->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();

@@ -10,6 +10,7 @@
 
 #include "gossip/compress.h"
 #include "gossip/messages.h"
+#include "learn/label_skew.h"
 #include "gossip/net_addr.h"
 
 namespace meshtrain::daemon {
@@ -157,6 +158,9 @@ Status AgentConfig::Finalize() {
       return Status::InvalidArgument("invalid --shard " + Quoted(shard) +
                                      ": expected I/N with 0 <= I < N");
     }
+  }
+  if (auto mode = learn::ParseShardMode(shard_mode); !mode.ok()) {
+    return Status::InvalidArgument("invalid " + mode.status().message());
   }
   if (probe_interval_ms == 0 || probe_timeout_ms == 0 || gossip_interval_ms == 0) {
     return Status::InvalidArgument("timing overrides must be positive");

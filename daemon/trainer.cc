@@ -1,5 +1,6 @@
 #include "daemon/trainer.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -269,6 +270,9 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
       return learn::Status::InvalidArgument("invalid --shard: " + shard.status().message());
     opts.shard = shard.value();
   }
+  auto mode = learn::ParseShardMode(config.shard_mode);
+  if (!mode.ok()) return learn::Status::InvalidArgument("invalid " + mode.status().message());
+  opts.shard_mode = mode.value();
   opts.batch_size = config.batch;
   opts.lr = static_cast<float>(config.lr);
   opts.momentum = static_cast<float>(config.momentum);
@@ -281,6 +285,10 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
   if (!task.ok()) {
     return learn::Status::InvalidArgument("cannot start task " + config.task + ": " +
                                           task.status().message());
+  }
+  if (const auto hist = task.value()->LabelHistogram(); !hist.empty()) {
+    spdlog::info("shard {} ({}): {} samples, label histogram [{}]", opts.shard.ToString(),
+                 opts.shard_mode.ToString(), task.value()->train_size(), fmt::join(hist, ","));
   }
   TrainerOptions topts;
   topts.max_steps = config.steps;

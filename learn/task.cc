@@ -66,14 +66,23 @@ class ClassifierTask final : public Task {
       input_shift_ = data_->pixel_mean;
       input_scale_ = 1.0f / data_->pixel_stddev;
     }
-    const auto [begin, end] = ShardRange(data_->train.size(), options.shard);
-    shard_begin_ = begin;
-    shard_size_ = end - begin;
+    if (options.shard_mode.label_skew) {
+      shard_indices_ = LabelSkewIndices(data_->train.labels, kFashionMnistClasses, options.shard,
+                                        options.shard_mode.alpha, options.init_seed);
+    } else {
+      const auto [begin, end] = ShardRange(data_->train.size(), options.shard);
+      shard_indices_.resize(end - begin);
+      for (size_t i = begin; i < end; ++i) shard_indices_[i - begin] = static_cast<uint32_t>(i);
+    }
+    shard_size_ = shard_indices_.size();
     InitMlp(shape_, options.init_seed, params_.data());
   }
 
   size_t train_size() const override { return shard_size_; }
   size_t test_size() const override { return data_->test.size(); }
+  std::vector<size_t> LabelHistogram() const override {
+    return learn::LabelHistogram(data_->train.labels, shard_indices_, kFashionMnistClasses);
+  }
 
   EvalResult Evaluate() const override {
     // Chunks bound the activation memory (1024 x 256 floats) while keeping products large.
@@ -106,7 +115,7 @@ class ClassifierTask final : public Task {
  protected:
   float ComputeLossAndGradient(const uint32_t* idx, size_t n, float* grad) override {
     global_idx_.resize(n);
-    for (size_t k = 0; k < n; ++k) global_idx_[k] = static_cast<uint32_t>(shard_begin_ + idx[k]);
+    for (size_t k = 0; k < n; ++k) global_idx_[k] = shard_indices_[idx[k]];
     FillBatch(data_->train, global_idx_.data(), n, &x_, &labels_);
     Standardize(&x_);
     return MlpLossAndGradient<float>(shape_, params_.data(), x_, labels_, grad);
@@ -123,7 +132,7 @@ class ClassifierTask final : public Task {
   float input_shift_ = 0.0f;
   float input_scale_ = 1.0f;
   std::shared_ptr<const FashionMnist> data_;
-  size_t shard_begin_ = 0;
+  std::vector<uint32_t> shard_indices_;  // training-set indices of this node's shard
   size_t shard_size_ = 0;
   // Batch scratch reused across steps.
   std::vector<uint32_t> global_idx_;

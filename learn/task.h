@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "learn/dataset.h"
+#include "learn/label_skew.h"
 #include "learn/optimizer.h"
 #include "learn/rng.h"
 #include "learn/status.h"
@@ -62,6 +63,10 @@ struct TaskOptions {
   std::shared_ptr<const SyntheticData> synthetic_data;
   SyntheticOptions synthetic;
   Shard shard;  // of the training set; the test set is always whole
+  // How the training set is split into shards (fmnist tasks): iid = contiguous ranges,
+  // label-skew:ALPHA = seeded Dirichlet label skew (learn/label_skew.h; seeded by init_seed, so
+  // equal on every node).
+  ShardMode shard_mode;
   // fmnist tasks: feed (pixel - mean) / stddev of the training set instead of raw [0,1] pixels.
   // Centred inputs condition the MLP's first layer far better (fmnist-mlp reaches 0.887 instead
   // of 0.872 test accuracy after 5 epochs at lr 0.01); the statistics come from the whole
@@ -102,6 +107,8 @@ class Task {
   int64_t epoch() const { return epoch_; }
   int batch_size() const { return batch_size_; }
   virtual size_t train_size() const = 0;  // samples in this node's shard
+  // Per-class sample counts of this node's shard (classifier tasks; empty otherwise).
+  virtual std::vector<size_t> LabelHistogram() const { return {}; }
   virtual size_t test_size() const = 0;
 
   // One SGD step on the next minibatch of this node's shard (sequential over a per-epoch seeded
