@@ -17,6 +17,7 @@
 #include "daemon/config.h"
 #include "daemon/config_file.h"
 #include "daemon/json_text.h"
+#include "daemon/log_format.h"
 #include "gossip/crypto.h"
 #include "gossip/messages.h"
 
@@ -147,6 +148,9 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--metrics-file", c.metrics_file, "JSON-lines metrics log");
   a->add_option("--log-level", c.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  a->add_option("--log-format", c.log_format,
+                "text, or json: one JSON object per line (ts, level, node, msg)")
+      ->capture_default_str();
 }
 
 // A configuration error (bad option value, unreadable or malformed config file): one line on
@@ -161,7 +165,7 @@ int RunAgent(meshtrain::daemon::AgentConfig config) {
   auto logger = spdlog::stderr_color_mt("meshtrain");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(config.log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [%^%l%$] " + config.name + ": %v");
+  meshtrain::daemon::SetLogFormat(*logger, config.log_format, config.name);
   std::signal(SIGPIPE, SIG_IGN);
   meshtrain::daemon::Agent agent(std::move(config));
   return agent.Run();

@@ -54,28 +54,35 @@ Status AgentConfig::Finalize() {
            {"--rpc-token", &rpc_token},
            {"--cluster", &cluster},
            {"--profile", &profile}}) {
-    if (!gossip::ValidUtf8(*value)) return Status::InvalidArgument(std::string("invalid ") + flag + ": not valid UTF-8");
+    if (!gossip::ValidUtf8(*value))
+      return Status::InvalidArgument(std::string("invalid ") + flag + ": not valid UTF-8");
   }
   for (const auto& j : join) {
-    if (!gossip::ValidUtf8(j)) return Status::InvalidArgument("invalid --join " + Quoted(j) + ": not valid UTF-8");
+    if (!gossip::ValidUtf8(j))
+      return Status::InvalidArgument("invalid --join " + Quoted(j) + ": not valid UTF-8");
   }
   auto bind_addr = gossip::NetAddr::Parse(bind);
   if (!bind_addr)
-    return Status::InvalidArgument("invalid --bind " + Quoted(bind) + ": expected IP:PORT, e.g. 127.0.0.1:7950");
-  if (bind_addr->port() == 0) return Status::InvalidArgument("invalid --bind " + Quoted(bind) + ": port 0 is not allowed");
+    return Status::InvalidArgument("invalid --bind " + Quoted(bind) +
+                                   ": expected IP:PORT, e.g. 127.0.0.1:7950");
+  if (bind_addr->port() == 0)
+    return Status::InvalidArgument("invalid --bind " + Quoted(bind) + ": port 0 is not allowed");
   if (advertise.empty()) {
     advertise = bind_addr->IsAny() ? "127.0.0.1:" + std::to_string(bind_addr->port())
                                    : bind_addr->ToString();
   }
   auto adv = gossip::NetAddr::Parse(advertise);
   if (!adv || adv->IsAny() || adv->port() == 0) {
-    return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) + ": expected a routable IP:PORT");
+    return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) +
+                                   ": expected a routable IP:PORT");
   }
   advertise = adv->ToString();
-  if (!gossip::NetAddr::Parse(rpc)) return Status::InvalidArgument("invalid --rpc " + Quoted(rpc) + ": expected IP:PORT");
+  if (!gossip::NetAddr::Parse(rpc))
+    return Status::InvalidArgument("invalid --rpc " + Quoted(rpc) + ": expected IP:PORT");
   for (auto& j : join) {
     auto a = gossip::NetAddr::Parse(j);
-    if (!a || a->port() == 0) return Status::InvalidArgument("invalid --join " + Quoted(j) + ": expected IP:PORT");
+    if (!a || a->port() == 0)
+      return Status::InvalidArgument("invalid --join " + Quoted(j) + ": expected IP:PORT");
     j = a->ToString();
   }
   if (name.empty()) {
@@ -85,44 +92,55 @@ Status AgentConfig::Finalize() {
   }
   static const std::regex kName("[A-Za-z0-9._-]{1,64}");
   if (!std::regex_match(name, kName)) {
-    return Status::InvalidArgument("invalid --name " + Quoted(name) + ": use 1-64 characters of [A-Za-z0-9._-]");
+    return Status::InvalidArgument("invalid --name " + Quoted(name) +
+                                   ": use 1-64 characters of [A-Za-z0-9._-]");
   }
   if (!membership::Config::Profile(profile)) {
-    return Status::InvalidArgument("invalid --profile " + Quoted(profile) + ": expected lan, wan or local");
+    return Status::InvalidArgument("invalid --profile " + Quoted(profile) +
+                                   ": expected lan, wan or local");
   }
   if (!gossip::ValidClusterLabel(cluster)) {
-    return Status::InvalidArgument("invalid --cluster: 1-64 bytes of UTF-8 without control characters");
+    return Status::InvalidArgument(
+        "invalid --cluster: 1-64 bytes of UTF-8 without control characters");
   }
   if (!OneOf(task, {"none", "synthetic", "fmnist-softmax", "fmnist-mlp"})) {
     return Status::InvalidArgument("invalid --task " + Quoted(task) +
-           ": expected none, synthetic, fmnist-softmax or fmnist-mlp");
+                                   ": expected none, synthetic, fmnist-softmax or fmnist-mlp");
   }
   if (!OneOf(barrier, {"bsp", "ssp", "asp", "pbsp", "pssp", "dssp"})) {
-    return Status::InvalidArgument("invalid --barrier " + Quoted(barrier) + ": expected bsp, ssp, asp, pbsp, pssp or dssp");
+    return Status::InvalidArgument("invalid --barrier " + Quoted(barrier) +
+                                   ": expected bsp, ssp, asp, pbsp, pssp or dssp");
   }
   if (!OneOf(select, {"all", "random", "selmcast"})) {
-    return Status::InvalidArgument("invalid --select " + Quoted(select) + ": expected all, random or selmcast");
+    return Status::InvalidArgument("invalid --select " + Quoted(select) +
+                                   ": expected all, random or selmcast");
   }
   if (batch < 1 || batch > 65536) return Status::InvalidArgument("invalid --batch: 1..65536");
   if (!(lr > 0 && lr < 100)) return Status::InvalidArgument("invalid --lr: must be > 0");
-  if (!(momentum >= 0 && momentum < 1)) return Status::InvalidArgument("invalid --momentum: must be in [0, 1)");
+  if (!(momentum >= 0 && momentum < 1))
+    return Status::InvalidArgument("invalid --momentum: must be in [0, 1)");
   if (!(target_accuracy >= 0 && target_accuracy <= 1)) {
     return Status::InvalidArgument("invalid --target-accuracy: must be in [0, 1]");
   }
   if (eval_every < 1) return Status::InvalidArgument("invalid --eval-every: must be >= 1");
-  if (checkpoint_every < 1) return Status::InvalidArgument("invalid --checkpoint-every: must be >= 1");
+  if (checkpoint_every < 1)
+    return Status::InvalidArgument("invalid --checkpoint-every: must be >= 1");
   if (staleness < 0) return Status::InvalidArgument("invalid --staleness: must be >= 0");
-  if (min_peers < 0 || min_peers > 10000) return Status::InvalidArgument("invalid --min-peers: 0..10000");
+  if (min_peers < 0 || min_peers > 10000)
+    return Status::InvalidArgument("invalid --min-peers: 0..10000");
   if (sample < 0) return Status::InvalidArgument("invalid --sample: must be >= 0");
   if (fanout < 1) return Status::InvalidArgument("invalid --fanout: must be >= 1");
   if (sync_every < 1) return Status::InvalidArgument("invalid --sync-every: must be >= 1");
-  if (uplink_limit < 0 || downlink_limit < 0) return Status::InvalidArgument("invalid bandwidth limit: must be >= 0");
-  if (!(slowdown >= 1 && slowdown <= 1000)) return Status::InvalidArgument("invalid --slowdown: must be in [1, 1000]");
+  if (uplink_limit < 0 || downlink_limit < 0)
+    return Status::InvalidArgument("invalid bandwidth limit: must be >= 0");
+  if (!(slowdown >= 1 && slowdown <= 1000))
+    return Status::InvalidArgument("invalid --slowdown: must be in [1, 1000]");
   if (!shard.empty()) {
     static const std::regex kShard("([0-9]{1,6})/([0-9]{1,6})");
     std::smatch m;
     if (!std::regex_match(shard, m, kShard) || std::stoi(m[1]) >= std::stoi(m[2])) {
-      return Status::InvalidArgument("invalid --shard " + Quoted(shard) + ": expected I/N with 0 <= I < N");
+      return Status::InvalidArgument("invalid --shard " + Quoted(shard) +
+                                     ": expected I/N with 0 <= I < N");
     }
   }
   if (probe_interval_ms == 0 || probe_timeout_ms == 0 || gossip_interval_ms == 0) {
@@ -130,6 +148,10 @@ Status AgentConfig::Finalize() {
   }
   if (!OneOf(log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"})) {
     return Status::InvalidArgument("invalid --log-level " + Quoted(log_level));
+  }
+  if (!OneOf(log_format, {"text", "json"})) {
+    return Status::InvalidArgument("invalid --log-format " + Quoted(log_format) +
+                                   ": expected text or json");
   }
   return Status::OK();
 }

@@ -57,6 +57,7 @@ struct AgentConfig {
   double slowdown = 1;
   std::string metrics_file;
   std::string log_level = "info";
+  std::string log_format = "text";  // text or json (issue 19)
 
   // Fills defaults that depend on other fields (name, advertise) and checks every value.
   // An InvalidArgument naming the option and what it expects, or ok when usable.
