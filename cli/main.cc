@@ -17,6 +17,7 @@
 #include "daemon/config.h"
 #include "daemon/config_file.h"
 #include "daemon/json_text.h"
+#include "daemon/log_format.h"
 #include "gossip/crypto.h"
 #include "gossip/messages.h"
 
@@ -163,6 +164,12 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--metrics-file", c.metrics_file, "JSON-lines metrics log");
   a->add_option("--log-level", c.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  a->add_option("--tag", c.tag_args,
+                "KEY=VALUE operator tag, repeatable; gossiped to every member and shown by "
+                "`members` (at most 8; keys [A-Za-z0-9_.-]{1,32}; values up to 64 bytes)");
+  a->add_option("--log-format", c.log_format,
+                "text, or json: one JSON object per line (ts, level, node, msg)")
+      ->capture_default_str();
 }
 
 // A configuration error (bad option value, unreadable or malformed config file): one line on
@@ -177,7 +184,7 @@ int RunAgent(meshtrain::daemon::AgentConfig config) {
   auto logger = spdlog::stderr_color_mt("meshtrain");
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(config.log_level));
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e [%^%l%$] " + config.name + ": %v");
+  meshtrain::daemon::SetLogFormat(*logger, config.log_format, config.name);
   std::signal(SIGPIPE, SIG_IGN);
   meshtrain::daemon::Agent agent(std::move(config));
   return agent.Run();
@@ -227,6 +234,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
   members->add_option("--status", status_re, "Only members whose status matches this regex");
+  std::vector<std::string> tag_filters;
+  members->add_option("--tag", tag_filters,
+                      "KEY=REGEX: only members with tag KEY whose value matches REGEX (whole "
+                      "value; repeatable, all must match)");
   add_rpc(members);
 
   auto* status = app.add_subcommand("status", "This agent: step, loss, accuracy, peers, traffic");
@@ -330,19 +341,48 @@ int main(int argc, char** argv) {
           return Fail("invalid --status regex '" + status_re + "': " + e.what());
         }
       }
+      std::vector<std::pair<std::string, std::regex>> tag_res;
+      for (const std::string& f : tag_filters) {
+        const size_t eq = f.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          return ConfigError("invalid --tag filter '" + f + "': expected KEY=REGEX");
+        }
+        try {
+          tag_res.emplace_back(f.substr(0, eq), std::regex(f.substr(eq + 1)));
+        } catch (const std::regex_error& e) {
+          return ConfigError("invalid --tag regex '" + f.substr(eq + 1) + "': " + e.what());
+        }
+      }
       auto r = Call(rpc, {{"cmd", "members"}});
       if (!r) return 1;
       json list = json::array();
       for (const auto& m : (*r)["members"]) {
         if (re && !std::regex_search(m.value("status", ""), *re)) continue;
-        list.push_back(m);
+        const json tags = m.value("tags", json::object());
+        bool all = true;
+        for (const auto& [key, tre] : tag_res) {
+          const auto it = tags.find(key);
+          all = all && it != tags.end() && it->is_string() &&
+                std::regex_match(it->get<std::string>(), tre);
+        }
+        if (all) list.push_back(m);
       }
       if (format == "json") {
         std::printf("%s\n", meshtrain::daemon::JsonText(json{{"members", list}}).c_str());
       } else {
+        std::vector<json> rows(list.begin(), list.end());
+        for (json& row : rows) {  // tags as one "k=v,k2=v2" cell
+          std::string cell;
+          const json tags = row.value("tags", json::object());
+          for (const auto& [k, v] : tags.items()) {
+            cell +=
+                (cell.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : "");
+          }
+          row["tags"] = cell;
+        }
         PrintTable({"name", "addr", "status", "incarnation", "step", "training", "uplink_mbps",
-                    "downlink_mbps"},
-                   std::vector<json>(list.begin(), list.end()));
+                    "downlink_mbps", "tags"},
+                   rows);
       }
       return 0;
     }

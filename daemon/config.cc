@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <initializer_list>
 #include <regex>
@@ -168,6 +169,30 @@ Status AgentConfig::Finalize() {
   if (!OneOf(log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"})) {
     return Status::InvalidArgument("invalid --log-level " + Quoted(log_level));
   }
+  tags.clear();
+  for (const std::string& arg : tag_args) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos) {
+      return Status::InvalidArgument("invalid --tag " + Quoted(arg) + ": expected KEY=VALUE");
+    }
+    tags.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
+  }
+  std::sort(tags.begin(), tags.end());
+  for (size_t i = 1; i < tags.size(); ++i) {
+    if (tags[i].first == tags[i - 1].first) {
+      return Status::InvalidArgument("invalid --tag: key " + Quoted(tags[i].first) +
+                                     " given twice");
+    }
+  }
+  if (!gossip::ValidTags(tags)) {
+    return Status::InvalidArgument(
+        "invalid --tag: at most 8 tags; keys 1..32 bytes of [A-Za-z0-9_.-]; values up to 64 "
+        "bytes of UTF-8 without control characters; 256 bytes in all");
+  }
+  if (!OneOf(log_format, {"text", "json"})) {
+    return Status::InvalidArgument("invalid --log-format " + Quoted(log_format) +
+                                   ": expected text or json");
+  }
   return Status::OK();
 }
 
@@ -201,6 +226,7 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.cluster = cluster;
   n.addr = advertise;
   n.data_addr = advertise;
+  n.tags = tags;
   n.membership = MembershipConfig();
   n.seed = seed;
   n.training = task != "none";

@@ -64,6 +64,10 @@ struct AgentConfig {
   double slowdown = 1;
   std::string metrics_file;
   std::string log_level = "info";
+  std::string log_format = "text";    // text or json (issue 19)
+  std::vector<std::string> tag_args;  // --tag KEY=VALUE, as given
+  // Parsed by Finalize: sorted by key, unique, gossip::ValidTags.
+  std::vector<std::pair<std::string, std::string>> tags;
 
   // Fills defaults that depend on other fields (name, advertise) and checks every value.
   // An InvalidArgument naming the option and what it expects, or ok when usable.

@@ -62,6 +62,8 @@ std::vector<std::pair<std::string, std::string>> LivePeers(
 json MembersJson(const std::vector<membership::Member>& members) {
   json arr = json::array();
   for (const auto& m : members) {
+    json tags = json::object();
+    for (const auto& [key, value] : m.meta.tags) tags[key] = value;
     arr.push_back({{"name", m.name},
                    {"addr", m.addr},
                    {"status", membership::StatusName(m.status)},
@@ -69,7 +71,8 @@ json MembersJson(const std::vector<membership::Member>& members) {
                    {"step", m.step},
                    {"training", m.meta.training},
                    {"uplink_mbps", m.meta.uplink_mbps},
-                   {"downlink_mbps", m.meta.downlink_mbps}});
+                   {"downlink_mbps", m.meta.downlink_mbps},
+                   {"tags", tags}});
   }
   return {{"members", arr}};
 }

@@ -45,7 +45,17 @@ std::string ToString(const fb::String* s) {
 fb::Offset<w::Meta> EncodeMeta(fb::FlatBufferBuilder& b, const ms::Meta& m) {
   if (m == ms::Meta{}) return 0;
   const auto data_addr = m.data_addr.empty() ? 0 : b.CreateString(m.data_addr);
-  return w::CreateMeta(b, data_addr, m.training, m.uplink_mbps, m.downlink_mbps);
+  fb::Offset<fb::Vector<fb::Offset<fb::String>>> keys = 0, values = 0;
+  if (!m.tags.empty()) {
+    std::vector<fb::Offset<fb::String>> k, v;
+    for (const auto& [key, value] : m.tags) {
+      k.push_back(b.CreateString(key));
+      v.push_back(b.CreateString(value));
+    }
+    keys = b.CreateVector(k);
+    values = b.CreateVector(v);
+  }
+  return w::CreateMeta(b, data_addr, m.training, m.uplink_mbps, m.downlink_mbps, keys, values);
 }
 
 struct UpdateEncoder {
@@ -188,6 +198,14 @@ bool DecodeMeta(const w::Meta* m, ms::Meta* out, Reject* why) {
   for (float v : {out->uplink_mbps, out->downlink_mbps}) {
     if (!std::isfinite(v) || v < 0) return Fail(Reject::kSemantic, why);
   }
+  const auto* keys = m->tag_keys();
+  const auto* values = m->tag_values();
+  const size_t nk = keys ? keys->size() : 0, nv = values ? values->size() : 0;
+  if (nk != nv || nk > kMaxTags) return Fail(Reject::kSemantic, why);
+  for (size_t i = 0; i < nk; ++i) {
+    out->tags.emplace_back(ToString(keys->Get(i)), ToString(values->Get(i)));
+  }
+  if (!ValidTags(out->tags)) return Fail(Reject::kSemantic, why);
   return true;
 }
 

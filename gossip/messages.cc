@@ -172,6 +172,24 @@ bool ValidNodeName(const std::string& name) { return ValidName(name, kMaxSenderB
 bool ValidClusterLabel(const std::string& label) { return ValidName(label, kMaxClusterBytes); }
 bool ValidWireAddr(const std::string& addr) { return ValidAddr(addr); }
 
+bool ValidTags(const std::vector<std::pair<std::string, std::string>>& tags) {
+  if (tags.size() > kMaxTags) return false;
+  size_t total = 0;
+  for (size_t i = 0; i < tags.size(); ++i) {
+    const auto& [key, value] = tags[i];
+    if (key.empty() || key.size() > kMaxTagKeyBytes) return false;
+    for (char c : key) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '.' || c == '-';
+      if (!ok) return false;
+    }
+    if (value.size() > kMaxTagValueBytes || !NoControlChars(value)) return false;
+    if (i > 0 && !(tags[i - 1].first < key)) return false;  // sorted, unique
+    total += key.size() + value.size();
+  }
+  return total <= kMaxTagTotalBytes;
+}
+
 // ---- Parameter chunking ---------------------------------------------------------------------
 
 ParamChunk ParamChunkHeader(uint64_t round, uint64_t step, uint32_t i, uint32_t total,

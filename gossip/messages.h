@@ -212,6 +212,14 @@ bool ValidFingerprint(std::string_view f);       // kFingerprintChars lowercase 
 // Name and label syntax the decoders accept: 1..max bytes, NoControlChars (so valid UTF-8).
 bool ValidNodeName(const std::string& name);       // max kMaxSenderBytes
 bool ValidClusterLabel(const std::string& label);  // max kMaxClusterBytes
+// Operator tags (issue 19): at most kMaxTags, keys 1..kMaxTagKeyBytes of [A-Za-z0-9_.-], values
+// 0..kMaxTagValueBytes NoControlChars, at most kMaxTagTotalBytes of keys and values together
+// (they ride in alive updates, which must fit a datagram), sorted by key with no duplicates.
+constexpr size_t kMaxTags = 8;
+constexpr size_t kMaxTagKeyBytes = 32;
+constexpr size_t kMaxTagValueBytes = 64;
+constexpr size_t kMaxTagTotalBytes = 256;
+bool ValidTags(const std::vector<std::pair<std::string, std::string>>& tags);
 // "a.b.c.d:port" or "[ipv6]:port" with a numeric address and port 1..65535.
 bool ValidWireAddr(const std::string& addr);
 

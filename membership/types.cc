@@ -12,7 +12,14 @@ namespace {
 constexpr size_t kFieldBytes = 16;
 constexpr size_t kTableBytes = 32;
 
-size_t MetaSize(const Meta& m) { return kTableBytes + 4 * kFieldBytes + m.data_addr.size(); }
+// Tags (issue 19): two vector fields when present (the codec leaves them out when empty), and
+// per string its vector slot, length prefix, terminator and padding.
+size_t MetaSize(const Meta& m) {
+  size_t n = kTableBytes + 4 * kFieldBytes + m.data_addr.size();
+  if (!m.tags.empty()) n += 2 * kFieldBytes;
+  for (const auto& [key, value] : m.tags) n += 2 * kFieldBytes + key.size() + value.size();
+  return n;
+}
 
 // Each update is one element of the packet's vector of unions: a type tag and an offset.
 constexpr size_t kUpdateWrapperBytes = kFieldBytes;

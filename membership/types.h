@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -30,10 +31,13 @@ struct Meta {
   bool training = false;    // still taking SGD steps (SPEC §6: finished nodes leave barriers)
   float uplink_mbps = 0;    // measured available uplink, MB/s (0 = unknown)
   float downlink_mbps = 0;  // measured available downlink, MB/s (0 = unknown)
+  // Operator tags (--tag KEY=VALUE, issue 19): sorted by key, keys unique; limits in
+  // gossip::ValidTags.
+  std::vector<std::pair<std::string, std::string>> tags;
 
   bool operator==(const Meta& o) const {
     return data_addr == o.data_addr && training == o.training && uplink_mbps == o.uplink_mbps &&
-           downlink_mbps == o.downlink_mbps;
+           downlink_mbps == o.downlink_mbps && tags == o.tags;
   }
   bool operator!=(const Meta& o) const { return !(*this == o); }
 };

@@ -88,6 +88,8 @@ void Node::Start(TimeMs now) {
       published_training_ = training();
       swim_->SetStep(progress_.step);
       SetOwnMeta(now);  // training and the bandwidth caps travel in the alive message
+    } else if (!config_.tags.empty()) {
+      SetOwnMeta(now);  // operator tags (issue 19) travel in the alive message too
     }
     if (!config_.join.empty()) {
       swim_->Join(config_.join, now);
@@ -103,6 +105,7 @@ void Node::SetOwnMeta(TimeMs now) {
   ms::Meta meta = self ? self->meta : ms::Meta{};
   meta.data_addr = config_.data_addr == config_.addr ? std::string() : config_.data_addr;
   meta.training = training();
+  meta.tags = config_.tags;
   if (self == nullptr || (meta.uplink_mbps == 0 && meta.downlink_mbps == 0)) {
     meta.uplink_mbps = static_cast<float>(up_.estimate.CapacityMbps(config_.uplink_limit_mbps));
     meta.downlink_mbps =

@@ -57,6 +57,7 @@ struct NodeConfig {
   std::string cluster = "default";  // seeds the shared SELMCAST plan
   std::string addr;                 // advertised membership address ("ip:port")
   std::string data_addr;            // parameter address; empty = addr
+  std::vector<std::pair<std::string, std::string>> tags;  // operator tags, sorted (issue 19)
   membership::Config membership;
   bool external_membership = false;  // the driver supplies PeerView inputs instead of SWIM
   uint64_t seed = 1;                 // the node's only source of randomness

@@ -49,7 +49,11 @@ Datagram PingDatagram() {
   p.from_addr = "127.0.0.1:7950";
   p.from_step = 812;
   p.primary = ms::PingMsg{42, "n2"};
-  p.updates.push_back(ms::AliveMsg{"n3", "10.0.0.3:7950", 7, {"10.0.0.3:7960", true, 9.5f, 3}});
+  p.updates.push_back(
+      ms::AliveMsg{"n3",
+                   "10.0.0.3:7950",
+                   7,
+                   {"10.0.0.3:7960", true, 9.5f, 3, {{"rack", "r1"}, {"zone", "eu-1 \xC3\xA9"}}}});
   p.updates.push_back(ms::SuspectMsg{"n4", 2, "n1"});
   p.updates.push_back(ms::DeadMsg{"n5", 3, "n5"});
   p.updates.push_back(ms::ProgressMsg{"n6", 1234567890123ull});
@@ -109,10 +113,10 @@ TEST_CASE("codec: every message kind round-trips, plaintext and sealed", "[gossi
     pp.state.join = true;
     pp.state.from = "n1";
     pp.state.members.push_back(
-        {"n1", "127.0.0.1:7950", 4, ms::Status::kAlive, {"", true, 1, 2}, 800});
+        {"n1", "127.0.0.1:7950", 4, ms::Status::kAlive, {"", true, 1, 2, {}}, 800});
     pp.state.members.push_back({"n2", "127.0.0.2:7950", 1, ms::Status::kLeft, {}, 0});
     pp.state.members.push_back(
-        {"n3", "127.0.0.3:7950", 9, ms::Status::kSuspect, {"127.0.0.3:9000", false, 0, 0}, 7});
+        {"n3", "127.0.0.3:7950", 9, ms::Status::kSuspect, {"127.0.0.3:9000", false, 0, 0, {}}, 7});
     const Frame push{"n1", pp, 3};
     bytes = codec.EncodeFrame(push);
     auto f = codec.DecodeFrame(bytes.data(), bytes.size(), nullptr);
@@ -253,6 +257,31 @@ TEST_CASE("codec: semantic checks", "[gossip][codec]") {
     std::get<ms::Packet>(d.body).updates.push_back(
         ms::ProgressMsg{std::string(kMaxStringBytes + 1, 'n'), 1});
     ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+  }
+  SECTION("operator tags in metadata (issue 19)") {
+    using Tags = std::vector<std::pair<std::string, std::string>>;
+    const std::vector<Tags> bad = {
+        {{"b", "1"}, {"a", "2"}},                          // unsorted
+        {{"a", "1"}, {"a", "2"}},                          // duplicate key
+        {{"", "1"}},                                       // empty key
+        {{"k y", "1"}},                                    // key outside [A-Za-z0-9_.-]
+        {{std::string(kMaxTagKeyBytes + 1, 'k'), ""}},     // long key
+        {{"k", std::string(kMaxTagValueBytes + 1, 'v')}},  // long value
+        {{"k", "a\nb"}},                                   // control character
+        {{"k", "\xff"}},                                   // invalid UTF-8
+    };
+    for (const Tags& tags : bad) {
+      CHECK_FALSE(ValidTags(tags));
+      Datagram d = PingDatagram();
+      std::get<ms::AliveMsg>(std::get<ms::Packet>(d.body).updates[0]).meta.tags = tags;
+      ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+    }
+    Tags many;
+    for (size_t i = 0; i <= kMaxTags; ++i) many.emplace_back("k" + std::to_string(i), "v");
+    CHECK_FALSE(ValidTags(many));
+    many.pop_back();
+    CHECK(ValidTags(many));
+    CHECK(ValidTags({{"a.b-c_D9", ""}, {"zone", "eu \xC3\xA9"}}));
   }
   SECTION("non-finite bandwidth in metadata") {
     Datagram d = PingDatagram();

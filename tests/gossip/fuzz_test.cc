@@ -182,8 +182,8 @@ BadCorpus MakeBadCorpus(Gen& g, const Codec& plain) {
   }
   {
     Datagram d{"n1", g.Packet("n1", 600)};
-    std::get<ms::Packet>(d.body).updates.push_back(
-        ms::AliveMsg{"x", "1.1.1.1:1", 1, {"", true, std::numeric_limits<float>::infinity(), 0}});
+    std::get<ms::Packet>(d.body).updates.push_back(ms::AliveMsg{
+        "x", "1.1.1.1:1", 1, {"", true, std::numeric_limits<float>::infinity(), 0, {}}});
     c.datagrams.push_back(Unmarked(plain.EncodeDatagram(d)));
   }
   // Frame bodies in datagrams and datagram bodies in frames.

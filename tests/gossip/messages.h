@@ -51,6 +51,12 @@ class Gen {
     m.training = Coin();
     if (Coin()) m.uplink_mbps = Mbps();
     if (Coin()) m.downlink_mbps = Mbps();
+    if (Coin()) {  // sorted, unique keys within the limits of gossip::ValidTags
+      const uint64_t n = U(1, 8);
+      for (uint64_t i = 0; i < n; ++i) {
+        m.tags.emplace_back("k" + std::to_string(i), std::string(U(0, 20), 'v'));
+      }
+    }
     return m;
   }
 

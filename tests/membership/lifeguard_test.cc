@@ -100,7 +100,7 @@ TEST_CASE("broadcast queue never exceeds the byte budget", "[membership][queue]"
   BroadcastQueue q;
   for (int i = 0; i < 200; ++i) {
     q.Queue(AliveMsg{"member-" + std::to_string(i), "10.1.2." + std::to_string(i) + ":7950",
-                     static_cast<uint32_t>(i), Meta{"10.1.2.3:7960", true, 1.5f, 2.5f}});
+                     static_cast<uint32_t>(i), Meta{"10.1.2.3:7960", true, 1.5f, 2.5f, {}}});
   }
   for (size_t budget : {0, 50, 200, 1000, 1280}) {
     std::vector<Update> out;

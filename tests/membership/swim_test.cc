@@ -403,7 +403,7 @@ TEST_CASE("an update is retransmitted RetransmitMult x ceil(log10(n+1)) times",
           "[membership][swim]") {
   // n = 10 with the local profile: 2 × ceil(log10 11) = 4 transmissions.
   auto a = Loner(Config::Local(), 10);
-  a->SetMeta(Meta{"a:7960", true, 1, 2}, 0);
+  a->SetMeta(Meta{"a:7960", true, 1, 2, {}}, 0);
   int sent = 0;
   for (TimeMs t = 0; t < 30000; t += 10) {
     a->Tick(t);
@@ -426,7 +426,8 @@ TEST_CASE("every packet respects the datagram budget", "[membership][swim]") {
   for (int i = 0; i < 200; ++i) {
     pp.members.push_back(MemberState{"a-rather-long-member-name-" + std::to_string(i),
                                      "192.168.100." + std::to_string(i % 250) + ":7950", 3,
-                                     Status::kAlive, Meta{"192.168.100.1:7960", true, 9, 9}, 0});
+                                     Status::kAlive, Meta{"192.168.100.1:7960", true, 9, 9, {}},
+                                     0});
   }
   pp.from = "m0";
   a->HandlePushPullRequest(pp, 0);  // news to gossip (a joiner's own first merge stays quiet)
@@ -565,7 +566,7 @@ TEST_CASE("metadata changes travel with a new incarnation and raise kUpdated",
   w.Add("b");
   w.JoinDirect("b", "a");
   w.RunUntil(1000);
-  const Meta meta{"b:7960", true, 12.5f, 40.0f};
+  const Meta meta{"b:7960", true, 12.5f, 40.0f, {{"rack", "r7"}}};
   w.Get("b").SetMeta(meta, w.now());
   CHECK(w.Get("b").Find("b")->incarnation == 1);
   w.RunUntil(w.now() + 2000);
