@@ -9,7 +9,9 @@
 #include <spdlog/spdlog.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -207,7 +209,12 @@ struct Agent::Impl : RpcBackend {
   void OnTrainerWake() {
     if (!trainer) return;
     const TrainerState st = trainer->state();
-    Feed(node::TrainerProgress{st.step, st.training, st.waiting});
+    node::TrainerProgress p{st.step, st.training, st.waiting, {}};
+    if (st.accuracy && st.loss && std::isfinite(*st.loss) && *st.loss >= 0) {
+      p.eval = {st.eval_step, static_cast<float>(std::clamp(*st.accuracy, 0.0, 1.0)),
+                static_cast<float>(*st.loss)};
+    }
+    Feed(p);
     if (auto snap = trainer->TakeSnapshot()) {
       Feed(node::SnapshotIn{snap->step, std::move(snap->params), snap->final});
     }

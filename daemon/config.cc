@@ -11,8 +11,8 @@
 
 #include "gossip/compress.h"
 #include "gossip/messages.h"
-#include "learn/label_skew.h"
 #include "gossip/net_addr.h"
+#include "learn/label_skew.h"
 
 namespace meshtrain::daemon {
 namespace {

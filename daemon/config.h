@@ -37,7 +37,7 @@ struct AgentConfig {
   int checkpoint_every = 500;  // steps between checkpoints (with data_dir)
   std::string task = "fmnist-mlp";
   std::string dataset_dir = "/usr/share/datasets/fashion-mnist";
-  std::string shard;  // "I/N" or empty
+  std::string shard;               // "I/N" or empty
   std::string shard_mode = "iid";  // "iid" or "label-skew:ALPHA" (learn/label_skew.h)
   int batch = 64;
   double lr = 0.05;

@@ -69,6 +69,8 @@ json MembersJson(const std::vector<membership::Member>& members) {
                    {"status", membership::StatusName(m.status)},
                    {"incarnation", m.incarnation},
                    {"step", m.step},
+                   {"accuracy", m.eval.valid() ? json(m.eval.accuracy) : json(nullptr)},
+                   {"loss", m.eval.valid() ? json(m.eval.loss) : json(nullptr)},
                    {"training", m.meta.training},
                    {"uplink_mbps", m.meta.uplink_mbps},
                    {"downlink_mbps", m.meta.downlink_mbps},

@@ -132,6 +132,7 @@ void Trainer::Evaluate(uint64_t step) {
     state_.params_crc32 = crc;
     state_.loss = r.loss;
     state_.accuracy = r.accuracy;
+    state_.eval_step = step;
     reached = options_.target_accuracy > 0 && r.accuracy >= options_.target_accuracy;
     if (reached) state_.training = false;
   }

@@ -56,6 +56,7 @@ struct TrainerState {
   bool waiting = false;            // blocked on the barrier for step `step + 1`
   std::optional<double> loss;      // last evaluated test loss
   std::optional<double> accuracy;  // last evaluated test accuracy
+  uint64_t eval_step = 0;          // the step of that evaluation
   double train_loss = 0;           // EWMA of minibatch losses
   uint64_t mixes = 0;              // parameter vectors mixed in
   double compute_s = 0;            // time spent computing steps

@@ -80,7 +80,11 @@ struct UpdateEncoder {
   }
   std::pair<w::Update, fb::Offset<void>> operator()(const ms::ProgressMsg& u) const {
     const auto name = b.CreateString(u.name);
-    return {w::Update::ProgressUpdate, w::CreateProgressUpdate(b, name, u.step).Union()};
+    const bool eval = u.eval.valid();
+    return {w::Update::ProgressUpdate,
+            w::CreateProgressUpdate(b, name, u.step, eval ? u.eval.step : 0,
+                                    eval ? u.eval.accuracy : -1.0f, eval ? u.eval.loss : -1.0f)
+                .Union()};
   }
 };
 
@@ -272,6 +276,14 @@ bool DecodeUpdate(w::Update type, const void* value, ms::Update* out, Reject* wh
       ms::ProgressMsg m;
       if (!DecodeName(u->name(), &m.name, why)) return false;
       m.step = u->step();
+      if (u->accuracy() >= 0) {  // an evaluation: accuracy a fraction, loss finite and >= 0
+        if (!(u->accuracy() <= 1) || !std::isfinite(u->loss()) || u->loss() < 0) {
+          return Fail(Reject::kSemantic, why);
+        }
+        m.eval = {u->eval_step(), u->accuracy(), u->loss()};
+      } else if (std::isnan(u->accuracy())) {
+        return Fail(Reject::kSemantic, why);
+      }
       *out = std::move(m);
       return true;
     }

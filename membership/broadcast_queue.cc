@@ -7,7 +7,7 @@ namespace meshtrain::membership {
 namespace {
 // Smallest update EstimateSize can return (a progress update with a 1-char name); once the
 // budget is below it nothing else fits.
-size_t MinUpdateBytes() { return EstimateSize(ProgressMsg{"x", 0}); }
+size_t MinUpdateBytes() { return EstimateSize(ProgressMsg{"x", 0, {}}); }
 // How many too-large updates Fill looks past before giving up on the packet.
 constexpr int kMaxSkips = 32;
 }  // namespace

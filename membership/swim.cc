@@ -256,9 +256,15 @@ void Swim::Impl::OnDead(const DeadMsg& d) {
 
 void Swim::Impl::OnProgress(const ProgressMsg& p) {
   NodeState* st = FindState(p.name);
-  if (st == nullptr || st == self_ || p.step <= st->m.step) return;
-  st->m.step = p.step;
-  st->m.step_learned = now_;
+  if (st == nullptr || st == self_) return;
+  const bool newer_step = p.step > st->m.step;
+  const bool newer_eval = p.eval.valid() && (!st->m.eval.valid() || p.eval.step > st->m.eval.step);
+  if (!newer_step && !newer_eval) return;
+  if (newer_step) {
+    st->m.step = p.step;
+    st->m.step_learned = now_;
+  }
+  if (newer_eval) st->m.eval = p.eval;
   queue_.Queue(p);  // new to us: pass it on, so progress spreads transitively
 }
 
@@ -550,6 +556,12 @@ void Swim::SetMeta(const Meta& meta, TimeMs now) {
   s.self_->m.meta = meta;
   ++s.self_->m.incarnation;  // metadata travels in alive messages, which need a new incarnation
   s.queue_.Queue(AliveMsg{s.cfg_.name, s.cfg_.addr, s.self_->m.incarnation, meta});
+}
+
+void Swim::SetEval(const Eval& eval) {
+  Impl& s = *impl_;
+  s.self_->m.eval = eval;
+  s.progress_dirty_ = true;
 }
 
 void Swim::SetStep(uint64_t step) {

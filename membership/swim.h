@@ -54,6 +54,7 @@ struct Member {
   uint32_t incarnation = 0;
   Meta meta;
   uint64_t step = 0;
+  Eval eval;                // last evaluation it published (ProgressMsg)
   TimeMs state_change = 0;  // when status last changed
   TimeMs step_learned = 0;  // when `step` was last learned (for progress views)
 };
@@ -122,6 +123,8 @@ class Swim {
   // Update our metadata (new incarnation, gossiped) and our progress (piggybacked, cheap).
   void SetMeta(const Meta& meta, TimeMs now);
   void SetStep(uint64_t step);
+  // Our latest test evaluation, published with our progress.
+  void SetEval(const Eval& eval);
 
   // Drain outputs.
   std::vector<OutPacket> TakePackets();

@@ -64,10 +64,25 @@ struct DeadMsg {
   std::string from;
 };
 
-// Training progress of a member, as last learned. Spread by piggybacking; newer step wins.
+// A member's last test evaluation, as it published it (issue 19: the dashboard's curves of
+// peers). accuracy < 0: none yet. Newer eval step wins.
+struct Eval {
+  uint64_t step = 0;
+  float accuracy = -1;  // in [0, 1]
+  float loss = -1;      // >= 0
+  bool valid() const { return accuracy >= 0; }
+  bool operator==(const Eval& o) const {
+    return step == o.step && accuracy == o.accuracy && loss == o.loss;
+  }
+  bool operator!=(const Eval& o) const { return !(*this == o); }
+};
+
+// Training progress of a member, as last learned. Spread by piggybacking; newer step wins, and
+// independently a newer evaluation.
 struct ProgressMsg {
   std::string name;
   uint64_t step = 0;
+  Eval eval;
 };
 
 using Update = std::variant<AliveMsg, SuspectMsg, DeadMsg, ProgressMsg>;

@@ -507,8 +507,10 @@ void Node::NotifyWatchers() {
 void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
   if (!config_.training) return;
   const bool step_changed = p.step != progress_.step;
+  const bool eval_changed = p.eval != progress_.eval;
   progress_ = p;
   if (swim_ && step_changed) swim_->SetStep(p.step);
+  if (swim_ && eval_changed) swim_->SetEval(p.eval);
   if (!watchers_.empty() && (step_changed || !training())) NotifyWatchers();
   PublishTraining(now);  // peers' barriers stop waiting on us when we stop (SPEC §6)
   if (p.waiting && p.training) {

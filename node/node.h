@@ -114,9 +114,10 @@ struct ConnClosed {
 };
 // The trainer's state (sent whenever it changed).
 struct TrainerProgress {
-  uint64_t step = 0;     // completed steps
-  bool training = true;  // false once --steps / --target-accuracy stopped it
-  bool waiting = false;  // blocked on the barrier for step `step + 1`
+  uint64_t step = 0;      // completed steps
+  bool training = true;   // false once --steps / --target-accuracy stopped it
+  bool waiting = false;   // blocked on the barrier for step `step + 1`
+  membership::Eval eval;  // last test evaluation (published with our progress)
 };
 // A parameter snapshot to multicast; a newer one replaces one not yet sent.
 struct SnapshotIn {

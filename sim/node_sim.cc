@@ -312,7 +312,7 @@ void NodeSim::FinishStep(uint32_t i) {
   }
   node::Node& nd = *nodes_[i];
   nd.Step(node::SnapshotIn{t.step, std::move(params), false}, now_);
-  nd.Step(node::TrainerProgress{t.step, true, true}, now_);
+  nd.Step(node::TrainerProgress{t.step, true, true, {}}, now_);
   Drain(i);
 }
 
@@ -436,7 +436,7 @@ PspSimResult NodeSim::Run() {
   const uint64_t events_at_t0 = events_;
   started_ = true;
   for (uint32_t i = 0; i < n_; ++i) {
-    nodes_[i]->Step(node::TrainerProgress{0, true, true}, now_);
+    nodes_[i]->Step(node::TrainerProgress{0, true, true, {}}, now_);
     Drain(i);
   }
   for (uint32_t c = 0; c < o_.crashes.size(); ++c) {

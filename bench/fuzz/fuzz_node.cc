@@ -209,7 +209,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         a.meta.downlink_mbps = in.ConsumeFloatingPointInRange<float>(0, 100);
         p.updates.push_back(a);
         if (in.ConsumeBool())
-          p.updates.push_back(ms::ProgressMsg{PickName(in), in.ConsumeIntegral<uint8_t>()});
+          p.updates.push_back(ms::ProgressMsg{PickName(in), in.ConsumeIntegral<uint8_t>(), {}});
         gossip::Datagram dg;
         dg.sender = p.from;
         dg.body = std::move(p);

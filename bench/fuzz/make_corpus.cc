@@ -69,7 +69,7 @@ std::vector<g::Datagram> Datagrams() {
     }
     if (i % 3 == 0) {
       p.updates.push_back(ms::DeadMsg{"n5", 3, "n5"});
-      p.updates.push_back(ms::ProgressMsg{"n6", 123456});
+      p.updates.push_back(ms::ProgressMsg{"n6", 123456, {}});
       p.updates.push_back(ms::AliveMsg{"n7", "[::1]:7950", 1, {}});
     }
     out.push_back(g::Datagram{"n1", p, 1700000000000 + i});

@@ -56,7 +56,7 @@ Datagram PingDatagram() {
                    {"10.0.0.3:7960", true, 9.5f, 3, {{"rack", "r1"}, {"zone", "eu-1 \xC3\xA9"}}}});
   p.updates.push_back(ms::SuspectMsg{"n4", 2, "n1"});
   p.updates.push_back(ms::DeadMsg{"n5", 3, "n5"});
-  p.updates.push_back(ms::ProgressMsg{"n6", 1234567890123ull});
+  p.updates.push_back(ms::ProgressMsg{"n6", 1234567890123ull, {}});
   return Datagram{"n1", p, 99};
 }
 
@@ -251,12 +251,28 @@ TEST_CASE("codec: semantic checks", "[gossip][codec]") {
   }
   SECTION("member names inside updates") {
     Datagram d = PingDatagram();
-    std::get<ms::Packet>(d.body).updates.push_back(ms::ProgressMsg{"", 1});
+    std::get<ms::Packet>(d.body).updates.push_back(ms::ProgressMsg{"", 1, {}});
     ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
     d = PingDatagram();
     std::get<ms::Packet>(d.body).updates.push_back(
-        ms::ProgressMsg{std::string(kMaxStringBytes + 1, 'n'), 1});
+        ms::ProgressMsg{std::string(kMaxStringBytes + 1, 'n'), 1, {}});
     ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+  }
+  SECTION("published evaluations (issue 19)") {
+    for (const ms::Eval& bad :
+         {ms::Eval{3, 1.5f, 0.2f}, ms::Eval{3, 0.5f, -3.0f}, ms::Eval{3, 0.5f, std::nanf("")},
+          ms::Eval{3, 0.5f, std::numeric_limits<float>::infinity()}}) {
+      Datagram d = PingDatagram();
+      std::get<ms::Packet>(d.body).updates.push_back(ms::ProgressMsg{"n2", 5, bad});
+      ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+    }
+    Datagram d = PingDatagram();
+    std::get<ms::Packet>(d.body).updates.push_back(ms::ProgressMsg{"n2", 5, {4, 0.25f, 1.5f}});
+    const auto bytes = codec.EncodeDatagram(d);
+    auto back = codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(back);
+    const auto& ups = std::get<ms::Packet>(back->body).updates;
+    CHECK(std::get<ms::ProgressMsg>(ups.back()).eval == ms::Eval{4, 0.25f, 1.5f});
   }
   SECTION("operator tags in metadata (issue 19)") {
     using Tags = std::vector<std::pair<std::string, std::string>>;

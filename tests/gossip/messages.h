@@ -71,7 +71,11 @@ class Gen {
       case 2:
         return ms::DeadMsg{Name(max_name), static_cast<uint32_t>(U(0, 1000)), Name(max_name)};
       default:
-        return ms::ProgressMsg{Name(max_name), U(0, UINT64_MAX)};
+        return ms::ProgressMsg{
+            Name(max_name), U(0, UINT64_MAX),
+            U(0, 1) ? ms::Eval{U(0, UINT64_MAX), static_cast<float>(U(0, 1000)) / 1000.0f,
+                               static_cast<float>(U(0, 100000)) / 1000.0f}
+                    : ms::Eval{}};
     }
   }
 
@@ -242,6 +246,7 @@ inline void CheckSame(const ms::Update& a, const ms::Update& b) {
     const auto& q = std::get<ms::ProgressMsg>(b);
     CHECK(p.name == q.name);
     CHECK(p.step == q.step);
+    CHECK(p.eval == q.eval);
   }
 }
 

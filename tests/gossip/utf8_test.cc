@@ -86,7 +86,7 @@ TEST_CASE("utf8: every string field of a datagram is checked", "[gossip][utf8]")
     // Sanity: the same messages with valid names are accepted.
     const Datagram good{"n1", packet({ms::AliveMsg{"n\xc3\xa9", "127.0.0.1:1", 1, {}},
                                       ms::SuspectMsg{"n2", 1, "n3"}, ms::DeadMsg{"n2", 1, "n3"},
-                                      ms::ProgressMsg{"n2", 5}},
+                                      ms::ProgressMsg{"n2", 5, {}}},
                                      ms::PingMsg{1, "n2"})};
     const auto wire = codec.EncodeDatagram(good);
     REQUIRE(codec.DecodeDatagram(wire.data(), wire.size(), nullptr));
@@ -97,7 +97,7 @@ TEST_CASE("utf8: every string field of a datagram is checked", "[gossip][utf8]")
     expect_semantic(Datagram{"n1", packet({ms::SuspectMsg{"n2", 1, kBad}})});
     expect_semantic(Datagram{"n1", packet({ms::DeadMsg{kBad, 1, "n3"}})});
     expect_semantic(Datagram{"n1", packet({ms::DeadMsg{"n2", 1, kBad}})});
-    expect_semantic(Datagram{"n1", packet({ms::ProgressMsg{kBad, 1}})});
+    expect_semantic(Datagram{"n1", packet({ms::ProgressMsg{kBad, 1, {}}})});
     expect_semantic(Datagram{"n1", packet({}, ms::PingMsg{1, kBad})});
     expect_semantic(Datagram{"n1", packet({}, ms::IndirectPingMsg{1, kBad, "127.0.0.1:1"})});
     expect_semantic(Datagram{"n1", packet({}, ms::IndirectPingMsg{1, "n2", kBad + ":1"})});

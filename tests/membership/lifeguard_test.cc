@@ -58,8 +58,8 @@ TEST_CASE("broadcast queue keeps the newest update per member and slot", "[membe
   BroadcastQueue q;
   q.Queue(AliveMsg{"b", "b:1", 1, {}});
   q.Queue(SuspectMsg{"b", 1, "c"});
-  q.Queue(ProgressMsg{"b", 10});
-  q.Queue(ProgressMsg{"b", 11});
+  q.Queue(ProgressMsg{"b", 10, {}});
+  q.Queue(ProgressMsg{"b", 11, {}});
   CHECK(q.size() == 2);  // one membership update and one progress update about b
   std::vector<Update> out;
   q.Fill(10000, 5, &out);
@@ -117,7 +117,7 @@ TEST_CASE("size estimates grow with string lengths", "[membership][types]") {
   const size_t small = EstimateSize(AliveMsg{"a", "a:1", 0, {}});
   const size_t large = EstimateSize(AliveMsg{std::string(100, 'a'), "a:1", 0, {}});
   CHECK(large == small + 99);
-  CHECK(EstimateSize(ProgressMsg{"a", 5}) < small);
+  CHECK(EstimateSize(ProgressMsg{"a", 5, {}}) < small);
   Packet p;
   p.from = "n1";
   p.from_addr = "10.0.0.1:7950";

@@ -555,8 +555,48 @@ TEST_CASE("progress spreads by gossip and only moves forward", "[membership][swi
   w.RunUntil(w.now() + 3000);
   for (const char* o : {"a", "b", "c"}) CHECK(w.Get(o).Find("d")->step == 101);
   Swim& a = w.Get("a");
-  a.HandlePacket("b:7950", From("b", std::monostate{}, {ProgressMsg{"d", 50}}), w.now());
+  a.HandlePacket("b:7950", From("b", std::monostate{}, {ProgressMsg{"d", 50, {}}}), w.now());
   CHECK(a.Find("d")->step == 101);
+}
+
+TEST_CASE("a published evaluation spreads with progress; only a newer one replaces it",
+          "[membership][swim]") {
+  Wire w;
+  for (const char* n : {"a", "b", "c", "d"}) w.Add(n);
+  for (const char* n : {"b", "c", "d"}) w.JoinDirect(n, "a");
+  w.RunUntil(3000);
+  w.Get("d").SetStep(40);
+  w.Get("d").SetEval(Eval{40, 0.75f, 0.6f});
+  w.RunUntil(w.now() + 3000);
+  for (const char* o : {"a", "b", "c"}) {
+    CHECK(w.Get(o).Find("d")->eval == Eval{40, 0.75f, 0.6f});
+    CHECK(w.Get(o).Find("d")->step == 40);
+  }
+  // Peers already know step 45; the evaluation at 45 still travels (it does not move the step).
+  w.Get("d").SetStep(45);
+  w.RunUntil(w.now() + 3000);
+  w.Get("d").SetEval(Eval{45, 0.8f, 0.5f});
+  // Dissemination is probabilistic; a training node re-queues its progress (and so its last
+  // evaluation) as its step moves on.
+  for (uint64_t step = 46; step <= 49; ++step) {
+    w.Get("d").SetStep(step);
+    w.RunUntil(w.now() + 1000);
+  }
+  for (const char* o : {"a", "b", "c"}) {
+    CAPTURE(o);
+    CHECK(w.Get(o).Find("d")->eval.accuracy == 0.8f);
+    CHECK(w.Get(o).Find("d")->eval.step == 45);
+  }
+  Swim& a = w.Get("a");
+  const uint64_t known = a.Find("d")->step;
+  CHECK(known >= 45);
+  a.HandlePacket("b:7950", From("b", std::monostate{}, {ProgressMsg{"d", 41, Eval{20, 0.1f, 2}}}),
+                 w.now());
+  CHECK(a.Find("d")->step == known);    // older step ignored
+  CHECK(a.Find("d")->eval.step == 45);  // older eval ignored
+  a.HandlePacket("b:7950", From("b", std::monostate{}, {ProgressMsg{"d", 60, Eval{}}}), w.now());
+  CHECK(a.Find("d")->step == 60);       // newer step taken,
+  CHECK(a.Find("d")->eval.step == 45);  // a message without an eval keeps the last one
 }
 
 TEST_CASE("metadata changes travel with a new incarnation and raise kUpdated",

@@ -100,7 +100,7 @@ void Mesh::StartNode(size_t i) {
   peers_[i]->node->Start(now_);
   Execute(i);
   Arm(i);
-  Feed(i, node::TrainerProgress{0, true, true});
+  Feed(i, node::TrainerProgress{0, true, true, {}});
 }
 
 void Mesh::RunUntil(int64_t until_ms) {
@@ -176,7 +176,7 @@ void Mesh::MaybeCompute(size_t i) {
         q.task ? std::vector<float>(q.task->params().data(),
                                     q.task->params().data() + q.task->params().size())
                : std::vector<float>(16, 0.f));
-    Feed(i, node::TrainerProgress{q.step, !q.finished, !q.finished});
+    Feed(i, node::TrainerProgress{q.step, !q.finished, !q.finished, {}});
     Feed(i, node::SnapshotIn{q.step, params, q.finished});
     MaybeCompute(i);
   });
