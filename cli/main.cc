@@ -167,6 +167,9 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--tag", c.tag_args,
                 "KEY=VALUE operator tag, repeatable; gossiped to every member and shown by "
                 "`members` (at most 8; keys [A-Za-z0-9_.-]{1,32}; values up to 64 bytes)");
+  a->add_option("--http", c.http,
+                "IP:PORT to serve GET /metrics (Prometheus) and GET / (live dashboard) on; off "
+                "when not given. Not authenticated: keep it on loopback or a trusted network");
   a->add_option("--log-format", c.log_format,
                 "text, or json: one JSON object per line (ts, level, node, msg)")
       ->capture_default_str();
@@ -260,6 +263,15 @@ int main(int argc, char** argv) {
   ku->excludes(kr)->excludes(kl);
   kr->excludes(kl);
   add_rpc(keys);
+  std::string monitor_level = "info";
+  auto* monitor = app.add_subcommand(
+      "monitor",
+      "Stream the agent's log lines at a level (even below its own --log-level), "
+      "until Ctrl-C");
+  monitor->add_option("--log-level", monitor_level, "trace, debug, info, warn or error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->capture_default_str();
+  add_rpc(monitor);
   auto* version = app.add_subcommand("version", "Print the version");
   auto* simulate = meshtrain::cli::AddSimulateCommand(app);
 
@@ -284,6 +296,32 @@ int main(int argc, char** argv) {
     if (simulate->parsed()) return meshtrain::cli::RunSimulateCommand();
     if (version->parsed()) {
       std::printf("meshtrain %s (protocol 1)\n", MESHTRAIN_VERSION);
+      return 0;
+    }
+    if (monitor->parsed()) {
+      json req = {{"cmd", "monitor"}, {"level", monitor_level}};
+      if (!g_token.empty()) req["token"] = g_token;
+      bool first = true;
+      std::string refused;
+      const std::string error =
+          meshtrain::cli::StreamAgent(rpc, req, 30000, [&first, &refused](json frame) {
+            if (first) {
+              first = false;
+              if (!frame.value("ok", false)) {
+                refused = frame.value("error", std::string("the agent refused the request"));
+                return false;
+              }
+              return true;
+            }
+            if (frame.contains("log") && frame["log"].is_string()) {
+              std::printf("%s\n", frame["log"].get<std::string>().c_str());
+              std::fflush(stdout);
+            }
+            return true;
+          });
+      if (!refused.empty()) return Fail(refused);
+      if (!error.empty()) return Fail(error);
+      std::fprintf(stderr, "the agent closed the stream (it left or stopped)\n");
       return 0;
     }
     if (keygen->parsed()) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 
 #include "daemon/json_text.h"
 #include "gossip/framing.h"
@@ -27,6 +28,11 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
 
  private:
   int fd_;
@@ -40,36 +46,38 @@ int RemainingMs(std::chrono::steady_clock::time_point deadline) {
 
 }  // namespace
 
-RpcResult CallAgent(const std::string& rpc_addr, const nlohmann::json& request, int timeout_ms) {
-  RpcResult r;
+namespace {
+
+// Connects to the agent and sends one request frame. -1 with *error set on failure.
+int ConnectAndSend(const std::string& rpc_addr, const nlohmann::json& request,
+                   std::chrono::steady_clock::time_point deadline, std::string* error) {
   auto addr = gossip::NetAddr::Parse(rpc_addr);
   if (!addr) {
-    r.error = "invalid --rpc address '" + rpc_addr + "' (expected IP:PORT)";
-    return r;
+    *error = "invalid --rpc address '" + rpc_addr + "' (expected IP:PORT)";
+    return -1;
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (fd.get() < 0) {
-    r.error = std::string("socket: ") + std::strerror(errno);
-    return r;
+    *error = std::string("socket: ") + std::strerror(errno);
+    return -1;
   }
   const std::string unreachable = "cannot reach the meshtrain agent at " + rpc_addr + ": ";
   if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr->sa), sizeof(addr->sa)) != 0) {
     if (errno != EINPROGRESS) {
-      r.error = unreachable + std::strerror(errno) + " (is `meshtrain agent` running?)";
-      return r;
+      *error = unreachable + std::strerror(errno) + " (is `meshtrain agent` running?)";
+      return -1;
     }
     pollfd p{fd.get(), POLLOUT, 0};
     if (poll(&p, 1, std::min(3000, RemainingMs(deadline))) != 1) {
-      r.error = unreachable + "connection timed out";
-      return r;
+      *error = unreachable + "connection timed out";
+      return -1;
     }
     int err = 0;
     socklen_t len = sizeof(err);
     getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) {
-      r.error = unreachable + std::strerror(err) + " (is `meshtrain agent` running?)";
-      return r;
+      *error = unreachable + std::strerror(err) + " (is `meshtrain agent` running?)";
+      return -1;
     }
   }
   const std::string body = meshtrain::daemon::JsonText(request);
@@ -78,49 +86,86 @@ RpcResult CallAgent(const std::string& rpc_addr, const nlohmann::json& request, 
   while (off < framed.size()) {
     pollfd p{fd.get(), POLLOUT, 0};
     if (poll(&p, 1, RemainingMs(deadline)) != 1) {
-      r.error = unreachable + "timed out sending the request";
-      return r;
+      *error = unreachable + "timed out sending the request";
+      return -1;
     }
     ssize_t n = send(fd.get(), framed.data() + off, framed.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno != EAGAIN && errno != EINTR) {
-      r.error = unreachable + std::strerror(errno);
-      return r;
+      *error = unreachable + std::strerror(errno);
+      return -1;
     }
     if (n > 0) off += static_cast<size_t>(n);
   }
+  return fd.release();
+}
+
+// Reads reply frames and hands each (a JSON object) to `on_frame` until it returns false, the
+// agent closes the connection (`eof_ok`: not an error), or `idle_ms` pass without a frame.
+bool ReadFrames(int raw_fd, const std::string& rpc_addr, int idle_ms, bool eof_ok,
+                const std::function<bool(nlohmann::json)>& on_frame, std::string* error) {
+  Fd fd(raw_fd);
   gossip::FrameDecoder decoder(kMaxReply);
   uint8_t buf[65536];
   while (true) {
-    if (auto frame = decoder.Next()) {
-      r.reply = nlohmann::json::parse(frame->begin(), frame->end(), nullptr, false);
-      if (r.reply.is_discarded() || !r.reply.is_object()) {
-        r.error = "the agent at " + rpc_addr + " sent a malformed reply";
-        return r;
+    while (auto frame = decoder.Next()) {
+      auto j = nlohmann::json::parse(frame->begin(), frame->end(), nullptr, false);
+      if (j.is_discarded() || !j.is_object()) {
+        *error = "the agent at " + rpc_addr + " sent a malformed reply";
+        return false;
       }
-      r.ok = true;
-      return r;
+      if (!on_frame(std::move(j))) return true;
     }
     if (decoder.error()) {
-      r.error = "the agent at " + rpc_addr + " sent a malformed reply";
-      return r;
+      *error = "the agent at " + rpc_addr + " sent a malformed reply";
+      return false;
     }
     pollfd p{fd.get(), POLLIN, 0};
-    if (poll(&p, 1, RemainingMs(deadline)) != 1) {
-      r.error = "timed out waiting for the agent at " + rpc_addr;
-      return r;
+    const int rc = poll(&p, 1, idle_ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc != 1) {
+      *error = "timed out waiting for the agent at " + rpc_addr;
+      return false;
     }
     ssize_t n = recv(fd.get(), buf, sizeof(buf), 0);
     if (n == 0) {
-      r.error = "the agent at " + rpc_addr + " closed the connection without replying";
-      return r;
+      if (eof_ok) return true;
+      *error = "the agent at " + rpc_addr + " closed the connection without replying";
+      return false;
     }
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
-      r.error = unreachable + std::strerror(errno);
-      return r;
+      *error = "connection to the agent at " + rpc_addr + " failed: " + std::strerror(errno);
+      return false;
     }
     decoder.Feed(buf, static_cast<size_t>(n));
   }
+}
+
+}  // namespace
+
+RpcResult CallAgent(const std::string& rpc_addr, const nlohmann::json& request, int timeout_ms) {
+  RpcResult r;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const int fd = ConnectAndSend(rpc_addr, request, deadline, &r.error);
+  if (fd < 0) return r;
+  r.ok = ReadFrames(
+      fd, rpc_addr, std::max(1, RemainingMs(deadline)), false,
+      [&r](nlohmann::json j) {
+        r.reply = std::move(j);
+        return false;
+      },
+      &r.error);
+  return r;
+}
+
+std::string StreamAgent(const std::string& rpc_addr, const nlohmann::json& request,
+                        int idle_timeout_ms, const std::function<bool(nlohmann::json)>& on_frame) {
+  std::string error;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(15000);
+  const int fd = ConnectAndSend(rpc_addr, request, deadline, &error);
+  if (fd < 0) return error;
+  if (!ReadFrames(fd, rpc_addr, idle_timeout_ms, true, on_frame, &error)) return error;
+  return {};
 }
 
 }  // namespace meshtrain::cli

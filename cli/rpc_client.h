@@ -3,6 +3,7 @@
 // Thread-safety: stateless free function.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -16,5 +17,11 @@ struct RpcResult {
 
 RpcResult CallAgent(const std::string& rpc_addr, const nlohmann::json& request,
                     int timeout_ms = 15000);
+
+// A streaming request (`monitor`): sends `request`, then hands every reply frame to `on_frame`
+// until it returns false or the agent closes the connection. Fails when no frame arrives for
+// `idle_timeout_ms` (the agent sends heartbeats). Returns "" or a one-line error.
+std::string StreamAgent(const std::string& rpc_addr, const nlohmann::json& request,
+                        int idle_timeout_ms, const std::function<bool(nlohmann::json)>& on_frame);
 
 }  // namespace meshtrain::cli

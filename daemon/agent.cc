@@ -18,11 +18,15 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "daemon/http_server.h"
+#include "daemon/json_text.h"
 #include "daemon/key_rotation.h"
+#include "daemon/log_tap.h"
 #include "daemon/metrics.h"
 #include "daemon/net_endpoint.h"
 #include "daemon/offload.h"
 #include "daemon/peer_snapshot.h"
+#include "daemon/prometheus.h"
 #include "daemon/rpc_server.h"
 #include "daemon/setup.h"
 #include "daemon/status_json.h"
@@ -61,6 +65,17 @@ struct Agent::Impl : RpcBackend {
   std::vector<std::unique_ptr<gossip::Signal>> signals;
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<node::Node> node;
+  // Observability (issue 19): --http, `monitor`, and what the dashboard plots.
+  std::unique_ptr<HttpServer> http;
+  std::unique_ptr<gossip::Timer> publish_timer;
+  std::unique_ptr<gossip::Async> log_wake;
+  std::shared_ptr<LogTap> tap;
+  spdlog::level::level_enum console_level = spdlog::level::info;
+  PlanView plan_view;
+  std::map<std::string, std::vector<std::array<double, 4>>> history;  // t, eval step, acc, loss
+  std::vector<std::array<double, 3>> traffic;                         // t, sent B/s, received B/s
+  uint64_t last_sent = 0, last_received = 0;
+  uint64_t publishes = 0;
   uint64_t internal_errors = 0;  // exceptions caught at the driver's boundary
   double round_s = 0;            // EWMA of parameter round times (--sync-every auto)
   int exit_code = 0;
@@ -156,8 +171,10 @@ struct Agent::Impl : RpcBackend {
       } else if (auto* a = std::get_if<node::AdoptState>(&o)) {
         if (trainer) trainer->Adopt(std::move(a->params), a->step);
       } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {
-        SolvePlanOffLoop(&loop, std::move(*req), [this](node::PlanResult r) {
-          if (!stopping) Feed(std::move(r));
+        SolvePlanOffLoop(&loop, std::move(*req), [this](node::PlanResult r, PlanView view) {
+          if (stopping) return;
+          plan_view = std::move(view);
+          Feed(std::move(r));
         });
       } else if (RecordEvent(o, &metrics)) {
         if (auto* r = std::get_if<node::RoundDone>(&o)) AdaptSyncEvery(*r);
@@ -220,6 +237,78 @@ struct Agent::Impl : RpcBackend {
     }
   }
 
+  // ---- observability (issue 19) ---------------------------------------------------------------
+
+  static constexpr size_t kMaxCurvePoints = 300;  // per series; halved (every other) beyond
+  static constexpr size_t kMaxCurves = 64;
+
+  template <typename Point>
+  static void AppendBounded(std::vector<Point>* v, Point p) {
+    v->push_back(p);
+    if (v->size() <= kMaxCurvePoints) return;
+    std::vector<Point> thin;  // keep the whole time range at half the density
+    for (size_t i = 0; i < v->size(); i += 2) thin.push_back((*v)[i]);
+    if (thin.back() != v->back()) thin.push_back(v->back());
+    *v = std::move(thin);
+  }
+
+  // Every 500 ms: new points for the curves, then the bodies /metrics and /api/state serve.
+  void Publish() {
+    const double t = metrics.Elapsed();
+    const json st = Status();
+    const std::vector<membership::Member> members = node->Members();
+    for (const auto& m : members) {
+      if (!m.eval.valid()) continue;
+      auto it = history.find(m.name);
+      if (it == history.end()) {
+        if (history.size() >= kMaxCurves) continue;
+        it = history.emplace(m.name, std::vector<std::array<double, 4>>{}).first;
+      }
+      if (!it->second.empty() && it->second.back()[1] == static_cast<double>(m.eval.step)) continue;
+      AppendBounded(&it->second,
+                    {t, static_cast<double>(m.eval.step), m.eval.accuracy, m.eval.loss});
+    }
+    const uint64_t sent = st.value("bytes_sent", uint64_t{0});
+    const uint64_t received = st.value("bytes_received", uint64_t{0});
+    if (publishes > 0) {
+      AppendBounded(&traffic, {t, static_cast<double>(sent - last_sent) / 0.5,
+                               static_cast<double>(received - last_received) / 0.5});
+    }
+    last_sent = sent;
+    last_received = received;
+    if (++publishes % 4 == 0) rpc->Heartbeat();
+    if (!http) return;
+    json hist = json::object();
+    for (const auto& [name, points] : history) hist[name] = points;
+    json edges = json::array();
+    for (const PlanEdge& e : plan_view.edges) {
+      edges.push_back({{"from", e.from}, {"to", e.to}, {"mbps", e.mbps}});
+    }
+    const json state = {
+        {"self", st},
+        {"members", MembersJson(members)["members"]},
+        {"history", hist},
+        {"plan", {{"policy", config.select}, {"rate_mbps", plan_view.rate_mbps}, {"edges", edges}}},
+        {"traffic", traffic}};
+    PromInputs in;
+    in.status = st;
+    in.members = members;
+    if (trainer) in.wait = trainer->state().wait;
+    in.http_responses = http->Responses();
+    in.version = MESHTRAIN_VERSION_STRING;
+    http->Publish(RenderPrometheus(in), JsonText(state));
+  }
+
+  void MonitorsChanged() override {
+    const auto wanted = rpc->MonitorLevel();
+    tap->SetWanted(wanted);
+    spdlog::default_logger()->set_level(std::min(console_level, wanted));
+  }
+
+  void OnLogWake() {
+    for (const TappedLine& line : tap->Take()) rpc->StreamLog(line.level, line.text);
+  }
+
   // ---- RPC backend
   // --------------------------------------------------------------------------------
 
@@ -280,6 +369,14 @@ struct Agent::Impl : RpcBackend {
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),
                                          inbound.get());
     timer = std::make_unique<gossip::Timer>(&loop);
+    log_wake = std::make_unique<gossip::Async>(&loop, [this] { OnLogWake(); });
+    tap = std::make_shared<LogTap>([this] { log_wake->Send(); });
+    {
+      auto logger = spdlog::default_logger();
+      console_level = logger->level();
+      for (auto& sink : logger->sinks()) sink->set_level(console_level);
+      logger->sinks().push_back(tap);
+    }
 
     const auto bind = *NetAddr::Parse(config.bind);
     const auto rpc_addr = *NetAddr::Parse(config.rpc);
@@ -298,6 +395,13 @@ struct Agent::Impl : RpcBackend {
               }),
           rpc->Listen(rpc_addr)}) {
       if (!st.ok()) {
+        spdlog::error("{}", st.message());
+        return 1;
+      }
+    }
+    if (!config.http.empty()) {
+      http = std::make_unique<HttpServer>();
+      if (auto st = http->Start(*NetAddr::Parse(config.http)); !st.ok()) {
         spdlog::error("{}", st.message());
         return 1;
       }
@@ -337,6 +441,14 @@ struct Agent::Impl : RpcBackend {
     }
     std::printf("%s", config.Banner(keyring != nullptr).c_str());
     std::fflush(stdout);
+    publish_timer = std::make_unique<gossip::Timer>(&loop);
+    publish_timer->Start(
+        500, [this] { Guarded("publish", [this] { Publish(); }); }, 500);
+    if (http) {
+      Publish();
+      spdlog::info("dashboard at http://{}/, metrics at http://{}/metrics", config.http,
+                   config.http);
+    }
     feeding = true;
     node->Start(Now());
     Execute(node->TakeOutput());
@@ -358,6 +470,10 @@ struct Agent::Impl : RpcBackend {
       }
     }
     // Start() may have failed part-way: close whatever exists.
+    if (tap) tap->Detach();
+    if (log_wake) log_wake->Close();
+    if (publish_timer) publish_timer->Close();
+    if (http) http->Stop();
     if (trainer_wake) trainer_wake->Close();
     if (timer) timer->Close();
     for (auto& s : signals) s->Close();
@@ -385,6 +501,9 @@ int Agent::Run() {
   s.trainer.reset();
   s.trainer_wake.reset();
   s.timer.reset();
+  s.publish_timer.reset();
+  s.log_wake.reset();
+  s.http.reset();
   s.signals.clear();
   s.net.reset();
   s.udp.reset();

@@ -82,6 +82,9 @@ Status AgentConfig::Finalize() {
   advertise = adv->ToString();
   if (!gossip::NetAddr::Parse(rpc))
     return Status::InvalidArgument("invalid --rpc " + Quoted(rpc) + ": expected IP:PORT");
+  if (!http.empty() && !gossip::NetAddr::Parse(http)) {
+    return Status::InvalidArgument("invalid --http " + Quoted(http) + ": expected IP:PORT");
+  }
   for (auto& j : join) {
     auto a = gossip::NetAddr::Parse(j);
     if (!a || a->port() == 0)
@@ -212,12 +215,16 @@ membership::Config AgentConfig::MembershipConfig() const {
 
 std::string AgentConfig::Banner(bool encrypted) const {
   return fmt::format(
-      "meshtrain agent {}\n  name:      {}\n  bind:      {}\n  advertise: {}\n  rpc:       {}\n"
-      "  cluster:   {}\n  encrypted: {}\n  profile:   {}\n  task:      {}\n"
-      "  barrier:   {}\n  selection: {}\n  compress:  {}, sync every {}\n",
-      MESHTRAIN_VERSION_STRING, name, bind, advertise, rpc, cluster, encrypted ? "yes" : "no",
-      profile, task, barrier, select, compress,
-      sync_every_auto ? std::string("auto") : std::to_string(sync_every));
+             "meshtrain agent {}\n  name:      {}\n  bind:      {}\n  advertise: {}\n  rpc:       "
+             "{}\n"
+             "  cluster:   {}\n  encrypted: {}\n  profile:   {}\n  task:      {}\n"
+             "  barrier:   {}\n  selection: {}\n  compress:  {}, sync every {}\n",
+             MESHTRAIN_VERSION_STRING, name, bind, advertise, rpc, cluster,
+             encrypted ? "yes" : "no", profile, task, barrier, select, compress,
+             sync_every_auto ? std::string("auto") : std::to_string(sync_every)) +
+         (http.empty() ? std::string()
+                       : fmt::format("  http:      http://{}/ (dashboard), http://{}/metrics\n",
+                                     http, http));
 }
 
 node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) const {

@@ -21,6 +21,7 @@ struct AgentConfig {
   std::string advertise;  // empty: bind (or 127.0.0.1:port when bind is 0.0.0.0)
   std::string rpc = "127.0.0.1:7951";
   std::string rpc_token;  // required from RPC clients when set
+  std::string http;       // --http IP:PORT: /metrics and the dashboard (issue 19); empty = off
   std::vector<std::string> join;
   bool retry_join = false;
   int64_t retry_join_interval_ms = 2000;

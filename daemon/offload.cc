@@ -33,19 +33,29 @@ void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> 
 }
 
 void SolvePlanOffLoop(uv_loop_t* loop, node::PlanRequest req,
-                      std::function<void(node::PlanResult)> done) {
+                      std::function<void(node::PlanResult, PlanView)> done) {
   auto shared_req = std::make_shared<node::PlanRequest>(std::move(req));
   auto result = std::make_shared<node::PlanResult>();
+  auto view = std::make_shared<PlanView>();
   result->id = shared_req->id;
   Offload(
       loop,
-      [shared_req, result] {
+      [shared_req, result, view] {
         sync::Rng rng(shared_req->seed);
+        sync::Assignment plan;
         result->receivers =
             sync::Select(sync::SelectPolicy::kSelmcast, shared_req->self, shared_req->candidates,
-                         shared_req->fanout, shared_req->bandwidth, rng);
+                         shared_req->fanout, shared_req->bandwidth, rng, {}, &plan);
+        const auto caps = sync::ResolveCapacities(plan.nodes, shared_req->bandwidth);
+        const std::vector<double> rates = sync::FairSenderRates(plan, caps);
+        view->rate_mbps = plan.rate_mbps;
+        for (size_t i = 0; i < plan.nodes.size() && i < plan.receivers.size(); ++i) {
+          for (size_t j : plan.receivers[i]) {
+            view->edges.push_back({plan.nodes[i], plan.nodes[j], i < rates.size() ? rates[i] : 0});
+          }
+        }
       },
-      [result, done = std::move(done)] { done(std::move(*result)); });
+      [result, view, done = std::move(done)] { done(std::move(*result), std::move(*view)); });
 }
 
 }  // namespace meshtrain::daemon

@@ -7,6 +7,8 @@
 #include <uv.h>
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include "node/node.h"
 
@@ -16,9 +18,19 @@ namespace meshtrain::daemon {
 // queued, both run at once on the calling thread.
 void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> done);
 
+// One sender -> receiver flow of a global plan, at the sender's max-min fair rate (dashboard).
+struct PlanEdge {
+  std::string from, to;
+  double mbps = 0;
+};
+struct PlanView {
+  double rate_mbps = 0;  // the bottleneck rate the plan was built for
+  std::vector<PlanEdge> edges;
+};
+
 // Solves a SELMCAST plan (sync::Select with the request's seed) on the thread pool; `done` gets
-// the answer on the loop thread.
+// the answer, and the whole plan for display, on the loop thread.
 void SolvePlanOffLoop(uv_loop_t* loop, node::PlanRequest req,
-                      std::function<void(node::PlanResult)> done);
+                      std::function<void(node::PlanResult, PlanView)> done);
 
 }  // namespace meshtrain::daemon

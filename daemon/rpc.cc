@@ -62,6 +62,16 @@ std::optional<RpcRequest> ParseRpcRequest(const uint8_t* data, size_t len, std::
   if (!GetString(j, "cmd", &r.cmd, error, true)) return std::nullopt;
   if (!GetString(j, "token", &r.token, error, false)) return std::nullopt;
   if (r.cmd == "members" || r.cmd == "status" || r.cmd == "leave") return r;
+  if (r.cmd == "monitor") {
+    r.log_level = "info";
+    if (!GetString(j, "level", &r.log_level, error, false)) return std::nullopt;
+    if (!ValidMonitorLevel(r.log_level)) {
+      *error = "monitor: unknown log level '" + Prefix(r.log_level, 32) +
+               "' (trace, debug, info, warn, error)";
+      return std::nullopt;
+    }
+    return r;
+  }
   if (r.cmd == "force-leave") {
     if (!GetString(j, "name", &r.name, error, true)) return std::nullopt;
     if (r.name.empty()) {
@@ -103,6 +113,13 @@ std::optional<RpcRequest> ParseRpcRequest(const uint8_t* data, size_t len, std::
   }
   *error = "unknown command '" + Prefix(r.cmd, 64) + "'";
   return std::nullopt;
+}
+
+bool ValidMonitorLevel(const std::string& level) {
+  for (const char* l : {"trace", "debug", "info", "warn", "error"}) {
+    if (level == l) return true;
+  }
+  return false;
 }
 
 bool TokenMatches(const std::string& expected, const std::string& given) {

@@ -16,13 +16,17 @@
 namespace meshtrain::daemon {
 
 struct RpcRequest {
-  std::string cmd;                 // members | status | join | leave | force-leave | keys
+  std::string cmd;                 // members | status | join | leave | force-leave | keys | monitor
   std::vector<std::string> addrs;  // join: 1..64 "ip:port"
   std::string name;                // force-leave: member name
   std::string key_op;              // keys: install | use | remove | list
   std::string key;                 // keys: base64 key (install/use/remove)
   std::string token;               // --rpc-token, when the agent requires one
+  std::string log_level;           // monitor: trace | debug | info | warn | error
 };
+
+// The levels `monitor` streams at (spdlog names).
+bool ValidMonitorLevel(const std::string& level);
 
 constexpr size_t kMaxRpcRequestBytes = 64 * 1024;
 

@@ -21,7 +21,33 @@ RpcServer::RpcServer(uv_loop_t* loop, std::string token, RpcBackend* backend)
 
 Status RpcServer::Listen(const gossip::NetAddr& addr) {
   return hub_->Listen(
-      addr, [this](gossip::TcpHub::ConnId id, gossip::Bytes&& f) { OnFrame(id, std::move(f)); });
+      addr, [this](gossip::TcpHub::ConnId id, gossip::Bytes&& f) { OnFrame(id, std::move(f)); },
+      [this](gossip::TcpHub::ConnId id, int) { OnClosed(id); });
+}
+
+void RpcServer::OnClosed(gossip::TcpHub::ConnId id) {
+  if (monitors_.erase(id) > 0) backend_->MonitorsChanged();
+}
+
+void RpcServer::StreamLog(spdlog::level::level_enum level, const std::string& line) {
+  if (monitors_.empty()) return;
+  const json frame = {{"level", spdlog::level::to_string_view(level).data()}, {"log", line}};
+  const std::string s = JsonText(frame);
+  for (const auto& [id, wanted] : monitors_) {
+    if (level >= wanted) hub_->Send(id, gossip::Bytes(s.begin(), s.end()));
+  }
+}
+
+void RpcServer::Heartbeat() {
+  static const std::string kBeat = R"({"heartbeat":true})";
+  for (const auto& [id, wanted] : monitors_)
+    hub_->Send(id, gossip::Bytes(kBeat.begin(), kBeat.end()));
+}
+
+spdlog::level::level_enum RpcServer::MonitorLevel() const {
+  auto lowest = spdlog::level::off;
+  for (const auto& [id, wanted] : monitors_) lowest = std::min(lowest, wanted);
+  return lowest;
 }
 
 void RpcServer::CloseAll() { hub_->CloseAll(); }
@@ -61,6 +87,19 @@ void RpcServer::OnFrame(gossip::TcpHub::ConnId id, gossip::Bytes&& payload) {
     json out = cmd == "members" ? backend_->Members() : backend_->Status();
     out["ok"] = true;
     Send(id, out);
+    return;
+  }
+  if (cmd == "monitor") {
+    if (monitors_.size() >= kMaxMonitors || monitors_.count(id) > 0) {
+      rejects_++;
+      Send(id, {{"ok", false}, {"error", "too many monitors attached"}});
+      return;
+    }
+    const json hello = {{"ok", true}, {"monitor", req->log_level}};
+    const std::string s = JsonText(hello);
+    hub_->Send(id, gossip::Bytes(s.begin(), s.end()));
+    monitors_[id] = spdlog::level::from_str(req->log_level);
+    backend_->MonitorsChanged();
     return;
   }
   if (cmd == "leave") {

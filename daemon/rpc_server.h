@@ -6,6 +6,7 @@
 // Reply(tag, json). Thread-safety: loop thread only.
 #pragma once
 
+#include <spdlog/common.h>
 #include <uv.h>
 
 #include <cstdint>
@@ -31,6 +32,8 @@ class RpcBackend {
   virtual void Keys(uint64_t tag, const RpcRequest& req) = 0;
   // Replied to at once with {"ok":true}; the agent then leaves.
   virtual void Leave() = 0;
+  // A monitor attached or went away: RpcServer::MonitorLevel() changed.
+  virtual void MonitorsChanged() {}
 };
 
 class RpcServer {
@@ -44,6 +47,15 @@ class RpcServer {
   void CloseAll();
   uint64_t rejects() const { return rejects_; }
 
+  // `monitor` connections (issue 19) stay open: the first frame is {"ok":true,"monitor":LEVEL},
+  // then one {"level":..,"log":..} frame per line at or above LEVEL, and {"heartbeat":true}
+  // when Heartbeat() is called (keeps the idle timeout away, and finds dead clients).
+  static constexpr size_t kMaxMonitors = 8;
+  void StreamLog(spdlog::level::level_enum level, const std::string& line);
+  void Heartbeat();
+  // The lowest level a monitor wants; spdlog::level::off when none is attached.
+  spdlog::level::level_enum MonitorLevel() const;
+
  private:
   void OnFrame(gossip::TcpHub::ConnId id, gossip::Bytes&& payload);
   void Send(gossip::TcpHub::ConnId id, const nlohmann::json& reply);
@@ -51,7 +63,10 @@ class RpcServer {
   std::string token_;
   RpcBackend* backend_;
   std::unique_ptr<gossip::TcpHub> hub_;
+  void OnClosed(gossip::TcpHub::ConnId id);
+
   std::map<uint64_t, gossip::TcpHub::ConnId> waiting_;  // tag -> connection
+  std::map<gossip::TcpHub::ConnId, spdlog::level::level_enum> monitors_;
   uint64_t next_tag_ = 1;
   uint64_t rejects_ = 0;
 };

@@ -31,6 +31,8 @@ bool RecordEvent(const node::Output& o, MetricsLog* metrics) {
       metrics->Write("member", {{"name", ev->member.name}, {"status", EventStatus(ev->kind)}});
     }
   } else if (auto* r = std::get_if<node::RoundDone>(&o)) {
+    spdlog::debug("parameter round done: fanout {}, {} bytes on the wire, {:.3f} s", r->fanout,
+                  r->bytes, r->seconds);
     metrics->Write("sync", {{"fanout", r->fanout},
                             {"bytes", r->bytes},
                             {"raw_bytes", r->raw_bytes},

@@ -156,12 +156,16 @@ void Trainer::Run() {
       if (!state_.training || stop_) break;
       step = state_.step;
       state_.waiting = permitted_ < step + 1;
+      const auto wait_start = Clock::now();
       if (state_.waiting) {
         lock.unlock();
         notify_();  // the loop runs the barrier for step + 1
         lock.lock();
         cv_.wait(lock, [&] { return stop_ || adopt_ || permitted_ >= step + 1; });
         if (stop_) break;
+      }
+      if (!adopt_) {
+        state_.wait.Observe(std::chrono::duration<double>(Clock::now() - wait_start).count());
       }
       if (adopt_) {
         // Join with state: the peer's model replaces ours before our first step.

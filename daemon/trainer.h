@@ -12,6 +12,7 @@
 // e.g. uv_async_send).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -50,6 +51,25 @@ struct Snapshot {
   bool final = false;  // the model as training stopped: offered to every training peer
 };
 
+// Barrier waits per step, for the Prometheus histogram meshtrain_barrier_wait_seconds.
+struct WaitHistogram {
+  static constexpr std::array<double, 12> kBounds = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                     0.25,  0.5,   1,    2.5,   5,    10};
+  std::array<uint64_t, kBounds.size()> counts{};  // per bucket (not cumulative); +Inf = rest
+  uint64_t count = 0;
+  double sum = 0;
+  void Observe(double seconds) {
+    for (size_t i = 0; i < kBounds.size(); ++i) {
+      if (seconds <= kBounds[i]) {
+        counts[i]++;
+        break;
+      }
+    }
+    count++;
+    sum += seconds;
+  }
+};
+
 struct TrainerState {
   uint64_t step = 0;
   bool training = true;
@@ -64,6 +84,7 @@ struct TrainerState {
                                    // --slowdown and barrier waits: the pace snapshots come at)
   int sync_every = 1;              // steps between snapshots now (changes with --sync-every auto)
   uint32_t params_crc32 = 0;       // CRC32 of the parameters at the last evaluation
+  WaitHistogram wait;              // barrier wait before each step (0 when the permit was there)
 };
 
 // --sync-every auto (issue 17): hide a round's transfer under computation. A round started at a
