@@ -81,7 +81,10 @@ function planGraph(svg, members, plan){
     markerWidth: 6, markerHeight: 6, orient: "auto-start-reverse"});
   mk.appendChild(el("path", {d: "M 0 0 L 10 5 L 0 10 z", fill: "#888"})); defs.appendChild(mk); svg.appendChild(defs);
   let edges = 0;
-  for (const e of (plan.edges || [])) { const a = pos[e.from], b = pos[e.to]; if (!a || !b) continue; edges++;
+  for (const e of (plan.edges || [])) { const p = pos[e.from], q = pos[e.to]; if (!p || !q) continue; edges++;
+    // Shift each direction to its side so a <-> b pairs do not overlap.
+    const dx = q[0] - p[0], dy = q[1] - p[1], len = Math.hypot(dx, dy) || 1, ox = -dy / len * 5, oy = dx / len * 5;
+    const a = [p[0] + ox, p[1] + oy], b = [q[0] + ox, q[1] + oy];
     svg.appendChild(el("line", {x1: a[0], y1: a[1], x2: b[0], y2: b[1], stroke: colorOf(e.from),
       "stroke-opacity": 0.6, "stroke-width": 1.5, "marker-end": "url(#arrow)", "data-from": e.from, "data-to": e.to}));
     if (e.mbps > 0) svg.appendChild(el("text", {x: (a[0] * 0.4 + b[0] * 0.6), y: (a[1] * 0.4 + b[1] * 0.6),
