@@ -43,6 +43,8 @@ def main():
                         "with --task none)")
     p.add_argument("--timeout", type=float, default=900, help="hard limit on the run, seconds")
     p.add_argument("--extra", default="", help="extra agent options, space-separated")
+    p.add_argument("--http", default="127.0.0.1:7952",
+                   help="dashboard and /metrics address of the first agent ('' = off)")
     args = p.parse_args()
 
     if args.task != "none" and args.steps == 0 and args.target_accuracy == 0:
@@ -71,12 +73,17 @@ def main():
                 cmd += ["--target-accuracy", str(args.target_accuracy)]
             if i > 0:
                 cmd += ["--join", f"127.0.0.1:{base}", "--retry-join"]
+            elif args.http:
+                cmd += ["--http", args.http]
             cmd += args.extra.split()
             log = open(os.path.join(workdir, f"{name}.log"), "wb")
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
             agents.append({"name": name, "rpc": f"127.0.0.1:{rpc}", "proc": proc})
             time.sleep(0.2)
+        if args.http:
+            print(f"live dashboard: http://{args.http}/  (Prometheus metrics: "
+                  f"http://{args.http}/metrics)", flush=True)
 
         start = time.monotonic()
         final = {}
