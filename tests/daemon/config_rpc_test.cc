@@ -108,12 +108,20 @@ TEST_CASE("RPC requests are parsed strictly", "[rpc]") {
   CHECK(Parse(R"({"cmd":"members"})", &err));
   CHECK(Parse(R"({"cmd":"keys","op":"list"})", &err));
   CHECK(Parse(R"({"cmd":"keys","op":"install","key":"abc"})", &err));
+  auto mon = Parse(R"({"cmd":"monitor"})", &err);
+  REQUIRE(mon);
+  CHECK(mon->log_level == "info");
+  mon = Parse(R"({"cmd":"monitor","level":"trace"})", &err);
+  REQUIRE(mon);
+  CHECK(mon->log_level == "trace");
 
   for (const char* bad :
        {"", "null", "[]", "{", R"({"cmd":1})", R"({"cmd":"reboot"})", R"({"cmd":"join"})",
         R"({"cmd":"join","addrs":[]})", R"({"cmd":"join","addrs":[1]})", R"({"cmd":"force-leave"})",
         R"({"cmd":"force-leave","name":""})", R"({"cmd":"keys","op":"explode"})",
-        R"({"cmd":"keys","op":"use"})", R"({"cmd":"members","token":5})"}) {
+        R"({"cmd":"keys","op":"use"})", R"({"cmd":"members","token":5})",
+        R"({"cmd":"monitor","level":"loud"})", R"({"cmd":"monitor","level":3})",
+        R"({"cmd":"monitor","level":"critical"})"}) {
     err.clear();
     INFO(bad);
     CHECK_FALSE(Parse(bad, &err));

@@ -2,6 +2,8 @@
 // TcpHub::Connect (EMFILE here) must come back as a queued ConnClosed input, never re-enter the
 // caller, and leave no mapping behind (issue 12: the old agent reset its round inside the
 // synchronous close and then wrote through the empty optional).
+#include "daemon/net_endpoint.h"
+
 #include <sys/resource.h>
 #include <uv.h>
 
@@ -9,7 +11,6 @@
 #include <variant>
 #include <vector>
 
-#include "daemon/net_endpoint.h"
 #include "gossip/codec.h"
 #include "gossip/transport.h"
 
