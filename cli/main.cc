@@ -138,9 +138,20 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "node resuming from its checkpoint does not wait)");
   a->add_option("--target-accuracy", c.target_accuracy, "Stop training at this test accuracy");
   a->add_option("--eval-every", c.eval_every, "Evaluate every K steps")->capture_default_str();
-  a->add_option("--barrier", c.barrier, "bsp, ssp, asp, pbsp, pssp or dssp")->capture_default_str();
-  a->add_option("--staleness", c.staleness, "SSP/PSP staleness bound")->capture_default_str();
-  a->add_option("--sample", c.sample, "PSP sample size (beta)")->capture_default_str();
+  a->add_option("--barrier", c.barrier,
+                "bsp, ssp, asp, pbsp, pssp, dssp (dynamic staleness in [s, s + "
+                "--staleness-max]) or wbsp (bsp on the global step; a node that would wait "
+                "keeps taking local steps)")
+      ->capture_default_str();
+  a->add_option("--staleness", c.staleness, "SSP/PSP staleness bound (dssp: its lower bound)")
+      ->capture_default_str();
+  a->add_option("--staleness-max", c.staleness_max,
+                "dssp: at most this many extra steps beyond --staleness (r_max)")
+      ->capture_default_str();
+  a->add_option("--sample", c.sample,
+                "PSP sample size (beta); with dssp or wbsp: sample this many peers instead "
+                "of all (pdssp, pwbsp)")
+      ->capture_default_str();
   a->add_option("--select", c.select, "Receiver selection: all, random or selmcast")
       ->capture_default_str();
   a->add_option("--fanout", c.fanout, "Receivers per round (P)")->capture_default_str();
@@ -288,7 +299,10 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
-  if (agent->parsed()) return RunAgent(agent_config);
+  if (agent->parsed()) {
+    agent_config.sample_given = agent->get_option("--sample")->count() > 0;
+    return RunAgent(agent_config);
+  }
   g_token = token;
   // Replies come from the network: a field of an unexpected type must end in a one-line error,
   // not in an uncaught json exception.

@@ -113,9 +113,12 @@ Status AgentConfig::Finalize() {
     return Status::InvalidArgument("invalid --task " + Quoted(task) +
                                    ": expected none, synthetic, fmnist-softmax or fmnist-mlp");
   }
-  if (!OneOf(barrier, {"bsp", "ssp", "asp", "pbsp", "pssp", "dssp"})) {
+  if (!OneOf(barrier, {"bsp", "ssp", "asp", "pbsp", "pssp", "dssp", "wbsp"})) {
     return Status::InvalidArgument("invalid --barrier " + Quoted(barrier) +
-                                   ": expected bsp, ssp, asp, pbsp, pssp or dssp");
+                                   ": expected bsp, ssp, asp, pbsp, pssp, dssp or wbsp");
+  }
+  if (staleness_max < 0 || staleness_max > 1000) {
+    return Status::InvalidArgument("invalid --staleness-max: 0..1000");
   }
   if (!OneOf(select, {"all", "random", "selmcast"})) {
     return Status::InvalidArgument("invalid --select " + Quoted(select) +
@@ -240,6 +243,9 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.barrier.policy = *sync::ParsePolicy(barrier);
   n.barrier.staleness = static_cast<uint64_t>(staleness);
   n.barrier.sample = static_cast<size_t>(sample);
+  n.barrier.r_max = static_cast<uint64_t>(staleness_max);
+  // dssp and wbsp decide on every live peer; an explicit --sample makes them pdssp/pwbsp.
+  if ((barrier == "dssp" || barrier == "wbsp") && !sample_given) n.barrier.sample = 0;
   n.select = *sync::ParseSelectPolicy(select);
   n.fanout = static_cast<size_t>(fanout);
   n.min_peers = static_cast<size_t>(std::max(0, min_peers));

@@ -24,7 +24,8 @@ constexpr size_t kMaxCachedPlans = 256;
 constexpr size_t kNoTaskFloats = 4;
 
 bool NeedsFullView(sync::Policy p) {
-  return p == sync::Policy::kBsp || p == sync::Policy::kSsp || p == sync::Policy::kDssp;
+  return p == sync::Policy::kBsp || p == sync::Policy::kSsp || p == sync::Policy::kDssp ||
+         p == sync::Policy::kWbsp;
 }
 
 }  // namespace

@@ -10,7 +10,8 @@ namespace {
 constexpr size_t kMaxFullViewNodes = 4000;
 
 bool NeedsFullView(sync::Policy p) {
-  return p == sync::Policy::kBsp || p == sync::Policy::kSsp || p == sync::Policy::kDssp;
+  return p == sync::Policy::kBsp || p == sync::Policy::kSsp || p == sync::Policy::kDssp ||
+         p == sync::Policy::kWbsp;
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 #include "sim/swim_cluster.h"
 
-#include "sim/sim_random.h"
-
 #include <utility>
+
+#include "sim/sim_random.h"
 
 namespace meshtrain::sim {
 

@@ -41,6 +41,7 @@ std::optional<Policy> ParsePolicy(std::string_view name) {
   if (name == "pbsp") return Policy::kPbsp;
   if (name == "pssp") return Policy::kPssp;
   if (name == "dssp") return Policy::kDssp;
+  if (name == "wbsp") return Policy::kWbsp;
   return std::nullopt;
 }
 
@@ -58,15 +59,25 @@ const char* PolicyName(Policy policy) {
       return "pssp";
     case Policy::kDssp:
       return "dssp";
+    case Policy::kWbsp:
+      return "wbsp";
   }
   return "unknown";
 }
 
 bool IsProbabilistic(Policy policy) { return policy == Policy::kPbsp || policy == Policy::kPssp; }
 
+bool UsesSample(Policy policy) {
+  return IsProbabilistic(policy) || policy == Policy::kDssp || policy == Policy::kWbsp;
+}
+
 BarrierCore::BarrierCore(BarrierConfig config, std::string self)
     : config_(config), view_(std::move(self), config.interval_alpha) {
   if (config_.probe_timeout <= 0) config_.probe_timeout = 1;
+  // dssp/wbsp decide on every live peer unless a sample size β > 0 makes them pdssp/pwbsp.
+  if ((config_.policy == Policy::kDssp || config_.policy == Policy::kWbsp) && config_.sample == 0) {
+    config_.sample = std::numeric_limits<size_t>::max();
+  }
   if (config_.requery_interval <= 0) {
     config_.requery_interval = std::max<TimeMs>(1, config_.probe_timeout / 5);
   }
@@ -74,7 +85,18 @@ BarrierCore::BarrierCore(BarrierConfig config, std::string self)
 
 Decision BarrierCore::Check(uint64_t my_step, TimeMs now, Rng& rng) {
   ++stats_.checks;
-  if (!in_episode_ || my_step != episode_step_) StartEpisode(my_step, now);
+  if (!in_episode_ || my_step != episode_step_) {
+    StartEpisode(my_step, now);
+  } else if (prefetched_) {
+    // The first real Check of a prefetched episode: the step's computation ends here.
+    prefetched_ = false;
+    if (have_last_pass_ && my_step == last_pass_step_ + 1) {
+      const double sample = static_cast<double>(std::max<TimeMs>(0, now - last_pass_time_));
+      own_interval_ms_ = own_interval_ms_ > 0 ? config_.interval_alpha * sample +
+                                                    (1 - config_.interval_alpha) * own_interval_ms_
+                                              : sample;
+    }
+  }
   if (!Evaluate(my_step, now, rng)) {
     if (!waiting_) {
       waiting_ = true;
@@ -88,6 +110,14 @@ Decision BarrierCore::Check(uint64_t my_step, TimeMs now, Rng& rng) {
     waiting_ = false;
   }
   ++stats_.passes;
+  if (UsesSample(config_.policy)) {
+    for (Slot& slot : slots_) {
+      const PeerProgress* p = view_.Find(slot.name, &slot.pos);
+      if (p && my_step > p->step) {
+        stats_.max_sampled_lead = std::max(stats_.max_sampled_lead, my_step - p->step);
+      }
+    }
+  }
   have_last_pass_ = true;
   last_pass_step_ = my_step;
   last_pass_time_ = now;
@@ -109,8 +139,19 @@ void BarrierCore::StartEpisode(uint64_t my_step, TimeMs now) {
   episode_step_ = my_step;
 }
 
+void BarrierCore::Prefetch(uint64_t next_step, TimeMs now, Rng& rng) {
+  if (!UsesSample(config_.policy) || config_.sample == 0 || view_.empty()) return;
+  if (in_episode_) return;  // Check has not passed the current step yet
+  EndEpisode();
+  in_episode_ = true;
+  prefetched_ = true;
+  episode_step_ = next_step;
+  EvaluateSampled(next_step, now, rng);  // draws the sample, queries the peers that block
+}
+
 void BarrierCore::EndEpisode() {
   in_episode_ = false;
+  prefetched_ = false;
   round_active_ = false;
   round_deadline_ = kNoDeadline;
   requery_at_ = kNoDeadline;
@@ -129,9 +170,9 @@ bool BarrierCore::Evaluate(uint64_t my_step, TimeMs now, Rng& rng) {
       return EvaluateBound(my_step, config_.staleness);
     case Policy::kPbsp:
     case Policy::kPssp:
-      return EvaluateSampled(my_step, now, rng);
     case Policy::kDssp:
-      return EvaluateDssp(my_step, now);
+    case Policy::kWbsp:
+      return EvaluateSampled(my_step, now, rng);
   }
   return true;
 }
@@ -143,32 +184,31 @@ bool BarrierCore::EvaluateBound(uint64_t my_step, uint64_t bound) const {
 }
 
 // Dynamic SSP (Zhao et al., "Dynamic Stale Synchronous Parallel Distributed Training for Deep
-// Learning", ICDCS 2019), read for a serverless mesh:
+// Learning", ICDCS 2019), read for a serverless mesh, over the node's sample (every live peer
+// unless pDSSP):
 //   - Like SSP with the lower bound s_L: pass while c_i − c_min ≤ s_L.
 //   - Never pass beyond the upper bound s_H = s_L + r_max.
-//   - When the node would be blocked at s_L and it is the fastest node it knows of
-//     (c_i ≥ every peer's step), its synchronization controller picks r* ∈ [0, r_max]: the number
-//     of extra steps whose projected finish time now + r·T_self best matches the slowest peer's
-//     projected next arrival, t_slow = learned_slow + T_slow (T = step-interval EWMAs; with
-//     several peers at the minimum step, the latest of their projections). The node may then
-//     pass up to c_min + s_L + r*. The paper's rationale: the fastest worker keeps computing
-//     instead of idling for exactly as long as the straggler needs to deliver its next update.
+//   - When the node would be blocked at s_L and it is the fastest node of its sample
+//     (c_i ≥ every sampled peer's step), its synchronization controller picks r* ∈ [0, r_max]:
+//     the number of extra steps whose projected finish time now + r·T_self best matches the
+//     slowest peer's projected next arrival, t_slow = learned_slow + T_slow (T = step-interval
+//     EWMAs; with several peers at the minimum step, the latest of their projections). The node
+//     may then pass up to c_min + s_L + r*. The paper's rationale: the fastest worker keeps
+//     computing instead of idling for exactly as long as the straggler needs to deliver its next
+//     update.
 //   - A grant is made once per position of the slowest peer: after spending it the node waits
 //     until c_min advances, then the controller decides afresh. Nodes that are not the fastest
 //     obey plain SSP(s_L). Unknown intervals give r* = 0 (plain SSP).
-bool BarrierCore::EvaluateDssp(uint64_t my_step, TimeMs now) {
-  const std::optional<uint64_t> min = view_.MinStep();
-  if (!min) return true;
+bool BarrierCore::DsspGrant(uint64_t my_step, uint64_t min, uint64_t max, TimeMs now) {
   const uint64_t s_low = config_.staleness;
-  if (Within(my_step, *min, s_low)) return true;
-  if (!Within(my_step, *min, s_low + config_.r_max)) return false;
-  if (!has_grant_ || *min > grant_base_) {
+  if (!Within(my_step, min, s_low + config_.r_max)) return false;
+  if (!has_grant_ || min > grant_base_) {
     // Blocked at s_L with no grant for the slowest peer's current position.
-    if (my_step < *view_.MaxStep()) return false;  // not the fastest: plain SSP(s_L)
-    const uint64_t r = ChooseDsspExtra(now);
+    if (my_step < max) return false;  // not the fastest: plain SSP(s_L)
+    const uint64_t r = ChooseDsspExtra(now, min);
     has_grant_ = true;
-    grant_base_ = *min;
-    grant_limit_ = *min + s_low + r;
+    grant_base_ = min;
+    grant_limit_ = min + s_low + r;
     if (r > 0) ++stats_.dssp_grants;
   }
   if (my_step > grant_limit_) return false;
@@ -176,10 +216,9 @@ bool BarrierCore::EvaluateDssp(uint64_t my_step, TimeMs now) {
   return true;
 }
 
-uint64_t BarrierCore::ChooseDsspExtra(TimeMs now) const {
+uint64_t BarrierCore::ChooseDsspExtra(TimeMs now, uint64_t min) const {
   const double t_self = own_interval_ms_;
   if (t_self <= 0 || config_.r_max == 0) return 0;
-  const uint64_t min = *view_.MinStep();
   double t_slow = -1;
   bool any = false;
   for (const ProgressView::Entry& e : view_.entries()) {
@@ -250,6 +289,18 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
     } else {
       requery_at_ = std::min(requery_at_, due);
     }
+  }
+  if (!pass && config_.policy == Policy::kDssp) {
+    uint64_t min = std::numeric_limits<uint64_t>::max(), max = 0;
+    bool any = false;
+    for (Slot& slot : slots_) {
+      if (const PeerProgress* p = view_.Find(slot.name, &slot.pos)) {
+        min = std::min(min, p->step);
+        max = std::max(max, p->step);
+        any = true;
+      }
+    }
+    if (any) pass = DsspGrant(my_step, min, max, now);
   }
   return pass;
 }

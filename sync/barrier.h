@@ -37,6 +37,24 @@
 //     silent when it answers or its step advances.
 //   - β = 0 passes at once (asp).
 //
+// dssp (issue 18: fresh progress, pDSSP): decided on the same sampled rounds and queries as
+// pssp — with β >= live peers (the node's default for dssp) the sample is every live peer, with
+// a smaller β it is pDSSP. The node passes while every sampled peer is within s_L = staleness;
+// when a sampled peer blocks at s_L but all are within s_L + r_max and the node is the fastest of
+// its sample, the DSSP controller (DsspGrant) may grant r* extra steps. Blocking peers
+// are queried at once, so the decision never waits for gossip to carry their progress.
+//
+// wbsp (worker-busy synchronous parallel, Yang et al., Parallel Computing 2024), decentralized:
+// the barrier is bsp on the node's *global* step (the step it publishes and that peers' barriers
+// see) over the sample: a node at global step c passes to c + 1 only once every sampled peer has
+// reported c. What makes it wbsp happens beside the barrier, in the trainer: while the barrier
+// holds, the node keeps taking local SGD steps on its own data, accumulating their update into
+// its parameters; when the permit comes, the accumulated work goes out with the next snapshot and
+// the global step advances by one. In the paper's parameter-server design the server's global
+// iteration advances when the slowest worker's update arrives while fast workers keep computing
+// local updates; here every node is its own server and "the slowest worker" is the slowest
+// sampled peer, so the global step never runs ahead of the slowest sampled peer's report.
+//
 // Thread-safety: none. One thread owns a BarrierCore at a time.
 #pragma once
 
@@ -58,17 +76,20 @@ using Rng = std::mt19937_64;
 
 inline constexpr TimeMs kNoDeadline = std::numeric_limits<TimeMs>::max();
 
-enum class Policy : uint8_t { kAsp, kBsp, kSsp, kPbsp, kPssp, kDssp };
+enum class Policy : uint8_t { kAsp, kBsp, kSsp, kPbsp, kPssp, kDssp, kWbsp };
 
-// "asp" | "bsp" | "ssp" | "pbsp" | "pssp" | "dssp"; nullopt for anything else.
+// "asp" | "bsp" | "ssp" | "pbsp" | "pssp" | "dssp" | "wbsp"; nullopt for anything else.
 std::optional<Policy> ParsePolicy(std::string_view name);
 const char* PolicyName(Policy policy);
 bool IsProbabilistic(Policy policy);  // pbsp, pssp
+// Policies decided on a sample of peers with fresh progress queries (pbsp, pssp, dssp, wbsp;
+// with β >= live peers the sample is everyone).
+bool UsesSample(Policy policy);
 
 struct BarrierConfig {
   Policy policy = Policy::kPssp;
   uint64_t staleness = 4;      // s for ssp/pssp; the lower bound s_L for dssp
-  size_t sample = 4;           // β for pbsp/pssp
+  size_t sample = 4;           // β for pbsp/pssp; dssp/wbsp: 0 = every live peer
   uint64_t r_max = 4;          // dssp: at most this many extra steps beyond s_L
   TimeMs probe_timeout = 500;  // pbsp/pssp: wait this long for query answers before resampling
   // pbsp/pssp: re-query a sampled peer that answered but still blocks after this long;
@@ -96,6 +117,9 @@ struct BarrierStats {
   uint64_t timeouts = 0;           // rounds ended by the probe timeout
   uint64_t dssp_grants = 0;        // dssp: times the fastest node was granted extra steps (r* > 0)
   uint64_t dssp_extra_passes = 0;  // dssp: passes beyond the s_L bound
+  // Sampled policies: the largest c_i − c_j over the peers of the sample at a pass (how far
+  // the node ever ran ahead of the slowest sampled peer's known step; 0 if never ahead).
+  uint64_t max_sampled_lead = 0;
 };
 
 class BarrierCore {
@@ -133,9 +157,16 @@ class BarrierCore {
   double WaitSeconds(TimeMs now) const;
 
   const ProgressView& view() const { return view_; }
-  // pbsp/pssp: how far a sampled peer may be behind (0, or the staleness): a node at step c
+  // How far a sampled peer may be behind (0, or the staleness; dssp: s_L): a node at step c
   // waits for sampled peers below c - SampledBound().
-  uint64_t SampledBound() const { return config_.policy == Policy::kPssp ? config_.staleness : 0; }
+  uint64_t SampledBound() const {
+    return config_.policy == Policy::kPssp || config_.policy == Policy::kDssp ? config_.staleness
+                                                                              : 0;
+  }
+  // Overlap (OSP, issue 18): right after passing to step c + 1, open the episode of step c + 2
+  // and send its queries, so the answers arrive while step c + 1 computes and the next Check
+  // finds fresh progress. No wait is counted for a prefetch.
+  void Prefetch(uint64_t next_step, TimeMs now, Rng& rng);
   const BarrierConfig& config() const { return config_; }
   const BarrierStats& stats() const { return stats_; }
   // Peers in the current pbsp/pssp sample (empty when not waiting on a sample).
@@ -159,8 +190,10 @@ class BarrierCore {
   void StartEpisode(uint64_t my_step, TimeMs now);
   bool Evaluate(uint64_t my_step, TimeMs now, Rng& rng);
   bool EvaluateBound(uint64_t my_step, uint64_t bound) const;
-  bool EvaluateDssp(uint64_t my_step, TimeMs now);
-  uint64_t ChooseDsspExtra(TimeMs now) const;
+  // The DSSP controller over the peers in `steps` (their known steps): may the node pass beyond
+  // s_L? `min` and `max` are the smallest and largest of them.
+  bool DsspGrant(uint64_t my_step, uint64_t min, uint64_t max, TimeMs now);
+  uint64_t ChooseDsspExtra(TimeMs now, uint64_t min) const;
   bool EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng);
   void NewRound(Rng& rng);
   void Refill(Rng& rng);
@@ -172,6 +205,7 @@ class BarrierCore {
 
   // Current episode (one per step: from the first Check for my_step until it passes).
   bool in_episode_ = false;
+  bool prefetched_ = false;  // the episode was opened by Prefetch, before its first Check
   uint64_t episode_step_ = 0;
   bool waiting_ = false;
   TimeMs wait_start_ = 0;

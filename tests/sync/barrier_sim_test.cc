@@ -20,6 +20,7 @@ struct SimResult {
   double max_wait_share = 0;
   uint64_t queries = 0;
   uint64_t dssp_grants = 0;
+  uint64_t max_sampled_lead = 0;  // max over nodes of BarrierStats::max_sampled_lead
 };
 
 class BarrierSim {
@@ -69,6 +70,7 @@ class BarrierSim {
           std::max(r.max_wait_share, n.core->WaitSeconds(now_) * 1000.0 / double(now_));
       r.queries += n.core->stats().queries;
       r.dssp_grants += n.core->stats().dssp_grants;
+      r.max_sampled_lead = std::max(r.max_sampled_lead, n.core->stats().max_sampled_lead);
     }
     return r;
   }
@@ -249,8 +251,39 @@ TEST_CASE("dssp stays within s_L + r_max and uses its extra steps", "[sync][barr
   }
 }
 
+TEST_CASE("pdssp (sampled) never passes beyond s_L + r_max of the slowest sampled peer",
+          "[sync][barrier][sim]") {
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    for (size_t beta : {1u, 2u}) {
+      BarrierSim::Options o = Scenario(Policy::kDssp, 2, beta, seed);
+      o.config.r_max = 3;
+      const SimResult r = BarrierSim(o).Run();
+      INFO("seed " << seed << " beta " << beta);
+      CHECK(r.max_sampled_lead <= 2 + 3);
+      CHECK(r.max_sampled_lead > 0);  // it does run ahead of some sampled peers
+      CHECK(r.queries > 0);           // fresh progress: blocked nodes ask
+    }
+  }
+}
+
+TEST_CASE("wbsp: the global step never runs ahead of the slowest sampled peer's report",
+          "[sync][barrier][sim]") {
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    for (size_t beta : {0u, 2u}) {  // 0: every live peer
+      const SimResult r = BarrierSim(Scenario(Policy::kWbsp, 5, beta, seed)).Run();
+      INFO("seed " << seed << " beta " << beta);
+      CHECK(r.max_sampled_lead == 0);
+      if (beta == 0)
+        CHECK(r.max_lead <= 1);  // bsp on the global step (SPEC: c_i - c_j <= 0
+                                 // at the pass, so one step in flight)
+      CHECK(*std::min_element(r.steps.begin(), r.steps.end()) > 50);
+    }
+  }
+}
+
 TEST_CASE("no barrier waits on a failed node once it is detected", "[sync][barrier][sim]") {
-  for (Policy p : {Policy::kBsp, Policy::kSsp, Policy::kPbsp, Policy::kPssp, Policy::kDssp}) {
+  for (Policy p :
+       {Policy::kBsp, Policy::kSsp, Policy::kPbsp, Policy::kPssp, Policy::kDssp, Policy::kWbsp}) {
     BarrierSim::Options o = Scenario(p, 1, 2, 5);
     o.fail_node = 1;
     o.fail_at = 5000;
