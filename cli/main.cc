@@ -148,6 +148,10 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--staleness-max", c.staleness_max,
                 "dssp: at most this many extra steps beyond --staleness (r_max)")
       ->capture_default_str();
+  a->add_option("--overlap", c.overlap,
+                "on: the barrier queries for the next step go out while this step computes "
+                "(OSP); off: only once the step is done")
+      ->capture_default_str();
   a->add_option("--sample", c.sample,
                 "PSP sample size (beta); with dssp or wbsp: sample this many peers instead "
                 "of all (pdssp, pwbsp)")

@@ -117,6 +117,9 @@ Status AgentConfig::Finalize() {
     return Status::InvalidArgument("invalid --barrier " + Quoted(barrier) +
                                    ": expected bsp, ssp, asp, pbsp, pssp, dssp or wbsp");
   }
+  if (!OneOf(overlap, {"on", "off"})) {
+    return Status::InvalidArgument("invalid --overlap " + Quoted(overlap) + ": expected on or off");
+  }
   if (staleness_max < 0 || staleness_max > 1000) {
     return Status::InvalidArgument("invalid --staleness-max: 0..1000");
   }
@@ -244,6 +247,7 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.barrier.staleness = static_cast<uint64_t>(staleness);
   n.barrier.sample = static_cast<size_t>(sample);
   n.barrier.r_max = static_cast<uint64_t>(staleness_max);
+  n.overlap_barrier = overlap == "on";
   // dssp and wbsp decide on every live peer; an explicit --sample makes them pdssp/pwbsp.
   if ((barrier == "dssp" || barrier == "wbsp") && !sample_given) n.barrier.sample = 0;
   n.select = *sync::ParseSelectPolicy(select);

@@ -51,8 +51,9 @@ struct AgentConfig {
   std::string barrier = "pssp";
   int staleness = 4;
   int sample = 4;
-  bool sample_given = false;  // --sample was given (dssp/wbsp then sample β peers)
-  int staleness_max = 4;      // dssp: r_max, extra steps beyond --staleness (s_L)
+  bool sample_given = false;   // --sample was given (dssp/wbsp then sample β peers)
+  int staleness_max = 4;       // dssp: r_max, extra steps beyond --staleness (s_L)
+  std::string overlap = "on";  // OSP: next step's barrier queries overlap this step's compute
   std::string select = "selmcast";
   int fanout = 3;
   int sync_every = 1;

@@ -110,6 +110,13 @@ json StatusJson(const StatusInputs& in) {
           {"select", in.config.select},
           {"peers_alive", n.PeersAlive()},
           {"barrier_wait_s", n.BarrierWaitSeconds(in.now)},
+          // issue 18: where the time goes (compute includes wbsp's local steps)
+          {"compute_s", st.compute_s},
+          {"idle_s", st.idle_s},
+          {"compute_share", st.train_s > 0 ? std::min(1.0, st.compute_s / st.train_s) : 0.0},
+          {"steps_per_s",
+           st.train_s > 0 ? static_cast<double>(st.step - st.start_step) / st.train_s : 0.0},
+          {"local_steps", st.local_steps},
           {"bytes_sent", in.bytes_sent},
           {"bytes_received", in.bytes_received},
           {"mean_fanout", s.rounds ? static_cast<double>(s.fanout_sum) / s.rounds : 0.0},

@@ -144,11 +144,31 @@ void Trainer::Evaluate(uint64_t step) {
   }
 }
 
+double Trainer::TimedStep(float* loss) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const float l = task_->Step();
+  if (loss != nullptr) *loss = l;
+  const double compute = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (options_.slowdown > 1) {
+    // Straggler emulation: the step takes `slowdown` times its compute time in total.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(compute * (options_.slowdown - 1)),
+                 [&] { return stop_; });
+  }
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 void Trainer::Run() {
   using Clock = std::chrono::steady_clock;
   std::vector<Incoming> incoming;
   Clock::time_point last_end;
   bool have_last_end = false;
+  const Clock::time_point train_start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_.start_step = state_.step;
+  }
   while (true) {
     uint64_t step = 0;
     {
@@ -161,7 +181,19 @@ void Trainer::Run() {
         lock.unlock();
         notify_();  // the loop runs the barrier for step + 1
         lock.lock();
+        // wbsp: busy while blocked — local steps whose update joins the next global step.
+        for (int local = 0;
+             local < options_.busy_local_steps && !stop_ && !adopt_ && permitted_ < step + 1;
+             ++local) {
+          lock.unlock();
+          const double c = TimedStep();
+          lock.lock();
+          state_.compute_s += c;
+          state_.local_steps++;
+        }
+        const auto idle_start = Clock::now();
         cv_.wait(lock, [&] { return stop_ || adopt_ || permitted_ >= step + 1; });
+        state_.idle_s += std::chrono::duration<double>(Clock::now() - idle_start).count();
         if (stop_) break;
       }
       if (!adopt_) {
@@ -201,14 +233,8 @@ void Trainer::Run() {
         if (!state_.training) continue;
       }
     }
-    const float loss = task_->Step();
-    const double compute = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (options_.slowdown > 1) {
-      // Straggler emulation: the step takes `slowdown` times its compute time in total.
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::duration<double>(compute * (options_.slowdown - 1)),
-                   [&] { return stop_; });
-    }
+    float loss = 0;
+    const double compute = TimedStep(&loss);
     const uint64_t done = step + 1;
     std::shared_ptr<std::vector<float>> snap;
     const auto end = Clock::now();
@@ -231,6 +257,7 @@ void Trainer::Run() {
       state_.step = done;
       state_.mixes += incoming.size();
       state_.compute_s += compute;
+      state_.train_s = std::chrono::duration<double>(end - train_start).count();
       state_.train_loss = state_.train_loss == 0 ? loss : 0.95 * state_.train_loss + 0.05 * loss;
       if (snap) outbox_ = Snapshot{done, std::move(snap)};
       if (options_.max_steps > 0 && done >= options_.max_steps) state_.training = false;
@@ -304,6 +331,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
   topts.name = config.name;
   topts.checkpoint_dir = config.data_dir;
   topts.checkpoint_every = config.checkpoint_every;
+  if (config.barrier == "wbsp") topts.busy_local_steps = TrainerOptions::kMaxBusyLocalSteps;
   auto trainer =
       std::make_unique<Trainer>(std::move(task).value(), topts, metrics, std::move(notify));
   if (auto st = trainer->Restore(resumed_step); !st.ok()) return st;

@@ -42,6 +42,11 @@ struct TrainerOptions {
   std::string name;            // for log lines and checkpoint metadata
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 500;  // steps between periodic checkpoints
+  // wbsp (issue 18): while the barrier holds, keep taking local steps on the node's own data
+  // (their update accumulates in the parameters and goes out with the next snapshot), at most
+  // this many per wait; 0 = idle while waiting (every other policy).
+  int busy_local_steps = 0;
+  static constexpr int kMaxBusyLocalSteps = 16;
 };
 
 // A copy of the parameters at a step boundary, to send.
@@ -85,6 +90,10 @@ struct TrainerState {
   int sync_every = 1;              // steps between snapshots now (changes with --sync-every auto)
   uint32_t params_crc32 = 0;       // CRC32 of the parameters at the last evaluation
   WaitHistogram wait;              // barrier wait before each step (0 when the permit was there)
+  uint64_t local_steps = 0;        // wbsp: extra local steps taken while the barrier held
+  double idle_s = 0;               // time the trainer sat idle waiting for the barrier
+  double train_s = 0;              // wall time since training started (to the last update)
+  uint64_t start_step = 0;         // the step training started (or resumed) from
 };
 
 // --sync-every auto (issue 17): hide a round's transfer under computation. A round started at a
@@ -131,6 +140,8 @@ class Trainer {
 
  private:
   void Run();
+  // One SGD step (with the --slowdown emulation); its wall time in seconds.
+  double TimedStep(float* loss = nullptr);
   void Evaluate(uint64_t step);
   uint64_t checkpoints_ = 0;
 

@@ -535,6 +535,23 @@ void Node::RefreshProgress(TimeMs now) {
   }
 }
 
+// Sends the barrier's queries for passing from `step` (completed steps) to step + 1.
+void Node::SendBarrierQueries(uint64_t step) {
+  for (const auto& q : barrier_->TakeQueries()) {
+    const std::string* addr = PeerAddr(q.to);
+    if (addr == nullptr) continue;
+    gossip::Datagram dg;
+    dg.sender = config_.name;
+    // `need`: the step this node waits for from the peer; a peer below it answers again when it
+    // gets there, so the wait ends without polling (re-queries stay as the fallback).
+    const uint64_t bound = barrier_->SampledBound();
+    const uint64_t need = step > bound ? step - bound : 0;
+    // Our own step is what we completed (a prefetch runs ahead of it, the report never does).
+    dg.body = gossip::ProgressQuery{q.seq, progress_.step, need};
+    Emit(SendDatagram{*addr, std::move(dg)});
+  }
+}
+
 void Node::RunBarrier(TimeMs now) {
   if (!barrier_waiting_ || !barrier_) return;
   RefreshProgress(now);
@@ -551,21 +568,15 @@ void Node::RunBarrier(TimeMs now) {
   }
   if (!StateReady(now)) return;  // a fresh node joining a running mesh fetches its model first
   const sync::Decision d = barrier_->Check(progress_.step, now, rng_);
-  for (const auto& q : barrier_->TakeQueries()) {
-    const std::string* addr = PeerAddr(q.to);
-    if (addr == nullptr) continue;
-    gossip::Datagram dg;
-    dg.sender = config_.name;
-    // `need`: the step this node waits for from the peer; a peer below it answers again when it
-    // gets there, so the wait ends without polling (re-queries stay as the fallback).
-    const uint64_t bound = barrier_->SampledBound();
-    const uint64_t need = progress_.step > bound ? progress_.step - bound : 0;
-    dg.body = gossip::ProgressQuery{q.seq, progress_.step, need};
-    Emit(SendDatagram{*addr, std::move(dg)});
-  }
+  SendBarrierQueries(progress_.step);
   if (d == sync::Decision::kPass) {
     barrier_waiting_ = false;
     Emit(Permit{progress_.step + 1});
+    if (config_.overlap_barrier) {
+      // OSP: the queries for the next step go out while this one computes.
+      barrier_->Prefetch(progress_.step + 1, now, rng_);
+      SendBarrierQueries(progress_.step + 1);
+    }
     return;
   }
   const sync::TimeMs deadline = barrier_->NextDeadline();

@@ -83,6 +83,8 @@ struct NodeConfig {
   TimeMs leave_max_ms = 3000;           // SPEC §3: wait at most this long for "left" to spread
   TimeMs bandwidth_interval_ms = 2000;  // how often measurements become published estimates
   TimeMs min_peers_poll_ms = 100;
+  // OSP (issue 18): after a pass, query the next step's blocking peers while the step computes.
+  bool overlap_barrier = true;
   uint64_t plan_epoch_steps = 16;  // a SELMCAST plan is shared for this many steps (see node.cc)
   // Join with state (issue 14): a node about to take its first step (fresh or resumed) that
   // finds every live training peer further on fetches the
@@ -330,6 +332,7 @@ class Node {
 
   // Barrier driving.
   void RefreshProgress(TimeMs now);
+  void SendBarrierQueries(uint64_t step);
   void RunBarrier(TimeMs now);
 
   // Parameter rounds.

@@ -45,6 +45,7 @@ Mesh::Mesh(MeshOptions options) : opt_(std::move(options)), rng_(opt_.seed) {
     c.fanout = opt_.fanout;
     c.compress = opt_.compress;
     c.join_state = opt_.join_state;
+    c.overlap_barrier = opt_.overlap_barrier;
     c.chunk_floats = opt_.chunk_floats;
     // With a late joiner the first nodes start without it; it waits for all of them.
     c.min_peers = opt_.late_join_ms > 0 && i + 1 < opt_.nodes ? opt_.nodes - 2 : opt_.nodes - 1;

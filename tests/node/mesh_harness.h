@@ -39,6 +39,7 @@ struct MeshOptions {
   gossip::CompressSpec compress;  // --compress of every node
   int64_t late_join_ms = 0;       // > 0: the last node starts (fresh) at this time, joining node 0
   bool join_state = true;
+  bool overlap_barrier = true;  // OSP prefetch of the next step's queries
   uint32_t chunk_floats = gossip::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
