@@ -128,7 +128,10 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "How shards split the training set: iid (contiguous ranges) or label-skew:ALPHA "
                 "(seeded Dirichlet label skew; small ALPHA = few classes per shard)")
       ->capture_default_str();
-  a->add_option("--batch", c.batch, "Mini-batch size")->capture_default_str();
+  a->add_option("--batch", c.batch_spec,
+                "Mini-batch size (default 64), or auto: start at 64 and scale this node's "
+                "batch down (to 8 at least) so its steps keep the mesh's median pace, the "
+                "learning rate scaled linearly with it");
   a->add_option("--lr", c.lr, "Learning rate")->capture_default_str();
   a->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
   a->add_option("--seed", c.seed, "Data-order seed (default: hash of name)");

@@ -165,7 +165,7 @@ struct Agent::Impl : RpcBackend {
   void Execute(std::vector<node::Output> outputs) {
     for (auto& o : node::RouteNetwork(std::move(outputs), *net)) {
       if (auto* p = std::get_if<node::Permit>(&o)) {
-        if (trainer) trainer->Permit(p->step);
+        if (trainer) trainer->Permit(p->step, p->mesh_step_ms / 1000.0);
       } else if (auto* m = std::get_if<node::Mix>(&o)) {
         if (trainer) trainer->Deliver(m->from, std::move(m->params), m->step, m->finished);
       } else if (auto* a = std::get_if<node::AdoptState>(&o)) {

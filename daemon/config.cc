@@ -127,6 +127,17 @@ Status AgentConfig::Finalize() {
     return Status::InvalidArgument("invalid --select " + Quoted(select) +
                                    ": expected all, random or selmcast");
   }
+  if (!batch_spec.empty()) {
+    static const std::regex kBatch("[0-9]{1,6}");
+    if (batch_spec == "auto") {
+      batch_auto = true;
+    } else if (std::regex_match(batch_spec, kBatch)) {
+      batch = std::stoi(batch_spec);
+    } else {
+      return Status::InvalidArgument("invalid --batch " + Quoted(batch_spec) +
+                                     ": expected a number or auto");
+    }
+  }
   if (batch < 1 || batch > 65536) return Status::InvalidArgument("invalid --batch: 1..65536");
   if (!(lr > 0 && lr < 100)) return Status::InvalidArgument("invalid --lr: must be > 0");
   if (!(momentum >= 0 && momentum < 1))

@@ -41,6 +41,8 @@ struct AgentConfig {
   std::string shard;               // "I/N" or empty
   std::string shard_mode = "iid";  // "iid" or "label-skew:ALPHA" (learn/label_skew.h)
   int batch = 64;
+  std::string batch_spec;   // --batch as given: N or auto (empty: `batch`)
+  bool batch_auto = false;  // --batch auto: dynamic batch size from the mesh's pace
   double lr = 0.05;
   double momentum = 0.9;
   std::optional<uint64_t> seed;

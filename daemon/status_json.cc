@@ -117,6 +117,8 @@ json StatusJson(const StatusInputs& in) {
           {"steps_per_s",
            st.train_s > 0 ? static_cast<double>(st.step - st.start_step) / st.train_s : 0.0},
           {"local_steps", st.local_steps},
+          {"batch", st.batch},
+          {"lr", st.lr},
           {"bytes_sent", in.bytes_sent},
           {"bytes_received", in.bytes_received},
           {"mean_fanout", s.rounds ? static_cast<double>(s.fanout_sum) / s.rounds : 0.0},

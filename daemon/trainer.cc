@@ -29,6 +29,8 @@ void Trainer::Start() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.step = static_cast<uint64_t>(task_->steps());
+    state_.batch = task_->batch_size();
+    state_.lr = task_->optimizer().lr();
     state_.training = !(options_.max_steps > 0 && state_.step >= options_.max_steps);
   }
   thread_ = std::thread([this] { Run(); });
@@ -43,9 +45,10 @@ void Trainer::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Trainer::Permit(uint64_t step) {
+void Trainer::Permit(uint64_t step, double mesh_step_s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (mesh_step_s > 0) mesh_step_s_ = mesh_step_s;
     if (step <= permitted_) return;
     permitted_ = step;
   }
@@ -144,6 +147,31 @@ void Trainer::Evaluate(uint64_t step) {
   }
 }
 
+void Trainer::AdaptBatch(double step_compute_s) {
+  constexpr uint64_t kAdaptEvery = 10;
+  if (base_batch_ == 0) {
+    base_batch_ = task_->batch_size();
+    base_lr_ = task_->optimizer().lr();
+  }
+  if (++adapt_count_ % kAdaptEvery != 0 || step_compute_s <= 0) return;
+  double mesh_s = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mesh_s = mesh_step_s_;
+  }
+  if (mesh_s <= 0) return;
+  const int b = task_->batch_size();
+  const double target = b * mesh_s / step_compute_s;
+  const int lo = std::max(1, base_batch_ / 8);
+  const int next = std::clamp(static_cast<int>(std::lround(0.5 * b + 0.5 * target)), lo, base_batch_);
+  if (next == b) return;
+  task_->set_batch_size(next);
+  task_->optimizer().set_lr(base_lr_ * static_cast<float>(next) / static_cast<float>(base_batch_));
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.batch = next;
+  state_.lr = task_->optimizer().lr();
+}
+
 double Trainer::TimedStep(float* loss) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -235,6 +263,7 @@ void Trainer::Run() {
     }
     float loss = 0;
     const double compute = TimedStep(&loss);
+    if (options_.batch_auto) AdaptBatch(compute);
     const uint64_t done = step + 1;
     std::shared_ptr<std::vector<float>> snap;
     const auto end = Clock::now();
@@ -332,6 +361,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
   topts.checkpoint_dir = config.data_dir;
   topts.checkpoint_every = config.checkpoint_every;
   if (config.barrier == "wbsp") topts.busy_local_steps = TrainerOptions::kMaxBusyLocalSteps;
+  topts.batch_auto = config.batch_auto;
   auto trainer =
       std::make_unique<Trainer>(std::move(task).value(), topts, metrics, std::move(notify));
   if (auto st = trainer->Restore(resumed_step); !st.ok()) return st;

@@ -46,6 +46,8 @@ struct TrainerOptions {
   // (their update accumulates in the parameters and goes out with the next snapshot), at most
   // this many per wait; 0 = idle while waiting (every other policy).
   int busy_local_steps = 0;
+  // --batch auto (issue 18, dynamic batch size): see Trainer::AdaptBatch.
+  bool batch_auto = false;
   static constexpr int kMaxBusyLocalSteps = 16;
 };
 
@@ -94,6 +96,8 @@ struct TrainerState {
   double idle_s = 0;               // time the trainer sat idle waiting for the barrier
   double train_s = 0;              // wall time since training started (to the last update)
   uint64_t start_step = 0;         // the step training started (or resumed) from
+  int batch = 0;                   // current mini-batch size (changes with --batch auto)
+  double lr = 0;                   // current learning rate
 };
 
 // --sync-every auto (issue 17): hide a round's transfer under computation. A round started at a
@@ -115,7 +119,8 @@ class Trainer {
   void Stop();
 
   // Allows the trainer to start steps up to and including `step`.
-  void Permit(uint64_t step);
+  // `mesh_step_s`: the peers' median step interval (0 = unknown), for --batch auto.
+  void Permit(uint64_t step, double mesh_step_s = 0);
   // Parameters received from `from` at its step `step`; mixed at the next step boundary (the
   // newest vector per sender wins).
   // `step`: the sender's step, for the progress-aware weight (learn::MixWeight).
@@ -142,6 +147,13 @@ class Trainer {
   void Run();
   // One SGD step (with the --slowdown emulation); its wall time in seconds.
   double TimedStep(float* loss = nullptr);
+  // --batch auto: every kAdaptEvery steps, scale the batch so this node's step time
+  // (`step_compute_s`, at the current batch) approaches the mesh's median step interval:
+  // b <- clamp(b * mesh / own, base / 8, base), halfway per adjustment; the learning rate
+  // follows linearly (lr = base_lr * b / base: the linear scaling rule, so the update per
+  // processed sample stays the same). A node never goes above its base batch: fast nodes keep
+  // it, slow ones take smaller steps at the mesh's pace instead of holding barriers.
+  void AdaptBatch(double step_compute_s);
   void Evaluate(uint64_t step);
   uint64_t checkpoints_ = 0;
 
@@ -156,6 +168,10 @@ class Trainer {
   // Guarded by mu_:
   bool stop_ = false;
   uint64_t permitted_ = 0;
+  double mesh_step_s_ = 0;  // guarded by mu_
+  int base_batch_ = 0;      // trainer thread only (batch auto)
+  float base_lr_ = 0;
+  uint64_t adapt_count_ = 0;
   struct Incoming {
     std::vector<float> params;
     uint64_t step = 0;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -106,6 +107,7 @@ class Task {
   // Completed passes over this node's shard by Step().
   int64_t epoch() const { return epoch_; }
   int batch_size() const { return batch_size_; }
+  void set_batch_size(int b) { batch_size_ = std::max(1, b); }
   virtual size_t train_size() const = 0;  // samples in this node's shard
   // Per-class sample counts of this node's shard (classifier tasks; empty otherwise).
   virtual std::vector<size_t> LabelHistogram() const { return {}; }

@@ -535,6 +535,17 @@ void Node::RefreshProgress(TimeMs now) {
   }
 }
 
+double Node::MeshStepMs() const {
+  std::vector<double> intervals;
+  for (const auto& e : barrier_->view().entries()) {
+    if (e.progress.interval_ms > 0) intervals.push_back(e.progress.interval_ms);
+  }
+  if (intervals.empty()) return 0;
+  auto mid = intervals.begin() + static_cast<std::ptrdiff_t>(intervals.size() / 2);
+  std::nth_element(intervals.begin(), mid, intervals.end());
+  return *mid;
+}
+
 // Sends the barrier's queries for passing from `step` (completed steps) to step + 1.
 void Node::SendBarrierQueries(uint64_t step) {
   for (const auto& q : barrier_->TakeQueries()) {
@@ -571,7 +582,7 @@ void Node::RunBarrier(TimeMs now) {
   SendBarrierQueries(progress_.step);
   if (d == sync::Decision::kPass) {
     barrier_waiting_ = false;
-    Emit(Permit{progress_.step + 1});
+    Emit(Permit{progress_.step + 1, MeshStepMs()});
     if (config_.overlap_barrier) {
       // OSP: the queries for the next step go out while this one computes.
       barrier_->Prefetch(progress_.step + 1, now, rng_);

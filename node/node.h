@@ -178,6 +178,9 @@ struct Close {
 // The trainer may start steps up to and including `step`.
 struct Permit {
   uint64_t step;
+  // Median step interval of the live training peers (ms, EWMA each; 0 = unknown): the mesh's
+  // pace, for --batch auto.
+  double mesh_step_ms = 0;
 };
 // Parameters from `from` to mix at the trainer's next step boundary.
 struct Mix {
@@ -333,6 +336,7 @@ class Node {
   // Barrier driving.
   void RefreshProgress(TimeMs now);
   void SendBarrierQueries(uint64_t step);
+  double MeshStepMs() const;
   void RunBarrier(TimeMs now);
 
   // Parameter rounds.
