@@ -34,6 +34,7 @@ void Trainer::Start() {
     state_.training = !(options_.max_steps > 0 && state_.step >= options_.max_steps);
   }
   thread_ = std::thread([this] { Run(); });
+  if (options_.target_accuracy <= 0) eval_thread_ = std::thread([this] { EvalLoop(); });
 }
 
 void Trainer::Stop() {
@@ -43,6 +44,12 @@ void Trainer::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(eval_mu_);
+    eval_stop_ = true;  // a pending evaluation still runs: its line belongs in the metrics
+  }
+  eval_cv_.notify_all();
+  if (eval_thread_.joinable()) eval_thread_.join();
 }
 
 void Trainer::Permit(uint64_t step, double mesh_step_s) {
@@ -128,7 +135,35 @@ void Trainer::SetSyncEvery(int steps) {
 
 void Trainer::Evaluate(uint64_t step) {
   const learn::EvalResult r = task_->Evaluate();
-  const uint32_t crc = learn::ParamsCrc32(task_->params());
+  RecordEval(step, r, learn::ParamsCrc32(task_->params()));
+}
+
+void Trainer::EvaluateLater(uint64_t step) {
+  const auto& p = task_->params();
+  {
+    std::lock_guard<std::mutex> lock(eval_mu_);
+    // A newer evaluation replaces one not started yet: evaluations never queue up.
+    eval_job_ = EvalJob{step, std::vector<float>(p.data(), p.data() + p.size())};
+  }
+  eval_cv_.notify_all();
+}
+
+void Trainer::EvalLoop() {
+  while (true) {
+    EvalJob job;
+    {
+      std::unique_lock<std::mutex> lock(eval_mu_);
+      eval_cv_.wait(lock, [&] { return eval_stop_ || eval_job_.has_value(); });
+      if (!eval_job_) return;  // stopping, nothing left
+      job = std::move(*eval_job_);
+      eval_job_.reset();
+    }
+    const learn::EvalResult r = task_->EvaluateAt(job.params.data());
+    RecordEval(job.step, r, learn::ParamsCrc32(job.params.data(), job.params.size()));
+  }
+}
+
+void Trainer::RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc) {
   bool reached = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -163,7 +198,8 @@ void Trainer::AdaptBatch(double step_compute_s) {
   const int b = task_->batch_size();
   const double target = b * mesh_s / step_compute_s;
   const int lo = std::max(1, base_batch_ / 8);
-  const int next = std::clamp(static_cast<int>(std::lround(0.5 * b + 0.5 * target)), lo, base_batch_);
+  const int next =
+      std::clamp(static_cast<int>(std::lround(0.5 * b + 0.5 * target)), lo, base_batch_);
   if (next == b) return;
   task_->set_batch_size(next);
   task_->optimizer().set_lr(base_lr_ * static_cast<float>(next) / static_cast<float>(base_batch_));
@@ -298,9 +334,15 @@ void Trainer::Run() {
       }
       metrics_->Write("checkpoint", {{"step", done}});
     }
-    if (done % static_cast<uint64_t>(options_.eval_every) == 0 ||
-        (options_.max_steps > 0 && done >= options_.max_steps)) {
-      Evaluate(done);
+    const bool last = options_.max_steps > 0 && done >= options_.max_steps;
+    if (done % static_cast<uint64_t>(options_.eval_every) == 0 || last) {
+      // Beside training, unless the result decides whether to stop (--target-accuracy) or it
+      // is the last one.
+      if (eval_thread_.joinable() && !last) {
+        EvaluateLater(done);
+      } else {
+        Evaluate(done);
+      }
     }
     notify_();
   }

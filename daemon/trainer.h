@@ -154,7 +154,13 @@ class Trainer {
   // processed sample stays the same). A node never goes above its base batch: fast nodes keep
   // it, slow ones take smaller steps at the mesh's pace instead of holding barriers.
   void AdaptBatch(double step_compute_s);
+  // Evaluates the current parameters now, on the trainer thread.
   void Evaluate(uint64_t step);
+  // Hands a copy to the evaluation thread (issue 18: off the critical path). Used when no
+  // --target-accuracy depends on the result; a newer request replaces one not started.
+  void EvaluateLater(uint64_t step);
+  void EvalLoop();
+  void RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc);
   uint64_t checkpoints_ = 0;
 
   std::unique_ptr<learn::Task> task_;
@@ -183,6 +189,15 @@ class Trainer {
   TrainerState state_;
 
   std::thread thread_;
+  struct EvalJob {
+    uint64_t step = 0;
+    std::vector<float> params;
+  };
+  std::mutex eval_mu_;
+  std::condition_variable eval_cv_;
+  std::optional<EvalJob> eval_job_;  // guarded by eval_mu_
+  bool eval_stop_ = false;           // guarded by eval_mu_
+  std::thread eval_thread_;
 };
 
 // The trainer for config.task (nullptr for --task none), restored from the newest good

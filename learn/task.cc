@@ -84,7 +84,7 @@ class ClassifierTask final : public Task {
     return learn::LabelHistogram(data_->train.labels, shard_indices_, kFashionMnistClasses);
   }
 
-  EvalResult Evaluate() const override {
+  EvalResult EvaluateAt(const float* params) const override {
     // Chunks bound the activation memory (1024 x 256 floats) while keeping products large.
     constexpr size_t kChunk = 1024;
     const ImageSet& test = data_->test;
@@ -99,7 +99,7 @@ class ClassifierTask final : public Task {
       for (size_t k = 0; k < n; ++k) idx[k] = static_cast<uint32_t>(start + k);
       FillBatch(test, idx.data(), n, &x, &labels);
       Standardize(&x);
-      const ClassifierSums sums = MlpEvaluate(shape_, params_.data(), x, labels);
+      const ClassifierSums sums = MlpEvaluate(shape_, params, x, labels);
       loss_sum += sums.loss_sum;
       correct += sums.correct;
     }
@@ -161,11 +161,11 @@ class SyntheticTask final : public Task {
   size_t train_size() const override { return shard_size_; }
   size_t test_size() const override { return static_cast<size_t>(data_->test_x.cols()); }
 
-  EvalResult Evaluate() const override {
+  EvalResult EvaluateAt(const float* params) const override {
     EvalResult r;
     r.samples = test_size();
     if (r.samples == 0) return r;
-    r.loss = LinearMseAndGradient<float>(params_.data(), data_->test_x, data_->test_y, nullptr);
+    r.loss = LinearMseAndGradient<float>(params, data_->test_x, data_->test_y, nullptr);
     r.accuracy = test_var_ > 0 ? std::max(0.0, 1.0 - r.loss / test_var_) : 0.0;
     return r;
   }

@@ -125,7 +125,10 @@ class Task {
   float LossAndGradient(const std::vector<uint32_t>& batch, Eigen::VectorXf* grad);
 
   // Mean loss and accuracy of params() on the whole test set.
-  virtual EvalResult Evaluate() const = 0;
+  EvalResult Evaluate() const { return EvaluateAt(params_.data()); }
+  // The same for a parameter vector of num_params() floats. Reads only the test data: safe to
+  // run on another thread while this task trains (issue 18: evaluation off the critical path).
+  virtual EvalResult EvaluateAt(const float* params) const = 0;
 
  protected:
   Task(std::string name, Eigen::Index num_params, const TaskOptions& options);

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Barrier policies on a compute-heterogeneous mesh (issue 18): 6 agents on loopback training
+fmnist-mlp, each on its 1/6 shard, with --slowdown 1,1,1,2,3,4. Per policy (bsp, ssp, dssp,
+pbsp, pssp, wbsp, asp, and pssp with --batch auto): seconds from the common start of training
+until every node has an eval >= the target, then the mean over nodes of compute share
+(compute time / wall time, status compute_share: wbsp's local steps count as compute), idle
+share (time the trainer sat blocked on the barrier / wall) and barrier wait share
+(status barrier_wait_s / wall), and steps/s. Policies are interleaved across repeats; the
+table shows medians and each figure's ratio to bsp.
+
+Exit status 0 when the runs completed (whatever the figures), 2 on a setup failure.
+"""
+import argparse
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import benchlib as bl  # noqa: E402
+
+POLICIES = {
+    "bsp": ["--barrier", "bsp"],
+    "ssp": ["--barrier", "ssp"],
+    "dssp": ["--barrier", "dssp"],
+    "pbsp": ["--barrier", "pbsp"],
+    "pssp": ["--barrier", "pssp"],
+    "wbsp": ["--barrier", "wbsp"],
+    "asp": ["--barrier", "asp"],
+    "pssp+batch-auto": ["--barrier", "pssp", "--batch", "auto"],
+}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--bin", help=f"meshtrain binary (default $MESHTRAIN_BIN or {bl.DEFAULT_BIN})")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--slowdowns", default="1,1,1,2,3,4")
+    p.add_argument("--target", type=float, default=0.85)
+    p.add_argument("--eval-every", type=int, default=25)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=300, help="seconds per run, at most")
+    p.add_argument("--extra", default="", help="extra agent options, space-separated")
+    return p.parse_args()
+
+
+def run_one(a, binary, workdir, policy, slowdowns):
+    n = len(slowdowns)
+    per = [["--profile", "local", "--task", "fmnist-mlp", "--shard", f"{i}/{n}",
+            "--slowdown", str(s), "--eval-every", str(a.eval_every)] + POLICIES[policy] +
+           a.extra.split() for i, s in enumerate(slowdowns)]
+    res = {"policy": policy, "reached": False}
+    with bl.Run(binary, workdir, per, []) as run:
+        run.start()
+        started = time.monotonic()
+        sts = {}
+        while time.monotonic() - started < a.timeout:
+            run.check_alive()
+            sts = run.statuses()
+            if all(s is not None for s in sts.values()) and \
+                    all(run.reach_wall(ag, a.target) for ag in run.agents):
+                break
+            time.sleep(0.5)
+        t0 = run.t0()
+        reach = {ag.name: run.reach_wall(ag, a.target) for ag in run.agents}
+        res["reached"] = all(r is not None for r in reach.values())
+        res["seconds"] = max(w for w, _ in reach.values()) - t0 if res["reached"] else None
+        ok = [s for s in sts.values() if s]
+        res["compute_share"] = bl.mean([s["compute_share"] for s in ok])
+        res["idle_share"] = bl.mean([s["idle_s"] / max(1e-9, s["uptime_s"]) for s in ok])
+        res["wait_share"] = bl.mean([s["barrier_wait_s"] / max(1e-9, s["uptime_s"]) for s in ok])
+        res["steps_per_s"] = bl.mean([s["steps_per_s"] for s in ok])
+        res["batches"] = [s.get("batch") for s in ok]
+        res["local_steps"] = sum(s.get("local_steps", 0) for s in ok)
+    return res
+
+
+def main():
+    a = parse_args()
+    prepared = bl.prepare(a.bin, "fmnist-mlp", "meshtrain-bench-policies-")
+    if prepared is None:
+        return 2
+    binary, logdir = prepared
+    slowdowns = [float(x) for x in a.slowdowns.split(",")]
+    policies = [p for p in a.policies.split(",") if p]
+    for p in policies:
+        if p not in POLICIES:
+            print(f"unknown policy {p!r}; known: {', '.join(POLICIES)}", file=sys.stderr)
+            return 2
+    runs = {p: [] for p in policies}
+    try:
+        for k in range(a.repeat):
+            for p in policies:
+                wd = os.path.join(logdir, f"{p}-{k + 1}")
+                r = bl.with_retries(lambda w: run_one(a, binary, w, p, slowdowns), wd, 1)
+                runs[p].append(r)
+                print(f"  {p} #{k + 1}: reached={r['reached']} s={bl.fmt(r['seconds'], '.1f')} "
+                      f"compute={bl.fmt(r['compute_share'], '.2f')} "
+                      f"idle={bl.fmt(r['idle_share'], '.2f')} "
+                      f"wait={bl.fmt(r['wait_share'], '.2f')} batches={r['batches']} "
+                      f"local={r['local_steps']}", flush=True)
+    except bl.SetupError as e:
+        print(f"setup failed: {e}", file=sys.stderr)
+        return 2
+    med = {}
+    for p in policies:
+        secs = [r["seconds"] for r in runs[p] if r["seconds"] is not None]
+        med[p] = {
+            "seconds": bl.median(secs) if len(secs) == len(runs[p]) else None,
+            "runs": " ".join(bl.fmt(r["seconds"], ".1f") for r in runs[p]),
+            "compute": bl.median([r["compute_share"] for r in runs[p]]),
+            "idle": bl.median([r["idle_share"] for r in runs[p]]),
+            "wait": bl.median([r["wait_share"] for r in runs[p]]),
+            "sps": bl.median([r["steps_per_s"] for r in runs[p]]),
+        }
+    base = med.get("bsp", {}).get("seconds")
+    rows = []
+    for p in policies:
+        m = med[p]
+        ratio = m["seconds"] / base if base and m["seconds"] else None
+        rows.append([p, m["runs"], bl.fmt(m["seconds"], ".1f"), bl.fmt(ratio, ".2f"),
+                     bl.fmt(m["compute"], ".2f"), bl.fmt(m["idle"], ".2f"),
+                     bl.fmt(m["wait"], ".2f"), bl.fmt(m["sps"], ".1f")])
+    print(f"\n6 agents fmnist-mlp, --slowdown {a.slowdowns}, every node to {a.target}; "
+          f"medians of {a.repeat} (interleaved); logs in {logdir}")
+    print(bl.table(["policy", "s to target (runs)", "median s", "x bsp", "compute share",
+                    "idle share", "barrier wait share", "steps/s"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
