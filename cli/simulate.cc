@@ -42,6 +42,7 @@ struct SimulateArgs {
   std::string staleness = "4";
   std::string dist = "gamma";
   std::string stragglers;
+  std::string slowdowns;
   std::string select = "random";
   std::vector<std::string> crashes;
   double probe_timeout_ms = 500;
@@ -218,7 +219,7 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
   s->add_option("--nodes", o.nodes, "Number of simulated nodes")->capture_default_str();
   s->add_option("--duration", o.duration_s, "Virtual seconds to simulate")->capture_default_str();
   s->add_option("--barrier", a.barriers,
-                "Barrier policies, comma-separated: asp,bsp,ssp,pbsp,pssp,dssp")
+                "Barrier policies, comma-separated: asp,bsp,ssp,pbsp,pssp,dssp,wbsp")
       ->capture_default_str();
   s->add_option("--sample", a.samples, "PSP sample size beta (comma list for a sweep)")
       ->capture_default_str();
@@ -239,6 +240,11 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--stragglers", a.stragglers,
                 "FRACTION:FACTOR - this share of nodes is FACTOR times slower (e.g. 0.05:4)");
+  s->add_option("--slowdowns", a.slowdowns,
+                "LIST: node i is LIST[i mod len] times slower, e.g. 1,1,1,2,3,4 (the agents' "
+                "--slowdown of the issue-18 bench)");
+  s->add_flag("--batch-auto", o.batch_auto,
+              "Every node runs --batch auto (batch scaled to the mesh's median pace, lr with it)");
   s->add_option("--latency", o.net.latency_ms, "One-way network latency (ms)")
       ->capture_default_str();
   s->add_option("--jitter", o.net.jitter_ms, "Extra uniform latency in [0, jitter] (ms)")
@@ -300,6 +306,15 @@ int RunSimulateCommand() {
     }
     base.compute.straggler_fraction = f;
     base.compute.straggler_factor = k;
+  }
+  if (!a.slowdowns.empty()) {
+    for (const std::string& part : Split(a.slowdowns, ',')) {
+      double f;
+      if (!ParseDouble(part, &f) || !(f >= 1 && f <= 1000)) {
+        return Fail("--slowdowns takes factors in [1, 1000], e.g. 1,1,1,2,3,4");
+      }
+      base.compute.slowdowns.push_back(f);
+    }
   }
   for (const std::string& c : a.crashes) {
     const auto parts = Split(c, '@');
@@ -385,6 +400,8 @@ int RunSimulateCommand() {
                 {"steps_p10", r.steps_p10},
                 {"steps_p90", r.steps_p90},
                 {"wait_share", Round(r.wait_share, 4)},
+                {"compute_share", Round(r.compute_share, 4)},
+                {"local_steps", r.local_steps},
                 {"messages_per_node", Round(r.messages_per_node, 1)},
                 {"bytes_per_node", Round(r.bytes_per_node, 0)},
                 {"error", OptionalNumber(r.error, 6)},
@@ -415,9 +432,9 @@ int RunSimulateCommand() {
   }
 
   std::printf("%s\n\n", Describe(base).c_str());
-  std::vector<std::string> header = {"barrier",    "sample",    "staleness", "steps_min", "p10",
-                                     "median",     "p90",       "steps_max", "spread",    "p90-p10",
-                                     "wait_share", "msgs/node", "bytes/node"};
+  std::vector<std::string> header = {"barrier",    "sample",  "staleness", "steps_min", "p10",
+                                     "median",     "p90",     "steps_max", "spread",    "p90-p10",
+                                     "wait_share", "compute", "msgs/node", "bytes/node"};
   if (task) {
     header.push_back("error");
     header.push_back("error_avg");
@@ -427,7 +444,7 @@ int RunSimulateCommand() {
   for (const sim::PspSimResult& r : results) {
     const bool prob = sync::IsProbabilistic(r.policy);
     const bool bounded = r.policy == sync::Policy::kSsp || r.policy == sync::Policy::kPssp ||
-                         r.policy == sync::Policy::kDssp;
+                         r.policy == sync::Policy::kDssp;  // wbsp: bsp on the global step
     std::vector<std::string> row = {sync::PolicyName(r.policy),
                                     prob ? std::to_string(r.sample) : "-",
                                     bounded ? std::to_string(r.staleness) : "-",
@@ -439,6 +456,7 @@ int RunSimulateCommand() {
                                     std::to_string(r.spread()),
                                     std::to_string(r.spread_p10_p90()),
                                     Fixed(r.wait_share, 3),
+                                    Fixed(r.compute_share, 3),
                                     Fixed(r.messages_per_node, 0),
                                     Fixed(r.bytes_per_node, 0)};
     if (task) {

@@ -226,7 +226,8 @@ struct Agent::Impl : RpcBackend {
   void OnTrainerWake() {
     if (!trainer) return;
     const TrainerState st = trainer->state();
-    node::TrainerProgress p{st.step, st.training, st.waiting, {}};
+    node::TrainerProgress p{st.step, st.training, st.waiting, {}, 0};
+    p.step_ms = static_cast<float>(st.step_compute_s * 1000.0);
     if (st.accuracy && st.loss && std::isfinite(*st.loss) && *st.loss >= 0) {
       p.eval = {st.eval_step, static_cast<float>(std::clamp(*st.accuracy, 0.0, 1.0)),
                 static_cast<float>(*st.loss)};

@@ -196,10 +196,7 @@ void Trainer::AdaptBatch(double step_compute_s) {
   }
   if (mesh_s <= 0) return;
   const int b = task_->batch_size();
-  const double target = b * mesh_s / step_compute_s;
-  const int lo = std::max(1, base_batch_ / 8);
-  const int next =
-      std::clamp(static_cast<int>(std::lround(0.5 * b + 0.5 * target)), lo, base_batch_);
+  const int next = learn::AdaptBatchSize(b, base_batch_, step_compute_s, mesh_s);
   if (next == b) return;
   task_->set_batch_size(next);
   task_->optimizer().set_lr(base_lr_ * static_cast<float>(next) / static_cast<float>(base_batch_));
@@ -322,6 +319,8 @@ void Trainer::Run() {
       state_.step = done;
       state_.mixes += incoming.size();
       state_.compute_s += compute;
+      state_.step_compute_s =
+          state_.step_compute_s == 0 ? compute : 0.8 * state_.step_compute_s + 0.2 * compute;
       state_.train_s = std::chrono::duration<double>(end - train_start).count();
       state_.train_loss = state_.train_loss == 0 ? loss : 0.95 * state_.train_loss + 0.05 * loss;
       if (snap) outbox_ = Snapshot{done, std::move(snap)};

@@ -94,6 +94,7 @@ struct TrainerState {
   WaitHistogram wait;              // barrier wait before each step (0 when the permit was there)
   uint64_t local_steps = 0;        // wbsp: extra local steps taken while the barrier held
   double idle_s = 0;               // time the trainer sat idle waiting for the barrier
+  double step_compute_s = 0;       // EWMA of one global step's compute time (s)
   double train_s = 0;              // wall time since training started (to the last update)
   uint64_t start_step = 0;         // the step training started (or resumed) from
   int batch = 0;                   // current mini-batch size (changes with --batch auto)

@@ -83,7 +83,8 @@ struct UpdateEncoder {
     const bool eval = u.eval.valid();
     return {w::Update::ProgressUpdate,
             w::CreateProgressUpdate(b, name, u.step, eval ? u.eval.step : 0,
-                                    eval ? u.eval.accuracy : -1.0f, eval ? u.eval.loss : -1.0f)
+                                    eval ? u.eval.accuracy : -1.0f, eval ? u.eval.loss : -1.0f,
+                                    u.step_ms)
                 .Union()};
   }
 };
@@ -284,6 +285,10 @@ bool DecodeUpdate(w::Update type, const void* value, ms::Update* out, Reject* wh
       } else if (std::isnan(u->accuracy())) {
         return Fail(Reject::kSemantic, why);
       }
+      if (!std::isfinite(u->step_ms()) || u->step_ms() < 0 || u->step_ms() > 1e7f) {
+        return Fail(Reject::kSemantic, why);
+      }
+      m.step_ms = u->step_ms();
       *out = std::move(m);
       return true;
     }

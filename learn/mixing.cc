@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace meshtrain::learn {
 
@@ -52,6 +53,13 @@ uint32_t ParamsCrc32(const float* data, size_t n) {
     left -= chunk;
   }
   return static_cast<uint32_t>(crc);
+}
+
+int AdaptBatchSize(int batch, int base, double own_step_s, double mesh_step_s) {
+  if (own_step_s <= 0 || mesh_step_s <= 0 || batch <= 0 || base <= 0) return batch;
+  const double target = batch * mesh_step_s / own_step_s;
+  const long next = std::lround(0.5 * batch + 0.5 * target);
+  return static_cast<int>(std::clamp<long>(next, std::max(1, base / 8), base));
 }
 
 }  // namespace meshtrain::learn

@@ -39,6 +39,14 @@ bool ParamsFinite(const float* data, size_t n);
 
 // CRC32 (zlib) of the float bytes as stored in memory (little-endian on supported hosts).
 uint32_t ParamsCrc32(const float* data, size_t n);
+
+// Dynamic batch size (--batch auto, issue 18): the next batch of a node whose step took
+// `own_step_s` at `batch` while the mesh's median step interval is `mesh_step_s`:
+// halfway from `batch` to batch * mesh / own, clamped to [max(1, base / 8), base]. A slow node
+// shrinks its batch until its steps keep the mesh's pace; a node never exceeds its base batch.
+// The caller scales the learning rate linearly with the batch (lr = base_lr * batch / base).
+// Unknown inputs (<= 0) keep `batch`.
+int AdaptBatchSize(int batch, int base, double own_step_s, double mesh_step_s);
 inline uint32_t ParamsCrc32(const Eigen::VectorXf& x) {
   return ParamsCrc32(x.data(), static_cast<size_t>(x.size()));
 }

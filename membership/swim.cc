@@ -265,6 +265,7 @@ void Swim::Impl::OnProgress(const ProgressMsg& p) {
     st->m.step_learned = now_;
   }
   if (newer_eval) st->m.eval = p.eval;
+  if (newer_step && p.step_ms > 0) st->m.step_ms = p.step_ms;
   queue_.Queue(p);  // new to us: pass it on, so progress spreads transitively
 }
 
@@ -563,6 +564,8 @@ void Swim::SetEval(const Eval& eval) {
   s.self_->m.eval = eval;
   s.progress_dirty_ = true;
 }
+
+void Swim::SetStepMs(float step_ms) { impl_->self_->m.step_ms = step_ms; }
 
 void Swim::SetStep(uint64_t step) {
   Impl& s = *impl_;

@@ -55,6 +55,7 @@ struct Member {
   Meta meta;
   uint64_t step = 0;
   Eval eval;                // last evaluation it published (ProgressMsg)
+  float step_ms = 0;        // its compute time per step as published (0 = unknown)
   TimeMs state_change = 0;  // when status last changed
   TimeMs step_learned = 0;  // when `step` was last learned (for progress views)
 };
@@ -125,6 +126,8 @@ class Swim {
   void SetStep(uint64_t step);
   // Our latest test evaluation, published with our progress.
   void SetEval(const Eval& eval);
+  // Our compute time per step (ms), published with our progress (--batch auto).
+  void SetStepMs(float step_ms);
 
   // Drain outputs.
   std::vector<OutPacket> TakePackets();

@@ -142,7 +142,7 @@ void Swim::Impl::StartPushPulls() {
 }
 
 void Swim::Impl::QueueProgress() {
-  queue_.Queue(ProgressMsg{cfg_.name, self_->m.step, self_->m.eval});
+  queue_.Queue(ProgressMsg{cfg_.name, self_->m.step, self_->m.eval, self_->m.step_ms});
   last_progress_queued_ = now_;
   progress_dirty_ = false;
 }

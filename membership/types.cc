@@ -52,7 +52,7 @@ size_t EstimateSize(const Update& u) {
                  m.from.size();
         } else {
           static_assert(std::is_same_v<T, ProgressMsg>);
-          return kUpdateWrapperBytes + kTableBytes + 5 * kFieldBytes + m.name.size();
+          return kUpdateWrapperBytes + kTableBytes + 6 * kFieldBytes + m.name.size();
         }
       },
       u);

@@ -83,6 +83,7 @@ struct ProgressMsg {
   std::string name;
   uint64_t step = 0;
   Eval eval;
+  float step_ms = 0;  // the member's compute time per step (EWMA, ms; 0 = unknown): --batch auto
 };
 
 using Update = std::variant<AliveMsg, SuspectMsg, DeadMsg, ProgressMsg>;

@@ -511,6 +511,7 @@ void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
   progress_ = p;
   if (swim_ && step_changed) swim_->SetStep(p.step);
   if (swim_ && eval_changed) swim_->SetEval(p.eval);
+  if (swim_ && p.step_ms > 0) swim_->SetStepMs(p.step_ms);
   if (!watchers_.empty() && (step_changed || !training())) NotifyWatchers();
   PublishTraining(now);  // peers' barriers stop waiting on us when we stop (SPEC §6)
   if (p.waiting && p.training) {
@@ -535,10 +536,16 @@ void Node::RefreshProgress(TimeMs now) {
   }
 }
 
+// The median of the compute times per step that live training peers publish (their step
+// intervals would not do: a barrier makes everyone's interval the straggler's).
 double Node::MeshStepMs() const {
   std::vector<double> intervals;
-  for (const auto& e : barrier_->view().entries()) {
-    if (e.progress.interval_ms > 0) intervals.push_back(e.progress.interval_ms);
+  if (!swim_) return 0;
+  for (const ms::Member& m : swim_->Members()) {
+    if (m.name != config_.name && m.status == ms::Status::kAlive && m.meta.training &&
+        m.step_ms > 0) {
+      intervals.push_back(m.step_ms);
+    }
   }
   if (intervals.empty()) return 0;
   auto mid = intervals.begin() + static_cast<std::ptrdiff_t>(intervals.size() / 2);

@@ -120,6 +120,7 @@ struct TrainerProgress {
   bool training = true;   // false once --steps / --target-accuracy stopped it
   bool waiting = false;   // blocked on the barrier for step `step + 1`
   membership::Eval eval;  // last test evaluation (published with our progress)
+  float step_ms = 0;      // compute time per step (EWMA, ms; published for --batch auto)
 };
 // A parameter snapshot to multicast; a newer one replaces one not yet sent.
 struct SnapshotIn {
@@ -178,8 +179,8 @@ struct Close {
 // The trainer may start steps up to and including `step`.
 struct Permit {
   uint64_t step;
-  // Median step interval of the live training peers (ms, EWMA each; 0 = unknown): the mesh's
-  // pace, for --batch auto.
+  // Median compute time per step that the live training peers publish (ms; 0 = unknown): the
+  // mesh's pace, for --batch auto.
   double mesh_step_ms = 0;
 };
 // Parameters from `from` to mix at the trainer's next step boundary.

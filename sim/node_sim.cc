@@ -22,6 +22,8 @@ constexpr TimeMs kWarmupCheckMs = 500;
 constexpr size_t kMaxCachedPlans = 256;
 // Without a task the snapshot is a token: the network charges param_bytes for it.
 constexpr size_t kNoTaskFloats = 4;
+// wbsp: at most this many local steps per barrier wait (the daemon's TrainerOptions value).
+constexpr int kMaxLocalSteps = 16;
 
 bool NeedsFullView(sync::Policy p) {
   return p == sync::Policy::kBsp || p == sync::Policy::kSsp || p == sync::Policy::kDssp ||
@@ -81,6 +83,10 @@ learn::Status NodeSim::SetupTasks() {
     Trainer& t = trainers_[i];
     t.compute_rng = learn::Rng(SubSeed(o_.seed, 10, i));
     t.mean_ms = o_.compute.step_ms * UnitGamma(speed_rng, o_.compute.node_cv) * factor[i];
+    if (!o_.compute.slowdowns.empty()) {
+      t.mean_ms *= o_.compute.slowdowns[i % o_.compute.slowdowns.size()];
+    }
+    t.batch = o_.batch;
     if (data_) {
       topts.data_seed = SubSeed(o_.seed, 11, i);
       auto task = learn::MakeTask("synthetic", topts);
@@ -222,6 +228,7 @@ void NodeSim::Dispatch(uint32_t i, node::Output& out) {
     net_->Close(i, *cl, now_);
   } else if (auto* p = std::get_if<node::Permit>(&out)) {
     trainers_[i].permit = std::max(trainers_[i].permit, p->step);
+    if (p->mesh_step_ms > 0) trainers_[i].mesh_step_ms = p->mesh_step_ms;
     TryCompute(i);
   } else if (auto* m = std::get_if<node::Mix>(&out)) {
     Trainer& t = trainers_[i];
@@ -270,7 +277,17 @@ void NodeSim::OnMemberEvent(uint32_t observer, const node::MemberEvent& e) {
 
 void NodeSim::TryCompute(uint32_t i) {
   Trainer& t = trainers_[i];
-  if (!live_[i] || t.computing || t.step >= t.permit || now_ >= end_) return;
+  if (!live_[i] || t.computing || now_ >= end_) return;
+  if (t.step >= t.permit) {
+    // wbsp: busy while the barrier holds — local steps on the node's own data.
+    if (o_.barrier.policy == sync::Policy::kWbsp && t.local_run < kMaxLocalSteps) {
+      t.local = true;
+      StartCompute(i);
+    }
+    return;
+  }
+  t.local_run = 0;
+  t.local = false;
   // SPEC §6: parameters that arrived since the last step are mixed at this step boundary.
   if (t.task && !t.inbox.empty()) {
     // Progress-aware, as the daemon's trainer mixes (learn::MixWeight).
@@ -284,6 +301,11 @@ void NodeSim::TryCompute(uint32_t i) {
   }
   t.inbox.clear();
   t.inbox_steps.clear();
+  StartCompute(i);
+}
+
+void NodeSim::StartCompute(uint32_t i) {
+  Trainer& t = trainers_[i];
   double scale = 1.0;
   switch (o_.compute.dist) {
     case StepDist::kGamma:
@@ -295,8 +317,12 @@ void NodeSim::TryCompute(uint32_t i) {
     case StepDist::kConstant:
       break;
   }
+  // Compute time is proportional to the batch (batch auto shrinks it).
+  scale *= static_cast<double>(t.batch) / static_cast<double>(std::max(1, o_.batch));
   const auto duration = std::max<TimeMs>(1, static_cast<TimeMs>(std::llround(t.mean_ms * scale)));
   t.computing = true;
+  t.started_at = now_;
+  if (!t.local) t.last_ms = static_cast<double>(duration);
   net_->Push(now_ + duration, SimEvent::kStepDone, i);
 }
 
@@ -304,6 +330,26 @@ void NodeSim::FinishStep(uint32_t i) {
   Trainer& t = trainers_[i];
   if (!live_[i] || !t.computing) return;
   t.computing = false;
+  if (started_) t.busy_ms += static_cast<double>(now_ - t.started_at);
+  if (t.local) {
+    if (t.task) t.task->Step();
+    t.local_steps++;
+    t.local_run++;
+    t.local = false;
+    TryCompute(i);  // the global step if the permit came, else another local step
+    return;
+  }
+  if (o_.batch_auto && t.task && (t.step + 1) % 10 == 0) {
+    // With SWIM the node core reports the peers' published compute times (Permit); without it
+    // the simulator is the membership and gives the same median directly.
+    const double mesh = o_.membership ? t.mesh_step_ms : OracleMeshStepMs(i);
+    const int next = learn::AdaptBatchSize(t.batch, o_.batch, t.last_ms, mesh);
+    if (next != t.batch) {
+      t.batch = next;
+      t.task->set_batch_size(next);
+      t.task->optimizer().set_lr(o_.lr * static_cast<float>(next) / static_cast<float>(o_.batch));
+    }
+  }
   steps_[i] = ++t.step;
   std::shared_ptr<const std::vector<float>> params = no_task_params_;
   if (t.task) {
@@ -313,8 +359,20 @@ void NodeSim::FinishStep(uint32_t i) {
   }
   node::Node& nd = *nodes_[i];
   nd.Step(node::SnapshotIn{t.step, std::move(params), false}, now_);
-  nd.Step(node::TrainerProgress{t.step, true, true, {}}, now_);
+  nd.Step(node::TrainerProgress{t.step, true, true, {}, static_cast<float>(t.last_ms)}, now_);
   Drain(i);
+  TryCompute(i);  // wbsp: local steps while the barrier holds
+}
+
+double NodeSim::OracleMeshStepMs(uint32_t self) const {
+  std::vector<double> ms;
+  for (uint32_t j = 0; j < n_; ++j) {
+    if (j != self && live_[j] && trainers_[j].last_ms > 0) ms.push_back(trainers_[j].last_ms);
+  }
+  if (ms.empty()) return 0;
+  auto mid = ms.begin() + static_cast<std::ptrdiff_t>(ms.size() / 2);
+  std::nth_element(ms.begin(), mid, ms.end());
+  return *mid;
 }
 
 void NodeSim::Handle(const SimEvent& ev) {
@@ -437,7 +495,7 @@ PspSimResult NodeSim::Run() {
   const uint64_t events_at_t0 = events_;
   started_ = true;
   for (uint32_t i = 0; i < n_; ++i) {
-    nodes_[i]->Step(node::TrainerProgress{0, true, true, {}}, now_);
+    nodes_[i]->Step(node::TrainerProgress{0, true, true, {}, 0}, now_);
     Drain(i);
   }
   for (uint32_t c = 0; c < o_.crashes.size(); ++c) {
@@ -467,7 +525,7 @@ PspSimResult NodeSim::Collect() {
   r.view = view_;
   r.duration_s = o_.duration_s;
   std::vector<uint64_t> live_steps;
-  double wait = 0;
+  double wait = 0, busy = 0;
   uint64_t messages = 0, bytes = 0;
   for (uint32_t i = 0; i < n_; ++i) {
     r.final_steps.push_back(steps_[i]);
@@ -481,6 +539,8 @@ PspSimResult NodeSim::Collect() {
     if (!live_[i]) continue;
     live_steps.push_back(steps_[i]);
     wait += nodes_[i]->BarrierWaitSeconds(end_);
+    busy += trainers_[i].busy_ms / 1000.0;
+    r.local_steps += trainers_[i].local_steps;
   }
   r.live_nodes = live_steps.size();
   std::sort(live_steps.begin(), live_steps.end());
@@ -491,6 +551,8 @@ PspSimResult NodeSim::Collect() {
   r.steps_p90 = Quantile(live_steps, 0.9);
   if (r.live_nodes > 0) {
     r.wait_share = wait / static_cast<double>(r.live_nodes) / std::max(1e-9, o_.duration_s);
+    r.compute_share =
+        std::min(1.0, busy / static_cast<double>(r.live_nodes) / std::max(1e-9, o_.duration_s));
   }
   r.membership_messages = net_->membership_datagrams() - membership_at_t0_;
   r.messages_per_node = static_cast<double>(messages) / static_cast<double>(n_);

@@ -52,6 +52,14 @@ class NodeSim {
     uint64_t step = 0;
     uint64_t permit = 0;
     bool computing = false;
+    bool local = false;        // the step computing is a wbsp local step
+    int local_run = 0;         // local steps in the current wait
+    uint64_t local_steps = 0;  // in all
+    double busy_ms = 0;        // time spent computing (training phase)
+    int batch = 0;             // current batch (batch auto)
+    double mesh_step_ms = 0;   // from the last Permit
+    double last_ms = 0;        // duration of the last global step
+    TimeMs started_at = 0;
     std::vector<std::vector<float>> inbox;  // Mix outputs since the last step
     std::vector<uint64_t> inbox_steps;      // their senders' steps (progress-aware mixing)
     std::unique_ptr<learn::Task> task;
@@ -75,6 +83,9 @@ class NodeSim {
   void Handle(const SimEvent& ev);
   void RunUntil(TimeMs until);
   void TryCompute(uint32_t i);
+  // Schedules the end of a step (global, or a wbsp local one) after its drawn compute time.
+  void StartCompute(uint32_t i);
+  double OracleMeshStepMs(uint32_t self) const;
   void FinishStep(uint32_t i);
   void SolvePlan(uint32_t i, node::PlanRequest& req);
   void OnMemberEvent(uint32_t observer, const node::MemberEvent& e);

@@ -72,6 +72,9 @@ struct ComputeModel {
   double node_cv = 0.2;  // spread of per-node mean speeds (0 = all nodes equally fast)
   double straggler_fraction = 0;  // this share of nodes (seeded choice) ...
   double straggler_factor = 1;    // ... is this many times slower
+  // Node i is also slowdowns[i % size] times slower (e.g. 1,1,1,2,3,4 as the issue-18 bench's
+  // --slowdown per agent); empty = none.
+  std::vector<double> slowdowns;
 };
 
 struct NetModel {
@@ -107,6 +110,7 @@ struct PspSimOptions {
   int task_train_samples = 2048;
   int task_test_samples = 512;
   int batch = 32;
+  bool batch_auto = false;  // --batch auto (the daemon's rule: learn::AdaptBatchSize)
   float lr = 0.05f;
   float momentum = 0.9f;
   double eval_every_s = 1;
@@ -153,6 +157,8 @@ struct PspSimResult {
   // The spread of the middle 80%: insensitive to a few stragglers and the single fastest node.
   uint64_t spread_p10_p90() const { return steps_p90 - steps_p10; }
   double wait_share = 0;         // mean over live nodes of barrier wait / duration
+  double compute_share = 0;      // mean over live nodes of computing time / duration
+  uint64_t local_steps = 0;      // wbsp: local steps taken while barriers held (all nodes)
   double messages_per_node = 0;  // datagrams and frames sent, mean over all nodes (queries,
                                  // replies, parameter chunks, acks; SWIM traffic with membership)
   double bytes_per_node = 0;

@@ -75,7 +75,8 @@ class Gen {
             Name(max_name), U(0, UINT64_MAX),
             U(0, 1) ? ms::Eval{U(0, UINT64_MAX), static_cast<float>(U(0, 1000)) / 1000.0f,
                                static_cast<float>(U(0, 100000)) / 1000.0f}
-                    : ms::Eval{}};
+                    : ms::Eval{},
+            static_cast<float>(U(0, 100000)) / 100.0f};
     }
   }
 
@@ -247,6 +248,7 @@ inline void CheckSame(const ms::Update& a, const ms::Update& b) {
     CHECK(p.name == q.name);
     CHECK(p.step == q.step);
     CHECK(p.eval == q.eval);
+    CHECK(p.step_ms == q.step_ms);
   }
 }
 

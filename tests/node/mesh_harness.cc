@@ -101,7 +101,7 @@ void Mesh::StartNode(size_t i) {
   peers_[i]->node->Start(now_);
   Execute(i);
   Arm(i);
-  Feed(i, node::TrainerProgress{0, true, true, {}});
+  Feed(i, node::TrainerProgress{0, true, true, {}, 0});
 }
 
 void Mesh::RunUntil(int64_t until_ms) {
@@ -177,7 +177,7 @@ void Mesh::MaybeCompute(size_t i) {
         q.task ? std::vector<float>(q.task->params().data(),
                                     q.task->params().data() + q.task->params().size())
                : std::vector<float>(16, 0.f));
-    Feed(i, node::TrainerProgress{q.step, !q.finished, !q.finished, {}});
+    Feed(i, node::TrainerProgress{q.step, !q.finished, !q.finished, {}, 0});
     Feed(i, node::SnapshotIn{q.step, params, q.finished});
     MaybeCompute(i);
   });
