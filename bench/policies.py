@@ -28,14 +28,18 @@ POLICIES = {
     "wbsp": ["--barrier", "wbsp"],
     "asp": ["--barrier", "asp"],
     "pssp+batch-auto": ["--barrier", "pssp", "--batch", "auto"],
+    # OSP off: the next step's barrier queries wait for the step to end (for the A/B).
+    "pssp-no-overlap": ["--barrier", "pssp", "--overlap", "off"],
 }
+DEFAULT_POLICIES = ["bsp", "ssp", "dssp", "pbsp", "pssp", "wbsp", "asp", "pssp+batch-auto"]
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--bin", help=f"meshtrain binary (default $MESHTRAIN_BIN or {bl.DEFAULT_BIN})")
-    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
+                   help=f"comma list of: {', '.join(POLICIES)}")
     p.add_argument("--slowdowns", default="1,1,1,2,3,4")
     p.add_argument("--target", type=float, default=0.85)
     p.add_argument("--eval-every", type=int, default=25)
