@@ -126,7 +126,7 @@ def main():
         rows.append([p, m["runs"], bl.fmt(m["seconds"], ".1f"), bl.fmt(ratio, ".2f"),
                      bl.fmt(m["compute"], ".2f"), bl.fmt(m["idle"], ".2f"),
                      bl.fmt(m["wait"], ".2f"), bl.fmt(m["sps"], ".1f")])
-    print(f"\n6 agents fmnist-mlp, --slowdown {a.slowdowns}, every node to {a.target}; "
+    print(f"\n{len(slowdowns)} agents fmnist-mlp, --slowdown {a.slowdowns}, every node to {a.target}; "
           f"medians of {a.repeat} (interleaved); logs in {logdir}")
     print(bl.table(["policy", "s to target (runs)", "median s", "x bsp", "compute share",
                     "idle share", "barrier wait share", "steps/s"], rows))
