@@ -253,8 +253,11 @@ struct Agent::Impl : RpcBackend {
     *v = std::move(thin);
   }
 
-  // Every 500 ms: new points for the curves, then the bodies /metrics and /api/state serve.
+  // Every 500 ms: a heartbeat to monitors every 2 s; with --http, new points for the curves,
+  // then the bodies /metrics and /api/state serve.
   void Publish() {
+    if (++publishes % 4 == 0) rpc->Heartbeat();
+    if (!http) return;  // the curves and bodies are only for the HTTP endpoint
     const double t = metrics.Elapsed();
     const json st = Status();
     const std::vector<membership::Member> members = node->Members();
@@ -271,14 +274,12 @@ struct Agent::Impl : RpcBackend {
     }
     const uint64_t sent = st.value("bytes_sent", uint64_t{0});
     const uint64_t received = st.value("bytes_received", uint64_t{0});
-    if (publishes > 0) {
+    if (publishes > 1) {
       AppendBounded(&traffic, {t, static_cast<double>(sent - last_sent) / 0.5,
                                static_cast<double>(received - last_received) / 0.5});
     }
     last_sent = sent;
     last_received = received;
-    if (++publishes % 4 == 0) rpc->Heartbeat();
-    if (!http) return;
     json hist = json::object();
     for (const auto& [name, points] : history) hist[name] = points;
     json edges = json::array();
