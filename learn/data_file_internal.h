@@ -1,0 +1,45 @@
+// Pieces of the data-file loader (data_file.h) shared between its translation units: whole-file
+// reading with gzip inflation and one parser per format. Each parser takes the file's bytes
+// (already inflated) and the path used in error messages; none of them reads past `bytes`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "learn/data_file.h"
+
+namespace meshtrain::learn::data_file_internal {
+
+// The whole content of `path`, gunzipped when it is gzip (zlib passes other files through).
+// NotFound when missing, IOError when unreadable, Corruption for bad gzip data or more than
+// kMaxDataFileBytes.
+Result<std::vector<uint8_t>> ReadDataBytes(const std::string& path);
+
+// An unsigned-byte pixel on the [0,1] scale.
+inline float ScaleByte(uint8_t v) { return static_cast<float>(v) * (1.0f / 255.0f); }
+
+// Printable, bounded rendering of untrusted text for an error message.
+std::string Quote(std::string_view text);
+
+Result<LabeledData> ParseCsv(const std::string& path, std::string_view text,
+                             const std::string& label_column);
+
+// x and y as two .npy files.
+Result<LabeledData> ParseNpyPair(const std::string& x_path, const std::vector<uint8_t>& x_bytes,
+                                 const std::string& y_path, const std::vector<uint8_t>& y_bytes);
+
+// An .npz archive with the members x.npy and y.npy.
+Result<LabeledData> ParseNpz(const std::string& path, const std::vector<uint8_t>& bytes);
+
+// IDX images (1-4 dimensions of unsigned bytes) and labels (1-D unsigned bytes).
+Result<LabeledData> ParseIdxPair(const std::string& images_path, const std::vector<uint8_t>& images,
+                                 const std::string& labels_path,
+                                 const std::vector<uint8_t>& labels);
+
+// The labels file of an IDX images path ("images-idx3" -> "labels-idx1", else "images" ->
+// "labels" in the file name); empty when the name has neither.
+std::string IdxLabelsPath(const std::string& images_path);
+
+}  // namespace meshtrain::learn::data_file_internal
