@@ -16,12 +16,11 @@
 namespace meshtrain::learn {
 namespace {
 
+using testing::PutBe32;
 using testing::SharedFashionMnist;
 using testing::TempDir;
-
-void PutBe32(std::vector<uint8_t>* out, uint32_t v) {
-  for (int i = 3; i >= 0; --i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
+using testing::WriteGz;
+using testing::WriteRaw;
 
 std::vector<uint8_t> ImagesIdx(uint32_t count, uint32_t rows = 28, uint32_t cols = 28,
                                uint32_t magic = 2051) {
@@ -42,25 +41,9 @@ std::vector<uint8_t> LabelsIdx(uint32_t count, uint32_t magic = 2049) {
   return b;
 }
 
-void WriteGz(const std::string& path, const std::vector<uint8_t>& bytes) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  REQUIRE(f != nullptr);
-  if (!bytes.empty()) {
-    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
-            static_cast<int>(bytes.size()));
-  }
-  REQUIRE(gzclose(f) == Z_OK);
-}
-
 std::vector<uint8_t> ReadRaw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteRaw(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
 }
 
 bool Contains(const std::string& haystack, const std::string& needle) {

@@ -2,12 +2,17 @@
 // scratch directory under the system temp dir.
 #pragma once
 
+#include <zlib.h>
+
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "learn/dataset.h"
 
@@ -45,5 +50,28 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Appends v as 4 big-endian bytes (IDX headers).
+inline void PutBe32(std::vector<uint8_t>* out, uint32_t v) {
+  for (int i = 3; i >= 0; --i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+inline void WriteRaw(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+// Writes `bytes` gzip-compressed.
+inline void WriteGz(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  if (!bytes.empty()) {
+    REQUIRE(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())) ==
+            static_cast<int>(bytes.size()));
+  }
+  REQUIRE(gzclose(f) == Z_OK);
+}
 
 }  // namespace meshtrain::learn::testing
