@@ -16,23 +16,19 @@ constexpr double kMaxLabel = (1 << 24) - 1;
 // Wider rows are surely not a feature table (and would overflow LabeledData::width).
 constexpr size_t kMaxColumns = size_t{1} << 24;
 
-struct Line {
-  std::string_view text;
-  uint32_t number;  // 1-based
-};
-
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
 }
 
+// Splits at commas; stops after kMaxColumns + 1 cells (the caller rejects that many).
 void SplitCells(std::string_view line, std::vector<std::string_view>* cells) {
   cells->clear();
   for (;;) {
     const size_t comma = line.find(',');
     cells->push_back(Trim(line.substr(0, comma)));
-    if (comma == std::string_view::npos) return;
+    if (comma == std::string_view::npos || cells->size() > kMaxColumns) return;
     line.remove_prefix(comma + 1);
   }
 }
@@ -54,15 +50,22 @@ std::string Where(const std::string& path, uint32_t line) {
   return path + ":" + std::to_string(line) + ": ";
 }
 
+// Walks the text line by line (nothing per line is kept but the parsed values).
 class CsvParser {
  public:
-  CsvParser(const std::string& path, std::string_view text) : path_(path) { SplitLines(text); }
+  CsvParser(const std::string& path, std::string_view text) : path_(path), rest_(text) {
+    if (rest_.substr(0, 3) == "\xEF\xBB\xBF") rest_.remove_prefix(3);  // UTF-8 byte order mark
+    // Blank lines at the end are allowed: drop them (and trailing spaces) up front.
+    const size_t last = rest_.find_last_not_of(" \t\r\n");
+    rest_ = last == std::string_view::npos ? std::string_view() : rest_.substr(0, last + 1);
+    all_ = rest_;
+  }
 
   Result<LabeledData> Parse(const std::string& label_column) {
-    if (!status_.ok()) return status_;
-    if (lines_.empty()) return Status::InvalidArgument(path_ + ": no samples (empty file)");
+    if (rest_.empty()) return Status::InvalidArgument(path_ + ": no samples (empty file)");
+    std::string_view line = NextLine();
     std::vector<std::string_view> cells;
-    SplitCells(lines_[0].text, &cells);
+    SplitCells(line, &cells);
     double ignored;
     for (std::string_view cell : cells) {
       if (!ParseDouble(cell, &ignored)) has_header_ = true;
@@ -70,83 +73,79 @@ class CsvParser {
     if (has_header_) names_.assign(cells.begin(), cells.end());
     columns_ = cells.size();
     if (columns_ < 2) {
-      return Status::InvalidArgument(Where(path_, lines_[0].number) +
+      return Status::InvalidArgument(Where(path_, 1) +
                                      "found one column; expected comma-separated features and a "
                                      "label");
     }
     if (columns_ > kMaxColumns) {
-      return Status::InvalidArgument(Where(path_, lines_[0].number) + std::to_string(columns_) +
-                                     " columns, more than " + std::to_string(kMaxColumns));
+      return Status::InvalidArgument(Where(path_, 1) + "more than " + std::to_string(kMaxColumns) +
+                                     " columns");
     }
     if (Status s = ResolveLabelColumn(label_column); !s.ok()) return s;
 
-    const size_t first = has_header_ ? 1 : 0;
-    const size_t n = lines_.size() - first;
     const size_t d = columns_ - 1;
     LabeledData data;
     data.width = static_cast<int>(d);
-    data.x.resize(static_cast<Eigen::Index>(d), static_cast<Eigen::Index>(n));
-    data.labels.resize(n);
-    data.source_line.resize(n);
-    for (size_t r = 0; r < n; ++r) {
-      const Line& line = lines_[first + r];
-      SplitCells(line.text, &cells);
+    // Row-major samples = Eigen's column-major dim x n; grown as rows parse, so the memory
+    // stays proportional to the valid data whatever the file claims.
+    std::vector<float> values;
+    if (!has_header_) rest_ = Rewind();
+    while (!rest_.empty()) {
+      line = NextLine();
+      SplitCells(line, &cells);
       if (cells.size() != columns_) {
         if (cells.size() == 1 && cells[0].empty()) {
-          return Status::InvalidArgument(Where(path_, line.number) + "empty line; expected " +
+          return Status::InvalidArgument(Where(path_, line_number_) + "empty line; expected " +
                                          std::to_string(columns_) + " comma-separated cells");
         }
-        return Status::InvalidArgument(Where(path_, line.number) + "row has " +
-                                       std::to_string(cells.size()) + " cells, expected " +
-                                       std::to_string(columns_) + " (as in line " +
-                                       std::to_string(lines_[0].number) + ")");
+        return Status::InvalidArgument(
+            Where(path_, line_number_) + "row has " +
+            (cells.size() > kMaxColumns ? "too many" : std::to_string(cells.size())) +
+            " cells, expected " + std::to_string(columns_) + " (as in line 1)");
       }
-      float* col = data.x.data() + r * d;
       for (size_t c = 0; c < columns_; ++c) {
         double v = 0;
         const bool number = ParseDouble(cells[c], &v);
         if (c == label_) {
           if (!number || !std::isfinite(v) || v < 0 || v != std::floor(v) || v > kMaxLabel) {
-            return Status::InvalidArgument(Where(path_, line.number) + "label " + ColumnName(c) +
+            return Status::InvalidArgument(Where(path_, line_number_) + "label " + ColumnName(c) +
                                            ": expected a non-negative integer class label, got " +
                                            Quote(cells[c]));
           }
-          data.labels[r] = static_cast<int32_t>(v);
+          data.labels.push_back(static_cast<int32_t>(v));
           continue;
         }
         if (!number || !std::isfinite(v) ||
             std::fabs(v) > static_cast<double>(std::numeric_limits<float>::max())) {
           return Status::InvalidArgument(
-              Where(path_, line.number) + ColumnName(c) +
+              Where(path_, line_number_) + ColumnName(c) +
               (number ? ": expected a finite number, got " : ": expected a number, got ") +
               Quote(cells[c]));
         }
-        col[c < label_ ? c : c - 1] = static_cast<float>(v);
+        values.push_back(static_cast<float>(v));
       }
-      data.source_line[r] = line.number;
+      data.source_line.push_back(line_number_);
     }
+    data.x = Eigen::Map<const Eigen::MatrixXf>(values.data(), static_cast<Eigen::Index>(d),
+                                               static_cast<Eigen::Index>(data.labels.size()));
     return data;
   }
 
  private:
-  void SplitLines(std::string_view text) {
-    if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // UTF-8 byte order mark
-    uint32_t number = 1;
-    for (;;) {
-      const size_t nl = text.find('\n');
-      std::string_view line = text.substr(0, nl);
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-      lines_.push_back({line, number});
-      if (nl == std::string_view::npos) break;
-      text.remove_prefix(nl + 1);
-      if (number == UINT32_MAX) {
-        status_ =
-            Status::InvalidArgument(path_ + ": more than " + std::to_string(UINT32_MAX) + " lines");
-        return;
-      }
-      ++number;
-    }
-    while (!lines_.empty() && Trim(lines_.back().text).empty()) lines_.pop_back();
+  // The next line without its "\n" / "\r\n"; advances line_number_ (1-based).
+  std::string_view NextLine() {
+    const size_t nl = rest_.find('\n');
+    std::string_view line = rest_.substr(0, nl);
+    rest_ = nl == std::string_view::npos ? std::string_view() : rest_.substr(nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    ++line_number_;
+    return line;
+  }
+
+  // Back to the start: the first line is data, not a header.
+  std::string_view Rewind() {
+    line_number_ = 0;
+    return all_;
   }
 
   Status ResolveLabelColumn(const std::string& spec) {
@@ -164,8 +163,8 @@ class CsvParser {
         spec.size() <= 9 && spec.find_first_not_of("0123456789") == std::string::npos;
     if (!digits) {
       if (has_header_) {
-        return Status::InvalidArgument(Where(path_, lines_[0].number) + "no column named " +
-                                       Quote(spec) + " in the header (--label-column)");
+        return Status::InvalidArgument(Where(path_, 1) + "no column named " + Quote(spec) +
+                                       " in the header (--label-column)");
       }
       return Status::InvalidArgument(path_ + ": --label-column " + Quote(spec) +
                                      " names a column, but the file has no header row");
@@ -185,8 +184,9 @@ class CsvParser {
   }
 
   const std::string& path_;
-  Status status_;
-  std::vector<Line> lines_;
+  std::string_view rest_;  // the text not yet parsed
+  std::string_view all_;   // the text after the byte order mark, trailing blanks dropped
+  uint32_t line_number_ = 0;
   bool has_header_ = false;
   std::vector<std::string_view> names_;
   size_t columns_ = 0;

@@ -491,6 +491,24 @@ TEST_CASE("IDX pairs, plain and gzip, labels file found from the images name",
   }
 }
 
+TEST_CASE("IDX: Debian's Fashion-MNIST test set loads as LoadIdxPair reads it",
+          "[learn][data_file]") {
+  const std::string dir = kDefaultFashionMnistDir;
+  const std::string images = dir + "/t10k-images-idx3-ubyte.gz";
+  const LabeledData d = LoadOk(images);  // labels file derived: t10k-labels-idx1-ubyte.gz
+  Result<ImageSet> ref = LoadIdxPair(images, dir + "/t10k-labels-idx1-ubyte.gz");
+  REQUIRE(ref.ok());
+  REQUIRE(d.size() == 10000);
+  CHECK((d.channels == 1 && d.height == 28 && d.width == 28));
+  CHECK(d.num_classes() == 10);
+  for (size_t i : {size_t{0}, size_t{4321}, size_t{9999}}) {
+    CHECK(d.labels[i] == ref->labels[i]);
+    for (size_t j = 0; j < ref->dim(); j += 97) {
+      CHECK(d.x(static_cast<Eigen::Index>(j), static_cast<Eigen::Index>(i)) == ref->pixel(i, j));
+    }
+  }
+}
+
 TEST_CASE("IDX errors: truncation offset, counts, magic", "[learn][data_file]") {
   TempDir dir;
   const std::string i = dir.File("t-images-idx3-ubyte"), l = dir.File("t-labels-idx1-ubyte");
