@@ -64,7 +64,7 @@ class NpyHeaderParser {
       std::string key;
       if (!String(&key)) return Fail("expected a quoted key", error);
       SkipSpace();
-      if (!Take(':')) return Fail("expected ':' after '" + key + "'", error);
+      if (!Take(':')) return Fail("expected ':' after " + Quote(key), error);
       SkipSpace();
       if (key == "descr") {
         if (!String(descr)) return Fail("'descr' is not a plain dtype string", error);
@@ -82,7 +82,7 @@ class NpyHeaderParser {
         if (!Tuple(shape)) return Fail("'shape' is not a tuple of integers", error);
         have_shape = true;
       } else {
-        return Fail("unexpected key '" + key + "'", error);
+        return Fail("unexpected key " + Quote(key), error);
       }
       SkipSpace();
       if (Take(',')) continue;
