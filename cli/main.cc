@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
+#include "cli/local_model.h"
 #include "cli/rpc_client.h"
 #include "cli/simulate.h"
 #include "daemon/agent.h"
@@ -20,6 +22,8 @@
 #include "daemon/log_format.h"
 #include "gossip/crypto.h"
 #include "gossip/messages.h"
+#include "learn/model_file.h"
+#include "learn/network.h"
 
 namespace {
 
@@ -120,7 +124,26 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--data-dir", c.data_dir, "Checkpoints and peer snapshot directory");
   a->add_option("--checkpoint-every", c.checkpoint_every, "Steps between checkpoints")
       ->capture_default_str();
-  a->add_option("--task", c.task, "none, synthetic, fmnist-softmax or fmnist-mlp")
+  a->add_option("--task", c.task, "none, synthetic, fmnist-softmax, fmnist-mlp or fmnist-cnn")
+      ->capture_default_str();
+  a->add_option("--model", c.model,
+                "A preset (fmnist-mlp, fmnist-softmax, fmnist-cnn, synthetic) or a layer spec, "
+                "e.g. \"conv(16,5),relu,maxpool(2),flatten,dense(10)\"; replaces --task. "
+                "Layers: " +
+                    meshtrain::learn::LayerUsage());
+  a->add_option("--train-data", c.train_data,
+                "Train on this file instead of Fashion-MNIST: IDX (images[,labels], .gz ok), CSV, "
+                "X.npy,Y.npy or .npz (arrays x and y)");
+  a->add_option("--test-data", c.test_data,
+                "Evaluate on this file (same formats; default: a seeded 10% of --train-data held "
+                "out)");
+  a->add_option("--label-column", c.label_column,
+                "CSV: the label column's name or 0-based index (default: the last column)");
+  a->add_option("--input-shape", c.input_shape,
+                "C,H,W of one sample where the file does not say (e.g. CSV pixels for a CNN)");
+  a->add_option("--threads", c.threads,
+                "Threads that share each minibatch's gradient (use the host's cores when the "
+                "agent is alone on it)")
       ->capture_default_str();
   a->add_option("--dataset-dir", c.dataset_dir, "Fashion-MNIST IDX files")->capture_default_str();
   a->add_option("--shard", c.shard, "Train on the I-th of N disjoint shards (I/N)");
@@ -198,6 +221,35 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
 int ConfigError(const std::string& msg) {
   Fail(msg);
   return 2;
+}
+
+// `meshtrain export`: the agent's newest snapshot, written as a model file.
+int RunExport(const std::string& rpc, const std::string& out) {
+  auto r = Call(rpc, {{"cmd", "export"}});
+  if (!r) return 1;
+  meshtrain::learn::ModelFile m;
+  m.spec = r->value("spec", std::string());
+  m.step = r->value("step", int64_t{0});
+  const json shape = r->value("input_shape", json::array());
+  const json transform = r->value("input_transform", json::array({0.0, 1.0}));
+  auto bytes = meshtrain::gossip::Base64ToBytes(r->value("params", std::string()));
+  if (!shape.is_array() || shape.size() != 3 || !transform.is_array() || transform.size() != 2 ||
+      !bytes || bytes->size() % sizeof(float) != 0) {
+    return Fail("the agent's export reply is malformed");
+  }
+  for (int i = 0; i < 3; ++i) m.input_shape[static_cast<size_t>(i)] = shape[i].get<int>();
+  m.input_shift = transform[0].get<float>();
+  m.input_scale = transform[1].get<float>();
+  m.params.resize(bytes->size() / sizeof(float));
+  if (!m.params.empty()) std::memcpy(m.params.data(), bytes->data(), bytes->size());
+  if (auto st = meshtrain::learn::WriteModelFile(out, m); !st.ok()) return Fail(st.message());
+  // Read back: the file must load as a model (the spec builds and fits the parameters).
+  if (auto back = meshtrain::learn::ReadModelFile(out); !back.ok()) {
+    return Fail(back.status().message());
+  }
+  std::printf("exported %s: %zu parameters at step %lld\n", out.c_str(), m.params.size(),
+              static_cast<long long>(m.step));
+  return 0;
 }
 
 int RunAgent(meshtrain::daemon::AgentConfig config) {
@@ -292,6 +344,13 @@ int main(int argc, char** argv) {
   add_rpc(monitor);
   auto* version = app.add_subcommand("version", "Print the version");
   auto* simulate = meshtrain::cli::AddSimulateCommand(app);
+  auto* train = meshtrain::cli::AddTrainCommand(app);
+  auto* evaluate = meshtrain::cli::AddEvaluateCommand(app);
+  std::string export_out;
+  auto* exporter = app.add_subcommand(
+      "export", "Write the agent's current model (parameters + layer spec) to an .npz file");
+  exporter->add_option("--out", export_out, "Output file (.npz)")->required();
+  add_rpc(exporter);
 
   // --config is expanded into arguments before parsing, so one parser validates both.
   std::vector<std::string> args(argv, argv + argc), expanded;
@@ -315,6 +374,9 @@ int main(int argc, char** argv) {
   // not in an uncaught json exception.
   try {
     if (simulate->parsed()) return meshtrain::cli::RunSimulateCommand();
+    if (train->parsed()) return meshtrain::cli::RunTrainCommand();
+    if (evaluate->parsed()) return meshtrain::cli::RunEvaluateCommand();
+    if (exporter->parsed()) return RunExport(rpc, export_out);
     if (version->parsed()) {
       std::printf("meshtrain %s (protocol 1)\n", MESHTRAIN_VERSION);
       return 0;

@@ -328,6 +328,27 @@ struct Agent::Impl : RpcBackend {
     return StatusJson(in);
   }
   json Members() override { return MembersJson(node->Members()); }
+  json Export() override {
+    // 2^21 floats: 8 MiB, 11 MiB in base64, under the CLI's 16 MiB reply limit.
+    constexpr size_t kMaxExportParams = size_t{1} << 21;
+    if (!trainer) return {{"ok", false}, {"error", "this agent does not train (--task none)"}};
+    auto model = trainer->Model();
+    if (!model.ok()) return {{"ok", false}, {"error", model.status().message()}};
+    const learn::ModelFile& m = model.value();
+    if (m.params.size() > kMaxExportParams) {
+      return {{"ok", false},
+              {"error", "model of " + std::to_string(m.params.size()) +
+                            " parameters is too large to export over RPC; the agent writes "
+                            "it to --data-dir/model.npz at leave"}};
+    }
+    return {{"ok", true},
+            {"spec", m.spec},
+            {"input_shape", m.input_shape},
+            {"step", m.step},
+            {"input_transform", {m.input_shift, m.input_scale}},
+            {"params", gossip::BytesToBase64(reinterpret_cast<const uint8_t*>(m.params.data()),
+                                             m.params.size() * sizeof(float))}};
+  }
   void Join(uint64_t tag, const std::vector<std::string>& addrs) override {
     Feed(node::JoinCmd{tag, addrs});
   }
@@ -469,6 +490,14 @@ struct Agent::Impl : RpcBackend {
         spdlog::error("final checkpoint failed: {}", st.message());
       } else if (!config.data_dir.empty()) {
         spdlog::info("final checkpoint written at step {}", trainer->state().step);
+      }
+      if (!config.data_dir.empty()) {
+        const std::string path = config.data_dir + "/model.npz";
+        if (auto st = trainer->WriteFinalModel(path); !st.ok()) {
+          spdlog::error("final model: {}", st.message());
+        } else if (!trainer->Model().status().IsInvalidArgument()) {
+          spdlog::info("final model written to {} (meshtrain evaluate --model {})", path, path);
+        }
       }
     }
     // Start() may have failed part-way: close whatever exists.

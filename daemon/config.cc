@@ -12,7 +12,10 @@
 #include "gossip/compress.h"
 #include "gossip/messages.h"
 #include "gossip/net_addr.h"
+#include "learn/data_file.h"
 #include "learn/label_skew.h"
+#include "learn/network.h"
+#include "learn/task.h"
 
 namespace meshtrain::daemon {
 namespace {
@@ -109,9 +112,34 @@ Status AgentConfig::Finalize() {
     return Status::InvalidArgument(
         "invalid --cluster: 1-64 bytes of UTF-8 without control characters");
   }
-  if (!OneOf(task, {"none", "synthetic", "fmnist-softmax", "fmnist-mlp"})) {
-    return Status::InvalidArgument("invalid --task " + Quoted(task) +
-                                   ": expected none, synthetic, fmnist-softmax or fmnist-mlp");
+  if (!model.empty()) {
+    const auto& presets = learn::TaskNames();
+    if (model != "none" && std::find(presets.begin(), presets.end(), model) == presets.end()) {
+      if (auto spec = learn::ParseModelSpec(model); !spec.ok()) {
+        return Status::InvalidArgument("invalid --model " + Quoted(model) + ": " +
+                                       spec.status().message());
+      }
+    }
+    task = model;
+  } else if (!OneOf(task, {"none", "synthetic", "fmnist-softmax", "fmnist-mlp", "fmnist-cnn"})) {
+    return Status::InvalidArgument(
+        "invalid --task " + Quoted(task) +
+        ": expected none, synthetic, fmnist-softmax, fmnist-mlp or fmnist-cnn (or use --model "
+        "with a layer spec)");
+  }
+  if (threads < 1 || threads > 64) {
+    return Status::InvalidArgument("invalid --threads " + std::to_string(threads) + ": 1..64");
+  }
+  if (!input_shape.empty()) {
+    if (auto shape = learn::ParseInputShape(input_shape); !shape.ok()) {
+      return Status::InvalidArgument("invalid --input-shape: " + shape.status().message());
+    }
+  }
+  if (train_data.empty() && !test_data.empty()) {
+    return Status::InvalidArgument("--test-data needs --train-data");
+  }
+  if (!train_data.empty() && task == "synthetic") {
+    return Status::InvalidArgument("--train-data does not apply to the synthetic task");
   }
   if (!OneOf(barrier, {"bsp", "ssp", "asp", "pbsp", "pssp", "dssp", "wbsp"})) {
     return Status::InvalidArgument("invalid --barrier " + Quoted(barrier) +

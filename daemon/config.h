@@ -37,6 +37,14 @@ struct AgentConfig {
   std::string data_dir;
   int checkpoint_every = 500;  // steps between checkpoints (with data_dir)
   std::string task = "fmnist-mlp";
+  // --model: a preset (learn::Presets) or a layer spec (learn/network.h); when set it replaces
+  // --task (Finalize copies it there, so everything downstream reads `task`).
+  std::string model;
+  std::string train_data;    // --train-data FILE[,FILE]: user data instead of Fashion-MNIST
+  std::string test_data;     // --test-data FILE[,FILE]
+  std::string label_column;  // --label-column NAME|INDEX (CSV)
+  std::string input_shape;   // --input-shape C,H,W
+  int threads = 1;           // --threads N: cores one minibatch's gradient is split over
   std::string dataset_dir = "/usr/share/datasets/fashion-mnist";
   std::string shard;               // "I/N" or empty
   std::string shard_mode = "iid";  // "iid" or "label-skew:ALPHA" (learn/label_skew.h)

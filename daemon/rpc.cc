@@ -61,7 +61,7 @@ std::optional<RpcRequest> ParseRpcRequest(const uint8_t* data, size_t len, std::
   RpcRequest r;
   if (!GetString(j, "cmd", &r.cmd, error, true)) return std::nullopt;
   if (!GetString(j, "token", &r.token, error, false)) return std::nullopt;
-  if (r.cmd == "members" || r.cmd == "status" || r.cmd == "leave") return r;
+  if (r.cmd == "members" || r.cmd == "status" || r.cmd == "leave" || r.cmd == "export") return r;
   if (r.cmd == "monitor") {
     r.log_level = "info";
     if (!GetString(j, "level", &r.log_level, error, false)) return std::nullopt;

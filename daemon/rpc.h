@@ -16,7 +16,7 @@
 namespace meshtrain::daemon {
 
 struct RpcRequest {
-  std::string cmd;                 // members | status | join | leave | force-leave | keys | monitor
+  std::string cmd;  // members | status | join | leave | force-leave | keys | monitor | export
   std::vector<std::string> addrs;  // join: 1..64 "ip:port"
   std::string name;                // force-leave: member name
   std::string key_op;              // keys: install | use | remove | list

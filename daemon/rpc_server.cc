@@ -89,6 +89,10 @@ void RpcServer::OnFrame(gossip::TcpHub::ConnId id, gossip::Bytes&& payload) {
     Send(id, out);
     return;
   }
+  if (cmd == "export") {
+    Send(id, backend_->Export());
+    return;
+  }
   if (cmd == "monitor") {
     if (monitors_.size() >= kMaxMonitors || monitors_.count(id) > 0) {
       rejects_++;

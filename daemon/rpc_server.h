@@ -26,6 +26,9 @@ class RpcBackend {
   virtual ~RpcBackend() = default;
   virtual nlohmann::json Status() = 0;
   virtual nlohmann::json Members() = 0;
+  // The newest model snapshot: {"ok":true,"spec","input_shape":[C,H,W],"step","params"
+  // (base64 of little-endian float32)} or {"ok":false,"error"}.
+  virtual nlohmann::json Export() = 0;
   // Deferred commands: answer with RpcServer::Reply(tag, ...).
   virtual void Join(uint64_t tag, const std::vector<std::string>& addrs) = 0;
   virtual void ForceLeave(uint64_t tag, const std::string& name) = 0;

@@ -115,6 +115,38 @@ learn::Status Trainer::Restore(int64_t* resumed_step) {
   return Status::OK();
 }
 
+learn::Result<learn::ModelFile> Trainer::Model() const {
+  learn::ModelFile model;
+  model.spec = task_->model_spec();  // immutable after construction
+  model.input_shape = task_->input_shape();
+  model.input_shift = task_->input_transform()[0];
+  model.input_scale = task_->input_transform()[1];
+  if (model.spec.empty()) {
+    return Status::InvalidArgument("task " + task_->name() + " is not a layer-spec model");
+  }
+  std::shared_ptr<const std::vector<float>> params;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    params = latest_;
+    model.step = static_cast<int64_t>(latest_step_);
+  }
+  if (!params) return Status::Unavailable("no model yet: training has not taken a step");
+  model.params = *params;
+  return model;
+}
+
+learn::Status Trainer::WriteFinalModel(const std::string& path) {
+  learn::ModelFile model;
+  model.spec = task_->model_spec();
+  if (model.spec.empty()) return Status::OK();  // synthetic: nothing to export
+  model.input_shape = task_->input_shape();
+  model.input_shift = task_->input_transform()[0];
+  model.input_scale = task_->input_transform()[1];
+  model.step = task_->steps();
+  model.params.assign(task_->params().data(), task_->params().data() + task_->params().size());
+  return learn::WriteModelFile(path, model);
+}
+
 learn::Status Trainer::SaveCheckpoint() {
   if (options_.checkpoint_dir.empty()) return learn::Status::OK();
   auto data = learn::CaptureCheckpoint(*task_, {{"node", options_.name}});
@@ -323,7 +355,11 @@ void Trainer::Run() {
           state_.step_compute_s == 0 ? compute : 0.8 * state_.step_compute_s + 0.2 * compute;
       state_.train_s = std::chrono::duration<double>(end - train_start).count();
       state_.train_loss = state_.train_loss == 0 ? loss : 0.95 * state_.train_loss + 0.05 * loss;
-      if (snap) outbox_ = Snapshot{done, std::move(snap)};
+      if (snap) {
+        latest_ = snap;
+        latest_step_ = done;
+        outbox_ = Snapshot{done, std::move(snap)};
+      }
       if (options_.max_steps > 0 && done >= options_.max_steps) state_.training = false;
     }
     if (!options_.checkpoint_dir.empty() &&
@@ -352,8 +388,9 @@ void Trainer::Run() {
       // Finished (step budget or target accuracy): hand the final model to the peers still
       // training, so they converge towards it rather than on their own.
       const auto& p = task_->params();
-      outbox_ = Snapshot{state_.step,
-                         std::make_shared<std::vector<float>>(p.data(), p.data() + p.size()), true};
+      latest_ = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
+      latest_step_ = state_.step;
+      outbox_ = Snapshot{state_.step, latest_, true};
     }
   }
   notify_();
@@ -375,6 +412,15 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
   auto mode = learn::ParseShardMode(config.shard_mode);
   if (!mode.ok()) return learn::Status::InvalidArgument("invalid " + mode.status().message());
   opts.shard_mode = mode.value();
+  opts.train_data = config.train_data;
+  opts.test_data = config.test_data;
+  opts.data_options.label_column = config.label_column;
+  if (!config.input_shape.empty()) {
+    auto shape = learn::ParseInputShape(config.input_shape);
+    if (!shape.ok()) return shape.status();
+    opts.data_options.input_shape = shape.value();
+  }
+  opts.threads = config.threads;
   opts.batch_size = config.batch;
   opts.lr = static_cast<float>(config.lr);
   opts.momentum = static_cast<float>(config.momentum);
@@ -387,6 +433,11 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
   if (!task.ok()) {
     return learn::Status::InvalidArgument("cannot start task " + config.task + ": " +
                                           task.status().message());
+  }
+  if (const std::string spec = task.value()->model_spec(); !spec.empty()) {
+    const auto in = task.value()->input_shape();
+    spdlog::info("model {}: {} parameters, input {}x{}x{}, {} thread(s)", spec,
+                 task.value()->num_params(), in[0], in[1], in[2], opts.threads);
   }
   if (const auto hist = task.value()->LabelHistogram(); !hist.empty()) {
     spdlog::info("shard {} ({}): {} samples, label histogram [{}]", opts.shard.ToString(),

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "daemon/config.h"
+#include "learn/model_file.h"
 #include "learn/status.h"
 #include "learn/task.h"
 
@@ -143,6 +144,12 @@ class Trainer {
   learn::Status Restore(int64_t* resumed_step);
   // Writes a checkpoint now. Only while the trainer thread is stopped (or from it).
   learn::Status SaveCheckpoint();
+  // The newest parameter snapshot with its layer spec (for `meshtrain export`); Unavailable
+  // before the first snapshot, InvalidArgument for the synthetic task. Any thread.
+  learn::Result<learn::ModelFile> Model() const;
+  // Writes the current parameters as a model file (learn/model_file.h). Only while the trainer
+  // thread is stopped. OK without writing for the synthetic task.
+  learn::Status WriteFinalModel(const std::string& path);
 
  private:
   void Run();
@@ -187,6 +194,8 @@ class Trainer {
   std::map<std::string, Incoming> inbox_;
   std::optional<Incoming> adopt_;
   std::optional<Snapshot> outbox_;
+  std::shared_ptr<const std::vector<float>> latest_;  // newest snapshot, for Model()
+  uint64_t latest_step_ = 0;
   TrainerState state_;
 
   std::thread thread_;

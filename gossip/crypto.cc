@@ -32,6 +32,27 @@ std::string KeyToBase64(const Key& key) {
   return std::string(buf);
 }
 
+std::string BytesToBase64(const uint8_t* data, size_t len) {
+  std::string out(sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL), '\0');
+  sodium_bin2base64(out.data(), out.size(), data, len, sodium_base64_VARIANT_ORIGINAL);
+  out.resize(out.size() - 1);  // the terminating NUL
+  return out;
+}
+
+std::optional<std::vector<uint8_t>> Base64ToBytes(const std::string& text) {
+  InitSodium();
+  std::vector<uint8_t> out(text.size() / 4 * 3 + 3);
+  size_t bin_len = 0;
+  const char* end = nullptr;
+  if (sodium_base642bin(out.data(), out.size(), text.data(), text.size(), /*ignore=*/nullptr,
+                        &bin_len, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  out.resize(bin_len);
+  return out;
+}
+
 std::optional<Key> ParseKeyBase64(const std::string& text) {
   InitSodium();
   Key key;

@@ -44,6 +44,9 @@ std::string GenerateKeyBase64();
 // Parses a standard base64 key; nullopt unless it decodes to exactly 32 bytes.
 std::optional<Key> ParseKeyBase64(const std::string& text);
 std::string KeyToBase64(const Key& key);
+// Standard base64 of arbitrary bytes, and back (nullopt on any invalid or trailing character).
+std::string BytesToBase64(const uint8_t* data, size_t len);
+std::optional<std::vector<uint8_t>> Base64ToBytes(const std::string& text);
 // A short public name for a key: the first 8 bytes of its BLAKE2b-128 hash
 // (crypto_generichash), as 16 lowercase hex characters. One-way, so it may be printed, logged
 // and sent in KeyOp replies; 64 bits tell a handful of installed keys apart.

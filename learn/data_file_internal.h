@@ -17,6 +17,35 @@ namespace meshtrain::learn::data_file_internal {
 // kMaxDataFileBytes.
 Result<std::vector<uint8_t>> ReadDataBytes(const std::string& path);
 
+// A parsed .npy array: a view into the bytes it was parsed from.
+struct NpyArray {
+  char kind = 0;     // 'f' float, 'i' signed, 'u' unsigned integer
+  int itemsize = 0;  // bytes per element
+  std::string descr;
+  std::vector<uint64_t> shape;
+  const uint8_t* data = nullptr;
+  uint64_t count = 0;  // elements
+
+  std::string ShapeText() const {
+    std::string out = "(";
+    for (size_t i = 0; i < shape.size(); ++i) {
+      out += std::to_string(shape[i]);
+      out += shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : "");
+    }
+    return out + ")";
+  }
+};
+
+// Parses one .npy image in b[0, size) (format 1.0-3.0, little-endian float or integer dtypes,
+// C order; the data must fill the rest exactly). `where` ("PATH: array 'x'") starts every error.
+Result<NpyArray> ParseNpy(const std::string& where, const uint8_t* b, size_t size);
+
+// The .npy bytes of the members ARRAY.npy of an .npz archive, one per name in `arrays`, in that
+// order (stored or deflated, CRC-checked, sizes bounded); an error names a missing array.
+Result<std::vector<std::vector<uint8_t>>> ExtractNpzMembers(const std::string& path,
+                                                            const std::vector<uint8_t>& bytes,
+                                                            const std::vector<std::string>& arrays);
+
 // An unsigned-byte pixel on the [0,1] scale.
 inline float ScaleByte(uint8_t v) { return static_cast<float>(v) * (1.0f / 255.0f); }
 

@@ -29,24 +29,6 @@ uint32_t Le32(const uint8_t* p) {
 }
 uint64_t Le64(const uint8_t* p) { return uint64_t{Le32(p)} | (uint64_t{Le32(p + 4)} << 32); }
 
-struct NpyArray {
-  char kind = 0;     // 'f' float, 'i' signed, 'u' unsigned integer
-  int itemsize = 0;  // bytes per element
-  std::string descr;
-  std::vector<uint64_t> shape;
-  const uint8_t* data = nullptr;
-  uint64_t count = 0;  // elements
-
-  std::string ShapeText() const {
-    std::string out = "(";
-    for (size_t i = 0; i < shape.size(); ++i) {
-      out += std::to_string(shape[i]);
-      out += shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : "");
-    }
-    return out + ")";
-  }
-};
-
 // The header dictionary, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }.
 class NpyHeaderParser {
  public:
@@ -156,6 +138,8 @@ class NpyHeaderParser {
   size_t pos_ = 0;
 };
 
+}  // namespace
+
 // Parses one .npy image in b[0, size). `where` ("PATH: array 'x'") starts every error.
 Result<NpyArray> ParseNpy(const std::string& where, const uint8_t* b, size_t size) {
   auto truncated = [&](size_t needed) {
@@ -233,6 +217,8 @@ Result<NpyArray> ParseNpy(const std::string& where, const uint8_t* b, size_t siz
   array.data = b + data_start;
   return array;
 }
+
+namespace {
 
 // Element i of an integer array as int64 (uint64 values beyond int64 saturate).
 int64_t IntegerAt(const NpyArray& a, uint64_t i) {
@@ -399,13 +385,26 @@ bool ApplyZip64Extra(const uint8_t* extra, size_t len, ZipMember* m) {
 
 class NpzReader {
  public:
-  NpzReader(const std::string& path, const std::vector<uint8_t>& bytes) : path_(path), b_(bytes) {}
+  // `arrays`: the member names without ".npy", all required.
+  NpzReader(const std::string& path, const std::vector<uint8_t>& bytes,
+            std::vector<std::string> arrays)
+      : path_(path), b_(bytes), arrays_(std::move(arrays)), members_(arrays_.size()) {}
+
+  // The .npy bytes of every array, in the order given.
+  Result<std::vector<std::vector<uint8_t>>> ReadMembers() {
+    if (Status s = ReadCentralDirectory(); !s.ok()) return s;
+    std::vector<std::vector<uint8_t>> out(arrays_.size());
+    for (size_t i = 0; i < arrays_.size(); ++i) {
+      if (Status s = Extract(arrays_[i], members_[i], &out[i]); !s.ok()) return s;
+    }
+    return out;
+  }
 
   Result<LabeledData> Read() {
-    if (Status s = ReadCentralDirectory(); !s.ok()) return s;
-    std::vector<uint8_t> x_bytes, y_bytes;
-    if (Status s = Extract("x", members_[0], &x_bytes); !s.ok()) return s;
-    if (Status s = Extract("y", members_[1], &y_bytes); !s.ok()) return s;
+    Result<std::vector<std::vector<uint8_t>>> members = ReadMembers();
+    if (!members.ok()) return members.status();
+    const std::vector<uint8_t>& x_bytes = members.value()[0];
+    const std::vector<uint8_t>& y_bytes = members.value()[1];
     const std::string x_where = path_ + ": array 'x'";
     const std::string y_where = path_ + ": array 'y'";
     Result<NpyArray> x = ParseNpy(x_where, x_bytes.data(), x_bytes.size());
@@ -460,7 +459,10 @@ class NpzReader {
         return Bad("central directory entry " + std::to_string(i) + " runs past the directory");
       }
       const std::string_view name(reinterpret_cast<const char*>(h + kCentralHeaderSize), name_len);
-      const int slot = name == "x.npy" ? 0 : name == "y.npy" ? 1 : -1;
+      int slot = -1;
+      for (size_t k = 0; k < arrays_.size(); ++k) {
+        if (name == arrays_[k] + ".npy") slot = static_cast<int>(k);
+      }
       if (slot >= 0) {
         ZipMember& m = members_[slot];
         if (m.found) return Bad("member " + std::string(name) + " appears twice");
@@ -483,8 +485,9 @@ class NpzReader {
   Status Extract(const std::string& array, const ZipMember& m, std::vector<uint8_t>* out) {
     const std::string member = array + ".npy";
     if (!m.found) {
-      return Status::InvalidArgument(path_ + ": no array '" + array + "' (member " + member +
-                                     "); expected np.savez(path, x=..., y=...)");
+      const bool data = arrays_ == std::vector<std::string>{"x", "y"};
+      return Status::InvalidArgument(path_ + ": no array '" + array + "' (member " + member + ")" +
+                                     (data ? "; expected np.savez(path, x=..., y=...)" : ""));
     }
     if (m.flags & 1) return Bad("member " + member + " is encrypted");
     if (m.method != 0 && m.method != 8) {
@@ -556,8 +559,9 @@ class NpzReader {
 
   const std::string& path_;
   const std::vector<uint8_t>& b_;
-  ZipMember members_[2];  // x.npy, y.npy
-  uint64_t dir_end_ = 0;  // members' data must end before the central directory
+  std::vector<std::string> arrays_;
+  std::vector<ZipMember> members_;  // one per arrays_ entry
+  uint64_t dir_end_ = 0;            // members' data must end before the central directory
 };
 
 }  // namespace
@@ -574,7 +578,13 @@ Result<LabeledData> ParseNpyPair(const std::string& x_path, const std::vector<ui
 }
 
 Result<LabeledData> ParseNpz(const std::string& path, const std::vector<uint8_t>& bytes) {
-  return NpzReader(path, bytes).Read();
+  return NpzReader(path, bytes, {"x", "y"}).Read();
+}
+
+Result<std::vector<std::vector<uint8_t>>> ExtractNpzMembers(
+    const std::string& path, const std::vector<uint8_t>& bytes,
+    const std::vector<std::string>& arrays) {
+  return NpzReader(path, bytes, arrays).ReadMembers();
 }
 
 }  // namespace meshtrain::learn::data_file_internal

@@ -52,11 +52,12 @@ double SampleGamma(Rng* rng, double shape) {
   }
 }
 
-std::vector<uint32_t> LabelSkewIndices(const std::vector<uint8_t>& labels, int num_classes,
+std::vector<uint32_t> LabelSkewIndices(const std::vector<int32_t>& labels, int num_classes,
                                        const Shard& s, double alpha, uint64_t seed) {
   std::vector<std::vector<uint32_t>> by_class(static_cast<size_t>(num_classes));
   for (size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] < num_classes) by_class[labels[i]].push_back(static_cast<uint32_t>(i));
+    if (labels[i] >= 0 && labels[i] < num_classes)
+      by_class[labels[i]].push_back(static_cast<uint32_t>(i));
   }
   Rng rng(seed);
   std::vector<uint32_t> out;
@@ -80,11 +81,11 @@ std::vector<uint32_t> LabelSkewIndices(const std::vector<uint8_t>& labels, int n
   return out;
 }
 
-std::vector<size_t> LabelHistogram(const std::vector<uint8_t>& labels,
+std::vector<size_t> LabelHistogram(const std::vector<int32_t>& labels,
                                    const std::vector<uint32_t>& indices, int num_classes) {
   std::vector<size_t> h(static_cast<size_t>(num_classes), 0);
   for (uint32_t i : indices) {
-    if (i < labels.size() && labels[i] < num_classes) ++h[labels[i]];
+    if (i < labels.size() && labels[i] >= 0 && labels[i] < num_classes) ++h[labels[i]];
   }
   return h;
 }

@@ -35,11 +35,11 @@ double SampleGamma(Rng* rng, double shape);
 
 // Indices (ascending) of the samples of shard `s` under label skew with concentration `alpha`;
 // labels[i] < num_classes. The partition depends only on (labels, s.count, alpha, seed).
-std::vector<uint32_t> LabelSkewIndices(const std::vector<uint8_t>& labels, int num_classes,
+std::vector<uint32_t> LabelSkewIndices(const std::vector<int32_t>& labels, int num_classes,
                                        const Shard& s, double alpha, uint64_t seed);
 
 // Per-class counts of the samples `indices` ("label histogram" of a shard).
-std::vector<size_t> LabelHistogram(const std::vector<uint8_t>& labels,
+std::vector<size_t> LabelHistogram(const std::vector<int32_t>& labels,
                                    const std::vector<uint32_t>& indices, int num_classes);
 
 }  // namespace meshtrain::learn

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "learn/models.h"
+#include "learn/task_internal.h"
 
 namespace meshtrain::learn {
 
@@ -53,92 +54,6 @@ float Task::LossAndGradient(const std::vector<uint32_t>& batch, Eigen::VectorXf*
 }
 
 namespace {
-
-// fmnist-mlp and fmnist-softmax: an MlpShape over Fashion-MNIST.
-class ClassifierTask final : public Task {
- public:
-  ClassifierTask(std::string name, MlpShape shape, std::shared_ptr<const FashionMnist> data,
-                 const TaskOptions& options)
-      : Task(std::move(name), static_cast<Eigen::Index>(shape.NumParams()), options),
-        shape_(std::move(shape)),
-        data_(std::move(data)) {
-    if (options.standardize_inputs.value_or(shape_.layers() > 1)) {
-      input_shift_ = data_->pixel_mean;
-      input_scale_ = 1.0f / data_->pixel_stddev;
-    }
-    if (options.shard_mode.label_skew) {
-      shard_indices_ = LabelSkewIndices(data_->train.labels, kFashionMnistClasses, options.shard,
-                                        options.shard_mode.alpha, options.init_seed);
-    } else {
-      const auto [begin, end] = ShardRange(data_->train.size(), options.shard);
-      shard_indices_.resize(end - begin);
-      for (size_t i = begin; i < end; ++i) shard_indices_[i - begin] = static_cast<uint32_t>(i);
-    }
-    shard_size_ = shard_indices_.size();
-    InitMlp(shape_, options.init_seed, params_.data());
-  }
-
-  size_t train_size() const override { return shard_size_; }
-  size_t test_size() const override { return data_->test.size(); }
-  std::vector<size_t> LabelHistogram() const override {
-    return learn::LabelHistogram(data_->train.labels, shard_indices_, kFashionMnistClasses);
-  }
-
-  EvalResult EvaluateAt(const float* params) const override {
-    // Chunks bound the activation memory (1024 x 256 floats) while keeping products large.
-    constexpr size_t kChunk = 1024;
-    const ImageSet& test = data_->test;
-    std::vector<uint32_t> idx;
-    Eigen::MatrixXf x;
-    std::vector<uint8_t> labels;
-    double loss_sum = 0;
-    size_t correct = 0;
-    for (size_t start = 0; start < test.size(); start += kChunk) {
-      const size_t n = std::min(kChunk, test.size() - start);
-      idx.resize(n);
-      for (size_t k = 0; k < n; ++k) idx[k] = static_cast<uint32_t>(start + k);
-      FillBatch(test, idx.data(), n, &x, &labels);
-      Standardize(&x);
-      const ClassifierSums sums = MlpEvaluate(shape_, params, x, labels);
-      loss_sum += sums.loss_sum;
-      correct += sums.correct;
-    }
-    EvalResult r;
-    r.samples = test.size();
-    if (r.samples > 0) {
-      r.loss = loss_sum / static_cast<double>(r.samples);
-      r.accuracy = static_cast<double>(correct) / static_cast<double>(r.samples);
-    }
-    return r;
-  }
-
- protected:
-  float ComputeLossAndGradient(const uint32_t* idx, size_t n, float* grad) override {
-    global_idx_.resize(n);
-    for (size_t k = 0; k < n; ++k) global_idx_[k] = shard_indices_[idx[k]];
-    FillBatch(data_->train, global_idx_.data(), n, &x_, &labels_);
-    Standardize(&x_);
-    return MlpLossAndGradient<float>(shape_, params_.data(), x_, labels_, grad);
-  }
-
- private:
-  void Standardize(Eigen::MatrixXf* x) const {
-    if (input_shift_ != 0.0f || input_scale_ != 1.0f) {
-      x->array() = (x->array() - input_shift_) * input_scale_;
-    }
-  }
-
-  MlpShape shape_;
-  float input_shift_ = 0.0f;
-  float input_scale_ = 1.0f;
-  std::shared_ptr<const FashionMnist> data_;
-  std::vector<uint32_t> shard_indices_;  // training-set indices of this node's shard
-  size_t shard_size_ = 0;
-  // Batch scratch reused across steps.
-  std::vector<uint32_t> global_idx_;
-  Eigen::MatrixXf x_;
-  std::vector<uint8_t> labels_;
-};
 
 class SyntheticTask final : public Task {
  public:
@@ -216,17 +131,29 @@ std::shared_ptr<const SyntheticData> MakeSyntheticData(const SyntheticOptions& o
   return data;
 }
 
+const std::vector<Preset>& Presets() {
+  static const std::vector<Preset> kPresets = {
+      {"fmnist-mlp", "dense(256),relu,dense(128),relu,dense(10)",
+       "784-256-128-10 ReLU MLP on Fashion-MNIST", true},
+      {"fmnist-softmax", "dense(10)", "multinomial logistic regression on Fashion-MNIST", false},
+      {"fmnist-cnn",
+       "conv(16,5),relu,maxpool(2),conv(32,5),relu,maxpool(2),flatten,dense(128),relu,dense(10)",
+       "two-layer CNN on Fashion-MNIST", true},
+      {"synthetic", "", "seeded linear regression (MSE; accuracy = R^2)", false},
+  };
+  return kPresets;
+}
+
 const std::vector<std::string>& TaskNames() {
-  static const std::vector<std::string> kNames = {"fmnist-mlp", "fmnist-softmax", "synthetic"};
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names;
+    for (const Preset& p : Presets()) names.emplace_back(p.name);
+    return names;
+  }();
   return kNames;
 }
 
 Result<std::unique_ptr<Task>> MakeTask(const std::string& name, const TaskOptions& options) {
-  const std::vector<std::string>& names = TaskNames();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    return Status::InvalidArgument("unknown task \"" + name +
-                                   "\" (expected fmnist-mlp, fmnist-softmax or synthetic)");
-  }
   if (options.batch_size < 1) {
     return Status::InvalidArgument("batch size must be at least 1, got " +
                                    std::to_string(options.batch_size));
@@ -239,29 +166,39 @@ Result<std::unique_ptr<Task>> MakeTask(const std::string& name, const TaskOption
     return Status::InvalidArgument("momentum must be in [0, 1), got " +
                                    std::to_string(options.momentum));
   }
+  if (options.threads < 1 || options.threads > 64) {
+    return Status::InvalidArgument("threads must be in 1..64, got " +
+                                   std::to_string(options.threads));
+  }
   if (options.shard.count == 0 || options.shard.index >= options.shard.count) {
     return Status::InvalidArgument("invalid shard " + options.shard.ToString());
   }
 
+  const Preset* preset = nullptr;
+  for (const Preset& p : Presets()) {
+    if (name == p.name) preset = &p;
+  }
   std::unique_ptr<Task> task;
-  if (name == "synthetic") {
+  if (preset != nullptr && preset->spec[0] == '\0') {
     std::shared_ptr<const SyntheticData> data = options.synthetic_data;
     if (!data) data = MakeSyntheticData(options.synthetic);
     task = std::make_unique<SyntheticTask>(std::move(data), options);
   } else {
-    std::shared_ptr<const FashionMnist> data = options.fashion_mnist;
-    if (!data) {
-      Result<std::shared_ptr<const FashionMnist>> loaded = LoadFashionMnist(options.dataset_dir);
-      if (!loaded.ok()) return loaded.status();
-      data = std::move(loaded).value();
+    Result<ModelSpec> spec = ParseModelSpec(preset != nullptr ? preset->spec : name);
+    if (!spec.ok()) {
+      if (name.find_first_of("(,") == std::string::npos) {
+        std::string names;
+        for (const std::string& n : TaskNames()) names += (names.empty() ? "" : ", ") + n;
+        return Status::InvalidArgument("unknown model \"" + name + "\": not a preset (" + names +
+                                       ") nor a layer spec (" + spec.status().message() + ")");
+      }
+      return spec.status();
     }
-    MlpShape shape;
-    if (name == "fmnist-mlp") {
-      shape.sizes = {kFashionMnistPixels, 256, 128, kFashionMnistClasses};
-    } else {
-      shape.sizes = {kFashionMnistPixels, kFashionMnistClasses};
-    }
-    task = std::make_unique<ClassifierTask>(name, std::move(shape), std::move(data), options);
+    Result<std::unique_ptr<Task>> made =
+        MakeNetworkTask(preset != nullptr ? name : spec->text, spec.value(),
+                        preset != nullptr ? preset->standardize : true, options);
+    if (!made.ok()) return made.status();
+    task = std::move(made).value();
   }
   if (task->train_size() == 0) {
     return Status::InvalidArgument("shard " + options.shard.ToString() + " of task " + name +

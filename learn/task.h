@@ -1,8 +1,11 @@
 // A training task: a model, its data (this node's shard of the training set plus the test set)
 // and its SGD-with-momentum optimizer, behind one interface the agent's trainer thread and the
-// simulator drive. Tasks (SPEC §8, created by MakeTask):
-//   "fmnist-mlp"      784-256-128-10 ReLU MLP, softmax cross-entropy, He init
-//   "fmnist-softmax"  multinomial logistic regression (784-10)
+// simulator drive. MakeTask takes a preset name or a layer spec (learn/network.h); presets (SPEC
+// §8 and issue 15, one table in learn/task.cc, Presets()):
+//   "fmnist-mlp"      dense(256),relu,dense(128),relu,dense(10): 784-256-128-10 ReLU MLP
+//   "fmnist-softmax"  dense(10): multinomial logistic regression (784-10)
+//   "fmnist-cnn"      conv(16,5),relu,maxpool(2),conv(32,5),relu,maxpool(2),flatten,dense(128),
+//                     relu,dense(10)
 //   "synthetic"       seeded linear regression (default d = 32, 4096 train / 1024 test samples,
 //                     y = w*.x + b* + N(0, 0.1^2)); loss = MSE and "accuracy" = R^2 on the test
 //                     set, clamped at 0 (1 = perfect fit; the noise floor caps it near 0.9997)
@@ -20,6 +23,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,8 +31,10 @@
 #include <string>
 #include <vector>
 
+#include "learn/data_file.h"
 #include "learn/dataset.h"
 #include "learn/label_skew.h"
+#include "learn/model_file.h"
 #include "learn/optimizer.h"
 #include "learn/rng.h"
 #include "learn/status.h"
@@ -75,6 +81,16 @@ struct TaskOptions {
   // fmnist-mlp, off for fmnist-softmax (whose larger-scale standardized inputs make lr 0.05
   // unstable; raw pixels reach 0.82 after one epoch).
   std::optional<bool> standardize_inputs;
+  // User data (issue 15): `--train-data` / `--test-data` files (learn/data_file.h), used instead
+  // of Fashion-MNIST when train_data is set. Without test_data a seeded 10 % of the training file
+  // (the same on every node) is held out for evaluation. train_set/test_set: already loaded.
+  std::string train_data;
+  std::string test_data;
+  DataFileOptions data_options;
+  std::shared_ptr<const LabeledData> train_set;
+  std::shared_ptr<const LabeledData> test_set;
+  // Threads that share one minibatch's gradient (`--threads N`; 1 = the trainer thread alone).
+  int threads = 1;
   int batch_size = 64;
   float lr = 0.05f;
   float momentum = 0.9f;
@@ -112,6 +128,11 @@ class Task {
   // Per-class sample counts of this node's shard (classifier tasks; empty otherwise).
   virtual std::vector<size_t> LabelHistogram() const { return {}; }
   virtual size_t test_size() const = 0;
+  // The layer spec of a network task (canonical text) and its sample shape; "" for synthetic.
+  virtual std::string model_spec() const { return ""; }
+  virtual std::array<int, 3> input_shape() const { return {0, 0, 0}; }  // C, H, W
+  // Inputs are fed to the model as (x - shift) * scale ({0, 1} = as loaded).
+  virtual std::array<float, 2> input_transform() const { return {0.0f, 1.0f}; }
 
   // One SGD step on the next minibatch of this node's shard (sequential over a per-epoch seeded
   // shuffle; the last batch of an epoch may be smaller). Returns the minibatch loss before the
@@ -150,12 +171,25 @@ class Task {
   Eigen::VectorXf grad_;
 };
 
-// Names accepted by MakeTask.
+// The presets (name, layer spec or "" for synthetic, one-line description).
+struct Preset {
+  const char* name;
+  const char* spec;
+  const char* about;
+  bool standardize;  // Fashion-MNIST inputs as (pixel - mean) / stddev
+};
+const std::vector<Preset>& Presets();
+// Names accepted by MakeTask besides layer specs (the presets).
 const std::vector<std::string>& TaskNames();
 
-// Builds a task. Errors: unknown name, invalid options (batch < 1, lr <= 0, momentum outside
-// [0, 1), a shard with no samples), or the data set failing to load (message from
-// LoadFashionMnist).
+// Builds a task from a preset name or a layer spec. Errors: unknown name / bad spec (the spec
+// parser's message), invalid options (batch < 1, lr <= 0, momentum outside [0, 1), threads
+// outside 1..64, a shard with no samples), data that do not fit the model (input size, labels
+// beyond its outputs), or the data failing to load (the loader's message names the file).
 Result<std::unique_ptr<Task>> MakeTask(const std::string& name, const TaskOptions& options);
+
+// `meshtrain evaluate`: mean loss and accuracy of a model file on options.test_data (with
+// options.data_options), or on Fashion-MNIST's test set (options.dataset_dir) when that is empty.
+Result<EvalResult> EvaluateModelFile(const ModelFile& model, const TaskOptions& options);
 
 }  // namespace meshtrain::learn

@@ -34,8 +34,8 @@ TEST_CASE("Gamma samples have the right mean", "[learn]") {
 
 TEST_CASE("Label-skew shards are disjoint, cover the set and are skewed for small alpha",
           "[learn]") {
-  std::vector<uint8_t> labels(6000);
-  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<uint8_t>((i * 7) % 10);
+  std::vector<int32_t> labels(6000);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>((i * 7) % 10);
   const uint32_t n = 4;
   std::vector<int> seen(labels.size(), 0);
   size_t max_share_small = 0;
