@@ -336,6 +336,19 @@ Result<LabeledData> FromArrays(const std::string& x_where, const std::string& x_
   return data;
 }
 
+// Parses the two .npy images and builds the data set; errors name `x_path`/`y_path`.
+Result<LabeledData> FromNpyBytes(const std::string& x_path, const std::vector<uint8_t>& x_bytes,
+                                 const std::string& y_path, const std::vector<uint8_t>& y_bytes,
+                                 const std::string& x_name) {
+  const std::string x_where = x_path + ": array 'x'";
+  const std::string y_where = y_path + ": array 'y'";
+  Result<NpyArray> x = ParseNpy(x_where, x_bytes.data(), x_bytes.size());
+  if (!x.ok()) return x.status();
+  Result<NpyArray> y = ParseNpy(y_where, y_bytes.data(), y_bytes.size());
+  if (!y.ok()) return y.status();
+  return FromArrays(x_where, x_name, *x, y_where, *y);
+}
+
 // ---- .npz: the zip container ----
 
 constexpr uint32_t kEndOfCentralDir = 0x06054b50;
@@ -403,15 +416,7 @@ class NpzReader {
   Result<LabeledData> Read() {
     Result<std::vector<std::vector<uint8_t>>> members = ReadMembers();
     if (!members.ok()) return members.status();
-    const std::vector<uint8_t>& x_bytes = members.value()[0];
-    const std::vector<uint8_t>& y_bytes = members.value()[1];
-    const std::string x_where = path_ + ": array 'x'";
-    const std::string y_where = path_ + ": array 'y'";
-    Result<NpyArray> x = ParseNpy(x_where, x_bytes.data(), x_bytes.size());
-    if (!x.ok()) return x.status();
-    Result<NpyArray> y = ParseNpy(y_where, y_bytes.data(), y_bytes.size());
-    if (!y.ok()) return y.status();
-    return FromArrays(x_where, "array 'x'", *x, y_where, *y);
+    return FromNpyBytes(path_, members.value()[0], path_, members.value()[1], "array 'x'");
   }
 
  private:
@@ -568,13 +573,7 @@ class NpzReader {
 
 Result<LabeledData> ParseNpyPair(const std::string& x_path, const std::vector<uint8_t>& x_bytes,
                                  const std::string& y_path, const std::vector<uint8_t>& y_bytes) {
-  const std::string x_where = x_path + ": array 'x'";
-  const std::string y_where = y_path + ": array 'y'";
-  Result<NpyArray> x = ParseNpy(x_where, x_bytes.data(), x_bytes.size());
-  if (!x.ok()) return x.status();
-  Result<NpyArray> y = ParseNpy(y_where, y_bytes.data(), y_bytes.size());
-  if (!y.ok()) return y.status();
-  return FromArrays(x_where, "array 'x' in " + x_path, *x, y_where, *y);
+  return FromNpyBytes(x_path, x_bytes, y_path, y_bytes, "array 'x' in " + x_path);
 }
 
 Result<LabeledData> ParseNpz(const std::string& path, const std::vector<uint8_t>& bytes) {
