@@ -4,9 +4,10 @@
   the others' instead of starting at 0;
 - its first eval is >= 0.80 and within 0.03 of the others' latest accuracy (its own
   initialisation would give ~0.10);
-- none of the first three loses more than 0.04 at any eval after the joiner arrived (progress-aware
-  mixing: the joiner's model never pulls them back; single evals of fmnist-mlp at lr 0.05 swing by
-  0.02-0.05 from one to the next without any join, so the drop is reported and bounded loosely);
+- none of the first three loses more than 0.03 in a 3-eval moving average after the joiner arrived,
+  against the average of its last 3 evals before (progress-aware mixing: the joiner's model never
+  pulls them back; single evals of fmnist-mlp at lr 0.05 swing by 0.02-0.06 from one to the next
+  without any join, so single evals are not compared: a CI run saw one at -0.057 with no harm);
 - the first three keep stepping (reported: their step rate in the 10 s before and after the join).
 `--policies bsp,pssp` runs both (the issue's acceptance figures; the suite runs pssp).
 """
@@ -15,6 +16,7 @@ import json
 import os
 import sys
 import time
+from statistics import mean
 
 sys.path.insert(0, os.path.dirname(__file__))
 from harness import Mesh, wait_until  # noqa: E402
@@ -65,7 +67,7 @@ def run(binary, policy, strict, extra=()):
         time.sleep(10)
         at_join = [a.status()["step"] for a in first]
         rate_before = [(y - x) / 10 for x, y in zip(before, at_join)]
-        acc_before = [metrics(a)[-1]["accuracy"] for a in first]
+        acc_before = [mean([m["accuracy"] for m in metrics(a)[-3:]]) for a in first]
         n_before = [len(metrics(a)) for a in first]
         t_join = time.time()
         joiner.start(join=[seed.addr])
@@ -81,12 +83,13 @@ def run(binary, policy, strict, extra=()):
         drops = []
         for a, n0, acc0 in zip(first, n_before, acc_before):
             later = [m["accuracy"] for m in metrics(a)[n0:]]
-            drops.append(max([acc0 - x for x in later], default=0.0))
+            windows = [mean(later[i:i + 3]) for i in range(max(0, len(later) - 2))]
+            drops.append(max([acc0 - x for x in windows], default=0.0))
         others_now = [metrics(a)[-1]["accuracy"] for a in first]
         print(f"{policy}: joiner adopted={adopted}, first eval step {first_eval['step']} accuracy "
               f"{first_eval['accuracy']:.4f} (seen {since:.1f} s after its start), first three "
               f"at {['%.4f' % x for x in others_now]}, their largest drop after the join "
-              f"{max(drops):.4f}; step rates before/after the join "
+              f"(3-eval averages) {max(drops):.4f}; step rates before/after the join "
               f"{['%.1f' % r for r in rate_before]} / {['%.1f' % r for r in rate_after]} "
               f"(ratio {min(b and a / b for a, b in zip(rate_after, rate_before)):.2f})")
         assert adopted, log[-2000:]
@@ -94,7 +97,7 @@ def run(binary, policy, strict, extra=()):
         assert first_eval["accuracy"] >= 0.80, first_eval
         assert first_eval["accuracy"] >= min(others_now) - 0.03, (first_eval, others_now)
         if strict:
-            assert max(drops) <= 0.04, drops
+            assert max(drops) <= 0.03, drops
             assert all(r > 0 for r in rate_after), rate_after
 
 
