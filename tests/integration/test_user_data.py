@@ -19,7 +19,7 @@ import sys
 import zipfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import Mesh, parse_args, wait_until  # noqa: E402
+from harness import Mesh, parse_args  # noqa: E402
 
 CENTRES = [(1.0, 1.0), (-1.0, 1.0), (-1.0, -1.0), (1.0, -1.0)]
 STEPS = 1500
@@ -71,17 +71,8 @@ def train_mesh(binary, train, test, extra, workdir_files):
     with Mesh(binary, 3, common, name_prefix="usr") as mesh:
         for i, a in enumerate(mesh.agents):
             a.extra += ["--shard", f"{i}/3", "--data-dir", os.path.join(mesh.workdir, a.name)]
-        seed = mesh.agents[0].start()
-        wait_until(lambda: seed.members() is not None, 15, what="seed up")
-        for a in mesh.agents[1:]:
-            a.start(join=[seed.addr])
-
-        def done():
-            sts = [a.status() for a in mesh.agents]
-            if any(s is None for s in sts):
-                return None
-            return sts if all(not s["training"] and s["step"] >= STEPS for s in sts) else None
-        dt, sts = wait_until(done, 150, interval=0.5, what="all agents finish training")
+        mesh.start_joined()
+        dt, sts = mesh.wait_finished(STEPS, 150)
         accs = {s["name"]: s["accuracy"] for s in sts}
         print(f"  3 agents, {STEPS} steps in {dt:.1f} s: accuracy " +
               ", ".join(f"{n} {a:.4f}" for n, a in sorted(accs.items())))
