@@ -81,7 +81,7 @@ TEST_CASE("model files round-trip and reject what does not fit", "[learn][model_
   }
 }
 
-TEST_CASE("--threads splits a batch without changing its gradient", "[learn][network]") {
+TEST_CASE("threads (--threads) split a batch without changing its gradient", "[learn][network]") {
   TaskOptions options;
   options.fashion_mnist = testing::SharedFashionMnist();
   options.threads = 1;

@@ -53,8 +53,9 @@ TEST_CASE("bsp, ssp and asp decide from the view", "[sync][barrier]") {
   REQUIRE(bsp.NextDeadline() == kNoDeadline);
 }
 
-TEST_CASE("--max-peers: peers beyond N are observers nobody waits for, promoted on departure",
-          "[sync][barrier]") {
+TEST_CASE(
+    "max peers (--max-peers): peers beyond N are observers nobody waits for, promoted on departure",
+    "[sync][barrier]") {
   Rng rng(3);
   for (Policy p : {Policy::kBsp, Policy::kPbsp, Policy::kPssp}) {
     BarrierConfig c = Config(p, 0, 100);
