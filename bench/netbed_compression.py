@@ -65,7 +65,7 @@ def run_one(a, binary, emu, workdir, setting):
                     "--compress", comp, "--sync-every", sync or "1",
                     "--metrics-file", metrics[i]]
             if i > 0:
-                argv += ["--join", f"{bed.addr(0)}:7950", "--retry-join"]
+                argv += ["--join", f"{bed.addr(0)}:7950", "--retry-join", "--retry-interval", "2s"]
             spawn_wall[i] = time.time()
             bed.spawn(i, argv, logs[i])
             if i == 0:

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "daemon/addressing.h"
 #include "daemon/http_server.h"
 #include "daemon/json_text.h"
 #include "daemon/key_rotation.h"
@@ -87,10 +88,30 @@ struct Agent::Impl : RpcBackend {
 
   int64_t Now() { return static_cast<int64_t>(uv_now(&loop)); }
   double MonoSeconds() { return static_cast<double>(uv_hrtime()) / 1e9; }
-  static uint64_t WallMs() {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count());
+  // The wall clock that stamps messages, shifted by --test-clock-offset (tests only).
+  uint64_t WallMs() const {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count() +
+                    static_cast<int64_t>(config.test_clock_offset_s * 1000);
+    return static_cast<uint64_t>(std::max<int64_t>(1, ms));
+  }
+
+  // Resolves `texts` off the loop thread (addressing.h) and feeds the join.
+  void ResolveAndJoin(uint64_t tag, const std::vector<std::string>& texts) {
+    ResolveAsync(
+        &loop, texts, config.JoinFamily(),
+        [this, tag](std::vector<std::string> addrs, std::vector<std::string> errors) {
+          if (stopping) return;
+          for (const auto& e : errors) spdlog::warn("join: {}", e);
+          addrs.erase(std::remove(addrs.begin(), addrs.end(), config.advertise), addrs.end());
+          if (tag != 0 && addrs.empty()) {
+            rpc->Reply(tag, {{"ok", false},
+                             {"error", errors.empty() ? "no address to join" : errors.front()}});
+            return;
+          }
+          Feed(node::JoinCmd{tag, std::move(addrs)});
+        });
   }
 
   // ---- the driver loop ------------------------------------------------------------------------
@@ -183,6 +204,14 @@ struct Agent::Impl : RpcBackend {
         rpc->Reply(done->tag, CommandReply(*done));
       } else if (auto* left = std::get_if<node::LeaveDone>(&o)) {
         spdlog::info("left the mesh after {} ms", left->took_ms);
+        Shutdown();
+      } else if (std::holds_alternative<node::RetryJoin>(o)) {
+        ResolveAndJoin(0, config.join);  // names are resolved again on every retry
+      } else if (auto* gave_up = std::get_if<node::JoinGaveUp>(&o)) {
+        spdlog::error(
+            "could not join any of the --join peers in {} attempts (--retry-max): exiting",
+            gave_up->attempts);
+        exit_code = 1;
         Shutdown();
       } else if (std::holds_alternative<node::MembershipChanged>(o)) {
         std::vector<std::string> addrs;
@@ -350,7 +379,7 @@ struct Agent::Impl : RpcBackend {
                                              m.params.size() * sizeof(float))}};
   }
   void Join(uint64_t tag, const std::vector<std::string>& addrs) override {
-    Feed(node::JoinCmd{tag, addrs});
+    ResolveAndJoin(tag, addrs);
   }
   void ForceLeave(uint64_t tag, const std::string& name) override {
     Feed(node::ForceLeaveCmd{tag, name});
@@ -365,6 +394,10 @@ struct Agent::Impl : RpcBackend {
   // ---------------------------------------------------------------------
 
   int Start() {
+    if (auto st = config.ResolveAddresses(); !st.ok()) {
+      spdlog::error("{}", st.message());
+      return 2;
+    }
     if (auto st = PrepareAgent(&config, &metrics, &keyring); !st.ok()) {
       spdlog::error("{}", st.message());
       return 2;
@@ -372,7 +405,8 @@ struct Agent::Impl : RpcBackend {
     peer_snapshot = std::make_unique<PeerSnapshotWriter>(config.data_dir);
     const uint64_t seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
     codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
-    codec->set_wall_clock(WallMs);  // informational stamps; replay protection is logical
+    // Stamps only ever compared with the same sender's earlier ones (gossip/replay_guard.h).
+    codec->set_wall_clock([this] { return WallMs(); });
     codec->set_session(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1);
     gossip::SetCallbackErrorHook([](const char* where, const char* what, uint64_t n) {
       spdlog::error("exception #{} in a {} handler, dropped (the agent keeps running): {}", n,

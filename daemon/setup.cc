@@ -29,6 +29,7 @@ learn::Status PrepareAgent(AgentConfig* config, MetricsLog* metrics,
     if (addr != config->advertise &&
         std::find(config->join.begin(), config->join.end(), addr) == config->join.end()) {
       config->join.push_back(addr);
+      config->join_resolved.push_back(addr);
     }
   }
   return learn::Status::OK();
