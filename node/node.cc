@@ -246,6 +246,8 @@ std::optional<Node::PeerInfo> Node::FindPeer(const std::string& name) const {
                   v.training, v.step, v.uplink_mbps, v.downlink_mbps};
 }
 
+ms::Stats Node::MembershipStats() const { return swim_ ? swim_->stats() : ms::Stats{}; }
+
 std::vector<ms::Member> Node::Members() const {
   if (swim_) return swim_->Members();
   std::vector<ms::Member> out;

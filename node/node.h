@@ -296,6 +296,8 @@ class Node {
   bool training() const { return config_.training && progress_.training && !Joining(); }
   double BarrierWaitSeconds(TimeMs now) const;
   const NodeStats& stats() const { return stats_; }
+  // The membership core's counters (zero without membership).
+  membership::Stats MembershipStats() const;
   int HealthScore() const;
   uint64_t Incarnation() const;
   bool leaving() const { return leaving_; }
