@@ -22,6 +22,7 @@
 #include "daemon/http_server.h"
 #include "daemon/json_text.h"
 #include "daemon/key_rotation.h"
+#include "daemon/keyring_file.h"
 #include "daemon/log_tap.h"
 #include "daemon/metrics.h"
 #include "daemon/net_endpoint.h"
@@ -425,6 +426,7 @@ struct Agent::Impl : RpcBackend {
     rpc = std::make_unique<RpcServer>(&loop, config.rpc_token, this);
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),
                                          inbound.get());
+    keys->set_keyring_file(KeyringPath(config.data_dir));
     timer = std::make_unique<gossip::Timer>(&loop);
     log_wake = std::make_unique<gossip::Async>(&loop, [this] { OnLogWake(); });
     tap = std::make_shared<LogTap>([this] { log_wake->Send(); });

@@ -48,3 +48,11 @@ def path_loss_to_link_loss(path_loss):
     """linkemu drops on the sender's link and again on the receiver's: the per-link loss that
     makes `path_loss` between two hosts."""
     return 1 - (1 - path_loss) ** 0.5
+
+
+def first_reach(metrics_path, target):
+    """(t, step, accuracy) of the first eval at or above target in a metrics file, or None."""
+    for e in metric_lines(metrics_path, "eval"):
+        if e.get("accuracy", 0) >= target:
+            return e["t"], e["step"], e["accuracy"]
+    return None

@@ -89,11 +89,8 @@ def main():
             while len(reached) < N:
                 assert time.monotonic() - start < a.timeout, f"not all at {TARGET}: {reached}"
                 for i in range(N):
-                    if i not in reached:
-                        for e in nl.metric_lines(metrics[i], "eval"):
-                            if e["accuracy"] >= TARGET:
-                                reached[i] = (e["t"], e["step"], e["accuracy"])
-                                break
+                    if i not in reached and nl.first_reach(metrics[i], TARGET):
+                        reached[i] = nl.first_reach(metrics[i], TARGET)
                 time.sleep(1)
             sts = [nl.status(bed, i, a.bin) for i in range(N)]
             for i, st in enumerate(sts):
