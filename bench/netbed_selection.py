@@ -25,7 +25,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "netbed"))
 import benchlib as bl  # noqa: E402
 import netbed_lib as nl  # noqa: E402
-from bed import Bed, available, find_linkemu  # noqa: E402
+from bed import Bed  # noqa: E402
 
 
 def parse_args():
@@ -93,14 +93,7 @@ def run_one(a, binary, emu, workdir, value, tag):
             time.sleep(0.5)
         view = nl.members(bed, 0, binary) or {}
         res["uplink"] = [view.get(f"n{i + 1}", {}).get("uplink_mbps") for i in range(n)]
-        starts = []
-        for path in logs:
-            with open(path, errors="replace") as f:
-                for line in f:
-                    if "starting to train" in line:
-                        starts.append(bl.parse_log_time(line))
-                        break
-        t0 = min(s for s in starts if s) if starts else min(spawn_wall.values())
+        t0 = bl.train_start(logs, min(spawn_wall.values()))
         res["reached"] = len(reach) == n
         end_wall = max(w for w, _ in reach.values()) if res["reached"] else time.time()
         rounds = []
@@ -124,17 +117,9 @@ def med(reps, key):
 
 def main():
     a = parse_args()
-    try:
-        binary = bl.find_binary(a.bin)
-        bl.check_dataset("fmnist-mlp")
-    except bl.SetupError as e:
-        print(f"setup failed: {e}", file=sys.stderr)
-        return 2
-    emu = find_linkemu(binary)
-    why = available(emu)
-    if why:
-        print(f"SKIP: no network-namespace bed here: {why}")
-        return 77
+    binary, emu, code = bl.netbed_setup(a.bin)
+    if code is not None:
+        return code
     logdir = bl.make_logdir(f"meshtrain-netbed-{a.vary}-")
     print(f"logs: {logdir}", flush=True)
     values = [v for v in a.values.split(",") if v]
