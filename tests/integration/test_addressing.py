@@ -4,7 +4,8 @@
   the target comes up 2.5 s later and the mesh forms (names are resolved on every retry);
 - an agent bound to 0.0.0.0 advertises the address routing to its join peer (the banner says
   so) and its peers list it there;
-- two agents on IPv6 loopback ([::1]:PORT) form a mesh (skipped without IPv6 on lo);
+- two agents on IPv6 loopback ([::1]:PORT) form a mesh, and an agent bound to [::] (dual
+  stack) joins an IPv4 agent (skipped without IPv6 on lo);
 - --retry-max: an agent whose peers never answer gives up and exits 1;
 - advertising loopback to a non-loopback peer is refused with one line and exit 2.
 """
@@ -82,6 +83,19 @@ def main():
                        what="IPv6 mesh")
             assert a.members()[c.name]["addr"] == c.addr
             print(f"IPv6: {a.addr} and {c.addr} form a mesh")
+        # A dual-stack agent ([::]) in an IPv4 mesh: it advertises its IPv4 route address and
+        # sends to IPv4 peers through mapped addresses.
+        with Mesh(b, 2, COMMON, name_prefix="ds-") as mesh:
+            v4, dual = mesh.agents
+            dual.addr = f"[::]:{dual.port}"
+            v4.start()
+            dual.start(join=[v4.addr])
+            names = {v4.name, dual.name}
+            wait_until(lambda: alive_names(v4) == names and alive_names(dual) == names, 15,
+                       what="dual-stack agent in an IPv4 mesh")
+            assert v4.members()[dual.name]["addr"] == f"127.0.0.1:{dual.port}"
+            print(f"dual stack: [::]:{dual.port} joined {v4.addr}, listed at "
+                  f"127.0.0.1:{dual.port}")
     else:
         print("IPv6 part skipped: no ::1 on this host")
 
