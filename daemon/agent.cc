@@ -31,6 +31,7 @@
 #include "daemon/prometheus.h"
 #include "daemon/rpc_server.h"
 #include "daemon/setup.h"
+#include "daemon/stamp_clock.h"
 #include "daemon/status_json.h"
 #include "daemon/trainer.h"
 #include "gossip/codec.h"
@@ -61,6 +62,7 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<NetEndpoint> net;
   std::unique_ptr<RpcServer> rpc;
   std::unique_ptr<KeyRotation> keys;
+  std::unique_ptr<StampClock> stamps;  // what messages are stamped with (stamp_clock.h)
   std::unique_ptr<PeerSnapshotWriter> peer_snapshot;
   std::unique_ptr<gossip::Timer> timer;
   std::unique_ptr<gossip::Async> trainer_wake;
@@ -89,7 +91,8 @@ struct Agent::Impl : RpcBackend {
 
   int64_t Now() { return static_cast<int64_t>(uv_now(&loop)); }
   double MonoSeconds() { return static_cast<double>(uv_hrtime()) / 1e9; }
-  // The wall clock that stamps messages, shifted by --test-clock-offset (tests only).
+  static uint64_t MonoMs() { return uv_hrtime() / 1000000; }
+  // The wall clock, shifted by --test-clock-offset (tests only): it starts the stamp clock.
   uint64_t WallMs() const {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -287,6 +290,9 @@ struct Agent::Impl : RpcBackend {
   // then the bodies /metrics and /api/state serve.
   void Publish() {
     if (++publishes % 4 == 0) rpc->Heartbeat();
+    if (publishes % 120 == 0) {  // every minute; writes at most every 5 minutes
+      if (auto st = stamps->Renew(MonoMs()); !st.ok()) spdlog::warn("{}", st.message());
+    }
     if (!http) return;  // the curves and bodies are only for the HTTP endpoint
     const double t = metrics.Elapsed();
     const json st = Status();
@@ -407,7 +413,12 @@ struct Agent::Impl : RpcBackend {
     const uint64_t seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
     codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
     // Stamps only ever compared with the same sender's earlier ones (gossip/replay_guard.h).
-    codec->set_wall_clock([this] { return WallMs(); });
+    stamps = std::make_unique<StampClock>(config.data_dir);
+    if (auto st = stamps->Start(WallMs(), MonoMs()); !st.ok()) {
+      spdlog::error("{}", st.message());
+      return 1;
+    }
+    codec->set_wall_clock([clock = stamps.get()] { return clock->Now(MonoMs()); });
     codec->set_session(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1);
     gossip::SetCallbackErrorHook([](const char* where, const char* what, uint64_t n) {
       spdlog::error("exception #{} in a {} handler, dropped (the agent keeps running): {}", n,

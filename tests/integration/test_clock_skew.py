@@ -9,9 +9,13 @@ option that shifts the clock stamping its messages). Checks that:
   agent's datagrams are not dropped for their timestamps);
 - replay protection stays: a datagram the skewed agent sent, captured and sent again 3 times,
   is dropped and counted (rejected_by_reason.replay) by its receiver (needs a raw socket:
-  skipped with a message without CAP_NET_RAW).
+  skipped with a message without CAP_NET_RAW);
+- when the skewed host's clock is corrected (5 minutes back) and its agent restarted with the
+  same --data-dir, it is alive again on every peer and nothing it sends is refused as a replay
+  (its stamps continue above the old session's: daemon/stamp_clock.h).
 """
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -57,7 +61,8 @@ def main():
               "500", "--min-peers", "2", "--lr", "0.01", "--batch", "32", "--encrypt", key]
     with Mesh(b, 3, common, name_prefix="clk") as mesh:
         skewed = mesh.agents[2]
-        skewed.extra += ["--test-clock-offset", str(OFFSET_S)]
+        skewed.extra += ["--test-clock-offset", str(OFFSET_S), "--data-dir",
+                         os.path.join(mesh.workdir, "skewed-data")]
         for i, a in enumerate(mesh.agents):
             a.extra += ["--shard", f"{i}/3"]
         seed = mesh.agents[0].start()
@@ -116,6 +121,29 @@ def main():
         if replayed:
             print(f"replay: a datagram from {skewed.name} sent 3 more times to {replayed[0]} -> "
                   f"replay rejections {replayed[1]} -> {replayed[2]}")
+
+        # The skewed host's clock is corrected (5 minutes back) and its agent restarted: its
+        # stamps continue above the old ones (DIR/stamps), so peers take its new session.
+        before = {a.name: a.status()["rejected_by_reason"].get("replay", 0)
+                  for a in mesh.agents if a is not skewed}
+        skewed.signal(signal.SIGINT)
+        assert skewed.proc.wait(timeout=30) == 0, skewed.log_tail()
+        skewed.extra = [x for x in skewed.extra if x not in ("--test-clock-offset", str(OFFSET_S))]
+        skewed.start(join=[seed.addr])
+        others = [a for a in mesh.agents if a is not skewed]
+
+        def back():
+            for a in others:
+                m = a.members()
+                if m is None or m.get(skewed.name, {}).get("status") != "alive":
+                    return False
+            return True
+        took, _ = wait_until(back, 20, what="restarted host with a corrected clock rejoins")
+        time.sleep(2)
+        after = {a.name: a.status()["rejected_by_reason"].get("replay", 0) for a in others}
+        assert after == before, (before, after)
+        print(f"clock corrected by -{OFFSET_S} s and agent restarted: alive again on every peer "
+              f"in {took:.1f} s, replay rejections unchanged {after}")
         print("PASS")
 
 
