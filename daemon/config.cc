@@ -81,8 +81,8 @@ Status AgentConfig::Finalize() {
       return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) + ": " +
                                      adv.status().message());
     }
-    if (adv->literal && gossip::NetAddr::Parse(advertise) &&
-        gossip::NetAddr::Parse(advertise)->IsAny()) {
+    const auto literal = gossip::NetAddr::Parse(advertise);
+    if (literal && literal->IsAny()) {
       return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) +
                                      ": a wildcard address cannot be reached; give this host's "
                                      "address");
