@@ -306,7 +306,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> join_addrs;
   auto* join = app.add_subcommand("join", "Ask the local agent to join peers");
-  join->add_option("ADDR", join_addrs, "Peer addresses (IP:PORT)")->required();
+  join->add_option("ADDR", join_addrs, "Peer addresses (HOST:PORT, IP:PORT or [IPv6]:PORT)")
+      ->required();
   add_rpc(join);
 
   auto* leave = app.add_subcommand("leave", "Graceful leave; the agent then exits");

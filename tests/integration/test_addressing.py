@@ -2,6 +2,7 @@
 
 - an agent joins by host name (`localhost:PORT`) with --retry-join before its target exists;
   the target comes up 2.5 s later and the mesh forms (names are resolved on every retry);
+  `meshtrain join HOST:PORT` resolves names too;
 - an agent bound to 0.0.0.0 advertises the address routing to its join peer (the banner says
   so) and its peers list it there;
 - two agents on IPv6 loopback ([::1]:PORT) form a mesh, and an agent bound to [::] (dual
@@ -58,6 +59,11 @@ def main():
         assert "retry-join" in log, log
         print(f"join by name: localhost:{seed.port} joined {took:.1f} s after the target "
               f"came up (started 2.5 s before it)")
+        r = late.cli("join", f"localhost:{seed.port}")
+        assert r.returncode == 0 and "contacting 1 nodes" in r.stdout, (r.stdout, r.stderr)
+        r = late.cli("join", "no-such-host.invalid:7950")
+        assert r.returncode != 0 and "no-such-host.invalid" in r.stderr, (r.stdout, r.stderr)
+        print("meshtrain join localhost:PORT: ok; an unresolvable name: one error line")
 
         # 2. Bound to 0.0.0.0: advertises the route's source address, 127.0.0.1 here.
         wild.addr = f"0.0.0.0:{wild.port}"
@@ -77,6 +83,7 @@ def main():
             a.addr = f"[::1]:{a.port}"
             c.addr = f"[::1]:{c.port}"
             a.start()
+            wait_until(lambda: a.members() is not None, 10, what="IPv6 seed up")
             c.start(join=[a.addr])
             names = {a.name, c.name}
             wait_until(lambda: alive_names(a) == names and alive_names(c) == names, 15,
@@ -89,6 +96,7 @@ def main():
             v4, dual = mesh.agents
             dual.addr = f"[::]:{dual.port}"
             v4.start()
+            wait_until(lambda: v4.members() is not None, 10, what="IPv4 seed up")
             dual.start(join=[v4.addr])
             names = {v4.name, dual.name}
             wait_until(lambda: alive_names(v4) == names and alive_names(dual) == names, 15,
