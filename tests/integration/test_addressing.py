@@ -37,6 +37,24 @@ def have_ipv6_loopback():
         return False
 
 
+def pair(b, prefix, seed_bind, joiner_bind, joiner_listed, what):
+    """A seed bound to seed_bind and a joiner bound to joiner_bind ("{}" = port) form a mesh;
+    the seed lists the joiner at joiner_listed."""
+    with Mesh(b, 2, COMMON, name_prefix=prefix) as mesh:
+        seed, joiner = mesh.agents
+        seed.addr = seed_bind.format(seed.port)
+        joiner.addr = joiner_bind.format(joiner.port)
+        seed.start()
+        wait_until(lambda: seed.members() is not None, 10, what=f"{what}: seed up")
+        joiner.start(join=[seed.addr])
+        names = {seed.name, joiner.name}
+        wait_until(lambda: alive_names(seed) == names and alive_names(joiner) == names, 15,
+                   what=what)
+        listed = seed.members()[joiner.name]["addr"]
+        assert listed == joiner_listed.format(joiner.port), listed
+        print(f"{what}: {joiner.addr} joined {seed.addr}, listed at {listed}")
+
+
 def run_short(b, args, timeout):
     return subprocess.run([b, "agent", *COMMON, *args], capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
@@ -76,34 +94,11 @@ def main():
         assert seed.members()[wild.name]["addr"] == f"127.0.0.1:{wild.port}"
         print(f"bind 0.0.0.0: banner '{banner}', peers list it at 127.0.0.1:{wild.port}")
 
-    # 3. IPv6 literals in brackets.
+    # 3. IPv6 literals in brackets; a dual-stack agent ([::]) in an IPv4 mesh advertises its
+    # IPv4 route address and sends to IPv4 peers through mapped addresses.
     if have_ipv6_loopback():
-        with Mesh(b, 2, COMMON, name_prefix="v6-") as mesh:
-            a, c = mesh.agents
-            a.addr = f"[::1]:{a.port}"
-            c.addr = f"[::1]:{c.port}"
-            a.start()
-            wait_until(lambda: a.members() is not None, 10, what="IPv6 seed up")
-            c.start(join=[a.addr])
-            names = {a.name, c.name}
-            wait_until(lambda: alive_names(a) == names and alive_names(c) == names, 15,
-                       what="IPv6 mesh")
-            assert a.members()[c.name]["addr"] == c.addr
-            print(f"IPv6: {a.addr} and {c.addr} form a mesh")
-        # A dual-stack agent ([::]) in an IPv4 mesh: it advertises its IPv4 route address and
-        # sends to IPv4 peers through mapped addresses.
-        with Mesh(b, 2, COMMON, name_prefix="ds-") as mesh:
-            v4, dual = mesh.agents
-            dual.addr = f"[::]:{dual.port}"
-            v4.start()
-            wait_until(lambda: v4.members() is not None, 10, what="IPv4 seed up")
-            dual.start(join=[v4.addr])
-            names = {v4.name, dual.name}
-            wait_until(lambda: alive_names(v4) == names and alive_names(dual) == names, 15,
-                       what="dual-stack agent in an IPv4 mesh")
-            assert v4.members()[dual.name]["addr"] == f"127.0.0.1:{dual.port}"
-            print(f"dual stack: [::]:{dual.port} joined {v4.addr}, listed at "
-                  f"127.0.0.1:{dual.port}")
+        pair(b, "v6-", "[::1]:{}", "[::1]:{}", "[::1]:{}", "IPv6 mesh")
+        pair(b, "ds-", "127.0.0.1:{}", "[::]:{}", "127.0.0.1:{}", "dual-stack agent, IPv4 seed")
     else:
         print("IPv6 part skipped: no ::1 on this host")
 
