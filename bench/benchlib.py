@@ -97,6 +97,37 @@ def make_logdir(prefix):
     return tempfile.mkdtemp(prefix=prefix)
 
 
+def netbed_setup(bin_arg, task="fmnist-mlp"):
+    """(binary, linkemu, None) for a namespace-bed bench, or (None, None, exit status): 2 on a
+    setup failure, 77 when no bed can be built here (tests/netbed must be on sys.path)."""
+    from bed import available, find_linkemu
+    try:
+        binary = find_binary(bin_arg)
+        check_dataset(task)
+    except SetupError as e:
+        print(f"setup failed: {e}", file=sys.stderr)
+        return None, None, 2
+    emu = find_linkemu(binary)
+    why = available(emu)
+    if why:
+        print(f"SKIP: no network-namespace bed here: {why}")
+        return None, None, 77
+    return binary, emu, None
+
+
+def train_start(log_paths, default):
+    """Wall time of the earliest "starting to train" line among agent logs, else `default`."""
+    starts = []
+    for path in log_paths:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if "starting to train" in line:
+                    starts.append(parse_log_time(line))
+                    break
+    starts = [s for s in starts if s]
+    return min(starts) if starts else default
+
+
 # ---- agents ------------------------------------------------------------------------------
 
 

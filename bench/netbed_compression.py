@@ -9,7 +9,6 @@ Exit status 0 when the runs completed (whatever the figures), 2 on setup failure
 can be built here (not root, no namespaces).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -18,7 +17,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "netbed"))
 import benchlib as bl  # noqa: E402
-from bed import Bed, available, find_linkemu  # noqa: E402
+import netbed_lib as nl  # noqa: E402
+from bed import Bed  # noqa: E402
 
 
 def parse_args():
@@ -38,16 +38,6 @@ def parse_args():
     return p.parse_args()
 
 
-def status(bed, i, binary):
-    r = bed.run(i, [binary, "status", "--rpc", "127.0.0.1:7951", "--format", "json"], timeout=10)
-    if r.returncode != 0:
-        return None
-    try:
-        return json.loads(r.stdout)
-    except json.JSONDecodeError:
-        return None
-
-
 def run_one(a, binary, emu, workdir, setting):
     os.makedirs(workdir, exist_ok=True)
     comp, _, sync = setting.partition("/")
@@ -58,14 +48,14 @@ def run_one(a, binary, emu, workdir, setting):
             logs.append(os.path.join(workdir, f"n{i + 1}.log"))
             metrics.append(os.path.join(workdir, f"n{i + 1}.jsonl"))
             argv = [binary, "agent", "--name", f"n{i + 1}", "--bind", f"{bed.addr(i)}:7950",
-                    "--rpc", "127.0.0.1:7951", "--task", "fmnist-mlp", "--barrier", a.barrier,
+                    "--rpc", nl.RPC, "--task", "fmnist-mlp", "--barrier", a.barrier,
                     "--sample", "2", "--staleness", "4", "--select", "random", "--fanout", "2",
                     "--eval-every", str(a.eval_every), "--steps", str(a.max_steps),
                     "--min-peers", str(a.nodes - 1), "--shard", f"{i}/{a.nodes}",
                     "--compress", comp, "--sync-every", sync or "1",
                     "--metrics-file", metrics[i]]
             if i > 0:
-                argv += ["--join", f"{bed.addr(0)}:7950", "--retry-join"]
+                argv += ["--join", f"{bed.addr(0)}:7950", "--retry-join", "--retry-interval", "2s"]
             spawn_wall[i] = time.time()
             bed.spawn(i, argv, logs[i])
             if i == 0:
@@ -80,19 +70,12 @@ def run_one(a, binary, emu, workdir, setting):
                 for m in bl.read_metrics(metrics[i]):
                     if m.get("event") == "eval" and m["accuracy"] >= a.target:
                         reach[i] = (spawn_wall[i] + m["t"], m["step"])
-                        last[i] = status(bed, i, binary)
+                        last[i] = nl.status(bed, i, binary)
                         break
             if len(reach) == a.nodes:
                 break
             time.sleep(0.5)
-        starts = []
-        for path in logs:
-            with open(path, errors="replace") as f:
-                for line in f:
-                    if "starting to train" in line:
-                        starts.append(bl.parse_log_time(line))
-                        break
-        t0 = min(s for s in starts if s) if starts else min(spawn_wall.values())
+        t0 = bl.train_start(logs, min(spawn_wall.values()))
         res["reached"] = len(reach) == a.nodes
         if res["reached"]:
             res["seconds"] = max(w for w, _ in reach.values()) - t0
@@ -108,17 +91,9 @@ def run_one(a, binary, emu, workdir, setting):
 
 def main():
     a = parse_args()
-    try:
-        binary = bl.find_binary(a.bin)
-        bl.check_dataset("fmnist-mlp")
-    except bl.SetupError as e:
-        print(f"setup failed: {e}", file=sys.stderr)
-        return 2
-    emu = find_linkemu(binary)
-    why = available(emu)
-    if why:
-        print(f"SKIP: no network-namespace bed here: {why}")
-        return 77
+    binary, emu, code = bl.netbed_setup(a.bin)
+    if code is not None:
+        return code
     logdir = bl.make_logdir("meshtrain-netbed-compression-")
     print(f"logs: {logdir}", flush=True)
     settings = [s for s in a.settings.split(",") if s]

@@ -101,14 +101,31 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--name", c.name, "Unique node name (default: hostname-port)");
   a->add_option("--bind", c.bind, "UDP+TCP address for membership and parameters")
       ->capture_default_str();
-  a->add_option("--advertise", c.advertise, "Address given to peers (default: bind address)");
+  a->add_option("--advertise", c.advertise,
+                "HOST:PORT given to peers (default: the bind address; with a wildcard bind, this "
+                "host's address on the route to the first --join peer, else its first "
+                "non-loopback address)");
   a->add_option("--rpc", c.rpc, "Control endpoint for the CLI")
       ->envname("MESHTRAIN_RPC_ADDR")
       ->capture_default_str();
   a->add_option("--rpc-token", c.rpc_token, "Require this token from RPC clients")
       ->envname("MESHTRAIN_RPC_TOKEN");
-  a->add_option("--join", c.join, "Peer to contact at start (repeatable)");
-  a->add_flag("--retry-join", c.retry_join, "Keep retrying --join until it succeeds");
+  a->add_option("--join", c.join,
+                "Peer to contact at start: HOST:PORT, IP:PORT or [IPv6]:PORT (repeatable; names "
+                "are resolved at start and on every retry)");
+  a->add_flag("--retry-join", c.retry_join,
+              "Keep retrying --join every --retry-interval until one succeeds");
+  a->add_option("--retry-interval", c.retry_interval,
+                "Time between join retries: 30s, 500ms, 2m (with --retry-join)")
+      ->capture_default_str();
+  a->add_option("--retry-max", c.retry_max,
+                "Join attempts before the agent gives up and exits (0 = unlimited)")
+      ->capture_default_str();
+  // Tests only (hidden from --help; documented in README "Several hosts"): shifts the wall
+  // clock that stamps this agent's messages.
+  a->add_option("--test-clock-offset", c.test_clock_offset_s,
+                "TEST ONLY: shift this agent's wall clock by SECONDS")
+      ->group("");
   a->add_option("--profile", c.profile, "Membership timing: lan, wan or local")
       ->capture_default_str();
   a->add_option("--probe-interval", c.probe_interval_ms, "Override the probe interval (ms)");
@@ -293,7 +310,8 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> join_addrs;
   auto* join = app.add_subcommand("join", "Ask the local agent to join peers");
-  join->add_option("ADDR", join_addrs, "Peer addresses (IP:PORT)")->required();
+  join->add_option("ADDR", join_addrs, "Peer addresses (HOST:PORT, IP:PORT or [IPv6]:PORT)")
+      ->required();
   add_rpc(join);
 
   auto* leave = app.add_subcommand("leave", "Graceful leave; the agent then exits");

@@ -56,13 +56,13 @@ int ConnectAndSend(const std::string& rpc_addr, const nlohmann::json& request,
     *error = "invalid --rpc address '" + rpc_addr + "' (expected IP:PORT)";
     return -1;
   }
-  Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  Fd fd(socket(addr->family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (fd.get() < 0) {
     *error = std::string("socket: ") + std::strerror(errno);
     return -1;
   }
   const std::string unreachable = "cannot reach the meshtrain agent at " + rpc_addr + ": ";
-  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr->sa), sizeof(addr->sa)) != 0) {
+  if (connect(fd.get(), &addr->sa.base, addr->len()) != 0) {
     if (errno != EINPROGRESS) {
       *error = unreachable + std::strerror(errno) + " (is `meshtrain agent` running?)";
       return -1;

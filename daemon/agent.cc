@@ -18,9 +18,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "daemon/addressing.h"
 #include "daemon/http_server.h"
 #include "daemon/json_text.h"
 #include "daemon/key_rotation.h"
+#include "daemon/keyring_file.h"
 #include "daemon/log_tap.h"
 #include "daemon/metrics.h"
 #include "daemon/net_endpoint.h"
@@ -29,6 +31,7 @@
 #include "daemon/prometheus.h"
 #include "daemon/rpc_server.h"
 #include "daemon/setup.h"
+#include "daemon/stamp_clock.h"
 #include "daemon/status_json.h"
 #include "daemon/trainer.h"
 #include "gossip/codec.h"
@@ -59,6 +62,7 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<NetEndpoint> net;
   std::unique_ptr<RpcServer> rpc;
   std::unique_ptr<KeyRotation> keys;
+  std::unique_ptr<StampClock> stamps;  // what messages are stamped with (stamp_clock.h)
   std::unique_ptr<PeerSnapshotWriter> peer_snapshot;
   std::unique_ptr<gossip::Timer> timer;
   std::unique_ptr<gossip::Async> trainer_wake;
@@ -87,10 +91,31 @@ struct Agent::Impl : RpcBackend {
 
   int64_t Now() { return static_cast<int64_t>(uv_now(&loop)); }
   double MonoSeconds() { return static_cast<double>(uv_hrtime()) / 1e9; }
-  static uint64_t WallMs() {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     std::chrono::system_clock::now().time_since_epoch())
-                                     .count());
+  static uint64_t MonoMs() { return uv_hrtime() / 1000000; }
+  // The wall clock, shifted by --test-clock-offset (tests only): it starts the stamp clock.
+  uint64_t WallMs() const {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count() +
+                    static_cast<int64_t>(config.test_clock_offset_s * 1000);
+    return static_cast<uint64_t>(std::max<int64_t>(1, ms));
+  }
+
+  // Resolves `texts` off the loop thread (addressing.h) and feeds the join.
+  void ResolveAndJoin(uint64_t tag, const std::vector<std::string>& texts) {
+    ResolveAsync(
+        &loop, texts, config.JoinFamily(),
+        [this, tag](std::vector<std::string> addrs, std::vector<std::string> errors) {
+          if (stopping) return;
+          for (const auto& e : errors) spdlog::warn("join: {}", e);
+          addrs.erase(std::remove(addrs.begin(), addrs.end(), config.advertise), addrs.end());
+          if (tag != 0 && addrs.empty()) {
+            rpc->Reply(tag, {{"ok", false},
+                             {"error", errors.empty() ? "no address to join" : errors.front()}});
+            return;
+          }
+          Feed(node::JoinCmd{tag, std::move(addrs)});
+        });
   }
 
   // ---- the driver loop ------------------------------------------------------------------------
@@ -184,6 +209,14 @@ struct Agent::Impl : RpcBackend {
       } else if (auto* left = std::get_if<node::LeaveDone>(&o)) {
         spdlog::info("left the mesh after {} ms", left->took_ms);
         Shutdown();
+      } else if (std::holds_alternative<node::RetryJoin>(o)) {
+        ResolveAndJoin(0, config.join);  // names are resolved again on every retry
+      } else if (auto* gave_up = std::get_if<node::JoinGaveUp>(&o)) {
+        spdlog::error(
+            "could not join any of the --join peers in {} attempts (--retry-max): exiting",
+            gave_up->attempts);
+        exit_code = 1;
+        Shutdown();
       } else if (std::holds_alternative<node::MembershipChanged>(o)) {
         std::vector<std::string> addrs;
         for (auto& [name, addr] : LivePeers(node->Members(), config.name)) addrs.push_back(addr);
@@ -257,6 +290,9 @@ struct Agent::Impl : RpcBackend {
   // then the bodies /metrics and /api/state serve.
   void Publish() {
     if (++publishes % 4 == 0) rpc->Heartbeat();
+    if (publishes % 120 == 0) {  // every minute; writes at most every 5 minutes
+      if (auto st = stamps->Renew(MonoMs()); !st.ok()) spdlog::warn("{}", st.message());
+    }
     if (!http) return;  // the curves and bodies are only for the HTTP endpoint
     const double t = metrics.Elapsed();
     const json st = Status();
@@ -350,7 +386,7 @@ struct Agent::Impl : RpcBackend {
                                              m.params.size() * sizeof(float))}};
   }
   void Join(uint64_t tag, const std::vector<std::string>& addrs) override {
-    Feed(node::JoinCmd{tag, addrs});
+    ResolveAndJoin(tag, addrs);
   }
   void ForceLeave(uint64_t tag, const std::string& name) override {
     Feed(node::ForceLeaveCmd{tag, name});
@@ -365,6 +401,10 @@ struct Agent::Impl : RpcBackend {
   // ---------------------------------------------------------------------
 
   int Start() {
+    if (auto st = config.ResolveAddresses(); !st.ok()) {
+      spdlog::error("{}", st.message());
+      return 2;
+    }
     if (auto st = PrepareAgent(&config, &metrics, &keyring); !st.ok()) {
       spdlog::error("{}", st.message());
       return 2;
@@ -372,7 +412,13 @@ struct Agent::Impl : RpcBackend {
     peer_snapshot = std::make_unique<PeerSnapshotWriter>(config.data_dir);
     const uint64_t seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
     codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
-    codec->set_wall_clock(WallMs);  // informational stamps; replay protection is logical
+    // Stamps only ever compared with the same sender's earlier ones (gossip/replay_guard.h).
+    stamps = std::make_unique<StampClock>(config.data_dir);
+    if (auto st = stamps->Start(WallMs(), MonoMs()); !st.ok()) {
+      spdlog::error("{}", st.message());
+      return 1;
+    }
+    codec->set_wall_clock([clock = stamps.get()] { return clock->Now(MonoMs()); });
     codec->set_session(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1);
     gossip::SetCallbackErrorHook([](const char* where, const char* what, uint64_t n) {
       spdlog::error("exception #{} in a {} handler, dropped (the agent keeps running): {}", n,
@@ -391,6 +437,7 @@ struct Agent::Impl : RpcBackend {
     rpc = std::make_unique<RpcServer>(&loop, config.rpc_token, this);
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),
                                          inbound.get());
+    keys->set_keyring_file(KeyringPath(config.data_dir));
     timer = std::make_unique<gossip::Timer>(&loop);
     log_wake = std::make_unique<gossip::Async>(&loop, [this] { OnLogWake(); });
     tap = std::make_shared<LogTap>([this] { log_wake->Send(); });

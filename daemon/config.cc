@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <initializer_list>
 #include <regex>
 #include <utility>
 
+#include "daemon/addressing.h"
 #include "gossip/compress.h"
 #include "gossip/messages.h"
 #include "gossip/net_addr.h"
@@ -70,29 +72,41 @@ Status AgentConfig::Finalize() {
   auto bind_addr = gossip::NetAddr::Parse(bind);
   if (!bind_addr)
     return Status::InvalidArgument("invalid --bind " + Quoted(bind) +
-                                   ": expected IP:PORT, e.g. 127.0.0.1:7950");
+                                   ": expected IP:PORT, e.g. 0.0.0.0:7950 or [::]:7950");
   if (bind_addr->port() == 0)
     return Status::InvalidArgument("invalid --bind " + Quoted(bind) + ": port 0 is not allowed");
-  if (advertise.empty()) {
-    advertise = bind_addr->IsAny() ? "127.0.0.1:" + std::to_string(bind_addr->port())
-                                   : bind_addr->ToString();
+  if (!advertise.empty()) {
+    auto adv = ParseHostPort(advertise);
+    if (!adv.ok()) {
+      return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) + ": " +
+                                     adv.status().message());
+    }
+    const auto literal = gossip::NetAddr::Parse(advertise);
+    if (literal && literal->IsAny()) {
+      return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) +
+                                     ": a wildcard address cannot be reached; give this host's "
+                                     "address");
+    }
   }
-  auto adv = gossip::NetAddr::Parse(advertise);
-  if (!adv || adv->IsAny() || adv->port() == 0) {
-    return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) +
-                                   ": expected a routable IP:PORT");
-  }
-  advertise = adv->ToString();
   if (!gossip::NetAddr::Parse(rpc))
     return Status::InvalidArgument("invalid --rpc " + Quoted(rpc) + ": expected IP:PORT");
   if (!http.empty() && !gossip::NetAddr::Parse(http)) {
     return Status::InvalidArgument("invalid --http " + Quoted(http) + ": expected IP:PORT");
   }
   for (auto& j : join) {
-    auto a = gossip::NetAddr::Parse(j);
-    if (!a || a->port() == 0)
-      return Status::InvalidArgument("invalid --join " + Quoted(j) + ": expected IP:PORT");
-    j = a->ToString();
+    if (auto hp = ParseHostPort(j); !hp.ok()) {
+      return Status::InvalidArgument("invalid --join " + Quoted(j) + ": " + hp.status().message());
+    }
+  }
+  if (auto ms = ParseDurationMs(retry_interval); !ms || *ms < 100 || *ms > 86400000) {
+    return Status::InvalidArgument("invalid --retry-interval " + Quoted(retry_interval) +
+                                   ": expected a duration from 100ms to 24h, e.g. 30s");
+  } else {
+    retry_join_interval_ms = *ms;
+  }
+  if (retry_max < 0) return Status::InvalidArgument("invalid --retry-max: must be >= 0");
+  if (!std::isfinite(test_clock_offset_s) || std::fabs(test_clock_offset_s) > 1e6) {
+    return Status::InvalidArgument("invalid --test-clock-offset: at most 1e6 seconds either way");
   }
   if (name.empty()) {
     char host[256] = {0};
@@ -251,6 +265,40 @@ Status AgentConfig::Finalize() {
   return Status::OK();
 }
 
+int AgentConfig::JoinFamily() const { return ResolveFamily(*gossip::NetAddr::Parse(bind)); }
+
+Status AgentConfig::ResolveAddresses() {
+  const auto bind_addr = *gossip::NetAddr::Parse(bind);
+  const int family = JoinFamily();
+  join_resolved.clear();
+  std::vector<gossip::NetAddr> peers;
+  for (const std::string& j : join) {
+    auto a = ResolveBlocking(*ParseHostPort(j), family);
+    if (!a.ok()) {
+      if (!retry_join) {
+        return Status::InvalidArgument("--join " + Quoted(j) + ": " + a.status().message() +
+                                       " (use --retry-join to keep trying)");
+      }
+      continue;  // the retries resolve it again
+    }
+    peers.push_back(*a);
+  }
+  std::optional<gossip::NetAddr> adv;
+  if (!advertise.empty()) {
+    auto a = ResolveBlocking(*ParseHostPort(advertise), family);
+    if (!a.ok()) return Status::InvalidArgument("--advertise: " + a.status().message());
+    adv = *a;
+  }
+  auto chosen = ChooseAdvertise(bind_addr, adv, peers, &advertise_how);
+  if (!chosen.ok()) return chosen.status();
+  advertise = chosen->ToString();
+  for (const gossip::NetAddr& p : peers) {
+    const std::string text = p.ToString();
+    if (text != advertise) join_resolved.push_back(text);  // never join ourselves
+  }
+  return Status::OK();
+}
+
 membership::Config AgentConfig::MembershipConfig() const {
   membership::Config c = *membership::Config::Profile(profile);
   c.name = name;
@@ -271,8 +319,9 @@ std::string AgentConfig::Banner(bool encrypted) const {
              "{}\n"
              "  cluster:   {}\n  encrypted: {}\n  profile:   {}\n  task:      {}\n"
              "  barrier:   {}\n  selection: {}\n  compress:  {}, sync every {}\n",
-             MESHTRAIN_VERSION_STRING, name, bind, advertise, rpc, cluster,
-             encrypted ? "yes" : "no", profile, task, barrier, select, compress,
+             MESHTRAIN_VERSION_STRING, name, bind,
+             advertise_how.empty() ? advertise : advertise + " (" + advertise_how + ")", rpc,
+             cluster, encrypted ? "yes" : "no", profile, task, barrier, select, compress,
              sync_every_auto ? std::string("auto") : std::to_string(sync_every)) +
          (http.empty() ? std::string()
                        : fmt::format("  http:      http://{}/ (dashboard), http://{}/metrics\n",
@@ -306,9 +355,10 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.join_state = join_state == "on";
   n.uplink_limit_mbps = uplink_limit;
   n.downlink_limit_mbps = downlink_limit;
-  n.join = join;
+  n.join = join_resolved;
   n.retry_join = retry_join;
   n.retry_join_interval_ms = retry_join_interval_ms;
+  n.retry_join_max = retry_max;
   return n;
 }
 

@@ -18,13 +18,22 @@ using ::meshtrain::Status;
 struct AgentConfig {
   std::string name;  // empty: hostname-port
   std::string bind = "0.0.0.0:7950";
-  std::string advertise;  // empty: bind (or 127.0.0.1:port when bind is 0.0.0.0)
+  // --advertise HOST:PORT; empty: the bind address, or with a wildcard bind the address routing
+  // to the first --join peer (ResolveAddresses; addressing.h). Resolved to IP:PORT at start.
+  std::string advertise;
+  std::string advertise_how;  // how ResolveAddresses chose it (for the banner)
   std::string rpc = "127.0.0.1:7951";
   std::string rpc_token;  // required from RPC clients when set
   std::string http;       // --http IP:PORT: /metrics and the dashboard (issue 19); empty = off
-  std::vector<std::string> join;
+  std::vector<std::string> join;           // HOST:PORT, IP:PORT or [IPv6]:PORT, as given
+  std::vector<std::string> join_resolved;  // IP:PORT, by ResolveAddresses
   bool retry_join = false;
-  int64_t retry_join_interval_ms = 2000;
+  std::string retry_interval = "30s";  // --retry-interval (Serf's default)
+  int64_t retry_join_interval_ms = 30000;
+  int retry_max = 0;  // --retry-max: join attempts before giving up; 0 = unlimited
+  // --test-clock-offset SECONDS (hidden, tests only): shifts this agent's wall clock, which
+  // stamps messages, to show that nothing depends on hosts' clocks agreeing.
+  double test_clock_offset_s = 0;
   std::string profile = "lan";
   // Single-timing overrides (< 0 = the profile's).
   int64_t probe_interval_ms = -1;
@@ -87,6 +96,13 @@ struct AgentConfig {
   // Fills defaults that depend on other fields (name, advertise) and checks every value.
   // An InvalidArgument naming the option and what it expects, or ok when usable.
   Status Finalize();
+  // Start-up name resolution (blocks; call before the event loop runs): `join` into
+  // `join_resolved` (a name that does not resolve is an error unless retry_join, when the
+  // retries resolve it again) and the advertised address (addressing.h, ChooseAdvertise).
+  // InvalidArgument (exit 2) for an unusable combination, e.g. loopback to a remote peer.
+  Status ResolveAddresses();
+  // The address family names are resolved in (addressing.h, ResolveFamily).
+  int JoinFamily() const;
   // The membership timing for this configuration (profile plus overrides).
   membership::Config MembershipConfig() const;
   // The start-up banner (SPEC §3): name, bind, rpc, cluster, encrypted, task, barrier, selection.

@@ -22,11 +22,12 @@ HttpServer::HttpServer() : bodies_(std::make_shared<Bodies>()) {}
 HttpServer::~HttpServer() { Stop(); }
 
 Status HttpServer::Start(const gossip::NetAddr& addr) {
-  sockaddr_in sa = addr.sa;
-  daemon_ = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL, addr.port(), nullptr,
-                             nullptr, &Trampoline, this, MHD_OPTION_SOCK_ADDR,
-                             reinterpret_cast<sockaddr*>(&sa), MHD_OPTION_CONNECTION_LIMIT,
-                             kMaxConnections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxPerClient,
+  gossip::NetAddr sa = addr;
+  const unsigned v6 = addr.family() == AF_INET6 ? MHD_USE_IPv6 : 0;
+  daemon_ = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | v6, addr.port(),
+                             nullptr, nullptr, &Trampoline, this, MHD_OPTION_SOCK_ADDR, &sa.sa.base,
+                             MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
+                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxPerClient,
                              MHD_OPTION_CONNECTION_TIMEOUT, kTimeoutSeconds,
                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, kMemoryLimit, MHD_OPTION_END);
   if (daemon_ == nullptr) {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/json_text.h"
+#include "daemon/keyring_file.h"
 #include "gossip/net_addr.h"
 
 namespace meshtrain::daemon {
@@ -42,6 +43,11 @@ gossip::KeyOpReplyMsg KeyRotation::Apply(const gossip::KeyOpMsg& m) {
   }
   for (const auto& k : keyring_->Keys()) r.keys.push_back(gossip::KeyFingerprint(k));
   r.primary = gossip::KeyFingerprint(keyring_->Primary());
+  if (m.op != gossip::KeyOpKind::kList && r.ok && !keyring_file_.empty()) {
+    if (auto st = SaveKeyring(keyring_file_, *keyring_); !st.ok()) {
+      spdlog::error("keys: the change is in effect but not persisted: {}", st.message());
+    }
+  }
   if (m.op != gossip::KeyOpKind::kList) {
     spdlog::info("keys: {} {} -> {}", gossip::KeyOpName(m.op),
                  m.key ? gossip::KeyFingerprint(*m.key) : "", r.ok ? "ok" : r.error);

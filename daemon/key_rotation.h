@@ -29,6 +29,9 @@ class KeyRotation {
   KeyRotation(std::string self, std::shared_ptr<gossip::Keyring> keyring,
               const gossip::Codec* codec, gossip::TcpHub* hub, gossip::Inbound* inbound);
 
+  // Persist the keyring to this file after every change (daemon/keyring_file.h); "" = never.
+  void set_keyring_file(std::string path) { keyring_file_ = std::move(path); }
+
   // A KeyOp a peer sent: applied here, answered with the reply to send back.
   gossip::KeyOpReplyMsg Apply(const gossip::KeyOpMsg& m);
 
@@ -54,6 +57,7 @@ class KeyRotation {
   gossip::TcpHub* hub_;
   gossip::Inbound* inbound_;
   std::map<uint32_t, Round> rounds_;
+  std::string keyring_file_;
   uint32_t next_seq_ = 1;
 };
 

@@ -1,5 +1,6 @@
 #include "daemon/rpc_server.h"
 
+#include "daemon/addressing.h"
 #include "daemon/json_text.h"
 
 namespace meshtrain::daemon {
@@ -116,12 +117,12 @@ void RpcServer::OnFrame(gossip::TcpHub::ConnId id, gossip::Bytes&& payload) {
   if (cmd == "join") {
     std::vector<std::string> addrs;
     for (const auto& a : req->addrs) {
-      auto parsed = gossip::NetAddr::Parse(a);
-      if (!parsed || parsed->port() == 0) {
-        Reply(tag, {{"ok", false}, {"error", "invalid address '" + a + "'"}});
+      if (auto parsed = ParseHostPort(a); !parsed.ok()) {
+        Reply(tag, {{"ok", false},
+                    {"error", "invalid address '" + a + "': " + parsed.status().message()}});
         return;
       }
-      addrs.push_back(parsed->ToString());
+      addrs.push_back(a);
     }
     backend_->Join(tag, addrs);
   } else if (cmd == "force-leave") {

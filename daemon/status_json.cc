@@ -97,7 +97,13 @@ json StatusJson(const StatusInputs& in) {
   const uint64_t rejected_total =
       in.rejects.total() + n.stats().rejected + in.rpc_rejects + in.framing_errors;
   const auto& s = n.stats();
+  const membership::Stats ms = n.MembershipStats();
   return {{"name", in.config.name},
+          {"membership",
+           {{"probes", ms.probes},
+            {"suspicions_raised", ms.suspicions_raised},
+            {"refutations", ms.refutations},
+            {"failures_declared", ms.failures_declared}}},
           {"step", st.step},
           {"loss", st.loss ? json(*st.loss) : json(nullptr)},
           {"accuracy", st.accuracy ? json(*st.accuracy) : json(nullptr)},

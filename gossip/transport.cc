@@ -164,7 +164,8 @@ UdpEndpoint::~UdpEndpoint() { Close(); }
 Status UdpEndpoint::Bind(const NetAddr& addr, RecvFn on_recv) {
   if (handle_ == nullptr) return Status::InvalidArgument("UDP endpoint is closed");
   on_recv_ = std::move(on_recv);
-  int rc = uv_udp_bind(handle_, reinterpret_cast<const sockaddr*>(&addr.sa), 0);
+  int rc = uv_udp_bind(handle_, &addr.sa.base, 0);
+  family_ = addr.family();
   if (rc == 0) rc = uv_udp_recv_start(handle_, AllocBuffer, &UdpEndpoint::OnRecv);
   if (rc == 0) return Status::OK();
   return Status::Unavailable("cannot bind UDP " + addr.ToString() + ": " + uv_strerror(rc));
@@ -196,7 +197,8 @@ bool UdpEndpoint::Send(const NetAddr& to, Bytes data) {
   uv_buf_t b = uv_buf_init(reinterpret_cast<char*>(req->data.data()),
                            static_cast<unsigned>(req->data.size()));
   const size_t n = req->data.size();
-  int rc = uv_udp_send(&req->req, handle_, &b, 1, reinterpret_cast<const sockaddr*>(&to.sa),
+  const NetAddr dest = family_ == AF_INET6 ? to.MappedV6() : to;
+  int rc = uv_udp_send(&req->req, handle_, &b, 1, &dest.sa.base,
                        [](uv_udp_send_t* r, int) { delete reinterpret_cast<UdpSend*>(r); });
   if (rc != 0) {
     delete req;
@@ -287,7 +289,7 @@ Status TcpHub::Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close) {
   uv_tcp_init(loop_, l->tcp);
   l->tcp->data = l;
   listeners_.push_back(l);
-  int rc = uv_tcp_bind(l->tcp, reinterpret_cast<const sockaddr*>(&addr.sa), 0);
+  int rc = uv_tcp_bind(l->tcp, &addr.sa.base, 0);
   if (rc == 0) {
     rc = uv_listen(reinterpret_cast<uv_stream_t*>(l->tcp), 128, [](uv_stream_t* server, int st) {
       auto* lst = static_cast<Listener*>(server->data);
@@ -322,22 +324,21 @@ TcpHub::ConnId TcpHub::Connect(const NetAddr& addr, FrameFn on_frame, CloseFn on
     ConnId id;
   };
   req->data = new Ctx{this, id};
-  int rc = uv_tcp_connect(req, c->tcp, reinterpret_cast<const sockaddr*>(&addr.sa),
-                          [](uv_connect_t* r, int status) {
-                            std::unique_ptr<Ctx> ctx(static_cast<Ctx*>(r->data));
-                            delete r;
-                            if (status == UV_ECANCELED) return;  // hub is shutting down
-                            auto it = ctx->hub->conns_.find(ctx->id);
-                            if (it == ctx->hub->conns_.end()) return;
-                            Conn* conn = it->second;
-                            if (status != 0) {
-                              ctx->hub->Finish(conn, status);
-                              return;
-                            }
-                            conn->connected = true;
-                            ctx->hub->StartReading(conn);
-                            ctx->hub->Flush(conn);
-                          });
+  int rc = uv_tcp_connect(req, c->tcp, &addr.sa.base, [](uv_connect_t* r, int status) {
+    std::unique_ptr<Ctx> ctx(static_cast<Ctx*>(r->data));
+    delete r;
+    if (status == UV_ECANCELED) return;  // hub is shutting down
+    auto it = ctx->hub->conns_.find(ctx->id);
+    if (it == ctx->hub->conns_.end()) return;
+    Conn* conn = it->second;
+    if (status != 0) {
+      ctx->hub->Finish(conn, status);
+      return;
+    }
+    conn->connected = true;
+    ctx->hub->StartReading(conn);
+    ctx->hub->Flush(conn);
+  });
   if (rc != 0) {
     delete static_cast<Ctx*>(req->data);
     delete req;

@@ -118,6 +118,7 @@ class UdpEndpoint {
   static void OnRecv(uv_udp_t* h, ssize_t nread, const uv_buf_t* buf, const sockaddr* addr,
                      unsigned flags);
   uv_udp_t* handle_;
+  int family_ = AF_INET;  // of the bound address: IPv4 peers of an IPv6 socket are mapped
   RecvFn on_recv_;
   uint64_t sent_ = 0, received_ = 0, bytes_sent_ = 0, bytes_received_ = 0;
   uint64_t callback_exceptions_ = 0;

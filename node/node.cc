@@ -91,8 +91,9 @@ void Node::Start(TimeMs now) {
     } else if (!config_.tags.empty()) {
       SetOwnMeta(now);  // operator tags (issue 19) travel in the alive message too
     }
-    if (!config_.join.empty()) {
-      swim_->Join(config_.join, now);
+    if (!config_.join.empty() || config_.retry_join) {
+      join_attempts_ = 1;
+      if (!config_.join.empty()) swim_->Join(config_.join, now);
       if (config_.retry_join) retry_join_at_ = now + config_.retry_join_interval_ms;
     }
   }
@@ -152,9 +153,17 @@ void Node::Tick(TimeMs now) {
   if (now >= retry_join_at_) {
     retry_join_at_ = sync::kNoDeadline;
     if (swim_ && !leaving_ && swim_->NumAlive() <= 1) {
-      Emit(LogLine{false, "retry-join: contacting the configured peers"});
-      swim_->Join(config_.join, now);
-      retry_join_at_ = now + config_.retry_join_interval_ms;
+      const int max = config_.retry_join_max;
+      if (max > 0 && join_attempts_ >= max) {
+        Emit(JoinGaveUp{join_attempts_});
+      } else {
+        join_attempts_++;
+        Emit(LogLine{false, "retry-join: contacting the configured peers (attempt " +
+                                std::to_string(join_attempts_) + ")"});
+        // The driver resolves the names again and answers with JoinCmd{0, ...}.
+        Emit(RetryJoin{join_attempts_, max > 0 && join_attempts_ >= max});
+        retry_join_at_ = now + config_.retry_join_interval_ms;
+      }
     }
   }
   if (leaving_ && !left_) {
@@ -236,6 +245,8 @@ std::optional<Node::PeerInfo> Node::FindPeer(const std::string& name) const {
   return PeerInfo{v.name,     v.addr, v.addr,        v.alive,        v.alive,
                   v.training, v.step, v.uplink_mbps, v.downlink_mbps};
 }
+
+ms::Stats Node::MembershipStats() const { return swim_ ? swim_->stats() : ms::Stats{}; }
 
 std::vector<ms::Member> Node::Members() const {
   if (swim_) return swim_->Members();
@@ -642,6 +653,12 @@ void Node::FinishJoinPart(uint64_t tag, bool ok) {
 }
 
 void Node::OnJoin(const JoinCmd& c, TimeMs now) {
+  if (c.tag == 0) {  // a retry-join's resolved addresses: nobody waits for an answer
+    if (leaving_ || !swim_) return;
+    if (!c.addrs.empty()) swim_->Join(c.addrs, now);
+    Pump(now, 0);
+    return;
+  }
   if (leaving_ || !swim_) {
     Emit(CommandDone{c.tag, false, 0, leaving_ ? "agent is leaving" : "no membership"});
     return;

@@ -80,7 +80,8 @@ struct NodeConfig {
   std::vector<std::string> join;  // peers to contact at start
   bool retry_join = false;
   TimeMs retry_join_interval_ms = 30000;
-  TimeMs leave_max_ms = 3000;           // SPEC §3: wait at most this long for "left" to spread
+  int retry_join_max = 0;      // join attempts (the first included) before giving up; 0 = unlimited
+  TimeMs leave_max_ms = 3000;  // SPEC §3: wait at most this long for "left" to spread
   TimeMs bandwidth_interval_ms = 2000;  // how often measurements become published estimates
   TimeMs min_peers_poll_ms = 100;
   // OSP (issue 18): after a pass, query the next step's blocking peers while the step computes.
@@ -238,10 +239,21 @@ struct LeaveDone {
 };
 // Membership changed (the driver may persist a peer snapshot).
 struct MembershipChanged {};
+// Retry-join is due (attempt 2, 3, ...): the driver resolves the configured peers' names again
+// and answers with JoinCmd{0, addresses} (tag 0: no CommandDone). `last`: after this attempt
+// the node gives up (--retry-max) unless it succeeds; then JoinGaveUp follows.
+struct RetryJoin {
+  int attempt = 0;
+  bool last = false;
+};
+// Every join attempt --retry-max allowed failed (Serf: the agent then shuts down).
+struct JoinGaveUp {
+  int attempts = 0;
+};
 
 using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
                             MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
-                            MembershipChanged, AdoptState>;
+                            MembershipChanged, AdoptState, RetryJoin, JoinGaveUp>;
 
 // ---- Counters and state for status --------------------------------------------------------------
 
@@ -284,6 +296,8 @@ class Node {
   bool training() const { return config_.training && progress_.training && !Joining(); }
   double BarrierWaitSeconds(TimeMs now) const;
   const NodeStats& stats() const { return stats_; }
+  // The membership core's counters (zero without membership).
+  membership::Stats MembershipStats() const;
   int HealthScore() const;
   uint64_t Incarnation() const;
   bool leaving() const { return leaving_; }
@@ -457,6 +471,7 @@ class Node {
   };
   std::map<uint64_t, JoinWait> joins_;
   TimeMs retry_join_at_ = sync::kNoDeadline;
+  int join_attempts_ = 0;     // made at start and by retry-join
   std::set<ConnId> serving_;  // accepted connections we answered and closed
 
   // Leave.

@@ -72,7 +72,7 @@ def main():
             if args.target_accuracy:
                 cmd += ["--target-accuracy", str(args.target_accuracy)]
             if i > 0:
-                cmd += ["--join", f"127.0.0.1:{base}", "--retry-join"]
+                cmd += ["--join", f"127.0.0.1:{base}", "--retry-join", "--retry-interval", "2s"]
             elif args.http:
                 cmd += ["--http", args.http]
             cmd += args.extra.split()

@@ -33,12 +33,17 @@ TEST_CASE("AgentConfig::Finalize fills defaults and rejects bad values", "[confi
   c.bind = "127.0.0.2:7000";
   c.name = "n1";
   CHECK(c.Finalize().ok());
+  CHECK(c.ResolveAddresses().ok());
   CHECK(c.advertise == "127.0.0.2:7000");
 
-  AgentConfig any;
+  AgentConfig any;  // 0.0.0.0 is not an address to give peers: the route to the join peer is
   any.name = "n1";
+  any.join = {"localhost:7960"};
   CHECK(any.Finalize().ok());
-  CHECK(any.advertise == "127.0.0.1:7950");  // 0.0.0.0 is not an address to give peers
+  CHECK(any.ResolveAddresses().ok());
+  CHECK(any.advertise == "127.0.0.1:7950");
+  CHECK(any.join_resolved == std::vector<std::string>{"127.0.0.1:7960"});
+  CHECK(any.advertise_how == "route to 127.0.0.1:7960");
 
   auto err = [](auto mutate) {
     AgentConfig x;

@@ -44,7 +44,8 @@ def solo_crc(binary, key, steps, intruders):
     train = ["--task", "synthetic", "--steps", str(steps), "--eval-every", str(steps),
              "--seed", "7", "--slowdown", "20", "--barrier", "asp", "--select", "all"]
     n = 1 + len(intruders)
-    with Mesh(binary, n, ["--profile", "local", "--retry-join"], name_prefix="sec") as mesh:
+    with Mesh(binary, n, ["--profile", "local", "--retry-join", "--retry-interval", "2s"],
+              name_prefix="sec") as mesh:
         victim = mesh.agents[0]
         victim.extra += ["--encrypt", key] + train
         victim.start()
@@ -86,7 +87,8 @@ def main():
     assert rejected > 0
 
     # 2-4 on an encrypted 4-agent mesh.
-    common = ["--profile", "local", "--task", "none", "--encrypt", key, "--retry-join"]
+    common = ["--profile", "local", "--task", "none", "--encrypt", key, "--retry-join",
+              "--retry-interval", "2s"]
     with Mesh(b, 4, common, name_prefix="k") as mesh:
         seed = mesh.agents[0]
         seed.extra += ["--rpc-token", "s3cret"]
@@ -172,7 +174,8 @@ def main():
     # 5. Flood from a second process while training.
     with Mesh(b, 3, ["--profile", "local", "--task", "fmnist-softmax", "--select", "random",
                      "--fanout", "1", "--barrier", "pssp", "--eval-every", "500",
-                     "--min-peers", "2", "--retry-join"], name_prefix="f") as mesh:
+                     "--min-peers", "2", "--retry-join", "--retry-interval", "2s"],
+              name_prefix="f") as mesh:
         for i, a in enumerate(mesh.agents):
             a.extra += ["--shard", f"{i}/3", "--slowdown", "3"]
         mesh.agents[0].start()

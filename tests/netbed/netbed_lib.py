@@ -1,0 +1,58 @@
+"""Helpers shared by the netbed tests and benches: agents in bed namespaces (RPC on each
+namespace's own 127.0.0.1:7951), status/members through the real CLI, metrics-file events."""
+import json
+import os
+
+RPC = "127.0.0.1:7951"
+PORT = 7950
+
+
+def cli_json(bed, i, binary, *args):
+    """`meshtrain <args> --format json` in host i's namespace; None when the agent is not up."""
+    r = bed.run(i, [binary, *args, "--rpc", RPC, "--format", "json"], timeout=15)
+    if r.returncode != 0:
+        return None
+    try:
+        return json.loads(r.stdout)
+    except json.JSONDecodeError:
+        return None
+
+
+def status(bed, i, binary):
+    return cli_json(bed, i, binary, "status")
+
+
+def members(bed, i, binary):
+    """{name: member dict} or None."""
+    m = cli_json(bed, i, binary, "members")
+    return None if m is None else {x["name"]: x for x in m["members"]}
+
+
+def metric_lines(path, kind):
+    """The metrics file's lines of one event kind (SPEC §3: one JSON object per line)."""
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            try:
+                j = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if j.get("event") == kind:
+                out.append(j)
+    return out
+
+
+def path_loss_to_link_loss(path_loss):
+    """linkemu drops on the sender's link and again on the receiver's: the per-link loss that
+    makes `path_loss` between two hosts."""
+    return 1 - (1 - path_loss) ** 0.5
+
+
+def first_reach(metrics_path, target):
+    """(t, step, accuracy) of the first eval at or above target in a metrics file, or None."""
+    for e in metric_lines(metrics_path, "eval"):
+        if e.get("accuracy", 0) >= target:
+            return e["t"], e["step"], e["accuracy"]
+    return None
