@@ -13,8 +13,14 @@ void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others) {
 
 void MixWeighted(Eigen::VectorXf& x, const std::vector<const float*>& others,
                  const std::vector<double>& weights) {
+  MixWeighted(x.data(), static_cast<size_t>(x.size()), others, weights);
+}
+
+void MixWeighted(float* data, size_t size, const std::vector<const float*>& others,
+                 const std::vector<double>& weights) {
   if (others.empty()) return;
-  const Eigen::Index n = x.size();
+  const auto n = static_cast<Eigen::Index>(size);
+  Eigen::Map<Eigen::VectorXf> x(data, n);
   double total = 1.0;
   for (double w : weights) total += w;
   const double scale = 1.0 / total;

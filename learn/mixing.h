@@ -24,6 +24,9 @@ void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others);
 // w_j = 1 this is MixAverage.
 void MixWeighted(Eigen::VectorXf& x, const std::vector<const float*>& others,
                  const std::vector<double>& weights);
+// The same on n floats at `x` (shared memory of an external trainer, daemon/external_trainer.h).
+void MixWeighted(float* x, size_t n, const std::vector<const float*>& others,
+                 const std::vector<double>& weights);
 
 // The weight of a model received at the sender's step `theirs` by a node at step `ours`:
 // min(1, (theirs + 1) / (ours + 1))^2. A model as far on as ours or further counts fully (plain
