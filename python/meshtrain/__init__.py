@@ -74,8 +74,11 @@ class Mesh:
         self._seq = (self._seq + 1) & 0xFFFFFFFF
         try:
             self._sock.settimeout(self.timeout if timeout == "default" else timeout)
-            self._sock.sendall(_HEADER.pack(_MAGIC, PROTOCOL_VERSION, kind, self._seq,
-                                            len(body)) + body)
+            try:
+                self._sock.sendall(_HEADER.pack(_MAGIC, PROTOCOL_VERSION, kind, self._seq,
+                                                len(body)) + body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the agent refused us at once: read its ERROR frame below
             header = self._recv_exact(_HEADER.size)
             magic, version, rtype, seq, length = _HEADER.unpack(header)
             if magic != _MAGIC or version != PROTOCOL_VERSION or length > _MAX_BODY:
