@@ -439,8 +439,8 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
                       std::to_string(state_.step));
   }
   // A copy: the trainer overwrites the shared memory with its next step while this one is sent.
-  auto snap = std::make_shared<std::vector<float>>(shm_.data, shm_.data + num_params_);
-  if (!learn::ParamsFinite(snap->data(), snap->size())) {
+  std::shared_ptr<std::vector<float>> snap;
+  if (!CopySnapshot(&snap)) {
     return Reject(c, "trainer_message", seq, "publish: the parameters are not all finite");
   }
   const auto now = Clock::now();
@@ -462,6 +462,19 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
   outbox_ = Snapshot{p.step, std::move(snap)};
   Reply(c, tp::kPublish | tp::kReplyBit, seq, tp::Writer().U64(p.step).Take());
   notify_();
+}
+
+bool ExternalTrainer::CopySnapshot(std::shared_ptr<std::vector<float>>* out) {
+  constexpr size_t kPool = 3;
+  for (auto& b : pool_) {
+    if (b.use_count() == 1 && b->size() == num_params_) *out = b;  // nobody else holds it
+  }
+  if (!*out) {
+    *out = std::make_shared<std::vector<float>>(num_params_);
+    if (pool_.size() >= kPool) pool_.erase(pool_.begin());
+    pool_.push_back(*out);
+  }
+  return learn::CopyParamsFinite(shm_.data, (*out)->data(), num_params_);
 }
 
 void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {

@@ -129,6 +129,11 @@ class ExternalTrainer : public Trainer {
   std::map<std::string, Incoming> inbox_;
   std::optional<Incoming> adopt_;
   std::optional<Snapshot> outbox_;
+  // Copies `num_params_` floats from the shared memory into a snapshot buffer, reusing one the
+  // node no longer holds (a fresh 4 MB allocation per step costs more than the copy: page
+  // faults). False when a value is not finite.
+  bool CopySnapshot(std::shared_ptr<std::vector<float>>* out);
+  std::vector<std::shared_ptr<std::vector<float>>> pool_;
   std::shared_ptr<const std::vector<float>> latest_;  // newest published (or adopted) model
   uint64_t latest_step_ = 0;
   bool target_reached_ = false;

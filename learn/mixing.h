@@ -39,6 +39,8 @@ double MixWeight(uint64_t ours, uint64_t theirs);
 // True when all n values are finite: a receiver's last semantic check before mixing, so one
 // diverged or malicious peer cannot poison the average with NaN/Inf.
 bool ParamsFinite(const float* data, size_t n);
+// Copies n floats from src to dst (not overlapping) and returns ParamsFinite of them, in one pass.
+bool CopyParamsFinite(const float* src, float* dst, size_t n);
 
 // CRC32 (zlib) of the float bytes as stored in memory (little-endian on supported hosts).
 uint32_t ParamsCrc32(const float* data, size_t n);
