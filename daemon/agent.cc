@@ -50,6 +50,7 @@ struct Agent::Impl : RpcBackend {
   explicit Impl(AgentConfig c) : config(std::move(c)) {}
 
   AgentConfig config;
+  std::unique_ptr<learn::Task> embedded_task;  // Agent(config, task): trained instead of --task
   uv_loop_t loop{};
   MetricsLog metrics;
   std::shared_ptr<gossip::Keyring> keyring;
@@ -453,8 +454,10 @@ struct Agent::Impl : RpcBackend {
     int64_t resumed = -1;
     trainer_wake = std::make_unique<gossip::Async>(&loop, [this] { OnTrainerWake(); });
     auto wake = [this] { trainer_wake->Send(); };
-    auto made = config.external_trainer() ? MakeExternalTrainer(&loop, config, &metrics, wake)
-                                          : MakeTrainer(config, &metrics, wake, &resumed);
+    auto made = embedded_task
+                    ? MakeTrainerFor(config, std::move(embedded_task), &metrics, wake, &resumed)
+                : config.external_trainer() ? MakeExternalTrainer(&loop, config, &metrics, wake)
+                                            : MakeTrainer(config, &metrics, wake, &resumed);
     if (!made.ok()) {
       spdlog::error("{}", made.status().message());
       return 2;
@@ -528,6 +531,13 @@ struct Agent::Impl : RpcBackend {
 };
 
 Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Agent::Agent(AgentConfig config, std::unique_ptr<learn::Task> task)
+    : impl_(std::make_unique<Impl>(std::move(config))) {
+  impl_->config.task = task->name();  // the banner, status and checkpoints name it
+  impl_->config.trainer = "builtin";
+  impl_->embedded_task = std::move(task);
+}
 
 Agent::~Agent() = default;
 

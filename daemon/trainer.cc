@@ -443,6 +443,15 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
     spdlog::info("shard {} ({}): {} samples, label histogram [{}]", opts.shard.ToString(),
                  opts.shard_mode.ToString(), task.value()->train_size(), fmt::join(hist, ","));
   }
+  return MakeTrainerFor(config, std::move(task).value(), metrics, std::move(notify), resumed_step);
+}
+
+learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config,
+                                                       std::unique_ptr<learn::Task> task,
+                                                       MetricsLog* metrics,
+                                                       std::function<void()> notify,
+                                                       int64_t* resumed_step) {
+  *resumed_step = -1;
   TrainerOptions topts;
   topts.max_steps = config.steps;
   topts.target_accuracy = config.target_accuracy;
@@ -455,7 +464,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
   if (config.barrier == "wbsp") topts.busy_local_steps = TrainerOptions::kMaxBusyLocalSteps;
   topts.batch_auto = config.batch_auto;
   auto trainer =
-      std::make_unique<BuiltinTrainer>(std::move(task).value(), topts, metrics, std::move(notify));
+      std::make_unique<BuiltinTrainer>(std::move(task), topts, metrics, std::move(notify));
   if (auto st = trainer->Restore(resumed_step); !st.ok()) return st;
   return std::unique_ptr<Trainer>(std::move(trainer));
 }

@@ -243,4 +243,12 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
                                                     std::function<void()> notify,
                                                     int64_t* resumed_step);
 
+// The built-in trainer for a task the caller made (the embedding API: Agent(config, task)), with
+// the training options of `config` (--steps, --target-accuracy, --eval-every, --data-dir ...).
+learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config,
+                                                       std::unique_ptr<learn::Task> task,
+                                                       MetricsLog* metrics,
+                                                       std::function<void()> notify,
+                                                       int64_t* resumed_step);
+
 }  // namespace meshtrain::daemon
