@@ -479,20 +479,21 @@ bool ExternalTrainer::CopySnapshot(std::shared_ptr<std::vector<float>>* out) {
 
 void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
   uint32_t mixed = 0;
-  uint32_t adopted = 0;
+  uint32_t flags = 0;
   if (adopt_) {
     // Join with state: the peer's model and step replace the trainer's.
     std::memcpy(shm_.data, adopt_->params.data(), num_params_ * sizeof(float));
     state_.step = adopt_->step;
     adopt_.reset();
     inbox_.clear();
-    adopted = 1;
+    flags |= tp::kMixAdopted;
   } else if (!inbox_.empty()) {
     std::vector<const float*> others;
     std::vector<double> weights;
     for (const auto& [from, in] : inbox_) {
       others.push_back(in.params.data());
       weights.push_back(learn::MixWeight(state_.step, in.step));
+      if (in.finished) flags |= tp::kMixFinished;
     }
     learn::MixWeighted(shm_.data, num_params_, others, weights);
     mixed = static_cast<uint32_t>(others.size());
@@ -500,8 +501,8 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
     inbox_.clear();
   }
   Reply(c, tp::kMix | tp::kReplyBit, seq,
-        tp::Writer().U32(mixed).U32(adopted).U64(state_.step).Take());
-  if (adopted) notify_();
+        tp::Writer().U32(mixed).U32(flags).U64(state_.step).Take());
+  if (flags & tp::kMixAdopted) notify_();
 }
 
 void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e) {
@@ -530,9 +531,9 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
 // ---- the node's side ----------------------------------------------------------------------------
 
 void ExternalTrainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step,
-                              bool) {
+                              bool finished) {
   if (num_params_ == 0 || params.size() != num_params_) return;
-  inbox_[from] = Incoming{std::move(params), step};
+  inbox_[from] = Incoming{std::move(params), step, finished};
 }
 
 void ExternalTrainer::Adopt(std::vector<float> params, uint64_t step) {

@@ -125,6 +125,7 @@ class ExternalTrainer : public Trainer {
   struct Incoming {
     std::vector<float> params;
     uint64_t step = 0;
+    bool finished = false;  // the sender's final model (it met --target-accuracy)
   };
   std::map<std::string, Incoming> inbox_;
   std::optional<Incoming> adopt_;

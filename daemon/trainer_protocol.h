@@ -10,7 +10,10 @@
 //                                                    u32 path length, path of the shared memory
 //   WAIT_PERMIT 2 u64 step                        -> u64 step, u32 training, u32 0
 //   PUBLISH 3     u64 step                        -> u64 step
-//   MIX 4         (empty)                         -> u32 mixed, u32 adopted, u64 step
+//   MIX 4         (empty)                         -> u32 mixed, u32 flags, u64 step
+//                 flags: 1 = adopted (a join with state replaced the model and the step),
+//                 2 = a finished peer's final model was mixed in (evaluate now: issue 14's
+//                 mesh-wide stop with --target-accuracy)
 //   EVAL 5        u64 step, f64 loss, f64 accuracy -> u32 stop, u32 0
 //   DETACH 6      (empty)                         -> (empty), then the agent closes
 // An ERROR frame (type 0xff, body: a UTF-8 message) answers a rejected request; the agent then
@@ -36,6 +39,8 @@ constexpr size_t kHeaderBytes = 16;
 constexpr size_t kMaxBody = 4096;
 constexpr uint64_t kMaxParams = uint64_t{1} << 28;  // 1 GiB of float32
 constexpr uint16_t kDtypeFloat32 = 1;
+constexpr uint32_t kMixAdopted = 1;
+constexpr uint32_t kMixFinished = 2;
 
 enum Type : uint16_t {
   kAttach = 1,

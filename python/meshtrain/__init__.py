@@ -65,6 +65,7 @@ class Mesh:
         self.training = True
         self.resumed = False
         self.mixed_total = 0
+        self.peer_finished = False  # set by mix(): a finished peer's model was mixed in
 
     # ---- framing ----------------------------------------------------------------------------
 
@@ -159,13 +160,18 @@ class Mesh:
         """Mixes the models received since the last call into ``mesh.params``.
 
         Returns (models mixed, adopted): ``adopted`` means the agent replaced the parameters and
-        the step (``mesh.step_count``) with a more advanced peer's (a join with state).
+        the step (``mesh.step_count``) with a more advanced peer's (a join with state). Sets
+        ``mesh.peer_finished`` when a peer's final model (it met the agent's --target-accuracy)
+        was mixed in: evaluate now, the mixed model may meet the target too.
         """
-        mixed, adopted, step = struct.unpack("<IIQ", self._request(MIX))
+        mixed, flags, step = struct.unpack("<IIQ", self._request(MIX))
+        adopted = bool(flags & 1)
         if adopted:
             self.step_count = step
+        if flags & 2:
+            self.peer_finished = True
         self.mixed_total += mixed
-        return mixed, bool(adopted)
+        return mixed, adopted
 
     def report(self, loss, accuracy, step=None):
         """Reports a test evaluation; True when it met the agent's --target-accuracy."""
