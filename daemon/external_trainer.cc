@@ -22,6 +22,9 @@ namespace {
 
 constexpr const char* kCleanDetach = "the trainer detached";
 
+// Reply bytes queued for a trainer before it counts as not reading them.
+constexpr size_t kMaxQueued = 256 * 1024;
+
 // Bytes read per callback; the frame buffer holds at most this plus one frame.
 constexpr size_t kReadChunk = 64 * 1024;
 
@@ -245,6 +248,10 @@ void ExternalTrainer::Handle(Conn* c, uint32_t seq, tp::Request req) {
 }
 
 void ExternalTrainer::Reply(Conn* c, uint16_t type, uint32_t seq, std::vector<uint8_t> body) {
+  // A trainer that sends requests without reading the replies would grow the write queue.
+  if (uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&c->pipe)) > kMaxQueued) {
+    return Reject(c, "trainer_message", seq, "replies are not being read");
+  }
   struct Req {
     uv_write_t req;
     std::vector<uint8_t> bytes;

@@ -24,8 +24,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
-from external_lib import Worker, Workers, external_args, require_numpy_python  # noqa: E402
-from harness import Mesh, parse_args, wait_until  # noqa: E402
+from external_lib import (Worker, Workers, external_mesh, require_numpy_python,  # noqa: E402
+                          start_all)
+from harness import parse_args, wait_until  # noqa: E402
 
 STALENESS = 2
 HDR = struct.Struct("<IHHII")
@@ -82,19 +83,12 @@ def step_of(agent):
 def main():
     args = parse_args()
     py = require_numpy_python()
-    common = ["--profile", "local", "--barrier", "ssp", "--staleness", str(STALENESS),
-              "--select", "all", "--fanout", "2", "--min-peers", "2"]
-    with Mesh(args.bin, 3, common, name_prefix="xf") as mesh, Workers() as workers:
-        external_args(mesh)
+    with external_mesh(args.bin, 3, "xf", STALENESS) as mesh, Workers() as workers:
         a1, a2, a3 = mesh.agents
         # The hang test runs on a3; the others keep the default timeout (60 s), so a trainer
         # starved of CPU on a loaded machine is not detached by mistake.
         a3.extra += ["--trainer-timeout", "3"]
-        a1.start()
-        wait_until(lambda: a1.members() is not None, 10, what="seed up")
-        a2.start(join=[a1.addr])
-        a3.start(join=[a1.addr])
-        wait_until(lambda: (lambda m: m and len(m) == 3)(a1.members()), 20, what="3 members")
+        start_all(mesh)
         run = ["--steps", 10**9, "--sleep", 0.01]
         for a in mesh.agents:
             workers.append(Worker(py, a, mesh.workdir, *run))

@@ -31,11 +31,28 @@ def require_numpy_python():
     return py
 
 
-def external_args(mesh):
-    """Gives every agent of `mesh` --trainer external with a socket in the test's directory."""
+def external_mesh(binary, n, prefix, staleness):
+    """n agents with --trainer external (sockets in the test's directory), ssp at `staleness`,
+    every peer a receiver, training once 2 training peers are up. Start them with start_all."""
+    from harness import Mesh
+    common = ["--profile", "local", "--barrier", "ssp", "--staleness", str(staleness),
+              "--select", "all", "--fanout", str(n - 1), "--min-peers", str(n - 1)]
+    mesh = Mesh(binary, n, common, name_prefix=prefix)
     for a in mesh.agents:
         a.socket = os.path.join(mesh.workdir, f"{a.name}.sock")
         a.extra += ["--trainer", "external", "--trainer-socket", a.socket]
+    return mesh
+
+
+def start_all(mesh):
+    """Starts the first agent, joins the others to it, waits until it sees every member."""
+    from harness import wait_until
+    seed = mesh.agents[0].start()
+    wait_until(lambda: seed.members() is not None, 10, what="seed up")
+    for a in mesh.agents[1:]:
+        a.start(join=[seed.addr])
+    n = len(mesh.agents)
+    wait_until(lambda: (lambda m: m and len(m) == n)(seed.members()), 20, what=f"{n} members")
 
 
 class Worker:

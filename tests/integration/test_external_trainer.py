@@ -16,8 +16,9 @@ import stat
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from external_lib import Worker, Workers, external_args, require_numpy_python  # noqa: E402
-from harness import Mesh, parse_args, wait_until  # noqa: E402
+from external_lib import (Worker, Workers, external_mesh, require_numpy_python,  # noqa: E402
+                          start_all)
+from harness import parse_args, wait_until  # noqa: E402
 
 STEPS = 120
 STALENESS = 2
@@ -27,16 +28,8 @@ TARGETS = [0.0, 3.0, 6.0]
 def main():
     args = parse_args()
     py = require_numpy_python()
-    common = ["--profile", "local", "--barrier", "ssp", "--staleness", str(STALENESS),
-              "--select", "all", "--fanout", "2", "--min-peers", "2"]
-    with Mesh(args.bin, 3, common, name_prefix="ext") as mesh, Workers() as workers:
-        external_args(mesh)
-        seed = mesh.agents[0].start()
-        wait_until(lambda: seed.members() is not None, 10, what="seed up")
-        for a in mesh.agents[1:]:
-            a.start(join=[seed.addr])
-        wait_until(lambda: (lambda m: m and len(m) == 3)(seed.members()), 20,
-                   what="3 members")
+    with external_mesh(args.bin, 3, "ext", STALENESS) as mesh, Workers() as workers:
+        start_all(mesh)
         for a in mesh.agents:
             wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
             mode = stat.S_IMODE(os.stat(a.socket).st_mode)
