@@ -167,10 +167,21 @@ def main():
         assert busy_types == [0xFF], (busy_types, a2.status()["trainer"], w2.text()[-500:])
         if os.geteuid() == 0:
             os.chmod(mesh.workdir, 0o711)  # let nobody reach the socket's directory
-            probe = ("import socket,sys\ns=socket.socket(socket.AF_UNIX)\n"
-                     "try:\n s.connect(sys.argv[1])\nexcept PermissionError:\n print('EACCES')\n"
-                     " sys.exit(0)\ntry:\n s.sendall(bytes.fromhex(sys.argv[2]))\nexcept OSError:\n pass\n"
-                     "h=s.recv(16)\nprint('closed' if not h else 'type%d' % h[6])\n")
+            probe = "\n".join([
+                "import socket, sys",
+                "s = socket.socket(socket.AF_UNIX)",
+                "try:",
+                "    s.connect(sys.argv[1])",
+                "except PermissionError:",
+                "    print('EACCES')",
+                "    sys.exit(0)",
+                "try:",
+                "    s.sendall(bytes.fromhex(sys.argv[2]))",
+                "except OSError:",
+                "    pass",
+                "h = s.recv(16)",
+                "print('closed' if not h else 'type%d' % h[6])",
+            ])
 
             def as_nobody():
                 os.setgid(65534)
