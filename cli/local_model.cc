@@ -149,6 +149,12 @@ int RunTrainCommand() {
   std::fprintf(stderr, "model %s: %zu parameters, %zu training samples, batch %d, %d thread(s)\n",
                task.model_spec().empty() ? task.name().c_str() : task.model_spec().c_str(),
                task.num_params(), task.train_size(), a.batch, a.threads);
+  if (const auto hist = task.LabelHistogram(); !hist.empty()) {
+    std::string h;
+    for (size_t c : hist) h += (h.empty() ? "" : ",") + std::to_string(c);
+    std::fprintf(stderr, "shard %s (%s): label histogram [%s]\n",
+                 a.shard.empty() ? "all" : a.shard.c_str(), a.shard_mode.c_str(), h.c_str());
+  }
   double train_s = 0;
   uint64_t samples = 0;
   learn::EvalResult eval;

@@ -162,6 +162,10 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--min-peers", c.min_peers,
                 "Start training once this many training peers are alive (fresh start only: a "
                 "node resuming from its checkpoint does not wait)");
+  a->add_option("--max-peers", c.max_peers,
+                "Wait in barriers for at most N training peers (0 = all): peers learned beyond "
+                "N are observers that train and sync but are not waited for; when a peer "
+                "leaves, the earliest observer takes its place");
   a->add_option("--target-accuracy", c.target_accuracy, "Stop training at this test accuracy");
   a->add_option("--eval-every", c.eval_every, "Evaluate every K steps")->capture_default_str();
   a->add_option("--barrier", c.barrier,

@@ -198,6 +198,13 @@ Status AgentConfig::Finalize() {
   if (staleness < 0) return Status::InvalidArgument("invalid --staleness: must be >= 0");
   if (min_peers < 0 || min_peers > 10000)
     return Status::InvalidArgument("invalid --min-peers: 0..10000");
+  if (max_peers < 0 || max_peers > 10000)
+    return Status::InvalidArgument("invalid --max-peers: 0..10000");
+  if (max_peers > 0 && min_peers > max_peers) {
+    return Status::InvalidArgument("invalid --min-peers " + std::to_string(min_peers) +
+                                   ": more than --max-peers " + std::to_string(max_peers) +
+                                   " (the barrier would never see that many peers)");
+  }
   if (sample < 0) return Status::InvalidArgument("invalid --sample: must be >= 0");
   if (fanout < 1) return Status::InvalidArgument("invalid --fanout: must be >= 1");
   if (!sync_every_spec.empty()) {
@@ -313,6 +320,7 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.select = *sync::ParseSelectPolicy(select);
   n.fanout = static_cast<size_t>(fanout);
   n.min_peers = static_cast<size_t>(std::max(0, min_peers));
+  n.barrier.max_peers = static_cast<size_t>(std::max(0, max_peers));
   n.resumed = resumed_step >= 0;
   n.start_step = resumed_step >= 0 ? static_cast<uint64_t>(resumed_step) : 0;
   n.compress = *gossip::ParseCompress(compress);

@@ -62,6 +62,7 @@ struct AgentConfig {
   double momentum = 0.9;
   std::optional<uint64_t> seed;
   uint64_t steps = 0;          // 0 = unbounded
+  int max_peers = 0;           // barriers wait for at most this many training peers (0 = all)
   int min_peers = 0;           // do not start training before this many training peers are alive
   double target_accuracy = 0;  // 0 = none
   int eval_every = 100;

@@ -122,6 +122,10 @@ json StatusJson(const StatusInputs& in) {
           {"select", in.config.select},
           {"peers_alive", n.PeersAlive()},
           {"barrier_wait_s", n.BarrierWaitSeconds(in.now)},
+          // issue 14: --max-peers; barrier_peers = training peers barriers may wait for
+          {"max_peers", in.config.max_peers},
+          {"barrier_peers", n.barrier() ? n.barrier()->view().size() : 0},
+          {"observers", n.barrier() ? json(n.barrier()->observers()) : json::array()},
           // issue 18: where the time goes (compute includes wbsp's local steps)
           {"compute_s", st.compute_s},
           {"idle_s", st.idle_s},

@@ -55,27 +55,48 @@ double SampleGamma(Rng* rng, double shape) {
 std::vector<uint32_t> LabelSkewIndices(const std::vector<int32_t>& labels, int num_classes,
                                        const Shard& s, double alpha, uint64_t seed) {
   std::vector<std::vector<uint32_t>> by_class(static_cast<size_t>(num_classes));
+  size_t n_total = 0;
   for (size_t i = 0; i < labels.size(); ++i) {
-    if (labels[i] >= 0 && labels[i] < num_classes)
+    if (labels[i] >= 0 && labels[i] < num_classes) {
       by_class[labels[i]].push_back(static_cast<uint32_t>(i));
-  }
-  Rng rng(seed);
-  std::vector<uint32_t> out;
-  std::vector<double> p(s.count);
-  for (auto& members : by_class) {
-    double total = 0;
-    for (auto& x : p) total += (x = SampleGamma(&rng, alpha));
-    // Cumulative split points floor(n * sum_{j<k} p_j): disjoint, covering, order-stable.
-    const size_t n = members.size();
-    double cum = 0;
-    size_t begin = 0;
-    for (uint32_t k = 0; k < s.count; ++k) {
-      cum += total > 0 ? p[k] / total : 1.0 / s.count;
-      const size_t end =
-          k + 1 == s.count ? n : std::min(n, static_cast<size_t>(std::floor(cum * n)));
-      if (k == s.index) out.insert(out.end(), members.begin() + begin, members.begin() + end);
-      begin = std::max(begin, end);
+      ++n_total;
     }
+  }
+  // Cumulative split points floor(n * sum_{j<k} p_j) of every class over every shard: disjoint,
+  // covering, order-stable. bounds[c][k] is where shard k's part of class c ends.
+  const size_t min_size = std::max<size_t>(1, n_total / (size_t{kMinShardShareInverse} * s.count));
+  Rng rng(seed);
+  std::vector<double> p(s.count);
+  std::vector<std::vector<size_t>> bounds, best;
+  size_t best_min = 0;
+  for (int attempt = 0; attempt < kLabelSkewAttempts && best_min < min_size; ++attempt) {
+    bounds.assign(by_class.size(), std::vector<size_t>(s.count));
+    std::vector<size_t> sizes(s.count, 0);
+    for (size_t c = 0; c < by_class.size(); ++c) {
+      double total = 0;
+      for (auto& x : p) total += (x = SampleGamma(&rng, alpha));
+      const size_t n = by_class[c].size();
+      double cum = 0;
+      size_t begin = 0;
+      for (uint32_t k = 0; k < s.count; ++k) {
+        cum += total > 0 ? p[k] / total : 1.0 / s.count;
+        const size_t end = std::max(
+            begin, k + 1 == s.count ? n : std::min(n, static_cast<size_t>(std::floor(cum * n))));
+        bounds[c][k] = end;
+        sizes[k] += end - begin;
+        begin = end;
+      }
+    }
+    const size_t smallest = *std::min_element(sizes.begin(), sizes.end());
+    if (best.empty() || smallest > best_min) {
+      best = bounds;
+      best_min = smallest;
+    }
+  }
+  std::vector<uint32_t> out;
+  for (size_t c = 0; c < by_class.size(); ++c) {
+    const size_t begin = s.index == 0 ? 0 : best[c][s.index - 1];
+    out.insert(out.end(), by_class[c].begin() + begin, by_class[c].begin() + best[c][s.index]);
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -4,7 +4,11 @@
 // ALPHA, ..., ALPHA) over the N shards are drawn from a seeded Rng and the samples of class c are
 // split among the shards in those proportions. Every node computes the same partition from the
 // same labels and seed, so shards stay disjoint and cover the set; small ALPHA (0.1) gives shards
-// dominated by one or two classes, large ALPHA approaches iid.
+// dominated by one or two classes, large ALPHA approaches iid. Per-class draws can leave a shard
+// with almost nothing (alpha 0.1, 4 shards: one in five draws gives some shard no class at all, a
+// node with 26 samples), so like NIID-Bench the whole partition is redrawn (from the same Rng,
+// still deterministic) until every shard holds at least 1/kMinShardShareInverse of an iid
+// shard's size; after kLabelSkewAttempts draws the one with the largest smallest shard is used.
 //
 // Thread-safety: pure functions of their arguments.
 #pragma once
@@ -19,6 +23,9 @@
 #include "learn/status.h"
 
 namespace meshtrain::learn {
+
+inline constexpr int kMinShardShareInverse = 10;
+inline constexpr int kLabelSkewAttempts = 200;
 
 struct ShardMode {
   bool label_skew = false;

@@ -49,6 +49,9 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& members)
                                                      reinterpret_cast<const Bytef*>(content.data()),
                                                      static_cast<uInt>(content.size())));
     const uint32_t offset = static_cast<uint32_t>(out.size());
+    // (C++17 lambdas cannot capture structured bindings.)
+    const uint32_t content_size = static_cast<uint32_t>(content.size());
+    const uint16_t name_size = static_cast<uint16_t>(name.size());
     auto common = [&](std::string* h) {
       Put16(h, 20);    // version needed
       Put16(h, 0);     // flags
@@ -56,9 +59,9 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& members)
       Put16(h, 0);     // time
       Put16(h, 0x21);  // date 1980-01-01
       Put32(h, crc);
-      Put32(h, static_cast<uint32_t>(content.size()));
-      Put32(h, static_cast<uint32_t>(content.size()));
-      Put16(h, static_cast<uint16_t>(name.size()));
+      Put32(h, content_size);
+      Put32(h, content_size);
+      Put16(h, name_size);
       Put16(h, 0);  // extra
     };
     Put32(&out, 0x04034b50);
@@ -134,10 +137,13 @@ Status WriteModelFile(const std::string& path, const ModelFile& model) {
 Result<ModelFile> ReadModelFile(const std::string& path) {
   Result<std::vector<uint8_t>> bytes = dfi::ReadDataBytes(path);
   if (!bytes.ok()) return bytes.status();
+  return ParseModelFile(path, bytes.value());
+}
+
+Result<ModelFile> ParseModelFile(const std::string& path, const std::vector<uint8_t>& bytes) {
   const std::vector<std::string> names = {"params", "spec", "input_shape", "step",
                                           "input_transform"};
-  Result<std::vector<std::vector<uint8_t>>> members =
-      dfi::ExtractNpzMembers(path, bytes.value(), names);
+  Result<std::vector<std::vector<uint8_t>>> members = dfi::ExtractNpzMembers(path, bytes, names);
   if (!members.ok()) return members.status();
   std::vector<dfi::NpyArray> arrays;
   for (size_t i = 0; i < names.size(); ++i) {

@@ -34,5 +34,7 @@ struct ModelFile {
 
 Status WriteModelFile(const std::string& path, const ModelFile& model);
 Result<ModelFile> ReadModelFile(const std::string& path);
+// The same checks on a file's bytes; `where` starts every error message.
+Result<ModelFile> ParseModelFile(const std::string& where, const std::vector<uint8_t>& bytes);
 
 }  // namespace meshtrain::learn

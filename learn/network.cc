@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "learn/data_file_internal.h"
+
 namespace meshtrain::learn {
 
 std::string TensorShape::ToString() const {
@@ -55,9 +57,12 @@ const LayerType* FindType(const std::string& name) {
   return nullptr;
 }
 
+// Spec text is user input: shown escaped (printable ASCII) and cut at 40 bytes.
+using data_file_internal::Quote;
+
 Status TokenError(size_t pos, const std::string& token, const std::string& what) {
-  return Status::InvalidArgument("model spec: layer " + std::to_string(pos) + " \"" + token +
-                                 "\": " + what);
+  return Status::InvalidArgument("model spec: layer " + std::to_string(pos) + " " + Quote(token) +
+                                 ": " + what);
 }
 
 // Splits at commas outside parentheses; fails on unbalanced parentheses.
@@ -76,7 +81,7 @@ Result<std::vector<std::string>> SplitTokens(const std::string& text) {
     }
   }
   if (depth != 0) {
-    return Status::InvalidArgument("model spec: unbalanced parentheses in \"" + text + "\"");
+    return Status::InvalidArgument("model spec: unbalanced parentheses in " + Quote(text));
   }
   out.push_back(Trim(cur));
   return out;
@@ -87,7 +92,7 @@ Result<double> ParseNumber(const std::string& text) {
   char* end = nullptr;
   const double v = std::strtod(t.c_str(), &end);
   if (t.empty() || end != t.c_str() + t.size() || !std::isfinite(v)) {
-    return Status::InvalidArgument("\"" + t + "\" is not a number");
+    return Status::InvalidArgument(Quote(t) + " is not a number");
   }
   return v;
 }
@@ -128,6 +133,15 @@ Result<LayerSpec> ParseToken(size_t pos, const std::string& token) {
 }  // namespace
 
 Result<ModelSpec> ParseModelSpec(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c >= 0x7f) {
+      return Status::InvalidArgument("model spec: byte " + Quote(text.substr(i, 1)) +
+                                     " at offset " + std::to_string(i) +
+                                     " is not printable ASCII (a spec is e.g. "
+                                     "\"conv(16,5),relu,flatten,dense(10)\")");
+    }
+  }
   Result<std::vector<std::string>> tokens = SplitTokens(text);
   if (!tokens.ok()) return tokens.status();
   ModelSpec model;
@@ -153,7 +167,7 @@ Result<ModelSpec> ParseModelSpec(const std::string& text) {
         }
       }
       return TokenError(pos, toks[i],
-                        "unknown layer \"" + spec.value().name + "\"" +
+                        "unknown layer " + Quote(spec.value().name) +
                             (closest.empty() ? "" : " (did you mean " + closest + "?)") +
                             "; known: " + LayerUsage());
     }
@@ -166,7 +180,7 @@ Result<ModelSpec> ParseModelSpec(const std::string& text) {
       if (std::find(type->keywords.begin(), type->keywords.end(), kv.first) ==
           type->keywords.end()) {
         return TokenError(pos, toks[i],
-                          "unknown argument \"" + kv.first + "\", expected " + type->usage);
+                          "unknown argument " + Quote(kv.first) + ", expected " + type->usage);
       }
     }
     model.layers.push_back(std::move(spec).value());
@@ -183,8 +197,17 @@ Result<ModelSpec> ParseModelSpec(const std::string& text) {
   return model;
 }
 
+// Largest per-sample activation (input or layer output) a network accepts.
+constexpr double kMaxActivation = 1 << 26;
+
 template <typename S>
 Result<Network<S>> Network<S>::Build(const ModelSpec& spec, const TensorShape& input) {
+  if (input.c < 1 || input.h < 1 || input.w < 1 ||
+      static_cast<double>(input.c) * input.h * input.w > kMaxActivation) {
+    return Status::InvalidArgument("model input " + std::to_string(input.c) + "x" +
+                                   std::to_string(input.h) + "x" + std::to_string(input.w) +
+                                   ": every dimension must be >= 1 and the size at most 2^26");
+  }
   Network<S> net;
   net.spec_ = spec;
   net.input_ = input;
@@ -206,7 +229,7 @@ Result<Network<S>> Network<S>::Build(const ModelSpec& spec, const TensorShape& i
                                      shape.ToString() + "): " + out.status().message());
     }
     shape = out.value();
-    if (static_cast<double>(shape.c) * shape.h * shape.w > (1 << 26)) {
+    if (static_cast<double>(shape.c) * shape.h * shape.w > kMaxActivation) {
       return TokenError(i + 1, ls.text, "output too large (" + shape.ToString() + ")");
     }
     net.offsets_.push_back(net.num_params_);

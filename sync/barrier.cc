@@ -366,7 +366,27 @@ void BarrierCore::Refill(Rng& rng) {
   }
 }
 
+void BarrierCore::Observe(const std::string& name, uint64_t step, TimeMs now) {
+  for (Observer& o : observers_) {
+    if (o.name == name) {
+      if (step > o.step) o = Observer{name, step, now};
+      return;
+    }
+  }
+  if (name != view_.self()) observers_.push_back(Observer{name, step, now});
+}
+
+std::vector<std::string> BarrierCore::observers() const {
+  std::vector<std::string> out;
+  for (const Observer& o : observers_) out.push_back(o.name);
+  return out;
+}
+
 bool BarrierCore::OnProgress(const std::string& name, uint64_t step, TimeMs now) {
+  if (Full() && !view_.Contains(name)) {
+    Observe(name, step, now);
+    return false;  // nobody waits for an observer
+  }
   bool added = false;
   const bool changed = view_.Update(name, step, now, &added);
   if (changed && !added) silent_.erase(name);  // its step advanced: it is making progress
@@ -374,6 +394,9 @@ bool BarrierCore::OnProgress(const std::string& name, uint64_t step, TimeMs now)
 }
 
 bool BarrierCore::OnKnownProgress(const std::string& name, uint64_t step, TimeMs now) {
+  for (Observer& o : observers_) {
+    if (o.name == name && step > o.step) o = Observer{name, step, now};
+  }
   const bool changed = view_.UpdateKnown(name, step, now);
   if (changed) silent_.erase(name);  // its step advanced: it is making progress
   return changed;
@@ -399,7 +422,16 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
 }
 
 bool BarrierCore::OnPeerRemoved(const std::string& name) {
+  observers_.erase(std::remove_if(observers_.begin(), observers_.end(),
+                                  [&](const Observer& o) { return o.name == name; }),
+                   observers_.end());
   const bool removed = view_.Remove(name);
+  if (removed && !observers_.empty() && !Full()) {
+    // The earliest observer takes the free place: from now on barriers wait for it.
+    const Observer o = observers_.front();
+    observers_.erase(observers_.begin());
+    view_.Update(o.name, o.step, o.learned);
+  }
   silent_.erase(name);
   round_tried_.erase(name);  // should it rejoin this round, it may be sampled again
   const auto it =

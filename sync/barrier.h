@@ -96,6 +96,12 @@ struct BarrierConfig {
   // 0 = probe_timeout / 5 (at least 1 ms).
   TimeMs requery_interval = 0;
   double interval_alpha = 0.3;  // EWMA weight of the newest step-interval sample
+  // `--max-peers` (issue 14): at most this many training peers in the view (0 = no limit).
+  // Training peers learned while the view is full are observers: they keep syncing parameters
+  // (selection is not the barrier's business) but no barrier waits for them. When a peer of
+  // the view fails, leaves or stops training, the earliest observer takes its place, with the
+  // step last learned about it.
+  size_t max_peers = 0;
 };
 
 enum class Decision { kPass, kWait };
@@ -157,6 +163,8 @@ class BarrierCore {
   double WaitSeconds(TimeMs now) const;
 
   const ProgressView& view() const { return view_; }
+  // Training peers beyond --max-peers, in the order they were learned (empty without a limit).
+  std::vector<std::string> observers() const;
   // How far a sampled peer may be behind (0, or the staleness; dssp: s_L): a node at step c
   // waits for sampled peers below c - SampledBound().
   uint64_t SampledBound() const {
@@ -199,9 +207,19 @@ class BarrierCore {
   void Refill(Rng& rng);
   void EndEpisode();
 
+  // Records progress of a training peer that is not in the view while it is full.
+  void Observe(const std::string& name, uint64_t step, TimeMs now);
+  bool Full() const { return config_.max_peers > 0 && view_.size() >= config_.max_peers; }
+
   BarrierConfig config_;
   ProgressView view_;
   BarrierStats stats_;
+  struct Observer {
+    std::string name;
+    uint64_t step = 0;
+    TimeMs learned = 0;
+  };
+  std::vector<Observer> observers_;  // arrival order; only with max_peers
 
   // Current episode (one per step: from the first Check for my_step until it passes).
   bool in_episode_ = false;

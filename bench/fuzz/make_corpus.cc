@@ -12,6 +12,7 @@
 #include "bench/fuzz/fuzz_common.h"
 #include "gossip/compress.h"
 #include "gossip/framing.h"
+#include "learn/model_file.h"
 
 namespace {
 
@@ -267,6 +268,40 @@ int main(int argc, char** argv) {
     for (const auto& d : Datagrams()) packet(0x00, plain.EncodeDatagram(d));
     for (const auto& f : Frames()) packet(0x01, plain.EncodeFrame(f));
     Write(target, all);
+  }
+  // fuzz_user_files (fuzz_user_files.cc): [selector][file bytes].
+  auto user_file = [](uint8_t selector, const Bytes& file) {
+    Bytes b = {selector};
+    Append(&b, file);
+    Write("fuzz_user_files", b);
+  };
+  auto text = [](const std::string& s) { return Bytes(s.begin(), s.end()); };
+  user_file(0, text("a,b,label\n1.5,-2,0\n3e2,4,1\n"));
+  user_file(8, text("1,0,2\n3,1,4\n"));
+  user_file(
+      3, {0, 0, 8, 3, 0, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  for (const char* spec : {"conv(16,5),relu,maxpool(2),conv(32,5,1,2),relu,avgpool(2,2),flatten,"
+                           "dense(128),layernorm,tanh,dropout(0.5),dense(10),mse",
+                           "dense(10)", "flatten,sigmoid,dense(4),xent"}) {
+    user_file(4, text(spec));
+  }
+  {
+    meshtrain::learn::ModelFile m;
+    m.spec = "dense(3)";
+    m.input_shape = {1, 1, 2};
+    m.step = 7;
+    m.params = {0.5f, -1, 2, 0, 1, 1, 0, 0, 1};
+    const std::string path = out_dir + "/model.npz";
+    if (meshtrain::learn::WriteModelFile(path, m).ok()) {
+      FILE* f = std::fopen(path.c_str(), "rb");
+      Bytes file;
+      for (int c; f != nullptr && (c = std::fgetc(f)) != EOF;)
+        file.push_back(static_cast<uint8_t>(c));
+      if (f != nullptr) std::fclose(f);
+      std::remove(path.c_str());
+      user_file(5, file);
+      user_file(1, file);  // a valid zip for the .npz reader, without x and y
+    }
   }
   std::printf("make_corpus: wrote seeds under %s\n", out_dir.c_str());
   return 0;

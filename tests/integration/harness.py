@@ -124,6 +124,24 @@ class Mesh:
     def __enter__(self):
         return self
 
+    def start_joined(self, timeout=15):
+        """Starts the first agent, waits for its RPC, then the others joining it; returns it."""
+        seed = self.agents[0].start()
+        wait_until(lambda: seed.members() is not None, timeout, what="seed up")
+        for a in self.agents[1:]:
+            a.start(join=[seed.addr])
+        return seed
+
+    def wait_finished(self, steps, timeout):
+        """Waits until every agent reports training: false at step >= `steps`; returns
+        (seconds, [status of each agent])."""
+        def done():
+            sts = [a.status() for a in self.agents]
+            if any(s is None for s in sts):
+                return None
+            return sts if all(not s["training"] and s["step"] >= steps for s in sts) else None
+        return wait_until(done, timeout, interval=0.5, what="all agents finish training")
+
     def __exit__(self, *exc):
         for a in self.agents:
             if a.proc is not None and a.proc.poll() is None:

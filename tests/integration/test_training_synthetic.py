@@ -27,17 +27,8 @@ def main():
         for i, a in enumerate(mesh.agents):
             a.extra += ["--shard", f"{i}/3", "--metrics-file",
                         os.path.join(mesh.workdir, f"{a.name}.jsonl")]
-        seed = mesh.agents[0].start()
-        wait_until(lambda: seed.members() is not None, 10, what="seed up")
-        for a in mesh.agents[1:]:
-            a.start(join=[seed.addr])
-
-        def done():
-            sts = [a.status() for a in mesh.agents]
-            if any(s is None for s in sts):
-                return None
-            return sts if all(not s["training"] and s["step"] >= STEPS for s in sts) else None
-        dt, sts = wait_until(done, 120, interval=0.5, what="all agents finish training")
+        mesh.start_joined(timeout=10)
+        dt, sts = mesh.wait_finished(STEPS, 120)
         print(f"3 agents finished {STEPS} steps in {dt:.1f} s")
         for s in sts:
             print(f"  {s['name']}: loss {s['loss']:.4f} R2 {s['accuracy']:.4f} "

@@ -556,7 +556,7 @@ TEST_CASE("IDX errors: truncation offset, counts, magic", "[learn][data_file]") 
 
 // ---- input shape, labels, dispatch ----
 
-TEST_CASE("--input-shape parsing and override", "[learn][data_file]") {
+TEST_CASE("input shape (--input-shape) parsing and override", "[learn][data_file]") {
   CHECK(ParseInputShape("1,28,28").value() == std::array<int, 3>{1, 28, 28});
   CHECK(ParseInputShape("65536,1,1").ok());
   for (const char* bad : {"", "1,2", "1,2,3,4", "0,1,1", "1,,2", "a,b,c", "1, 2,3", "-1,2,3",

@@ -52,6 +52,13 @@ TEST_CASE("Label-skew shards are disjoint, cover the set and are skewed for smal
   }
   for (int c : seen) REQUIRE(c == 1);
   CHECK(max_share_small >= 40);  // some shard is dominated by one class
+  // No shard is left (nearly) empty: every seed gives each shard >= 10 % of an iid shard.
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    for (uint32_t k = 0; k < n; ++k) {
+      CHECK(LabelSkewIndices(labels, 10, Shard{k, n}, 0.1, seed).size() >=
+            labels.size() / (10 * n));
+    }
+  }
   // Large alpha: every shard holds every class in roughly equal share.
   for (uint32_t k = 0; k < n; ++k) {
     const auto idx = LabelSkewIndices(labels, 10, Shard{k, n}, 1000.0, 42);

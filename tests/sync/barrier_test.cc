@@ -53,6 +53,42 @@ TEST_CASE("bsp, ssp and asp decide from the view", "[sync][barrier]") {
   REQUIRE(bsp.NextDeadline() == kNoDeadline);
 }
 
+TEST_CASE(
+    "max peers (--max-peers): peers beyond N are observers nobody waits for, promoted on departure",
+    "[sync][barrier]") {
+  Rng rng(3);
+  for (Policy p : {Policy::kBsp, Policy::kPbsp, Policy::kPssp}) {
+    BarrierConfig c = Config(p, 0, 100);
+    c.max_peers = 2;
+    BarrierCore core(c, "me");
+    REQUIRE(core.OnProgress("a", 10, 0));
+    REQUIRE(core.OnProgress("b", 10, 0));
+    REQUIRE_FALSE(core.OnProgress("late", 0, 0));  // the view is full: an observer
+    REQUIRE_FALSE(core.OnProgress("me", 0, 0));    // never its own observer
+    REQUIRE(core.view().size() == 2);
+    REQUIRE(core.observers() == std::vector<std::string>{"late"});
+    // A bsp-like barrier at step 10 passes although "late" is at step 0.
+    REQUIRE(core.Check(10, 0, rng) == Decision::kPass);
+    for (const auto& q : core.TakeQueries()) REQUIRE(q.to != "late");
+    // The observer's progress is tracked; "a" leaves: "late" takes its place at its step.
+    REQUIRE_FALSE(core.OnProgress("late", 7, 5));
+    REQUIRE(core.OnPeerRemoved("a"));
+    REQUIRE(core.observers().empty());
+    REQUIRE(core.view().Contains("late"));
+    REQUIRE(core.view().Find("late")->step == 7);
+    REQUIRE(core.Check(11, 10, rng) == Decision::kWait);  // now it is waited for
+    // An observer that stops training is simply dropped.
+    REQUIRE_FALSE(core.OnProgress("x", 1, 10));
+    REQUIRE_FALSE(core.OnPeerRemoved("x"));
+    REQUIRE(core.observers().empty());
+  }
+  // Without a limit every training peer is in the view.
+  BarrierCore all(Config(Policy::kBsp), "me");
+  for (const char* n : {"a", "b", "c", "d"}) all.OnProgress(n, 1, 0);
+  REQUIRE(all.view().size() == 4);
+  REQUIRE(all.observers().empty());
+}
+
 TEST_CASE("a node alone, or with only finished peers, always passes", "[sync][barrier]") {
   Rng rng(2);
   for (Policy p : {Policy::kBsp, Policy::kSsp, Policy::kPbsp, Policy::kPssp, Policy::kDssp}) {
