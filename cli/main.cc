@@ -222,6 +222,18 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
       ->capture_default_str();
   a->add_option("--uplink-limit", c.uplink_limit, "Uplink cap for parameter traffic (MB/s)");
   a->add_option("--downlink-limit", c.downlink_limit, "Downlink cap (MB/s)");
+  a->add_option("--trainer", c.trainer,
+                "builtin: train --task/--model inside the agent; external: serve one local "
+                "trainer process (e.g. the Python client, python/meshtrain) over "
+                "--trainer-socket, parameters in shared memory")
+      ->capture_default_str();
+  a->add_option("--trainer-socket", c.trainer_socket,
+                "Unix socket for --trainer external (mode 0600, same user only; default "
+                "DATA_DIR/trainer.sock, or /run/meshtrain/NAME.sock without --data-dir)");
+  a->add_option("--trainer-timeout", c.trainer_timeout_s,
+                "Seconds an attached external trainer may stay silent (outside barrier waits) "
+                "before it is detached and the agent stops counting as training")
+      ->capture_default_str();
   a->add_option("--slowdown", c.slowdown, "Make each step F times slower (straggler emulation)");
   a->add_option("--metrics-file", c.metrics_file, "JSON-lines metrics log");
   a->add_option("--log-level", c.log_level, "trace, debug, info, warn, error")

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "daemon/addressing.h"
+#include "daemon/external_trainer.h"
 #include "daemon/http_server.h"
 #include "daemon/json_text.h"
 #include "daemon/key_rotation.h"
@@ -52,6 +53,7 @@ struct Agent::Impl : RpcBackend {
   explicit Impl(AgentConfig c) : config(std::move(c)) {}
 
   AgentConfig config;
+  std::unique_ptr<learn::Task> embedded_task;  // Agent(config, task): trained instead of --task
   uv_loop_t loop{};
   MetricsLog metrics;
   std::shared_ptr<gossip::Keyring> keyring;
@@ -258,6 +260,12 @@ struct Agent::Impl : RpcBackend {
 
   void OnTrainerWake() {
     if (!trainer) return;
+    if (const auto n = static_cast<uint32_t>(trainer->num_params());
+        n != codec->expected_params()) {
+      // An external trainer's first attach fixes the model size: other sizes are rejected.
+      codec->set_expected_params(n);
+      node->SetExpectedParams(n);
+    }
     const TrainerState st = trainer->state();
     node::TrainerProgress p{st.step, st.training, st.waiting, {}, 0};
     p.step_ms = static_cast<float>(st.step_compute_s * 1000.0);
@@ -358,6 +366,10 @@ struct Agent::Impl : RpcBackend {
     in.bytes_received = udp->bytes_received() + data_tcp->bytes_received();
     in.rejects = inbound->rejects();
     in.rpc_rejects = rpc->rejects();
+    if (trainer) in.trainer_rejects = trainer->Rejects();
+    if (auto* ext = dynamic_cast<ExternalTrainer*>(trainer.get())) {
+      in.external = ExternalStatus{ext->attached(), ext->trainer_pid(), config.trainer_socket};
+    }
     in.framing_errors = data_tcp->framing_errors();
     in.refused_connections = data_tcp->refused_connections();
     in.uptime_s = metrics.Elapsed();
@@ -488,8 +500,11 @@ struct Agent::Impl : RpcBackend {
     }
     int64_t resumed = -1;
     trainer_wake = std::make_unique<gossip::Async>(&loop, [this] { OnTrainerWake(); });
-    auto made = MakeTrainer(
-        config, &metrics, [this] { trainer_wake->Send(); }, &resumed);
+    auto wake = [this] { trainer_wake->Send(); };
+    auto made = embedded_task
+                    ? MakeTrainerFor(config, std::move(embedded_task), &metrics, wake, &resumed)
+                : config.external_trainer() ? MakeExternalTrainer(&loop, config, &metrics, wake)
+                                            : MakeTrainer(config, &metrics, wake, &resumed);
     if (!made.ok()) {
       spdlog::error("{}", made.status().message());
       return 2;
@@ -505,7 +520,7 @@ struct Agent::Impl : RpcBackend {
         std::max(nc.membership.packet_overhead_bytes, codec->DatagramOverhead());
     if (trainer) nc.expected_params = static_cast<uint32_t>(trainer->num_params());
     node = std::make_unique<node::Node>(std::move(nc), Now());
-    if (trainer) {
+    if (trainer && trainer->num_params() > 0) {
       codec->set_expected_params(static_cast<uint32_t>(trainer->num_params()));
       spdlog::info("task {}: {} parameters", config.task, trainer->num_params());
     }
@@ -563,6 +578,13 @@ struct Agent::Impl : RpcBackend {
 };
 
 Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+Agent::Agent(AgentConfig config, std::unique_ptr<learn::Task> task)
+    : impl_(std::make_unique<Impl>(std::move(config))) {
+  impl_->config.task = task->name();  // the banner, status and checkpoints name it
+  impl_->config.trainer = "builtin";
+  impl_->embedded_task = std::move(task);
+}
 
 Agent::~Agent() = default;
 

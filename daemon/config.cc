@@ -141,6 +141,25 @@ Status AgentConfig::Finalize() {
         ": expected none, synthetic, fmnist-softmax, fmnist-mlp or fmnist-cnn (or use --model "
         "with a layer spec)");
   }
+  if (!OneOf(trainer, {"builtin", "external"})) {
+    return Status::InvalidArgument("invalid --trainer " + Quoted(trainer) +
+                                   ": expected builtin or external");
+  }
+  if (external_trainer()) {
+    if (trainer_socket.empty()) {
+      trainer_socket =
+          data_dir.empty() ? "/run/meshtrain/" + name + ".sock" : data_dir + "/trainer.sock";
+    }
+    // sockaddr_un.sun_path holds 108 bytes with the terminating NUL.
+    if (trainer_socket.size() > 107) {
+      return Status::InvalidArgument("invalid --trainer-socket: a path of at most 107 bytes");
+    }
+  } else if (!trainer_socket.empty()) {
+    return Status::InvalidArgument("--trainer-socket needs --trainer external");
+  }
+  if (!(trainer_timeout_s >= 0.1 && trainer_timeout_s <= 86400)) {
+    return Status::InvalidArgument("invalid --trainer-timeout: 0.1..86400 seconds");
+  }
   if (threads < 1 || threads > 64) {
     return Status::InvalidArgument("invalid --threads " + std::to_string(threads) + ": 1..64");
   }
@@ -321,8 +340,9 @@ std::string AgentConfig::Banner(bool encrypted) const {
              "  barrier:   {}\n  selection: {}\n  compress:  {}, sync every {}\n",
              MESHTRAIN_VERSION_STRING, name, bind,
              advertise_how.empty() ? advertise : advertise + " (" + advertise_how + ")", rpc,
-             cluster, encrypted ? "yes" : "no", profile, task, barrier, select, compress,
-             sync_every_auto ? std::string("auto") : std::to_string(sync_every)) +
+             cluster, encrypted ? "yes" : "no", profile,
+             external_trainer() ? "external (socket " + trainer_socket + ")" : task, barrier,
+             select, compress, sync_every_auto ? std::string("auto") : std::to_string(sync_every)) +
          (http.empty() ? std::string()
                        : fmt::format("  http:      http://{}/ (dashboard), http://{}/metrics\n",
                                      http, http));
@@ -337,7 +357,8 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.tags = tags;
   n.membership = MembershipConfig();
   n.seed = seed;
-  n.training = task != "none";
+  n.training = task != "none" || external_trainer();
+  n.trainer_attached = !external_trainer();  // until a trainer process attaches
   n.barrier.policy = *sync::ParsePolicy(barrier);
   n.barrier.staleness = static_cast<uint64_t>(staleness);
   n.barrier.sample = static_cast<size_t>(sample);

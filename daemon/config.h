@@ -46,6 +46,13 @@ struct AgentConfig {
   std::string data_dir;
   int checkpoint_every = 500;  // steps between checkpoints (with data_dir)
   std::string task = "fmnist-mlp";
+  // --trainer (issue 16): builtin (the --task/--model above, on a thread of the agent) or
+  // external (one local trainer process attached over --trainer-socket; see
+  // daemon/external_trainer.h).
+  std::string trainer = "builtin";
+  std::string trainer_socket;     // empty: --data-dir/trainer.sock or /run/meshtrain/NAME.sock
+  double trainer_timeout_s = 60;  // an attached trainer silent this long is detached
+  bool external_trainer() const { return trainer == "external"; }
   // --model: a preset (learn::Presets) or a layer spec (learn/network.h); when set it replaces
   // --task (Finalize copies it there, so everything downstream reads `task`).
   std::string model;

@@ -92,13 +92,25 @@ json StatusJson(const StatusInputs& in) {
   }
   if (n.stats().rejected > 0) rejected["node"] = n.stats().rejected;
   if (in.rpc_rejects > 0) rejected["rpc"] = in.rpc_rejects;
+  uint64_t trainer_rejected = 0;
+  for (const auto& [reason, count] : in.trainer_rejects) {
+    rejected[reason] = count;
+    trainer_rejected += count;
+  }
   if (in.framing_errors > 0) rejected["framing"] = in.framing_errors;
   if (in.refused_connections > 0) rejected["connections_refused"] = in.refused_connections;
-  const uint64_t rejected_total =
-      in.rejects.total() + n.stats().rejected + in.rpc_rejects + in.framing_errors;
+  const uint64_t rejected_total = in.rejects.total() + n.stats().rejected + in.rpc_rejects +
+                                  in.framing_errors + trainer_rejected;
   const auto& s = n.stats();
   const membership::Stats ms = n.MembershipStats();
+  json trainer = {{"kind", in.external ? "external" : "builtin"}};
+  if (in.external) {
+    trainer["attached"] = in.external->attached;
+    trainer["pid"] = in.external->attached ? json(in.external->pid) : json(nullptr);
+    trainer["socket"] = in.external->socket;
+  }
   return {{"name", in.config.name},
+          {"trainer", trainer},
           {"membership",
            {{"probes", ms.probes},
             {"suspicions_raised", ms.suspicions_raised},

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "daemon/config.h"
@@ -17,6 +19,13 @@
 
 namespace meshtrain::daemon {
 
+// --trainer external (issue 16): whether a trainer process is attached.
+struct ExternalStatus {
+  bool attached = false;
+  int64_t pid = 0;
+  std::string socket;
+};
+
 struct StatusInputs {
   StatusInputs(const AgentConfig& c, const node::Node& n) : config(c), node(n) {}
   const AgentConfig& config;
@@ -27,6 +36,8 @@ struct StatusInputs {
   uint64_t bytes_received = 0;
   gossip::RejectCounters rejects;
   uint64_t rpc_rejects = 0;
+  std::map<std::string, uint64_t> trainer_rejects;  // Trainer::Rejects()
+  std::optional<ExternalStatus> external;
   uint64_t framing_errors = 0;
   uint64_t refused_connections = 0;
   double uptime_s = 0;

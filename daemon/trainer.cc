@@ -13,8 +13,8 @@
 
 namespace meshtrain::daemon {
 
-Trainer::Trainer(std::unique_ptr<learn::Task> task, TrainerOptions options, MetricsLog* metrics,
-                 std::function<void()> notify)
+BuiltinTrainer::BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions options,
+                               MetricsLog* metrics, std::function<void()> notify)
     : task_(std::move(task)),
       options_(std::move(options)),
       metrics_(metrics),
@@ -23,9 +23,9 @@ Trainer::Trainer(std::unique_ptr<learn::Task> task, TrainerOptions options, Metr
   state_.sync_every = std::max(1, options_.sync_every);
 }
 
-Trainer::~Trainer() { Stop(); }
+BuiltinTrainer::~BuiltinTrainer() { Stop(); }
 
-void Trainer::Start() {
+void BuiltinTrainer::Start() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.step = static_cast<uint64_t>(task_->steps());
@@ -37,7 +37,7 @@ void Trainer::Start() {
   if (options_.target_accuracy <= 0) eval_thread_ = std::thread([this] { EvalLoop(); });
 }
 
-void Trainer::Stop() {
+void BuiltinTrainer::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -52,7 +52,7 @@ void Trainer::Stop() {
   if (eval_thread_.joinable()) eval_thread_.join();
 }
 
-void Trainer::Permit(uint64_t step, double mesh_step_s) {
+void BuiltinTrainer::Permit(uint64_t step, double mesh_step_s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (mesh_step_s > 0) mesh_step_s_ = mesh_step_s;
@@ -62,14 +62,14 @@ void Trainer::Permit(uint64_t step, double mesh_step_s) {
   cv_.notify_all();
 }
 
-void Trainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step,
-                      bool finished) {
+void BuiltinTrainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step,
+                             bool finished) {
   if (params.size() != num_params_) return;  // the codec already checks; defence in depth
   std::lock_guard<std::mutex> lock(mu_);
   inbox_[from] = Incoming{std::move(params), step, finished};
 }
 
-void Trainer::Adopt(std::vector<float> params, uint64_t step) {
+void BuiltinTrainer::Adopt(std::vector<float> params, uint64_t step) {
   if (params.size() != num_params_ || !learn::ParamsFinite(params.data(), params.size())) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -78,19 +78,19 @@ void Trainer::Adopt(std::vector<float> params, uint64_t step) {
   cv_.notify_all();
 }
 
-std::optional<Snapshot> Trainer::TakeSnapshot() {
+std::optional<Snapshot> BuiltinTrainer::TakeSnapshot() {
   std::lock_guard<std::mutex> lock(mu_);
   std::optional<Snapshot> out = std::move(outbox_);
   outbox_.reset();
   return out;
 }
 
-TrainerState Trainer::state() const {
+TrainerState BuiltinTrainer::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   return state_;
 }
 
-learn::Status Trainer::Restore(int64_t* resumed_step) {
+learn::Status BuiltinTrainer::Restore(int64_t* resumed_step) {
   using learn::Status;
   if (options_.checkpoint_dir.empty()) return Status::OK();
   auto loaded = learn::LoadLatestGood(options_.checkpoint_dir);
@@ -115,7 +115,7 @@ learn::Status Trainer::Restore(int64_t* resumed_step) {
   return Status::OK();
 }
 
-learn::Result<learn::ModelFile> Trainer::Model() const {
+learn::Result<learn::ModelFile> BuiltinTrainer::Model() const {
   learn::ModelFile model;
   model.spec = task_->model_spec();  // immutable after construction
   model.input_shape = task_->input_shape();
@@ -135,7 +135,7 @@ learn::Result<learn::ModelFile> Trainer::Model() const {
   return model;
 }
 
-learn::Status Trainer::WriteFinalModel(const std::string& path) {
+learn::Status BuiltinTrainer::WriteFinalModel(const std::string& path) {
   learn::ModelFile model;
   model.spec = task_->model_spec();
   if (model.spec.empty()) return Status::OK();  // synthetic: nothing to export
@@ -147,7 +147,7 @@ learn::Status Trainer::WriteFinalModel(const std::string& path) {
   return learn::WriteModelFile(path, model);
 }
 
-learn::Status Trainer::SaveCheckpoint() {
+learn::Status BuiltinTrainer::SaveCheckpoint() {
   if (options_.checkpoint_dir.empty()) return learn::Status::OK();
   auto data = learn::CaptureCheckpoint(*task_, {{"node", options_.name}});
   auto st = learn::SaveCheckpointToDir(options_.checkpoint_dir, data);
@@ -160,17 +160,17 @@ int AutoSyncEvery(double round_s, double step_s) {
   return static_cast<int>(std::clamp(std::ceil(round_s / step_s), 1.0, 64.0));
 }
 
-void Trainer::SetSyncEvery(int steps) {
+void BuiltinTrainer::SetSyncEvery(int steps) {
   std::lock_guard<std::mutex> lock(mu_);
   state_.sync_every = std::max(1, steps);
 }
 
-void Trainer::Evaluate(uint64_t step) {
+void BuiltinTrainer::Evaluate(uint64_t step) {
   const learn::EvalResult r = task_->Evaluate();
   RecordEval(step, r, learn::ParamsCrc32(task_->params()));
 }
 
-void Trainer::EvaluateLater(uint64_t step) {
+void BuiltinTrainer::EvaluateLater(uint64_t step) {
   const auto& p = task_->params();
   {
     std::lock_guard<std::mutex> lock(eval_mu_);
@@ -180,7 +180,7 @@ void Trainer::EvaluateLater(uint64_t step) {
   eval_cv_.notify_all();
 }
 
-void Trainer::EvalLoop() {
+void BuiltinTrainer::EvalLoop() {
   while (true) {
     EvalJob job;
     {
@@ -195,7 +195,7 @@ void Trainer::EvalLoop() {
   }
 }
 
-void Trainer::RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc) {
+void BuiltinTrainer::RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc) {
   bool reached = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -214,7 +214,7 @@ void Trainer::RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc
   }
 }
 
-void Trainer::AdaptBatch(double step_compute_s) {
+void BuiltinTrainer::AdaptBatch(double step_compute_s) {
   constexpr uint64_t kAdaptEvery = 10;
   if (base_batch_ == 0) {
     base_batch_ = task_->batch_size();
@@ -237,7 +237,7 @@ void Trainer::AdaptBatch(double step_compute_s) {
   state_.lr = task_->optimizer().lr();
 }
 
-double Trainer::TimedStep(float* loss) {
+double BuiltinTrainer::TimedStep(float* loss) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
   const float l = task_->Step();
@@ -252,7 +252,7 @@ double Trainer::TimedStep(float* loss) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-void Trainer::Run() {
+void BuiltinTrainer::Run() {
   using Clock = std::chrono::steady_clock;
   std::vector<Incoming> incoming;
   Clock::time_point last_end;
@@ -443,6 +443,15 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
     spdlog::info("shard {} ({}): {} samples, label histogram [{}]", opts.shard.ToString(),
                  opts.shard_mode.ToString(), task.value()->train_size(), fmt::join(hist, ","));
   }
+  return MakeTrainerFor(config, std::move(task).value(), metrics, std::move(notify), resumed_step);
+}
+
+learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config,
+                                                       std::unique_ptr<learn::Task> task,
+                                                       MetricsLog* metrics,
+                                                       std::function<void()> notify,
+                                                       int64_t* resumed_step) {
+  *resumed_step = -1;
   TrainerOptions topts;
   topts.max_steps = config.steps;
   topts.target_accuracy = config.target_accuracy;
@@ -455,9 +464,9 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, M
   if (config.barrier == "wbsp") topts.busy_local_steps = TrainerOptions::kMaxBusyLocalSteps;
   topts.batch_auto = config.batch_auto;
   auto trainer =
-      std::make_unique<Trainer>(std::move(task).value(), topts, metrics, std::move(notify));
+      std::make_unique<BuiltinTrainer>(std::move(task), topts, metrics, std::move(notify));
   if (auto st = trainer->Restore(resumed_step); !st.ok()) return st;
-  return trainer;
+  return std::unique_ptr<Trainer>(std::move(trainer));
 }
 
 }  // namespace meshtrain::daemon

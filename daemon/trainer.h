@@ -1,4 +1,5 @@
-// The trainer: a thread beside the libuv loop that takes SGD steps on the local task.
+// The trainer interface the agent drives, and the built-in trainer: a thread beside the libuv
+// loop that takes SGD steps on the local task.
 //
 // The loop thread stays in charge of everything protocol-related; the trainer only computes.
 // Before each step the trainer asks for permission (the loop runs the barrier policy and calls
@@ -109,47 +110,73 @@ struct TrainerState {
 // without idle links. Clamped to [1, 64]; 1 while either figure is unknown.
 int AutoSyncEvery(double round_s, double step_s);
 
+// What the agent drives: the built-in trainer below (a learn::Task on a thread beside the loop)
+// or an external trainer process attached over a local socket (daemon/external_trainer.h). The
+// agent calls every method from the loop thread; `notify` (given at construction) tells the loop
+// that state() or TakeSnapshot() has something new.
 class Trainer {
  public:
-  Trainer(std::unique_ptr<learn::Task> task, TrainerOptions options, MetricsLog* metrics,
-          std::function<void()> notify);
-  ~Trainer();  // stops and joins
-  Trainer(const Trainer&) = delete;
-  Trainer& operator=(const Trainer&) = delete;
-
-  void Start();
-  void Stop();
-
+  virtual ~Trainer() = default;
+  virtual void Start() = 0;
+  virtual void Stop() = 0;
   // Allows the trainer to start steps up to and including `step`.
   // `mesh_step_s`: the peers' median step interval (0 = unknown), for --batch auto.
-  void Permit(uint64_t step, double mesh_step_s = 0);
+  virtual void Permit(uint64_t step, double mesh_step_s = 0) = 0;
   // Parameters received from `from` at its step `step`; mixed at the next step boundary (the
   // newest vector per sender wins).
   // `step`: the sender's step, for the progress-aware weight (learn::MixWeight).
   // `finished`: the sender's final model; with --target-accuracy the mixed model is evaluated
   // at once, and training stops if it meets the target (the mesh-wide stop of issue 14).
-  void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
-               bool finished = false);
+  virtual void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
+                       bool finished = false) = 0;
   // Join with state: before the first step, take over `params` and continue after `step`
-  // (applied by the trainer thread; the loop permits step + 1 next).
-  void Adopt(std::vector<float> params, uint64_t step);
-  std::optional<Snapshot> TakeSnapshot();
+  // (the loop permits step + 1 next).
+  virtual void Adopt(std::vector<float> params, uint64_t step) = 0;
+  virtual std::optional<Snapshot> TakeSnapshot() = 0;
   // Steps between snapshots from now on (>= 1), for --sync-every auto.
-  void SetSyncEvery(int steps);
-  TrainerState state() const;
-  size_t num_params() const { return num_params_; }
+  virtual void SetSyncEvery(int steps) = 0;
+  virtual TrainerState state() const = 0;
+  // Floats in the model; 0 while unknown (an external trainer that never attached).
+  virtual size_t num_params() const = 0;
+  // Writes a checkpoint now. Only while the trainer is stopped.
+  virtual learn::Status SaveCheckpoint() = 0;
+  // The newest parameter snapshot with its layer spec (for `meshtrain export`); Unavailable
+  // before the first snapshot, InvalidArgument without a layer spec. Any thread.
+  virtual learn::Result<learn::ModelFile> Model() const = 0;
+  // Writes the current parameters as a model file (learn/model_file.h). Only while stopped.
+  // OK without writing when there is no layer spec.
+  virtual learn::Status WriteFinalModel(const std::string& path) = 0;
+  // Inputs of this trainer rejected, by reason (merged into status rejected_by_reason).
+  virtual std::map<std::string, uint64_t> Rejects() const { return {}; }
+};
+
+// The built-in trainer: a thread beside the libuv loop that takes SGD steps on a learn::Task.
+class BuiltinTrainer : public Trainer {
+ public:
+  BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions options, MetricsLog* metrics,
+                 std::function<void()> notify);
+  ~BuiltinTrainer() override;  // stops and joins
+  BuiltinTrainer(const BuiltinTrainer&) = delete;
+  BuiltinTrainer& operator=(const BuiltinTrainer&) = delete;
+
+  void Start() override;
+  void Stop() override;
+  void Permit(uint64_t step, double mesh_step_s = 0) override;
+  void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
+               bool finished = false) override;
+  void Adopt(std::vector<float> params, uint64_t step) override;
+  std::optional<Snapshot> TakeSnapshot() override;
+  void SetSyncEvery(int steps) override;
+  TrainerState state() const override;
+  size_t num_params() const override { return num_params_; }
   // Restores the newest good checkpoint of options.checkpoint_dir before Start(). An error (never
   // a silent start from zero over a corrupt checkpoint); ok also when there is no checkpoint
   // yet. `*resumed_step` is set when one was loaded.
   learn::Status Restore(int64_t* resumed_step);
-  // Writes a checkpoint now. Only while the trainer thread is stopped (or from it).
-  learn::Status SaveCheckpoint();
-  // The newest parameter snapshot with its layer spec (for `meshtrain export`); Unavailable
-  // before the first snapshot, InvalidArgument for the synthetic task. Any thread.
-  learn::Result<learn::ModelFile> Model() const;
-  // Writes the current parameters as a model file (learn/model_file.h). Only while the trainer
-  // thread is stopped. OK without writing for the synthetic task.
-  learn::Status WriteFinalModel(const std::string& path);
+  learn::Status SaveCheckpoint() override;
+  // InvalidArgument for the synthetic task.
+  learn::Result<learn::ModelFile> Model() const override;
+  learn::Status WriteFinalModel(const std::string& path) override;
 
  private:
   void Run();
@@ -210,10 +237,18 @@ class Trainer {
   std::thread eval_thread_;
 };
 
-// The trainer for config.task (nullptr for --task none), restored from the newest good
+// The built-in trainer for config.task (nullptr for --task none), restored from the newest good
 // checkpoint of --data-dir; *resumed_step is the step it resumed at, or -1 for a fresh start.
 learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, MetricsLog* metrics,
                                                     std::function<void()> notify,
                                                     int64_t* resumed_step);
+
+// The built-in trainer for a task the caller made (the embedding API: Agent(config, task)), with
+// the training options of `config` (--steps, --target-accuracy, --eval-every, --data-dir ...).
+learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config,
+                                                       std::unique_ptr<learn::Task> task,
+                                                       MetricsLog* metrics,
+                                                       std::function<void()> notify,
+                                                       int64_t* resumed_step);
 
 }  // namespace meshtrain::daemon

@@ -24,6 +24,9 @@ void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others);
 // w_j = 1 this is MixAverage.
 void MixWeighted(Eigen::VectorXf& x, const std::vector<const float*>& others,
                  const std::vector<double>& weights);
+// The same on n floats at `x` (shared memory of an external trainer, daemon/external_trainer.h).
+void MixWeighted(float* x, size_t n, const std::vector<const float*>& others,
+                 const std::vector<double>& weights);
 
 // The weight of a model received at the sender's step `theirs` by a node at step `ours`:
 // min(1, (theirs + 1) / (ours + 1))^2. A model as far on as ours or further counts fully (plain
@@ -36,6 +39,8 @@ double MixWeight(uint64_t ours, uint64_t theirs);
 // True when all n values are finite: a receiver's last semantic check before mixing, so one
 // diverged or malicious peer cannot poison the average with NaN/Inf.
 bool ParamsFinite(const float* data, size_t n);
+// Copies n floats from src to dst (not overlapping) and returns ParamsFinite of them, in one pass.
+bool CopyParamsFinite(const float* src, float* dst, size_t n);
 
 // CRC32 (zlib) of the float bytes as stored in memory (little-endian on supported hosts).
 uint32_t ParamsCrc32(const float* data, size_t n);

@@ -60,7 +60,7 @@ Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(con
     swim_ = std::make_unique<ms::Swim>(m, rng_(), now);
   }
   progress_.step = config_.start_step;
-  progress_.training = config_.training;
+  progress_.training = config_.training && config_.trainer_attached;
   published_step_ = config_.start_step;
   if (config_.training) {
     sync::BarrierConfig bc = config_.barrier;

@@ -73,7 +73,10 @@ struct NodeConfig {
   double uplink_limit_mbps = 0;  // caps of the bandwidth estimates (0 = none)
   double downlink_limit_mbps = 0;
   uint32_t chunk_floats = gossip::kParamChunkFloats;
-  uint32_t expected_params = 0;   // floats of the local model; other sizes are rejected
+  uint32_t expected_params = 0;  // floats of the local model; other sizes are rejected
+  // false: an external trainer (issue 16) has not attached yet: the node starts as not training
+  // (peers do not wait for it) until TrainerProgress says otherwise.
+  bool trainer_attached = true;
   gossip::CompressSpec compress;  // --compress (gossip/compress.h)
   uint32_t full_every = 32;       // compressed: a full snapshot after this many changes
 
@@ -288,6 +291,8 @@ class Node {
 
   // ---- Read-only views (status, members, tests) ----
   const NodeConfig& config() const { return config_; }
+  // The local model's size once an external trainer attaches (0 = any size accepted).
+  void SetExpectedParams(uint32_t n) { config_.expected_params = n; }
   std::vector<membership::Member> Members() const;
   size_t PeersAlive() const;  // live (alive or suspect) members other than self
   uint64_t step() const { return progress_.step; }

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -77,6 +78,29 @@ TEST_CASE("ParamsFinite rejects NaN and infinities", "[learn][mixing]") {
   v[2] = 0;
   v[3] = std::numeric_limits<float>::quiet_NaN();
   CHECK_FALSE(ParamsFinite(v.data(), v.size()));
+}
+
+TEST_CASE("ParamsFinite finds a non-finite value at every position, even or odd",
+          "[learn][mixing]") {
+  using L = std::numeric_limits<float>;
+  const float finite[] = {L::max(), -L::max(), L::denorm_min(), -0.0f, 1.5f};
+  const float bad[] = {L::infinity(), -L::infinity(), L::quiet_NaN(), -L::quiet_NaN(),
+                       L::signaling_NaN()};
+  for (size_t n = 1; n <= 7; ++n) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = finite[i % 5];
+    CHECK(ParamsFinite(v.data(), n));
+    for (size_t pos = 0; pos < n; ++pos) {
+      for (float b : bad) {
+        std::vector<float> w = v;
+        w[pos] = b;
+        CHECK_FALSE(ParamsFinite(w.data(), n));
+        std::vector<float> copy(n);
+        CHECK_FALSE(CopyParamsFinite(w.data(), copy.data(), n));
+        CHECK(std::memcmp(copy.data(), w.data(), n * sizeof(float)) == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("SGD with momentum follows v <- mu v + g, x <- x - lr v", "[learn][optimizer]") {

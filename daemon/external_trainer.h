@@ -1,0 +1,152 @@
+// The external trainer (issue 16, `meshtrain agent --trainer external`): instead of training a
+// built-in task, the agent serves one local trainer process — any framework, e.g. PyTorch through
+// python/meshtrain — over a Unix stream socket, and plugs it into the same seams the built-in
+// trainer uses (permits, snapshots, mixing; daemon/trainer.h).
+//
+// The socket (--trainer-socket) is created with mode 0600 and every connection's SO_PEERCRED uid
+// must equal the agent's. Frames follow daemon/trainer_protocol.h; the parameter vector lives in
+// a shared-memory file (/dev/shm, 0600, unlinked as soon as the trainer has mapped it) that both
+// sides map, so a step moves no parameters over the socket: the trainer writes its parameters
+// there before PUBLISH (the agent copies them into the snapshot it multicasts) and reads them
+// after MIX (the agent mixes the received models into that memory in place).
+//
+// One trainer at a time: another connection is refused while one is attached. A trainer that
+// disconnects, breaks the protocol or stays silent for --trainer-timeout (outside barrier waits)
+// is detached: the agent reports "not training" so that peers stop waiting for it, and stays in
+// the mesh. A trainer that attaches again resumes at the agent's step from the agent's newest
+// parameters. Every rejected input is counted by reason (Rejects()) and answered with an ERROR
+// frame, and the connection is closed; the agent keeps running.
+//
+// Thread-safety: loop thread only (notify is called on the loop thread too).
+#pragma once
+
+#include <uv.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/trainer.h"
+#include "daemon/trainer_protocol.h"
+#include "gossip/transport.h"
+
+namespace meshtrain::daemon {
+
+struct ExternalTrainerOptions {
+  std::string socket_path;
+  double timeout_s = 60;
+  double target_accuracy = 0;  // an eval report at or above it stops training (0 = none)
+  std::string name;            // the agent's name, for the shared-memory file's name
+  std::string shm_dir = "/dev/shm";
+};
+
+class ExternalTrainer : public Trainer {
+ public:
+  ExternalTrainer(uv_loop_t* loop, ExternalTrainerOptions options, MetricsLog* metrics,
+                  std::function<void()> notify);
+  ~ExternalTrainer() override;
+  ExternalTrainer(const ExternalTrainer&) = delete;
+  ExternalTrainer& operator=(const ExternalTrainer&) = delete;
+
+  // Creates the socket (replacing a stale one no agent listens on) and listens.
+  Status Listen();
+
+  void Start() override {}
+  // Detaches the trainer (it sees the connection close), closes the socket and removes it.
+  void Stop() override;
+  void Permit(uint64_t step, double mesh_step_s = 0) override;
+  void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
+               bool finished = false) override;
+  void Adopt(std::vector<float> params, uint64_t step) override;
+  std::optional<Snapshot> TakeSnapshot() override;
+  void SetSyncEvery(int) override {}  // the trainer process decides when it publishes
+  TrainerState state() const override { return state_; }
+  size_t num_params() const override { return num_params_; }
+  learn::Status SaveCheckpoint() override { return learn::Status::OK(); }
+  learn::Result<learn::ModelFile> Model() const override;
+  learn::Status WriteFinalModel(const std::string&) override { return learn::Status::OK(); }
+  std::map<std::string, uint64_t> Rejects() const override { return rejects_; }
+
+  bool attached() const;
+  int64_t trainer_pid() const;
+
+ private:
+  struct Conn;
+  struct Shm {
+    std::string path;  // empty once unlinked
+    float* data = nullptr;
+    size_t floats = 0;
+  };
+  using Clock = std::chrono::steady_clock;
+
+  void OnConnection(int status);
+  void OnRead(Conn* c, ssize_t n, const uv_buf_t* buf);
+  // Parses and handles the complete frames in c->buf; false when the connection was closed.
+  bool HandleFrames(Conn* c);
+  void Handle(Conn* c, uint32_t seq, tp::Request req);
+  void HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a);
+  void HandleWait(Conn* c, uint32_t seq, const tp::WaitPermit& w);
+  void HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p);
+  void HandleMix(Conn* c, uint32_t seq);
+  void HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e);
+  void Reply(Conn* c, uint16_t type, uint32_t seq, std::vector<uint8_t> body);
+  // Counts the reject under `reason`, answers ERROR with `why` and closes the connection.
+  void Reject(Conn* c, const char* reason, uint32_t seq, const std::string& why);
+  // Closes the connection; when it was the trainer, the agent stops counting as training.
+  void Close(Conn* c, const std::string& why);
+  void OnTick();
+  Status MapShm(size_t floats);
+  void UnlinkShm();
+  void UnmapShm();
+
+  uv_loop_t* loop_;
+  const ExternalTrainerOptions options_;
+  MetricsLog* metrics_;
+  std::function<void()> notify_;
+  uv_pipe_t* server_ = nullptr;
+  bool listening_ = false;
+  std::unique_ptr<gossip::Timer> tick_;
+  Conn* conn_ = nullptr;  // the trainer's connection (accepted, maybe not attached yet)
+  Shm shm_;
+  uint64_t shm_counter_ = 0;
+
+  size_t num_params_ = 0;  // fixed by the first attach
+  uint64_t permitted_ = 0;
+  struct PendingWait {
+    uint32_t seq = 0;
+    uint64_t step = 0;
+    Clock::time_point since;
+  };
+  std::optional<PendingWait> wait_;
+  struct Incoming {
+    std::vector<float> params;
+    uint64_t step = 0;
+    bool finished = false;  // the sender's final model (it met --target-accuracy)
+  };
+  std::map<std::string, Incoming> inbox_;
+  std::optional<Incoming> adopt_;
+  std::optional<Snapshot> outbox_;
+  // Copies `num_params_` floats from the shared memory into a snapshot buffer, reusing one the
+  // node no longer holds (a fresh 4 MB allocation per step costs more than the copy: page
+  // faults). False when a value is not finite.
+  bool CopySnapshot(std::shared_ptr<std::vector<float>>* out);
+  std::vector<std::shared_ptr<std::vector<float>>> pool_;
+  std::shared_ptr<const std::vector<float>> latest_;  // newest published (or adopted) model
+  uint64_t latest_step_ = 0;
+  bool target_reached_ = false;
+  TrainerState state_;
+  Clock::time_point last_publish_, last_permit_, train_start_;
+  std::map<std::string, uint64_t> rejects_;
+};
+
+// The external trainer for `--trainer external`, listening on config.trainer_socket.
+learn::Result<std::unique_ptr<Trainer>> MakeExternalTrainer(uv_loop_t* loop,
+                                                            const AgentConfig& config,
+                                                            MetricsLog* metrics,
+                                                            std::function<void()> notify);
+
+}  // namespace meshtrain::daemon

@@ -1,0 +1,275 @@
+"""meshtrain: train any model across a meshtrain mesh from your own process.
+
+Start an agent with an external trainer, then attach your training script to it::
+
+    meshtrain agent --name a --trainer external --trainer-socket /tmp/a.sock --join ...
+
+    import meshtrain
+    mesh = meshtrain.connect("/tmp/a.sock")
+    for batch in data:
+        loss = train_step(model, batch)
+        mesh.step(model)          # barrier, publish, mix: one call
+
+The agent does membership, the PSP barrier and the SELMCAST multicast; this process computes.
+Parameters travel through shared memory, never over the socket. ``model`` is a torch
+``nn.Module``, a list of tensors, or a float32 numpy vector (``mesh.params`` is the shared
+memory itself: a vector that *is* ``mesh.params`` costs no copy at all).
+
+Errors (the agent stopped, refused the trainer, or the socket broke) raise :class:`MeshError`.
+Only the standard library and numpy are needed; torch is optional (see ``meshtrain.torch``).
+"""
+import math
+import mmap
+import os
+import socket
+import struct
+
+__all__ = ["connect", "Mesh", "MeshError", "PROTOCOL_VERSION"]
+
+PROTOCOL_VERSION = 1
+_MAGIC = 0x5452544D
+_HEADER = struct.Struct("<IHHII")  # magic, version, type, seq, length
+_MAX_BODY = 4096
+ATTACH, WAIT_PERMIT, PUBLISH, MIX, EVAL, DETACH = 1, 2, 3, 4, 5, 6
+_REPLY, _ERROR = 0x80, 0xFF
+_DTYPE_FLOAT32 = 1
+
+
+class MeshError(RuntimeError):
+    """The agent refused a request, stopped, or the connection to it broke."""
+
+
+def connect(path, timeout=60.0):
+    """Connects to the agent serving ``--trainer-socket path``; attach happens on first use."""
+    return Mesh(path, timeout=timeout)
+
+
+class Mesh:
+    """One trainer's connection to its agent (not thread-safe: one training loop uses it)."""
+
+    def __init__(self, path, timeout=60.0):
+        self.path = path
+        self.timeout = timeout
+        self._seq = 0
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._sock.settimeout(timeout)
+            self._sock.connect(path)
+        except OSError as e:
+            self._sock.close()
+            raise MeshError(f"cannot connect to the meshtrain agent at {path}: {e}") from None
+        self._map = None
+        self.params = None  # numpy float32 view of the shared memory once attached
+        self.step_count = 0  # the mesh step of the parameters in hand
+        self.num_params = 0
+        self.training = True
+        self.resumed = False
+        self.mixed_total = 0
+        self.peer_finished = False  # set by mix(): a finished peer's model was mixed in
+
+    # ---- framing ----------------------------------------------------------------------------
+
+    def _request(self, kind, body=b"", timeout="default"):
+        if self._sock is None:
+            raise MeshError("the connection to the agent is closed")
+        self._seq = (self._seq + 1) & 0xFFFFFFFF
+        try:
+            self._sock.settimeout(self.timeout if timeout == "default" else timeout)
+            try:
+                self._sock.sendall(_HEADER.pack(_MAGIC, PROTOCOL_VERSION, kind, self._seq,
+                                                len(body)) + body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the agent refused us at once: read its ERROR frame below
+            header = self._recv_exact(_HEADER.size)
+            magic, version, rtype, seq, length = _HEADER.unpack(header)
+            if magic != _MAGIC or version != PROTOCOL_VERSION or length > _MAX_BODY:
+                raise MeshError("the agent answered with a malformed frame")
+            reply = self._recv_exact(length)
+        except socket.timeout:
+            self._fail()
+            raise MeshError(f"the agent did not answer within {self.timeout} s") from None
+        except (ConnectionError, BrokenPipeError, OSError) as e:
+            self._fail()
+            raise MeshError(f"lost the connection to the meshtrain agent ({e}): "
+                            "it stopped or was killed") from None
+        if rtype == _ERROR:
+            self._fail()
+            raise MeshError("the agent refused the request: " +
+                            reply.decode("utf-8", "replace"))
+        if rtype != (kind | _REPLY) or seq != self._seq:
+            self._fail()
+            raise MeshError(f"unexpected reply type {rtype} to request {kind}")
+        return reply
+
+    def _recv_exact(self, n):
+        out = bytearray()
+        while len(out) < n:
+            chunk = self._sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("the agent closed the connection")
+            out += chunk
+        return bytes(out)
+
+    def _fail(self):
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    # ---- protocol ---------------------------------------------------------------------------
+
+    def attach(self, num_params, resume_step=-1):
+        """Announces a model of ``num_params`` float32 parameters; maps the shared memory.
+
+        Returns True when the agent had parameters for us (a re-attach after the trainer
+        restarted, or a join with state): they are in ``mesh.params`` and ``mesh.step_count``
+        is the step to continue from.
+        """
+        import numpy as np
+        if self.params is not None:
+            raise MeshError("already attached")
+        body = struct.pack("<QHHIq", int(num_params), _DTYPE_FLOAT32, 0, 0, int(resume_step))
+        reply = self._request(ATTACH, body)
+        if len(reply) < 24:
+            raise MeshError("short attach reply")
+        step, n, have, plen = struct.unpack_from("<QQII", reply)
+        path = reply[24:24 + plen].decode("utf-8")
+        fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        try:
+            self._map = mmap.mmap(fd, n * 4)
+        finally:
+            os.close(fd)
+        self.params = np.frombuffer(self._map, dtype=np.float32, count=n)
+        self.num_params = n
+        self.step_count = step
+        self.resumed = bool(have)
+        return self.resumed
+
+    def wait_permit(self, step):
+        """Blocks until the barrier allows ``step``; False when the agent stopped training."""
+        reply = self._request(WAIT_PERMIT, struct.pack("<Q", step), timeout=None)
+        _, training, _ = struct.unpack("<QII", reply)
+        self.training = bool(training)
+        return self.training
+
+    def publish(self, step):
+        """``mesh.params`` is the snapshot of ``step`` to multicast."""
+        self._request(PUBLISH, struct.pack("<Q", step))
+        self.step_count = step
+
+    def mix(self):
+        """Mixes the models received since the last call into ``mesh.params``.
+
+        Returns (models mixed, adopted): ``adopted`` means the agent replaced the parameters and
+        the step (``mesh.step_count``) with a more advanced peer's (a join with state). Sets
+        ``mesh.peer_finished`` when a peer's final model (it met the agent's --target-accuracy)
+        was mixed in: evaluate now, the mixed model may meet the target too.
+        """
+        mixed, flags, step = struct.unpack("<IIQ", self._request(MIX))
+        adopted = bool(flags & 1)
+        if adopted:
+            self.step_count = step
+        if flags & 2:
+            self.peer_finished = True
+        self.mixed_total += mixed
+        return mixed, adopted
+
+    def report(self, loss, accuracy, step=None):
+        """Reports a test evaluation; True when it met the agent's --target-accuracy."""
+        loss, accuracy = float(loss), float(accuracy)
+        if not (math.isfinite(loss) and loss >= 0 and 0 <= accuracy <= 1):
+            raise ValueError("loss must be finite and >= 0, accuracy in [0, 1]")
+        step = self.step_count if step is None else int(step)
+        stop, _ = struct.unpack("<II", self._request(EVAL, struct.pack("<Qdd", step, loss,
+                                                                      accuracy)))
+        if stop:
+            self.training = False
+        return bool(stop)
+
+    def detach(self):
+        """Leaves the agent cleanly (it stops counting as training) and closes the socket."""
+        if self._sock is None:
+            return
+        try:
+            self._request(DETACH)
+        finally:
+            self.close()
+
+    def close(self):
+        self._fail()
+        self.params = None
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # a caller still holds a view of mesh.params; the mapping stays
+            self._map = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            self.detach()
+        else:
+            self.close()
+
+    # ---- one call per step ------------------------------------------------------------------
+
+    def step(self, model, steps=1):
+        """Publish, barrier and mix for a model that just took ``steps`` local steps.
+
+        ``model``: a torch ``nn.Module`` (its parameters), a list of tensors, or a numpy array
+        (float32 is copied in place; ``mesh.params`` itself is not copied at all). On the first
+        call the trainer attaches; if the agent already had a model (this trainer restarted),
+        that model is loaded into ``model`` and nothing is published. Returns the number of
+        peer models mixed in. Raises MeshError when the agent goes away.
+        """
+        view = _View.of(model)
+        if self.params is None:
+            if self.attach(view.size):
+                view.load(self.params)
+                return 0
+        elif view.size != self.num_params:
+            raise MeshError(f"the model has {view.size} parameters, attached with "
+                            f"{self.num_params}")
+        view.store(self.params)
+        nxt = self.step_count + int(steps)
+        self.publish(nxt)
+        self.wait_permit(nxt + 1)
+        mixed, adopted = self.mix()
+        if mixed or adopted:
+            view.load(self.params)
+        return mixed
+
+
+class _View:
+    """Copies between a model and the flat shared vector."""
+
+    def __init__(self, size, store, load):
+        self.size, self.store, self.load = size, store, load
+
+    @staticmethod
+    def of(model):
+        import numpy as np
+        if isinstance(model, np.ndarray):
+            if model.dtype != np.float32 or not model.flags.c_contiguous:
+                raise TypeError("a numpy model must be a contiguous float32 array")
+            flat = model.reshape(-1)
+            addr = flat.__array_interface__["data"][0]
+
+            def same(shm):  # the model is mesh.params itself: nothing to copy
+                return addr == shm.__array_interface__["data"][0] and flat.size == shm.size
+
+            def store(shm):
+                if not same(shm):
+                    np.copyto(shm, flat)
+
+            def load(shm):
+                if not same(shm):
+                    np.copyto(flat, shm)
+            return _View(flat.size, store, load)
+        tensors = list(model.parameters()) if hasattr(model, "parameters") else list(model)
+        if not tensors:
+            raise TypeError("the model has no parameters")
+        from meshtrain.torch import tensor_view
+        return tensor_view(tensors)

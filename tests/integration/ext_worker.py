@@ -1,0 +1,55 @@
+"""A small numpy trainer for the external-trainer tests (run with an interpreter that has numpy).
+
+Each worker pulls a 1-D model towards its own target (x <- x - lr (x - target)) and calls
+mesh.step after every step, so mixing pulls every node towards the targets' mean. Prints one
+JSON line when attached and one at the end (and with --out writes the last one to a file).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import numpy as np  # noqa: E402
+
+import meshtrain  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--socket", required=True)
+    p.add_argument("--steps", type=int, default=100, help="stop at this mesh step")
+    p.add_argument("--dim", type=int, default=1000)
+    p.add_argument("--target", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--sleep", type=float, default=0.0, help="seconds of 'compute' per step")
+    p.add_argument("--out", default="")
+    a = p.parse_args()
+    mesh = meshtrain.connect(a.socket, timeout=30)
+    x = np.zeros(a.dim, np.float32)
+    target = np.full(a.dim, a.target, np.float32)
+    resumed = mesh.attach(x.size)
+    if resumed:
+        np.copyto(x, mesh.params)
+    print(json.dumps({"event": "attached", "step": mesh.step_count, "resumed": resumed,
+                      "pid": os.getpid()}), flush=True)
+    while mesh.step_count < a.steps and mesh.training:
+        x -= a.lr * (x - target)
+        if a.sleep:
+            time.sleep(a.sleep)
+        mesh.step(x)
+        if mesh.step_count % 20 == 0:
+            loss = float(np.mean((x - target) ** 2))
+            mesh.report(loss, 0.0)
+    result = {"event": "done", "step": mesh.step_count, "mixed": mesh.mixed_total,
+              "mean": float(x.mean()), "min": float(x.min()), "max": float(x.max())}
+    mesh.detach()
+    print(json.dumps(result), flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()
