@@ -318,9 +318,9 @@ Result<std::unique_ptr<Task>> MakeNetworkTask(const std::string& name, const Mod
                                    " outputs but Fashion-MNIST has " +
                                    std::to_string(kFashionMnistClasses) + " classes");
   }
-  return std::unique_ptr<Task>(std::make_unique<NetworkTask>(
-      name, std::move(net).value(), train, std::move(pool), test, std::move(test_idx), shift, scale,
-      options));
+  return std::unique_ptr<Task>(
+      std::make_unique<NetworkTask>(name, std::move(net).value(), train, std::move(pool), test,
+                                    std::move(test_idx), shift, scale, options));
 }
 
 Result<EvalResult> EvaluateModelFile(const ModelFile& model, const TaskOptions& options) {
