@@ -12,6 +12,11 @@
 
 namespace meshtrain::learn::data_file_internal {
 
+// Zip record signatures (.npz files: read here, written by learn/model_file.cc).
+inline constexpr uint32_t kEndOfCentralDir = 0x06054b50;
+inline constexpr uint32_t kCentralHeader = 0x02014b50;
+inline constexpr uint32_t kLocalHeader = 0x04034b50;
+
 // The whole content of `path`, gunzipped when it is gzip (zlib passes other files through).
 // NotFound when missing, IOError when unreadable, Corruption for bad gzip data or more than
 // kMaxDataFileBytes.

@@ -351,9 +351,6 @@ Result<LabeledData> FromNpyBytes(const std::string& x_path, const std::vector<ui
 
 // ---- .npz: the zip container ----
 
-constexpr uint32_t kEndOfCentralDir = 0x06054b50;
-constexpr uint32_t kCentralHeader = 0x02014b50;
-constexpr uint32_t kLocalHeader = 0x04034b50;
 constexpr size_t kEndRecordSize = 22;
 constexpr size_t kCentralHeaderSize = 46;
 constexpr size_t kLocalHeaderSize = 30;

@@ -64,11 +64,11 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& members)
       Put16(h, name_size);
       Put16(h, 0);  // extra
     };
-    Put32(&out, 0x04034b50);
+    Put32(&out, dfi::kLocalHeader);
     common(&out);
     out += name;
     out += content;
-    Put32(&dir, 0x02014b50);
+    Put32(&dir, dfi::kCentralHeader);
     Put16(&dir, 20);  // version made by
     common(&dir);
     Put16(&dir, 0);  // comment
@@ -80,7 +80,7 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& members)
   }
   const uint32_t dir_offset = static_cast<uint32_t>(out.size());
   out += dir;
-  Put32(&out, 0x06054b50);
+  Put32(&out, dfi::kEndOfCentralDir);
   Put16(&out, 0);
   Put16(&out, 0);
   Put16(&out, static_cast<uint16_t>(members.size()));
