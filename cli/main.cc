@@ -196,8 +196,9 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "dssp: at most this many extra steps beyond --staleness (r_max)")
       ->capture_default_str();
   a->add_option("--overlap", c.overlap,
-                "on: the barrier queries for the next step go out while this step computes "
-                "(OSP); off: only once the step is done")
+                "on: the barrier queries for the next step go out while this step computes, "
+                "and its permit comes as soon as the known progress allows (OSP); off: only "
+                "once the step is done")
       ->capture_default_str();
   a->add_option("--sample", c.sample,
                 "PSP sample size (beta); with dssp or wbsp: sample this many peers instead "

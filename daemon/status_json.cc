@@ -135,6 +135,7 @@ json StatusJson(const StatusInputs& in) {
           // issue 18: where the time goes (compute includes wbsp's local steps)
           {"compute_s", st.compute_s},
           {"idle_s", st.idle_s},
+          {"early_permits", s.early_permits},  // OSP: permits that came before their step ended
           {"compute_share", st.train_s > 0 ? std::min(1.0, st.compute_s / st.train_s) : 0.0},
           {"steps_per_s",
            st.train_s > 0 ? static_cast<double>(st.step - st.start_step) / st.train_s : 0.0},

@@ -368,9 +368,14 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
   }
   if (changed) Emit(MembershipChanged{});
   if (changed && fetch_.phase != Fetch::kDone) PublishTraining(now);
-  if (barrier_waiting_ && (changed || progress_dirty_)) {
-    progress_dirty_ = false;
-    RunBarrier(now);
+  if (changed || progress_dirty_) {
+    if (barrier_waiting_) {
+      progress_dirty_ = false;
+      RunBarrier(now);
+    } else if (early_permit_ < progress_.step + 2) {
+      progress_dirty_ = false;
+      TryEarlyPermit(now);
+    }
   }
 }
 
@@ -397,7 +402,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     if (!barrier_) return;
     const bool changed = rep->training ? barrier_->OnReply(dg.sender, rep->seq, rep->step, now)
                                        : barrier_->OnPeerRemoved(dg.sender);
-    if (changed && barrier_waiting_) RunBarrier(now);
+    if (changed) OnBarrierNews(now);
     return;
   }
   Pump(now, 0);
@@ -436,9 +441,7 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
       return;
     }
     round_->acked.insert(in.conn);
-    if (barrier_ && barrier_->OnProgress(f.sender, ack->step, now) && barrier_waiting_) {
-      RunBarrier(now);
-    }
+    if (barrier_ && barrier_->OnProgress(f.sender, ack->step, now)) OnBarrierNews(now);
     Emit(Close{in.conn, false});
     return;
   }
@@ -525,10 +528,13 @@ void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
   if (swim_ && p.step_ms > 0) swim_->SetStepMs(p.step_ms);
   if (!watchers_.empty() && (step_changed || !training())) NotifyWatchers();
   PublishTraining(now);  // peers' barriers stop waiting on us when we stop (SPEC §6)
-  if (p.waiting && p.training) {
+  if (p.training && (p.waiting || (config_.overlap_barrier && step_changed))) {
+    // With overlap a completed step starts the next Check at once, before the trainer asks:
+    // it passes (and prefetches) while the trainer still holds an early permit or is on its
+    // way to wait.
     barrier_waiting_ = true;
     RunBarrier(now);
-  } else {
+  } else if (!p.training || !config_.overlap_barrier) {
     barrier_waiting_ = false;
   }
   Pump(now, 0);
@@ -581,6 +587,33 @@ void Node::SendBarrierQueries(uint64_t step) {
   }
 }
 
+// OSP: while the trainer computes step c + 1 (permitted, not yet reported), the permit for
+// c + 2 is granted as soon as what is known shows the barrier would let a node at c + 1 pass.
+// Peers' progress only grows, so the bound holds when the step ends; the trainer then goes on
+// without a round trip through the node for the permit (the daemon's loop thread may be busy
+// with parameter transfers). The Check at the step's end still runs and opens the next episode.
+void Node::TryEarlyPermit(TimeMs now) {
+  if (!config_.overlap_barrier || !barrier_ || barrier_waiting_ || !min_peers_reached_ ||
+      !training() || fetch_.phase != Fetch::kDone || early_permit_ >= progress_.step + 2) {
+    return;
+  }
+  RefreshProgress(now);
+  if (!barrier_->PassesAhead(progress_.step + 1)) return;
+  early_permit_ = progress_.step + 2;
+  ++stats_.early_permits;
+  Emit(Permit{early_permit_, MeshStepMs()});
+}
+
+// New progress news for the barrier: a waiting Check runs again; otherwise an early permit may
+// have become possible.
+void Node::OnBarrierNews(TimeMs now) {
+  if (barrier_waiting_) {
+    RunBarrier(now);
+  } else {
+    TryEarlyPermit(now);
+  }
+}
+
 void Node::RunBarrier(TimeMs now) {
   if (!barrier_waiting_ || !barrier_) return;
   RefreshProgress(now);
@@ -605,6 +638,7 @@ void Node::RunBarrier(TimeMs now) {
       // OSP: the queries for the next step go out while this one computes.
       barrier_->Prefetch(progress_.step + 1, now, rng_);
       SendBarrierQueries(progress_.step + 1);
+      TryEarlyPermit(now);
     }
     return;
   }

@@ -267,6 +267,7 @@ struct NodeStats {
   uint64_t params_bytes_raw = 0;   // the same transfers as plain float32 (before compression)
   uint64_t params_need_full = 0;   // compressed changes refused for a missing reference
   uint64_t params_received = 0;
+  uint64_t early_permits = 0;   // permits granted while their step still computed (OSP)
   uint64_t rejected = 0;        // inputs refused by the node's own semantic checks
   uint64_t oversize_drops = 0;  // unused by the node; the driver counts encoder refusals
 };
@@ -358,6 +359,8 @@ class Node {
   void SendBarrierQueries(uint64_t step);
   double MeshStepMs() const;
   void RunBarrier(TimeMs now);
+  void TryEarlyPermit(TimeMs now);
+  void OnBarrierNews(TimeMs now);
 
   // Parameter rounds.
   void StartRound(TimeMs now);
@@ -409,6 +412,7 @@ class Node {
   bool published_training_ = false;
   uint64_t published_step_ = 0;
   bool barrier_waiting_ = false;
+  uint64_t early_permit_ = 0;  // the last permit granted before its step's Check (OSP)
   bool min_peers_reached_ = false;
   TimeMs barrier_deadline_ = sync::kNoDeadline;
   bool progress_dirty_ = false;

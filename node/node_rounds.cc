@@ -341,7 +341,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   ack.body = gossip::ParamAckMsg{chunk_round, progress_.step};
   Emit(SendFrame{conn, std::move(ack)});
   Emit(ParamsReceived{sender, model->step});
-  if (barrier_->OnProgress(sender, model->step, now) && barrier_waiting_) RunBarrier(now);
+  if (barrier_->OnProgress(sender, model->step, now)) OnBarrierNews(now);
   // A finished peer's model reached its goal however few steps it took: it mixes at full weight
   // (the step it carries is ours at least), so the last nodes converge with the finished ones.
   auto peer = FindPeer(sender);

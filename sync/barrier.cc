@@ -149,6 +149,32 @@ void BarrierCore::Prefetch(uint64_t next_step, TimeMs now, Rng& rng) {
   EvaluateSampled(next_step, now, rng);  // draws the sample, queries the peers that block
 }
 
+bool BarrierCore::PassesAhead(uint64_t next_step) const {
+  switch (config_.policy) {
+    case Policy::kAsp:
+      return true;
+    case Policy::kBsp:
+      return EvaluateBound(next_step, 0);
+    case Policy::kSsp:
+      return EvaluateBound(next_step, config_.staleness);
+    case Policy::kPbsp:
+    case Policy::kPssp:
+    case Policy::kDssp:
+    case Policy::kWbsp:
+      break;
+  }
+  if (config_.sample == 0 || view_.empty()) return true;  // as EvaluateSampled
+  if (!in_episode_ || !prefetched_ || episode_step_ != next_step) return false;
+  if (slots_.size() < std::min(config_.sample, view_.size())) return false;  // Check refills
+  const uint64_t bound = SampledBound();
+  for (const Slot& slot : slots_) {
+    size_t hint = slot.pos;
+    const PeerProgress* p = view_.Find(slot.name, &hint);
+    if (p && !Within(next_step, p->step, bound)) return false;
+  }
+  return true;
+}
+
 void BarrierCore::EndEpisode() {
   in_episode_ = false;
   prefetched_ = false;

@@ -175,6 +175,12 @@ class BarrierCore {
   // and send its queries, so the answers arrive while step c + 1 computes and the next Check
   // finds fresh progress. No wait is counted for a prefetch.
   void Prefetch(uint64_t next_step, TimeMs now, Rng& rng);
+  // Would a node that has completed `next_step` steps pass already, on what is known now? A
+  // function of the peers' known progress (which only grows), so a yes stays a yes: the node
+  // may grant the permit for next_step + 1 before the step ends. Sends nothing, draws nothing
+  // and spends no dssp grant (the Check at the step's end does all that). Sampled policies
+  // answer only inside the episode Prefetch opened for `next_step`, with a full sample.
+  bool PassesAhead(uint64_t next_step) const;
   const BarrierConfig& config() const { return config_; }
   const BarrierStats& stats() const { return stats_; }
   // Peers in the current pbsp/pssp sample (empty when not waiting on a sample).

@@ -152,6 +152,8 @@ void Mesh::MaybeCompute(size_t i) {
   Peer& p = *peers_[i];
   if (p.computing || p.crashed || p.finished || p.permitted < p.step + 1) return;
   p.computing = true;
+  if (p.idle_since >= 0) p.idle_ms += static_cast<double>(now_ - p.idle_since);
+  p.idle_since = -1;
   const double f = std::uniform_real_distribution<double>(0.8, 1.2)(rng_);
   At(now_ + static_cast<int64_t>(opt_.step_ms * p.speed * f), [this, i] {
     Peer& q = *peers_[i];
@@ -172,6 +174,7 @@ void Mesh::MaybeCompute(size_t i) {
     if (q.task) q.task->Step();
     q.step++;
     q.computing = false;
+    q.idle_since = now_;
     if (opt_.max_steps > 0 && q.step >= opt_.max_steps) q.finished = true;
     auto params = std::make_shared<std::vector<float>>(
         q.task ? std::vector<float>(q.task->params().data(),
@@ -267,7 +270,15 @@ void Mesh::Execute(size_t i) {
   for (auto& o : node::RouteNetwork(std::move(outs), ep)) {
     if (auto* pm = std::get_if<node::Permit>(&o)) {
       if (on_permit) on_permit(i, pm->step);
-      peers_[i]->permitted = std::max(peers_[i]->permitted, pm->step);
+      const uint64_t step = pm->step;
+      if (opt_.permit_delay_ms > 0) {
+        At(now_ + opt_.permit_delay_ms, [this, i, step] {
+          peers_[i]->permitted = std::max(peers_[i]->permitted, step);
+          MaybeCompute(i);
+        });
+        continue;
+      }
+      peers_[i]->permitted = std::max(peers_[i]->permitted, step);
       MaybeCompute(i);
     } else if (auto* m = std::get_if<node::Mix>(&o)) {
       peers_[i]->inbox.push_back(std::move(m->params));

@@ -40,6 +40,9 @@ struct MeshOptions {
   int64_t late_join_ms = 0;       // > 0: the last node starts (fresh) at this time, joining node 0
   bool join_state = true;
   bool overlap_barrier = true;  // OSP prefetch of the next step's queries
+  // The driver's hop: a Permit reaches the trainer this much later (the daemon's loop thread,
+  // busy with parameter transfers, answers the trainer late).
+  int64_t permit_delay_ms = 0;
   uint32_t chunk_floats = gossip::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
@@ -72,6 +75,8 @@ class Mesh {
   bool started(size_t i) const { return peers_[i]->started; }
   const std::string& adopted_from(size_t i) const { return peers_[i]->adopted_from; }
   double loss(size_t i) const;  // test loss of node i's model (synthetic)
+  // Time node i's trainer sat between the end of a step and the start of the next, ms.
+  double idle_ms(size_t i) const { return peers_[i]->idle_ms; }
   uint64_t mixes(size_t i) const { return peers_[i]->mixes; }
   uint64_t datagrams() const { return datagrams_; }
 
@@ -92,6 +97,8 @@ class Mesh {
     bool started = false;
     std::string adopted_from;  // join with state: whose model it took over
     int64_t timer_at = -1;     // the pending Tick, if any
+    int64_t idle_since = -1;   // end of the last step, while no next one computes
+    double idle_ms = 0;
   };
   struct Conn {  // one TCP connection: (node a, id at a) <-> (node b, id at b)
     size_t a, b;
