@@ -5,6 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -293,6 +296,14 @@ int RunAgent(meshtrain::daemon::AgentConfig config) {
   spdlog::set_level(spdlog::level::from_str(config.log_level));
   meshtrain::daemon::SetLogFormat(*logger, config.log_format, config.name);
   std::signal(SIGPIPE, SIG_IGN);
+#if defined(__GLIBC__)
+  // Parameter snapshots, transfer buffers and decoded chunks are ~1 MB each and come and go
+  // every step: served from mmap and trimmed back on free, each one is page-faulted and zeroed
+  // anew (perf: ~15 % of an agent's CPU on fmnist-mlp). Keep them in the heap and keep freed
+  // memory for reuse; the working set stays a few snapshots.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
   meshtrain::daemon::Agent agent(std::move(config));
   return agent.Run();
 }

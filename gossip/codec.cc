@@ -381,6 +381,13 @@ template <typename T, typename V>
 void CopyVector(const fb::Vector<V>* v, std::vector<T>* out) {
   out->clear();
   if (v == nullptr) return;
+#if FLATBUFFERS_LITTLEENDIAN
+  if constexpr (std::is_same_v<T, V> && std::is_arithmetic_v<T>) {
+    // The wire layout is the host's: one copy, no zero-fill (parameter chunks, every receive).
+    out->assign(v->data(), v->data() + v->size());
+    return;
+  }
+#endif
   out->resize(v->size());
   for (fb::uoffset_t i = 0; i < v->size(); ++i) (*out)[i] = static_cast<T>(v->Get(i));
 }
@@ -530,9 +537,10 @@ uint64_t Codec::Stamp(uint64_t sent_ms) const {
 
 std::vector<uint8_t> Codec::Wrap(const uint8_t* fb, size_t len) const {
   if (keyring_) return keyring_->Seal(fb, len, cluster_);
-  std::vector<uint8_t> out(kPlainOverhead + len);
-  out[0] = kPlainMarker;
-  std::memcpy(out.data() + kPlainOverhead, fb, len);
+  std::vector<uint8_t> out;
+  out.reserve(kPlainOverhead + len);  // no zero-fill of what is copied over at once
+  out.push_back(kPlainMarker);
+  out.insert(out.end(), fb, fb + len);
   return out;
 }
 

@@ -4,14 +4,20 @@
 
 namespace meshtrain::gossip {
 
-std::vector<uint8_t> EncodeFramed(const uint8_t* payload, size_t len) {
-  std::vector<uint8_t> out(kFrameHeaderBytes + len);
+void EncodeFrameHeader(size_t len, uint8_t* header) {
   const uint32_t n = static_cast<uint32_t>(len);
-  out[0] = static_cast<uint8_t>(n >> 24);
-  out[1] = static_cast<uint8_t>(n >> 16);
-  out[2] = static_cast<uint8_t>(n >> 8);
-  out[3] = static_cast<uint8_t>(n);
-  if (len > 0) std::copy(payload, payload + len, out.begin() + kFrameHeaderBytes);
+  header[0] = static_cast<uint8_t>(n >> 24);
+  header[1] = static_cast<uint8_t>(n >> 16);
+  header[2] = static_cast<uint8_t>(n >> 8);
+  header[3] = static_cast<uint8_t>(n);
+}
+
+std::vector<uint8_t> EncodeFramed(const uint8_t* payload, size_t len) {
+  std::vector<uint8_t> out;
+  out.reserve(kFrameHeaderBytes + len);
+  out.resize(kFrameHeaderBytes);
+  EncodeFrameHeader(len, out.data());
+  out.insert(out.end(), payload, payload + len);
   return out;
 }
 

@@ -16,6 +16,8 @@ namespace meshtrain::gossip {
 
 constexpr size_t kFrameHeaderBytes = 4;
 
+// Writes the 4-byte big-endian length prefix of a `len`-byte payload to header[0..3].
+void EncodeFrameHeader(size_t len, uint8_t* header);
 // Length prefix + payload. The payload must be non-empty and shorter than 4 GiB.
 std::vector<uint8_t> EncodeFramed(const uint8_t* payload, size_t len);
 std::vector<uint8_t> EncodeFramed(const std::vector<uint8_t>& payload);

@@ -224,7 +224,7 @@ struct TcpHub::Conn {
   FrameFn on_frame;
   CloseFn on_close;
   std::unique_ptr<FrameDecoder> decoder;
-  std::deque<Bytes> pending;  // framed bytes queued before the connection is up
+  std::deque<Bytes> pending;  // frame payloads queued (the header is added at write time)
   bool connected = false;
   bool read_paused = false;  // downlink limit in debt
   bool closing = false;
@@ -242,6 +242,7 @@ struct TcpHub::Listener {
 namespace {
 struct TcpWrite {
   uv_write_t req;
+  uint8_t header[kFrameHeaderBytes];  // the frame's length prefix, written before `data`
   Bytes data;
   TcpHub* hub;
   TcpHub::ConnId id;
@@ -397,11 +398,11 @@ void TcpHub::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
   }
 }
 
-bool TcpHub::Send(ConnId id, const Bytes& payload) {
+bool TcpHub::Send(ConnId id, Bytes payload) {
   auto it = conns_.find(id);
   if (it == conns_.end() || it->second->closing || it->second->close_when_flushed) return false;
   Conn* c = it->second;
-  c->pending.push_back(EncodeFramed(payload));
+  c->pending.push_back(std::move(payload));
   if (c->connected) Flush(c);
   return true;
 }
@@ -464,17 +465,21 @@ void TcpHub::Flush(Conn* c) {
       SchedulePacer(wait);
       return;
     }
-    up_.Charge(NowSeconds(), static_cast<double>(c->pending.front().size()));
+    up_.Charge(NowSeconds(), static_cast<double>(kFrameHeaderBytes + c->pending.front().size()));
     auto* w = new TcpWrite;
     w->data = std::move(c->pending.front());
     c->pending.pop_front();
     w->hub = this;
     w->id = c->id;
-    uv_buf_t b =
-        uv_buf_init(reinterpret_cast<char*>(w->data.data()), static_cast<unsigned>(w->data.size()));
-    const size_t n = w->data.size();
+    // Header and payload go out as two buffers of one write: the payload (a parameter chunk is
+    // ~1 MB) is not copied into a framed buffer first.
+    EncodeFrameHeader(w->data.size(), w->header);
+    uv_buf_t b[2] = {uv_buf_init(reinterpret_cast<char*>(w->header), kFrameHeaderBytes),
+                     uv_buf_init(reinterpret_cast<char*>(w->data.data()),
+                                 static_cast<unsigned>(w->data.size()))};
+    const size_t n = kFrameHeaderBytes + w->data.size();
     int rc = uv_write(
-        &w->req, reinterpret_cast<uv_stream_t*>(c->tcp), &b, 1, [](uv_write_t* r, int status) {
+        &w->req, reinterpret_cast<uv_stream_t*>(c->tcp), b, 2, [](uv_write_t* r, int status) {
           std::unique_ptr<TcpWrite> wr(reinterpret_cast<TcpWrite*>(r));
           if (status == UV_ECANCELED) return;  // connection closed under it
           auto it = wr->hub->conns_.find(wr->id);

@@ -154,7 +154,7 @@ class TcpHub {
   // Starts a connection; Send() may be called at once (writes queue until connected).
   ConnId Connect(const NetAddr& addr, FrameFn on_frame, CloseFn on_close);
   // Queues one frame. False if the connection is unknown or closing.
-  bool Send(ConnId id, const Bytes& payload);
+  bool Send(ConnId id, Bytes payload);
   // Closes once queued writes have flushed (graceful); Abort closes at once.
   void Close(ConnId id);
   void Abort(ConnId id);
