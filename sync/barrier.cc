@@ -147,6 +147,23 @@ void BarrierCore::Prefetch(uint64_t next_step, TimeMs now, Rng& rng) {
   prefetched_ = true;
   episode_step_ = next_step;
   EvaluateSampled(next_step, now, rng);  // draws the sample, queries the peers that block
+  // Look-ahead: a sampled peer that does not block this step but will within the steps one
+  // query round trip takes is asked now too (it answers at once: its step is past `need`), so
+  // its fresh step arrives before the node reaches the bound instead of a round trip after.
+  const uint64_t bound = SampledBound();
+  if (bound == 0 || own_interval_ms_ <= 0 || rtt_ms_ <= 0) return;
+  const auto ahead = static_cast<uint64_t>(
+      std::min<double>(static_cast<double>(bound), std::ceil(rtt_ms_ / own_interval_ms_)));
+  for (Slot& slot : slots_) {
+    if (slot.seq != 0) continue;  // already asked in this round
+    const PeerProgress* p = view_.Find(slot.name, &slot.pos);
+    if (!p || Within(next_step + ahead, p->step, bound)) continue;
+    Query(slot, now);
+    ++stats_.lookahead_queries;
+    const TimeMs deadline = now + config_.probe_timeout;
+    round_deadline_ =
+        round_deadline_ == kNoDeadline ? deadline : std::max(round_deadline_, deadline);
+  }
 }
 
 bool BarrierCore::PassesAhead(uint64_t next_step) const {
@@ -439,6 +456,9 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
       slot.answered = true;
       matched = true;
       ++stats_.replies;
+      // Query round trip (EWMA), for Prefetch's look-ahead.
+      const double rtt = static_cast<double>(std::max<TimeMs>(0, now - slot.asked_at));
+      rtt_ms_ = rtt_ms_ > 0 ? 0.8 * rtt_ms_ + 0.2 * rtt : rtt;
     }
   }
   silent_.erase(name);

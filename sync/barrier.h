@@ -119,6 +119,7 @@ struct BarrierStats {
   uint64_t rounds = 0;             // pbsp/pssp samples drawn
   uint64_t queries = 0;            // progress queries issued (re-queries included)
   uint64_t requeries = 0;          // of which re-queries of peers that answered but still block
+  uint64_t lookahead_queries = 0;  // of which asked ahead of need by Prefetch (one RTT early)
   uint64_t replies = 0;            // replies matching an outstanding query
   uint64_t timeouts = 0;           // rounds ended by the probe timeout
   uint64_t dssp_grants = 0;        // dssp: times the fastest node was granted extra steps (r* > 0)
@@ -240,6 +241,7 @@ class BarrierCore {
   uint64_t last_pass_step_ = 0;
   TimeMs last_pass_time_ = 0;
   double own_interval_ms_ = 0;
+  double rtt_ms_ = 0;  // EWMA of matched query round trips
 
   // pbsp/pssp round state.
   bool round_active_ = false;
