@@ -151,7 +151,7 @@ void BarrierCore::Prefetch(uint64_t next_step, TimeMs now, Rng& rng) {
   // query round trip takes is asked now too (it answers at once: its step is past `need`), so
   // its fresh step arrives before the node reaches the bound instead of a round trip after.
   const uint64_t bound = SampledBound();
-  if (bound == 0 || own_interval_ms_ <= 0 || rtt_ms_ <= 0) return;
+  if (!config_.lookahead || bound == 0 || own_interval_ms_ <= 0 || rtt_ms_ <= 0) return;
   const auto ahead = static_cast<uint64_t>(
       std::min<double>(static_cast<double>(bound), std::ceil(rtt_ms_ / own_interval_ms_)));
   for (Slot& slot : slots_) {

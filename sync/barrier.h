@@ -102,6 +102,9 @@ struct BarrierConfig {
   // the view fails, leaves or stops training, the earliest observer takes its place, with the
   // step last learned about it.
   size_t max_peers = 0;
+  // Prefetch also queries sampled peers that will block within one query round trip (see
+  // Prefetch). Off only for A/B tests.
+  bool lookahead = true;
 };
 
 enum class Decision { kPass, kWait };

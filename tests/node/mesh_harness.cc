@@ -41,6 +41,7 @@ Mesh::Mesh(MeshOptions options) : opt_(std::move(options)), rng_(opt_.seed) {
     c.barrier.policy = opt_.policy;
     c.barrier.sample = opt_.sample;
     c.barrier.staleness = opt_.staleness;
+    c.barrier.lookahead = opt_.lookahead;
     c.select = opt_.select;
     c.fanout = opt_.fanout;
     c.compress = opt_.compress;

@@ -43,6 +43,7 @@ struct MeshOptions {
   // The driver's hop: a Permit reaches the trainer this much later (the daemon's loop thread,
   // busy with parameter transfers, answers the trainer late).
   int64_t permit_delay_ms = 0;
+  bool lookahead = true;  // BarrierConfig::lookahead
   uint32_t chunk_floats = gossip::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};

@@ -407,6 +407,43 @@ TEST_CASE("OSP: early permits spare the trainer the driver's hop, within the sta
   CHECK(ssp.worst_gap <= 2);
 }
 
+TEST_CASE("look-ahead queries: on a 40 ms RTT the fresh steps arrive before the bound is reached",
+          "[node][barrier]") {
+  // 20 ms each way against 20 ms steps, s = 4: a peer whose known step is about to block is
+  // asked one round trip early, so the node rarely stops at the bound to ask.
+  auto run = [](bool lookahead) {
+    MeshOptions o;
+    o.nodes = 4;
+    o.seed = 9;
+    o.policy = Policy::kPssp;
+    o.sample = 2;
+    o.staleness = 4;
+    o.latency_ms = 20;
+    o.jitter_ms = 2;
+    o.lookahead = lookahead;
+    Mesh mesh(o);
+    mesh.Start();
+    mesh.RunUntil(10000);
+    double wait = 0;
+    uint64_t steps = 0, ahead = 0;
+    for (size_t i = 0; i < o.nodes; ++i) {
+      wait += mesh.node(i).BarrierWaitSeconds(10000);
+      steps += mesh.step(i);
+      ahead += mesh.node(i).barrier()->stats().lookahead_queries;
+    }
+    return std::make_tuple(wait / o.nodes / 10.0, steps, ahead);
+  };
+  const auto [share_on, steps_on, ahead_on] = run(true);
+  const auto [share_off, steps_off, ahead_off] = run(false);
+  INFO("wait share with look-ahead " << share_on << " (" << steps_on << " steps, " << ahead_on
+                                     << " look-ahead queries), without " << share_off << " ("
+                                     << steps_off << " steps)");
+  CHECK(ahead_off == 0);
+  CHECK(ahead_on > 0);
+  CHECK(share_on < 0.7 * share_off);
+  CHECK(steps_on > steps_off);
+}
+
 TEST_CASE(
     "a blocked query is answered when the peer gets there: bsp keeps its pace with more nodes",
     "[node][barrier]") {
