@@ -78,6 +78,7 @@ std::unique_ptr<node::Node> MakeNode(FuzzedDataProvider& in) {
   c.full_every = in.ConsumeIntegralInRange<uint32_t>(0, 3);
   if (in.ConsumeBool()) c.join = {kAddrs[1]};
   c.retry_join = in.ConsumeBool();
+  c.overlap_barrier = in.ConsumeBool();
   return std::make_unique<node::Node>(c, 0);
 }
 
@@ -132,6 +133,7 @@ struct Checker {
     return c < node::kFirstOutgoingConn || opened.count(c) > 0 || named.count(c) > 0;
   }
   uint64_t trainer_step = 0;
+  bool overlap = true;
 
   void Check(std::vector<node::Output> outs) {
     for (auto& o : outs) {
@@ -146,7 +148,8 @@ struct Checker {
       } else if (auto* cl = std::get_if<node::Close>(&o)) {
         FUZZ_CHECK(Known(cl->conn));
       } else if (auto* p = std::get_if<node::Permit>(&o)) {
-        FUZZ_CHECK(p->step == trainer_step + 1);
+        // The permit for the next step, or (OSP early permit, overlap on) the one after it.
+        FUZZ_CHECK(p->step == trainer_step + 1 || (overlap && p->step == trainer_step + 2));
       } else if (auto* m = std::get_if<node::Mix>(&o)) {
         FUZZ_CHECK(m->params.size() == kParams);
       }
@@ -160,6 +163,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   auto n = MakeNode(in);
   Checker check;
+  check.overlap = n->config().overlap_barrier;
   g_named = &check.named;
   g_opened = &check.opened;
   int64_t now = 0;
@@ -254,9 +258,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         n->Step(node::ConnClosed{PickConn(in), in.ConsumeBool()}, now);
         break;
       case 8: {
-        node::TrainerProgress p{
-            in.ConsumeIntegralInRange<uint64_t>(check.trainer_step, check.trainer_step + 2),
-            in.ConsumeBool(), in.ConsumeBool()};
+        node::TrainerProgress p;
+        p.step = in.ConsumeIntegralInRange<uint64_t>(check.trainer_step, check.trainer_step + 2);
+        p.training = in.ConsumeBool();
+        p.waiting = in.ConsumeBool();
         check.trainer_step = p.step;
         n->Step(p, now);
         break;

@@ -65,7 +65,8 @@ std::vector<g::Datagram> Datagrams() {
     p.from_step = rng() % 1000;
     p.primary = primaries[i];
     if (i % 2 == 0) {
-      p.updates.push_back(ms::AliveMsg{"n3", "10.0.0.3:7950", 7, {"10.0.0.3:7960", true, 9.5f, 3}});
+      p.updates.push_back(
+          ms::AliveMsg{"n3", "10.0.0.3:7950", 7, {"10.0.0.3:7960", true, 9.5f, 3, {}}});
       p.updates.push_back(ms::SuspectMsg{"n4", 2, "n1"});
     }
     if (i % 3 == 0) {
@@ -98,7 +99,7 @@ std::vector<g::Frame> Frames() {
                                   "10.0.0." + std::to_string(i + 1) + ":7950",
                                   static_cast<uint32_t>(i),
                                   static_cast<ms::Status>(i % 4),
-                                  {i % 2 ? "10.0.0.9:7960" : "", i % 2 == 0, 1.5f, 2.5f},
+                                  {i % 2 ? "10.0.0.9:7960" : "", i % 2 == 0, 1.5f, 2.5f, {}},
                                   i * 10});
     }
     out.push_back(g::Frame{"n1", pp, 1700000000000});
