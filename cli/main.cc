@@ -238,7 +238,10 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "Seconds an attached external trainer may stay silent (outside barrier waits) "
                 "before it is detached and the agent stops counting as training")
       ->capture_default_str();
-  a->add_option("--slowdown", c.slowdown, "Make each step F times slower (straggler emulation)");
+  a->add_option("--slowdown", c.slowdown,
+                "Make each step F times slower (straggler emulation): a step lasts F times the "
+                "CPU time it used (its wall time with --threads > 1), so agents sharing cores "
+                "emulate F-times slower hosts");
   a->add_option("--metrics-file", c.metrics_file, "JSON-lines metrics log");
   a->add_option("--log-level", c.log_level, "trace, debug, info, warn, error")
       ->capture_default_str();

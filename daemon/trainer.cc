@@ -2,6 +2,7 @@
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +13,17 @@
 #include "learn/mixing.h"
 
 namespace meshtrain::daemon {
+
+namespace {
+
+// CPU time the calling thread has used, in seconds.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
 
 BuiltinTrainer::BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions options,
                                MetricsLog* metrics, std::function<void()> notify)
@@ -240,14 +252,20 @@ void BuiltinTrainer::AdaptBatch(double step_compute_s) {
 double BuiltinTrainer::TimedStep(float* loss) {
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
+  const double cpu0 = options_.slowdown > 1 ? ThreadCpuSeconds() : 0;
   const float l = task_->Step();
   if (loss != nullptr) *loss = l;
-  const double compute = std::chrono::duration<double>(Clock::now() - t0).count();
   if (options_.slowdown > 1) {
-    // Straggler emulation: the step takes `slowdown` times its compute time in total.
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::duration<double>(compute * (options_.slowdown - 1)),
-                 [&] { return stop_; });
+    // Straggler emulation: the step takes `slowdown` times its compute time in total. On one
+    // thread the compute time is the thread's CPU time: time lost to other processes on the
+    // same cores is absorbed in the emulated step instead of being multiplied by it.
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double compute = options_.threads == 1 ? ThreadCpuSeconds() - cpu0 : wall;
+    const double rest = compute * options_.slowdown - wall;
+    if (rest > 0) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::duration<double>(rest), [&] { return stop_; });
+    }
   }
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -458,6 +476,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config
   topts.eval_every = config.eval_every;
   topts.sync_every = config.sync_every;
   topts.slowdown = config.slowdown;
+  topts.threads = config.threads;
   topts.name = config.name;
   topts.checkpoint_dir = config.data_dir;
   topts.checkpoint_every = config.checkpoint_every;

@@ -40,7 +40,11 @@ struct TrainerOptions {
   double target_accuracy = 0;  // 0 = none
   int eval_every = 100;
   int sync_every = 1;
-  double slowdown = 1;         // each step takes this many times its compute time
+  // Straggler emulation: each step takes this many times its compute time — the CPU time the
+  // step's thread used when the step runs on one thread (so an agent sharing cores with others
+  // emulates an F-times slower host, not F times its contention), else its wall time.
+  double slowdown = 1;
+  int threads = 1;             // threads one step's gradient is split over (--threads)
   std::string name;            // for log lines and checkpoint metadata
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 500;  // steps between periodic checkpoints

@@ -39,7 +39,7 @@ def evals(path):
     return out
 
 
-def run(binary, policy, strict, extra=()):
+def run(binary, policy, strict, extra=(), control=False):
     common = list(extra) + ["--profile", "local", "--task", "fmnist-mlp", "--barrier", policy,
               "--sample", "2", "--staleness", "4", "--select", "random", "--fanout", "2",
               "--eval-every", "50"]
@@ -68,30 +68,42 @@ def run(binary, policy, strict, extra=()):
         at_join = [a.status()["step"] for a in first]
         rate_before = [(y - x) / 10 for x, y in zip(before, at_join)]
         acc_before = [mean([m["accuracy"] for m in metrics(a)[-3:]]) for a in first]
+        last_before = [metrics(a)[-1]["accuracy"] for a in first]
         n_before = [len(metrics(a)) for a in first]
         t_join = time.time()
-        joiner.start(join=[seed.addr])
-        dt, ev = wait_until(lambda: metrics(joiner) or None, 60, interval=0.2,
-                            what="the joiner's first eval")
-        first_eval = ev[0]
-        since = time.time() - t_join
-        log = open(joiner.log_path, errors="replace").read()
-        adopted = "adopted the model of" in log
-        time.sleep(max(0.0, 10 - (time.time() - t_join)))
+        if control:
+            # No joiner: the same window, to show how much the evals move without one.
+            time.sleep(10)
+        else:
+            joiner.start(join=[seed.addr])
+            dt, ev = wait_until(lambda: metrics(joiner) or None, 60, interval=0.2,
+                                what="the joiner's first eval")
+            first_eval = ev[0]
+            since = time.time() - t_join
+            log = open(joiner.log_path, errors="replace").read()
+            adopted = "adopted the model of" in log
+            time.sleep(max(0.0, 10 - (time.time() - t_join)))
         after = [a.status()["step"] for a in first]
         rate_after = [(y - x) / (time.time() - t_join) for x, y in zip(at_join, after)]
-        drops = []
-        for a, n0, acc0 in zip(first, n_before, acc_before):
+        drops, single_drops = [], []
+        for a, n0, acc0, last0 in zip(first, n_before, acc_before, last_before):
             later = [m["accuracy"] for m in metrics(a)[n0:]]
             windows = [mean(later[i:i + 3]) for i in range(max(0, len(later) - 2))]
             drops.append(max([acc0 - x for x in windows], default=0.0))
+            single_drops.append(max([last0 - x for x in later], default=0.0))
         others_now = [metrics(a)[-1]["accuracy"] for a in first]
+        rates = (f"step rates before/after {['%.1f' % r for r in rate_before]} / "
+                 f"{['%.1f' % r for r in rate_after]} "
+                 f"(ratio {min(b and a / b for a, b in zip(rate_after, rate_before)):.2f})")
+        drop_text = (f"largest drop of the first three (3-eval averages) {max(drops):.4f}, "
+                     f"single evals against the last one before {max(single_drops):.4f}")
+        if control:
+            print(f"{policy} control (no joiner): first three at "
+                  f"{['%.4f' % x for x in others_now]}, {drop_text}; {rates}")
+            return
         print(f"{policy}: joiner adopted={adopted}, first eval step {first_eval['step']} accuracy "
               f"{first_eval['accuracy']:.4f} (seen {since:.1f} s after its start), first three "
-              f"at {['%.4f' % x for x in others_now]}, their largest drop after the join "
-              f"(3-eval averages) {max(drops):.4f}; step rates before/after the join "
-              f"{['%.1f' % r for r in rate_before]} / {['%.1f' % r for r in rate_after]} "
-              f"(ratio {min(b and a / b for a, b in zip(rate_after, rate_before)):.2f})")
+              f"at {['%.4f' % x for x in others_now]}, {drop_text} after the join; {rates}")
         assert adopted, log[-2000:]
         assert first_eval["step"] >= min(at_join) - 60, (first_eval, at_join)
         # Its own initialisation would give ~0.10. One eval of a node 40 steps after adopting
@@ -114,12 +126,17 @@ def main():
     p.add_argument("--extra", default="",
                    help="more agent options, e.g. '--slowdown 3' so that 4 agents do not compete "
                    "for 2 cores and the step rates show the protocol, not the CPU")
+    p.add_argument("--control", action="store_true",
+                   help="also run each policy without the joiner (same window) and print how "
+                   "much the first three's evals and step rates move without one")
     a = p.parse_args()
     if not os.path.exists(os.path.join(DATASET, "t10k-images-idx3-ubyte.gz")):
         print(f"SKIP: Fashion-MNIST not installed in {DATASET}")
         sys.exit(77)
     for pol in a.policies.split(","):
         run(a.bin, pol, strict=True, extra=a.extra.split())
+        if a.control:
+            run(a.bin, pol, strict=False, extra=a.extra.split(), control=True)
     print("PASS")
 
 
