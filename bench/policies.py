@@ -51,8 +51,13 @@ def parse_args():
 
 def run_one(a, binary, workdir, policy, slowdowns):
     n = len(slowdowns)
+    # --min-peers n-1: nobody trains until the whole mesh is up, so every policy runs from step 0
+    # with all its stragglers (without it the first agent trained alone while the others loaded
+    # their data, and the rest adopted its model, policy or not); t0 = the first "starting to
+    # train" line.
     per = [["--profile", "local", "--task", "fmnist-mlp", "--shard", f"{i}/{n}",
-            "--slowdown", str(s), "--eval-every", str(a.eval_every)] + POLICIES[policy] +
+            "--slowdown", str(s), "--eval-every", str(a.eval_every),
+            "--min-peers", str(n - 1)] + POLICIES[policy] +
            a.extra.split() for i, s in enumerate(slowdowns)]
     res = {"policy": policy, "reached": False}
     with bl.Run(binary, workdir, per, []) as run:

@@ -106,6 +106,10 @@ class Swim {
   // Reply to a push-pull we started.
   void HandlePushPullResponse(const PushPull& response, TimeMs now);
   void PushPullFailed(const std::string& to_addr, TimeMs now);
+  // An extra anti-entropy push-pull with one random live member now, at most once per probe
+  // interval (else ignored): for a caller that suspects its view is stale — the node waiting for
+  // --min-peers while it knows enough live members, some of them not (yet) seen training.
+  void RequestPushPull(TimeMs now);
 
   // Advance timers: probes, probe timeouts, suspicion timeouts, gossip, push-pull, reaping.
   void Tick(TimeMs now);

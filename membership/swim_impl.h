@@ -193,6 +193,7 @@ struct Swim::Impl {
   TimeMs next_push_pull_;
   bool progress_dirty_ = false;
   TimeMs last_progress_queued_ = std::numeric_limits<TimeMs>::min() / 2;
+  TimeMs last_extra_push_pull_ = std::numeric_limits<TimeMs>::min() / 2;  // RequestPushPull
   bool left_ = false;
 
   BroadcastQueue queue_;

@@ -621,6 +621,10 @@ void Node::RunBarrier(TimeMs now) {
   if (!min_peers_reached_) {
     // --min-peers: the mesh forms before anyone trains, so no node races ahead alone.
     if (barrier_->view().size() < config_.min_peers) {
+      // Enough live members but too few seen training: a peer's change of `training` may have
+      // missed us (gossip's budget is small in a small mesh, and it went out before that peer
+      // knew us); a push-pull fetches the current view instead of waiting for the periodic one.
+      if (swim_ && PeersAlive() >= config_.min_peers) swim_->RequestPushPull(now);
       barrier_deadline_ = now + config_.min_peers_poll_ms;
       return;
     }

@@ -35,7 +35,7 @@ Mesh::Mesh(MeshOptions options) : opt_(std::move(options)), rng_(opt_.seed) {
     c.membership.probe_interval = 200;
     c.membership.probe_timeout = 100;
     c.membership.gossip_interval = 50;
-    c.membership.push_pull_interval = 2000;
+    c.membership.push_pull_interval = opt_.push_pull_ms;
     c.seed = opt_.seed * 1000 + i;
     c.training = true;
     c.barrier.policy = opt_.policy;

@@ -47,6 +47,7 @@ struct MeshOptions {
   uint32_t chunk_floats = gossip::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
+  int64_t push_pull_ms = 2000;  // SWIM push-pull interval (the agents' local profile: 15000)
 };
 
 class Mesh {
