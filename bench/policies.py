@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Barrier policies on a compute-heterogeneous mesh (issue 18): 6 agents on loopback training
 fmnist-mlp, each on its 1/6 shard, with --slowdown 1,1,1,2,3,4. Per policy (bsp, ssp, dssp,
-pbsp, pssp, wbsp, asp, and pssp with --batch auto): seconds from the common start of training
+pbsp, pssp, wbsp, asp, and pssp with --batch auto; every agent --min-peers 5, so all train
+from step 0): seconds from the common start of training (the first "starting to train" line)
 until every node has an eval >= the target, then the mean over nodes of compute share
 (compute time / wall time, status compute_share: wbsp's local steps count as compute), idle
 share (time the trainer sat blocked on the barrier / wall) and barrier wait share
