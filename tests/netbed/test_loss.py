@@ -4,7 +4,8 @@ links is lost with probability 10 %) for --duration seconds (60 in the suite; be
 runs 180). Lifeguard timing of the lan profile. Checks that:
 
 - no member is ever marked failed: 0 "failed" member events in any agent's metrics file, and
-  every agent lists all 8 alive at every poll and at the end;
+  every agent lists all 8 alive or suspect at every poll, and all 8 alive within 15 s of the
+  loss ending (a suspicion raised just before is refuted at the suspect's next probe);
 - reports the suspicions raised and refuted (status "membership" counters) and what linkemu
   dropped.
 Skips (exit 77) where no bed can be built (not root, no namespaces or /dev/net/tun).
@@ -94,7 +95,15 @@ def run(a, tag="ls"):
             res["suspect_events"] = sum(
                 1 for p in metrics for e in nl.metric_lines(p, "member")
                 if e.get("status") == "suspect")
+            # A suspicion raised just before the loss ended is still pending: the suspect
+            # refutes at its next probe, so every view is all-alive again within a few probe
+            # intervals (lan: 1 s) — not necessarily at the first poll.
+            t_end = time.monotonic()
             res["all_alive_at_end"] = alive_everywhere()
+            while not res["all_alive_at_end"] and time.monotonic() - t_end < 15:
+                time.sleep(0.5)
+                res["all_alive_at_end"] = alive_everywhere()
+            res["all_alive_after_s"] = round(time.monotonic() - t_end, 1)
         res["linkemu"] = bed.emulator_report().strip()
         ok = True
         return res
@@ -117,7 +126,8 @@ def main():
           f"{r['duration_s']:.0f} s: failed events {r['failed_events']}, failures declared "
           f"{r['failures_declared']}, suspicions raised {r['suspicions_raised']}, refuted "
           f"{r['refutations']} (suspect events {r['suspect_events']}), probes {r['probes']}, "
-          f"polls {r['polls']} with a member not alive/suspect: {r['not_all_alive_polls']}")
+          f"polls {r['polls']} with a member not alive/suspect: {r['not_all_alive_polls']}, all "
+          f"alive {r.get('all_alive_after_s')} s after the loss ended")
     assert r["failed_events"] == 0 and r["failures_declared"] == 0, r
     assert r["not_all_alive_polls"] == 0, r.get("seen")
     assert r["all_alive_at_end"], r
