@@ -100,8 +100,18 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
 }
 
 void Swim::Impl::Announce(const Update& u) {
-  auto targets = RandomNodes(
-      kAnnounceFanout, [&](const NodeState* st) { return st != self_ && IsLive(st->m.status); });
+  auto live_peer = [&](const NodeState* st) { return st != self_ && IsLive(st->m.status); };
+  std::vector<NodeState*> targets;
+  if (num_live_ <= kAnnounceFanout + 1) {
+    // Every live peer fits in the fanout: a full scan reaches them all. Rejection sampling
+    // (3·n draws) can miss the few live members of a table that is mostly dead (measured: a
+    // force-leave missed one of two live peers in ~3.5% of runs of a 4-node mesh).
+    for (NodeState* st : nodes_) {
+      if (live_peer(st)) targets.push_back(st);
+    }
+  } else {
+    targets = RandomNodes(kAnnounceFanout, live_peer);
+  }
   for (NodeState* t : targets) SendPacket(t->m.addr, std::monostate{}, {u});
 }
 

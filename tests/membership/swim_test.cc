@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -492,6 +493,41 @@ TEST_CASE("force-leave marks a failed member left and spreads it", "[membership]
   w.RunUntil(w.now() + 3000, {"a", "b"});
   CHECK(w.Get("b").Find("c")->status == Status::kLeft);
   CHECK(CountEvents(w.events["b:7950"], Event::Kind::kLeft, "c") == 1);
+}
+
+TEST_CASE("a force-leave is sent directly to every live member of a mostly dead table",
+          "[membership][swim]") {
+  // 100 failed members and two live ones: the announcement must reach both at once, not only
+  // when sampling happens to draw them (3·n random draws missed one in ~10% of seeds).
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    INFO("seed " << seed);
+    Wire w;
+    Swim& a = w.Add("a", Config::Local(), seed);
+    w.Add("b");
+    w.Add("c");
+    w.JoinDirect("b", "a");
+    w.JoinDirect("c", "a");
+    std::vector<Update> alive, dead;
+    for (int i = 0; i < 100; ++i) {
+      const std::string x = "x" + std::to_string(i);
+      alive.push_back(AliveMsg{x, x + ":7950", 1, {}});
+      dead.push_back(DeadMsg{x, 1, "b"});
+    }
+    a.HandlePacket("b:7950", From("b", std::monostate{}, alive), w.now());
+    a.HandlePacket("b:7950", From("b", std::monostate{}, dead), w.now());
+    REQUIRE(a.Find("x7")->status == Status::kFailed);
+    REQUIRE(a.NumAlive() == 3);
+    a.TakePackets();
+    REQUIRE(a.ForceLeave("x7", w.now()));
+    std::set<std::string> told;
+    for (const OutPacket& out : a.TakePackets()) {
+      for (const Update& u : out.packet.updates) {
+        const auto* d = std::get_if<DeadMsg>(&u);
+        if (d != nullptr && d->name == "x7") told.insert(out.to_addr);
+      }
+    }
+    CHECK(told == std::set<std::string>{"b:7950", "c:7950"});
+  }
 }
 
 TEST_CASE("failed members are reaped after reap_timeout", "[membership][swim]") {
