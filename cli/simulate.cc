@@ -274,7 +274,8 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
   s->add_option("--eval-every", o.eval_every_s, "Evaluate the model error every S virtual s")
       ->capture_default_str();
   s->add_option("--target-error", o.target_error,
-                "Report when the mean node test MSE first reaches this")
+                "Report when the mean node test MSE first reaches this (t_target_s), and when "
+                "every node's does (t_all_s)")
       ->capture_default_str();
   s->add_option("--seed", o.seed, "Random seed (same seed, same output)")->capture_default_str();
   s->add_option("--csv", a.csv, "Write barrier,t,node,step rows (one per node per second)");
@@ -407,6 +408,7 @@ int RunSimulateCommand() {
                 {"error", OptionalNumber(r.error, 6)},
                 {"error_avg_model", OptionalNumber(r.error_avg_model, 6)},
                 {"time_to_target_s", OptionalNumber(r.time_to_target_s, 3)},
+                {"time_to_target_all_s", OptionalNumber(r.time_to_target_all_s, 3)},
                 {"view", r.view},
                 {"live_nodes", r.live_nodes}};
       if (!r.crashes.empty()) {
@@ -439,6 +441,7 @@ int RunSimulateCommand() {
     header.push_back("error");
     header.push_back("error_avg");
     header.push_back("t_target_s");
+    header.push_back("t_all_s");
   }
   std::vector<std::vector<std::string>> rows;
   for (const sim::PspSimResult& r : results) {
@@ -463,6 +466,7 @@ int RunSimulateCommand() {
       row.push_back(Sci(r.error));
       row.push_back(Sci(r.error_avg_model));
       row.push_back(r.time_to_target_s ? Fixed(*r.time_to_target_s, 0) : "-");
+      row.push_back(r.time_to_target_all_s ? Fixed(*r.time_to_target_all_s, 0) : "-");
     }
     rows.push_back(std::move(row));
   }

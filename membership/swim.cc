@@ -452,7 +452,14 @@ void Swim::Tick(TimeMs now) {
     s.ClearSuspicion(st);
     if (st->m.status != Status::kSuspect) continue;
     ++s.stats_.failures_declared;
-    s.OnDead(DeadMsg{name, st->m.incarnation, s.cfg_.name});
+    const DeadMsg dead{name, st->m.incarnation, s.cfg_.name};
+    s.OnDead(dead);
+    // In a small mesh the gossip budget (RetransmitMult × ceil(log10(n+1)) = 2 for n < 10) is
+    // shared with the dead member itself (gossip to the dead), and a member that saw only one
+    // suspicion has no confirmations to shorten its timer to the minimum: it could learn of the
+    // failure only at its own maximum timeout (18 s in the local profile). Tell every live
+    // member directly while they all fit in one announcement.
+    if (s.num_live_ <= Impl::kAnnounceFanout + 1) s.Announce(dead);
   }
   while (!s.refresh_timers_.empty() && s.refresh_timers_.begin()->first <= now) {
     NodeState* st = s.FindState(s.refresh_timers_.begin()->second);

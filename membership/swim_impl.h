@@ -129,8 +129,9 @@ struct Swim::Impl {
     return cfg_.retransmit_mult * static_cast<int>(std::ceil(std::log10(n + 1.0)));
   }
   void SendPacket(const std::string& to, Primary primary, std::vector<Update> extra = {});
-  // Sends `u` directly to up to kAnnounceFanout random live members, besides queueing it for
-  // gossip. Used for rare, important news (our join, our leave, a force-leave): in small
+  // Sends `u` directly to up to kAnnounceFanout random live members (every one when they fit),
+  // besides queueing it for gossip. Used for rare, important news (our join, our leave, a
+  // force-leave, a failure we declare while the live members fit in the fanout): in small
   // clusters the retransmit budget (RetransmitMult × ceil(log10(n+1)), as low as 2) can be
   // spent on packets to the recently dead or to the subject itself, leaving a member to learn
   // the news only at the next push-pull.

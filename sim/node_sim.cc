@@ -465,21 +465,27 @@ void NodeSim::Sample() {
   const TimeMs rel = now_ - t0_;
   const auto eval_ms = static_cast<TimeMs>(std::llround(std::max(0.001, o_.eval_every_s) * 1000));
   if (data_ && (rel % eval_ms == 0 || now_ >= end_)) {
-    double sum = 0;
+    double sum = 0, worst = 0;
     size_t live = 0;
     Eigen::VectorXd avg = Eigen::VectorXd::Zero(eval_task_->params().size());
     for (uint32_t j = 0; j < n_; ++j) {
       if (!live_[j]) continue;
-      sum += trainers_[j].task->Evaluate().loss;
+      const double loss = trainers_[j].task->Evaluate().loss;
+      sum += loss;
+      worst = std::max(worst, loss);
       avg += trainers_[j].task->params().cast<double>();
       ++live;
     }
     if (live > 0) {
       tp.error = sum / static_cast<double>(live);
+      tp.error_max = worst;
       eval_task_->params() = (avg / static_cast<double>(live)).cast<float>();
       tp.error_avg_model = eval_task_->Evaluate().loss;
       if (!result_.time_to_target_s && *tp.error <= o_.target_error) {
         result_.time_to_target_s = tp.t_s;
+      }
+      if (!result_.time_to_target_all_s && worst <= o_.target_error) {
+        result_.time_to_target_all_s = tp.t_s;
       }
     }
   }

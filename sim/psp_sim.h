@@ -127,6 +127,7 @@ struct TimePoint {
   double t_s = 0;
   uint64_t min = 0, p10 = 0, median = 0, p90 = 0, max = 0;
   std::optional<double> error;            // mean over live nodes of the test MSE
+  std::optional<double> error_max;        // the worst live node's test MSE
   std::optional<double> error_avg_model;  // test MSE of the live nodes' averaged parameters
 };
 
@@ -165,6 +166,9 @@ struct PspSimResult {
   std::optional<double> error;             // final mean node test MSE (task only)
   std::optional<double> error_avg_model;   // final MSE of the averaged model (task only)
   std::optional<double> time_to_target_s;  // first sample with error ≤ target_error
+  // First sample with every live node's error ≤ target_error (what bench/policies.py measures
+  // on real agents: time until every node reaches the target accuracy).
+  std::optional<double> time_to_target_all_s;
   std::vector<double> node_errors;  // final test MSE per node (task only; NaN for crashed nodes)
 
   std::vector<TimePoint> series;                  // one per virtual second (and t = 0)

@@ -530,6 +530,35 @@ TEST_CASE("a force-leave is sent directly to every live member of a mostly dead 
   }
 }
 
+TEST_CASE("in a small mesh a declared failure is sent directly to every live member",
+          "[membership][swim]") {
+  // Only a runs its timers: it probes e (cut off), suspects it, and with no confirmations
+  // declares it failed at its maximum timeout. b, c and d must hear that from a directly, not
+  // by the two gossip transmissions a small mesh allows (shared with e itself).
+  Wire w;
+  for (const char* n : {"a", "b", "c", "d", "e"}) w.Add(n);
+  for (const char* n : {"b", "c", "d", "e"}) w.JoinDirect(n, "a");
+  w.RunUntil(2000);
+  w.drop = [](const std::string& f, const std::string& t) {
+    return f == "e:7950" || t == "e:7950";
+  };
+  w.sent.clear();
+  w.RunUntil(w.now() + 40000, {"a"});
+  REQUIRE(w.Get("a").Find("e")->status == Status::kFailed);
+  REQUIRE(w.Get("a").stats().failures_declared == 1);
+  std::set<std::string> told;
+  for (const OutPacket& out : w.sent) {
+    for (const Update& u : out.packet.updates) {
+      const auto* d = std::get_if<DeadMsg>(&u);
+      if (d != nullptr && d->name == "e" && d->from == "a") told.insert(out.to_addr);
+    }
+  }
+  CHECK(told.count("b:7950") == 1);
+  CHECK(told.count("c:7950") == 1);
+  CHECK(told.count("d:7950") == 1);
+  for (const char* o : {"b", "c", "d"}) CHECK(w.Get(o).Find("e")->status == Status::kFailed);
+}
+
 TEST_CASE("failed members are reaped after reap_timeout", "[membership][swim]") {
   Config c = Config::Local();
   c.reap_timeout = 20000;

@@ -173,6 +173,15 @@ TEST_CASE("with stragglers, pssp reaches the error target before bsp", "[sim][ps
     CHECK(*pssp.time_to_target_s < *bsp.time_to_target_s);
   }
   CHECK(*pssp.error < *bsp.error);
+  // Every node at the target comes no sooner than the mean at it, and the worst node's error
+  // bounds the mean at every evaluation.
+  REQUIRE(pssp.time_to_target_all_s.has_value());
+  CHECK(*pssp.time_to_target_all_s >= *pssp.time_to_target_s);
+  for (const auto& tp : pssp.series) {
+    if (!tp.error) continue;
+    REQUIRE(tp.error_max.has_value());
+    CHECK(*tp.error_max >= *tp.error);
+  }
 }
 
 TEST_CASE("barriers stop waiting on a crashed node (oracle failure detector)", "[sim][psp]") {
