@@ -561,13 +561,10 @@ void Swim::RequestPushPull(TimeMs now) {
   Impl& s = *impl_;
   s.now_ = now;
   if (s.left_ || now - s.last_extra_push_pull_ < s.cfg_.probe_interval) return;
-  NodeState* live = s.PickOne(
-      [&](const NodeState* st) { return st != s.self_ && st->m.status == Status::kAlive; });
+  NodeState* live = s.PickAlivePeer();
   if (live == nullptr) return;
   s.last_extra_push_pull_ = now;
-  s.out_push_pulls_.push_back(
-      OutPushPull{live->m.addr, PushPull{false, s.cfg_.name, s.LocalState()}});
-  ++s.stats_.pushpulls;
+  s.PushPullWith(*live);
 }
 
 void Swim::SetMeta(const Meta& meta, TimeMs now) {

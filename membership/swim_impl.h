@@ -139,6 +139,8 @@ struct Swim::Impl {
   static constexpr size_t kAnnounceFanout = 32;
   void Gossip();
   void StartPushPulls();
+  NodeState* PickAlivePeer();              // uniformly, or null
+  void PushPullWith(const NodeState& st);  // queues a push-pull request with our state
   void QueueProgress();
   TimeMs NextGossip() const;
 

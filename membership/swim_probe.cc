@@ -141,14 +141,21 @@ void Swim::Impl::StartPushPulls() {
   // Anti-entropy with one random live member (memberlist pushPull), and — like Serf's
   // reconnect — with one random failed member: after a partition heals, each side learns
   // that it was declared dead and refutes, which merges the two views again.
-  NodeState* live =
-      PickOne([&](const NodeState* st) { return st != self_ && st->m.status == Status::kAlive; });
+  NodeState* live = PickAlivePeer();
   NodeState* failed = PickOne([](const NodeState* st) { return st->m.status == Status::kFailed; });
   for (NodeState* st : {live, failed}) {
-    if (st == nullptr) continue;
-    out_push_pulls_.push_back(OutPushPull{st->m.addr, PushPull{false, cfg_.name, LocalState()}});
-    ++stats_.pushpulls;
+    if (st != nullptr) PushPullWith(*st);
   }
+}
+
+NodeState* Swim::Impl::PickAlivePeer() {
+  return PickOne(
+      [&](const NodeState* st) { return st != self_ && st->m.status == Status::kAlive; });
+}
+
+void Swim::Impl::PushPullWith(const NodeState& st) {
+  out_push_pulls_.push_back(OutPushPull{st.m.addr, PushPull{false, cfg_.name, LocalState()}});
+  ++stats_.pushpulls;
 }
 
 void Swim::Impl::QueueProgress() {
