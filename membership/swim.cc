@@ -145,6 +145,7 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
     ++num_live_;  // AddNode creates it alive
     if (spread) queue_.Queue(a);
     Emit(Event::Kind::kJoined, st);
+    Introduce(*st);
     return;
   }
   const bool local = st == self_;
@@ -177,9 +178,20 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
   SetStatus(st, Status::kAlive);
   if (old_status != Status::kAlive) {
     Emit(Event::Kind::kAlive, st);
+    if (!IsLive(old_status)) Introduce(*st);
   } else if (meta_changed) {
     Emit(Event::Kind::kUpdated, st);
   }
+}
+
+void Swim::Impl::Introduce(const NodeState& st) {
+  // The member learned about us from someone else (a push-pull with the seed, gossip), and that
+  // copy of our metadata may predate our last change (the training flag flips right after a
+  // join): it would keep the old one until a push-pull. Our own alive message, sent once when we
+  // learn about the member, closes that gap; Announce covers the members we already knew.
+  if (left_ || &st == self_ || num_live_ > kAnnounceFanout + 1) return;
+  SendPacket(st.m.addr, std::monostate{},
+             {AliveMsg{cfg_.name, cfg_.addr, self_->m.incarnation, self_->m.meta}}, false);
 }
 
 void Swim::Impl::NoteStale(const NodeState* st) {
@@ -573,7 +585,13 @@ void Swim::SetMeta(const Meta& meta, TimeMs now) {
   if (s.left_) return;
   s.self_->m.meta = meta;
   ++s.self_->m.incarnation;  // metadata travels in alive messages, which need a new incarnation
-  s.queue_.Queue(AliveMsg{s.cfg_.name, s.cfg_.addr, s.self_->m.incarnation, meta});
+  const AliveMsg alive{s.cfg_.name, s.cfg_.addr, s.self_->m.incarnation, meta};
+  s.queue_.Queue(alive);
+  // A member that misses the change keeps the old metadata until the next push-pull (15-60 s):
+  // a peer that missed our training flag leaves us out of its barrier and runs ahead of us under
+  // bsp/ssp. Gossip's small-mesh budget (2 transmissions) misses members often enough to matter,
+  // so while every live member fits in one announcement, each is told directly.
+  if (s.num_live_ <= Impl::kAnnounceFanout + 1) s.Announce(alive);
 }
 
 void Swim::SetEval(const Eval& eval) {

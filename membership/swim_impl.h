@@ -128,7 +128,11 @@ struct Swim::Impl {
     const double n = static_cast<double>(nodes_.size());
     return cfg_.retransmit_mult * static_cast<int>(std::ceil(std::log10(n + 1.0)));
   }
-  void SendPacket(const std::string& to, Primary primary, std::vector<Update> extra = {});
+  // `piggyback`: fill the rest of the packet from the broadcast queue (each copy counts towards
+  // the update's retransmissions). Direct news (Announce, Introduce) goes without: its
+  // receivers are chosen for the news, not at random, and would spend gossip's budget.
+  void SendPacket(const std::string& to, Primary primary, std::vector<Update> extra = {},
+                  bool piggyback = true);
   // Sends `u` directly to up to kAnnounceFanout random live members (every one when they fit),
   // besides queueing it for gossip. Used for rare, important news (our join, our leave, a
   // force-leave, a failure we declare while the live members fit in the fanout): in small
@@ -136,6 +140,9 @@ struct Swim::Impl {
   // spent on packets to the recently dead or to the subject itself, leaving a member to learn
   // the news only at the next push-pull.
   void Announce(const Update& u);
+  // Sends our own alive message (current incarnation and metadata) to a member we just learned
+  // about or that came back, while the live members fit in kAnnounceFanout.
+  void Introduce(const NodeState& st);
   static constexpr size_t kAnnounceFanout = 32;
   void Gossip();
   void StartPushPulls();

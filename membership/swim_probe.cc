@@ -76,7 +76,8 @@ void Swim::Impl::ProbeSucceeded() {
   awareness_.ApplyDelta(-1);
 }
 
-void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<Update> extra) {
+void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<Update> extra,
+                            bool piggyback) {
   Packet p;
   p.from = cfg_.name;
   p.from_addr = cfg_.addr;
@@ -93,7 +94,7 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
     budget -= bytes;
     p.updates.push_back(std::move(u));
   }
-  queue_.Fill(budget, RetransmitLimit(), &p.updates);
+  if (piggyback) queue_.Fill(budget, RetransmitLimit(), &p.updates);
   if (std::holds_alternative<std::monostate>(p.primary) && p.updates.empty()) return;
   ++stats_.packets_sent;
   out_packets_.push_back(OutPacket{to, std::move(p)});
@@ -112,7 +113,7 @@ void Swim::Impl::Announce(const Update& u) {
   } else {
     targets = RandomNodes(kAnnounceFanout, live_peer);
   }
-  for (NodeState* t : targets) SendPacket(t->m.addr, std::monostate{}, {u});
+  for (NodeState* t : targets) SendPacket(t->m.addr, std::monostate{}, {u}, false);
 }
 
 void Swim::Impl::Gossip() {
