@@ -64,11 +64,16 @@ def run(binary, barrier):
             stalls = {a.name: s.longest_stall(a.name, t_kill, t_end) for a in survivors}
             pre = max(s.longest_stall(a.name, t_start, t_kill)[0] for a in survivors)
             resumed = {a.name: s.first_step_after(a.name, t_kill + detect) for a in survivors}
-            # Still training when the slowest detection completed (last sample before it)?
+            # Still training once the slowest detection completed? Judged at the first sample
+            # SLACK_S after it: the evaluation that stops a node at its target runs beside the
+            # trainer and may land just after detection with no further step (CI saw a survivor
+            # stop 1 ms after the last failure was declared).
             training_at_detect = {}
             for a in survivors:
+                later = s.steps(a.name, t_kill + detect + SLACK_S)
                 prior = s.steps(a.name, None, t_kill + detect)
-                training_at_detect[a.name] = prior[-1][2] if prior else True
+                training_at_detect[a.name] = (later[0][2] if later else
+                                              prior[-1][2] if prior else True)
 
         print(f"[{barrier}] killed {', '.join(v.name for v in victims)} at steps "
               f"{[before[a.name]['step'] for a in survivors]} (survivors' steps)")

@@ -7,8 +7,9 @@ option that shifts the clock stamping its messages). Checks that:
   each other (params_received > 0 on every agent, mean_fanout >= 1);
 - nothing is rejected for replay or authentication on any agent while they run (the skewed
   agent's datagrams are not dropped for their timestamps);
-- replay protection stays: a datagram the skewed agent sent, captured and sent again 3 times,
-  is dropped and counted (rejected_by_reason.replay) by its receiver (needs a raw socket:
+- replay protection stays: a datagram the skewed agent sent, captured and sent again 4 times,
+  is dropped and counted (rejected_by_reason.replay; 3 or 4 of the copies: the original may
+  have been rate-limited) by its receiver (needs a raw socket:
   skipped with a message without CAP_NET_RAW);
 - when the skewed host's clock is corrected (5 minutes back) and its agent restarted with the
   same --data-dir, it is alive again on every peer and nothing it sends is refused as a replay
@@ -94,7 +95,10 @@ def main():
                 return None if st is None else st["rejected_by_reason"].get("replay", 0)
             before = replays()
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            for _ in range(3):
+            # Four copies, three of which must count as replays: the original may have been
+            # dropped by the target's per-source rate limit (the agents' queries run into it
+            # on loopback), and then the first copy is its first delivery, not a replay.
+            for _ in range(4):
                 s.sendto(payload, ("127.0.0.1", dport))
             s.close()
             wait_until(lambda: (replays() or 0) >= before + 3, 10, what="replays counted")
@@ -108,7 +112,8 @@ def main():
         dt, sts = wait_until(done, 180, interval=0.5, what="all agents finish training")
         for a, st in zip(mesh.agents, sts):
             rej = st["rejected_by_reason"]
-            injected = 3 if replayed and replayed[0] == a.name else 0
+            # 4 copies injected: 4 replays, or 3 when the original had been rate-limited.
+            injected = (3, 4) if replayed and replayed[0] == a.name else (0,)
             print(f"{a.name}: loss {st['loss']:.4f}, params_received {st['params_received']}, "
                   f"mean_fanout {st['mean_fanout']:.2f}, rejected {rej}")
             assert st["loss"] is not None and st["loss"] < LOSS_BOUND, (a.name, st["loss"])
@@ -116,10 +121,10 @@ def main():
             assert rej.get("auth", 0) == 0, rej
             # Only what this test injected; a reordered or duplicated real datagram would be
             # a replay too, but loopback neither reorders nor duplicates.
-            assert rej.get("replay", 0) == injected, (a.name, rej)
+            assert rej.get("replay", 0) in injected, (a.name, rej)
         print(f"trained to loss < {LOSS_BOUND} in {dt:.1f} s on every agent")
         if replayed:
-            print(f"replay: a datagram from {skewed.name} sent 3 more times to {replayed[0]} -> "
+            print(f"replay: a datagram from {skewed.name} sent 4 more times to {replayed[0]} -> "
                   f"replay rejections {replayed[1]} -> {replayed[2]}")
 
         # The skewed host's clock is corrected (5 minutes back) and its agent restarted: its
