@@ -47,6 +47,7 @@ void BuiltinTrainer::Start() {
   }
   thread_ = std::thread([this] { Run(); });
   if (options_.target_accuracy <= 0) eval_thread_ = std::thread([this] { EvalLoop(); });
+  if (!options_.checkpoint_dir.empty()) ckpt_thread_ = std::thread([this] { CheckpointLoop(); });
 }
 
 void BuiltinTrainer::Stop() {
@@ -62,6 +63,12 @@ void BuiltinTrainer::Stop() {
   }
   eval_cv_.notify_all();
   if (eval_thread_.joinable()) eval_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(ckpt_mu_);
+    ckpt_stop_ = true;  // a capture not written yet is still written: nothing is lost
+  }
+  ckpt_cv_.notify_all();
+  if (ckpt_thread_.joinable()) ckpt_thread_.join();
 }
 
 void BuiltinTrainer::Permit(uint64_t step, double mesh_step_s) {
@@ -161,10 +168,41 @@ learn::Status BuiltinTrainer::WriteFinalModel(const std::string& path) {
 
 learn::Status BuiltinTrainer::SaveCheckpoint() {
   if (options_.checkpoint_dir.empty()) return learn::Status::OK();
-  auto data = learn::CaptureCheckpoint(*task_, {{"node", options_.name}});
+  return WriteCheckpoint(learn::CaptureCheckpoint(*task_, {{"node", options_.name}}));
+}
+
+learn::Status BuiltinTrainer::WriteCheckpoint(const learn::CheckpointData& data) {
+  std::lock_guard<std::mutex> lock(ckpt_write_mu_);
   auto st = learn::SaveCheckpointToDir(options_.checkpoint_dir, data);
   if (st.ok()) checkpoints_++;
   return st;
+}
+
+void BuiltinTrainer::SaveCheckpointLater(uint64_t step) {
+  CheckpointJob job{step, learn::CaptureCheckpoint(*task_, {{"node", options_.name}})};
+  {
+    std::lock_guard<std::mutex> lock(ckpt_mu_);
+    ckpt_job_ = std::move(job);  // replaces a capture the writer has not started
+  }
+  ckpt_cv_.notify_all();
+}
+
+void BuiltinTrainer::CheckpointLoop() {
+  while (true) {
+    CheckpointJob job;
+    {
+      std::unique_lock<std::mutex> lock(ckpt_mu_);
+      ckpt_cv_.wait(lock, [&] { return ckpt_stop_ || ckpt_job_.has_value(); });
+      if (!ckpt_job_) return;  // stopping, nothing left
+      job = std::move(*ckpt_job_);
+      ckpt_job_.reset();
+    }
+    if (auto st = WriteCheckpoint(job.data); !st.ok()) {
+      spdlog::error("checkpoint failed: {}", st.message());
+    } else {
+      metrics_->Write("checkpoint", {{"step", job.step}});
+    }
+  }
 }
 
 int AutoSyncEvery(double round_s, double step_s) {
@@ -382,10 +420,7 @@ void BuiltinTrainer::Run() {
     }
     if (!options_.checkpoint_dir.empty() &&
         done % static_cast<uint64_t>(options_.checkpoint_every) == 0) {
-      if (auto st = SaveCheckpoint(); !st.ok()) {
-        spdlog::error("checkpoint failed: {}", st.message());
-      }
-      metrics_->Write("checkpoint", {{"step", done}});
+      SaveCheckpointLater(done);  // written by the checkpoint thread
     }
     const bool last = options_.max_steps > 0 && done >= options_.max_steps;
     if (done % static_cast<uint64_t>(options_.eval_every) == 0 || last) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "daemon/config.h"
+#include "learn/checkpoint.h"
 #include "learn/model_file.h"
 #include "learn/status.h"
 #include "learn/task.h"
@@ -200,7 +201,14 @@ class BuiltinTrainer : public Trainer {
   void EvaluateLater(uint64_t step);
   void EvalLoop();
   void RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc);
-  uint64_t checkpoints_ = 0;
+  // Periodic checkpoints (issue 18: off the critical path): the trainer thread captures the
+  // state (a copy of parameters and velocity) and the checkpoint thread writes it (serialize,
+  // write, fsync, rename). A newer capture replaces one not written yet; Stop() writes the one
+  // pending before it returns, and SaveCheckpoint() (shutdown) writes synchronously.
+  void SaveCheckpointLater(uint64_t step);
+  void CheckpointLoop();
+  learn::Status WriteCheckpoint(const learn::CheckpointData& data);
+  std::atomic<uint64_t> checkpoints_{0};
 
   std::unique_ptr<learn::Task> task_;
   const TrainerOptions options_;
@@ -239,6 +247,17 @@ class BuiltinTrainer : public Trainer {
   std::optional<EvalJob> eval_job_;  // guarded by eval_mu_
   bool eval_stop_ = false;           // guarded by eval_mu_
   std::thread eval_thread_;
+
+  std::mutex ckpt_mu_;
+  std::condition_variable ckpt_cv_;
+  struct CheckpointJob {
+    uint64_t step = 0;  // the trainer's step when captured
+    learn::CheckpointData data;
+  };
+  std::optional<CheckpointJob> ckpt_job_;  // guarded by ckpt_mu_
+  bool ckpt_stop_ = false;                 // guarded by ckpt_mu_
+  std::mutex ckpt_write_mu_;               // one checkpoint write at a time
+  std::thread ckpt_thread_;
 };
 
 // The built-in trainer for config.task (nullptr for --task none), restored from the newest good

@@ -108,7 +108,12 @@ class Bed:
             _ip("netns", "add", ns)
             self.made.append(ns)
             _ip("-n", ns, "link", "set", "lo", "up")
-        args = ["ip", "netns", "exec", self.switch_ns, self.linkemu_path,
+        # The wire runs at real-time priority (SCHED_FIFO): on real hosts the network is other
+        # hardware, here it shares the cores with the agents, and a starved switch capped every
+        # link at 20-35 Mbit/s while six agents trained (the kernel's RT throttling still leaves
+        # the agents 5 % of each core should it spin).
+        rt = ["chrt", "-f", "20"] if shutil.which("chrt") else []
+        args = ["ip", "netns", "exec", self.switch_ns, *rt, self.linkemu_path,
                 "--queue-ms", str(self.queue_ms)]
         for i in range(self.n):
             args += ["--port", self._port_spec(i)]
