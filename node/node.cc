@@ -427,9 +427,9 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
     const auto* ack = std::get_if<gossip::ParamAckMsg>(&f.body);
     auto t = round_ ? round_->transfers.find(in.conn) : decltype(round_->transfers)::iterator{};
     if (!round_ || t == round_->transfers.end() || ack == nullptr ||
-        f.sender != t->second.receiver || ack->round != round_->id ||
-        round_->acked.count(in.conn) > 0) {
+        f.sender != t->second.receiver || ack->round != round_->id) {
       Reject();
+      DropDataConn(in.conn);
       Emit(Close{in.conn, true});
       return;
     }
@@ -437,12 +437,12 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
       // The receiver lacks the reference this change was against: nothing was mixed, the
       // transfer is lost and the next one to it is a full snapshot.
       tx_refs_.erase(f.sender);
-      Emit(Close{in.conn, false});
+      FinishTransfer(in.conn, false, now);
       return;
     }
-    round_->acked.insert(in.conn);
+    // Delivered; the connection stays open for the next transfer to this receiver.
+    FinishTransfer(in.conn, true, now);
     if (barrier_ && barrier_->OnProgress(f.sender, ack->step, now)) OnBarrierNews(now);
-    Emit(Close{in.conn, false});
     return;
   }
   // Requests on accepted connections.
@@ -474,11 +474,7 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
 void Node::OnClosed(const ConnClosed& in, TimeMs now) {
   serving_.erase(in.conn);
   if (fetch_.phase == Fetch::kWaiting && in.conn == fetch_.conn) return OnStateClosed(now);
-  if (auto it = incoming_.find(in.conn); it != incoming_.end()) {
-    down_.End(now, it->second);
-    incoming_.erase(it);
-    return;
-  }
+  if (incoming_.count(in.conn) > 0) return EndIncoming(in.conn, now);
   if (auto it = pushpulls_.find(in.conn); it != pushpulls_.end()) {
     std::unique_ptr<PushPull> pp = std::move(it->second);
     pushpulls_.erase(it);
@@ -494,10 +490,9 @@ void Node::OnClosed(const ConnClosed& in, TimeMs now) {
     Pump(now, 0);
     return;
   }
-  if (round_ && round_->transfers.count(in.conn) > 0) {
-    const bool acked = round_->acked.count(in.conn) > 0;
-    FinishTransfer(in.conn, acked, now);
-  }
+  DropDataConn(in.conn);
+  // Closed before the receiver acknowledged: the transfer on it is lost.
+  if (round_ && round_->transfers.count(in.conn) > 0) FinishTransfer(in.conn, false, now);
 }
 
 // ---- training: barrier ----------------------------------------------------------------------

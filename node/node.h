@@ -368,6 +368,12 @@ class Node {
   void SendRound(std::vector<std::string> receivers, TimeMs now);
   void FinishTransfer(ConnId conn, bool ok, TimeMs now);
   void AbortTransfersTo(const std::string& name);
+  // The open parameter connection to `name`, or a new one (Connect emitted).
+  ConnId DataConnTo(const std::string& name, const std::string& addr);
+  // A received transfer on `conn` is complete (or broken off): its bytes go to the downlink meter.
+  void EndIncoming(ConnId conn, TimeMs now);
+  // Forgets a parameter connection (closing, closed or broken): no transfer reuses it.
+  void DropDataConn(ConnId conn);
   std::vector<gossip::ParamChunk> EncodeFor(const std::string& name,
                                             const std::vector<float>& params, uint64_t round,
                                             uint64_t step, Transfer* t);
@@ -442,6 +448,16 @@ class Node {
   std::map<std::string, Reference> tx_refs_;  // per receiver: what it holds of our model
   std::map<std::string, Reference> rx_refs_;  // per sender: our copy of what it last sent
   std::map<ConnId, uint64_t> incoming_;       // parameter connections being received: bytes so far
+  // Parameter connections stay open between transfers (one transfer at a time on each), so a
+  // transfer skips TCP's handshake and slow start; the driver's idle timeout closes unused ones
+  // and at most kMaxDataConns stay open (the least recently used idle one is closed).
+  struct DataConn {
+    ConnId conn = 0;
+    uint64_t used = 0;  // round that used it last
+  };
+  static constexpr size_t kMaxDataConns = 32;
+  std::map<std::string, DataConn> data_conns_;     // receiver -> its open connection
+  std::map<ConnId, std::string> data_conn_peers_;  // the same, by connection
   // The newest snapshot of our model (served to joiners; the final one to peers still training).
   std::shared_ptr<const std::vector<float>> latest_;
   uint64_t latest_step_ = 0;

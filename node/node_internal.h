@@ -31,8 +31,9 @@ inline uint64_t StableHash(const std::string& s, uint64_t h = 146959810393466560
 
 }  // namespace internal
 
-// One multicast round: the snapshot goes to every receiver over a connection of its own; the
-// round ends when every transfer was acknowledged (ParamAck) or lost.
+// One multicast round: the snapshot goes to every receiver over its parameter connection (kept
+// open between rounds); the round ends when every transfer was acknowledged (ParamAck) or lost
+// (its connection closed first).
 struct Node::Transfer {
   std::string receiver;
   uint64_t wire_bytes = 0;  // what this transfer costs on the wire (payload + frame overhead)
@@ -50,8 +51,7 @@ struct Node::Round {
   uint64_t bytes = 0;      // acknowledged bytes on the wire
   uint64_t raw_bytes = 0;  // the same transfers as plain float32 chunks
   uint64_t raw_per_rx = 0;
-  std::map<ConnId, Transfer> transfers;  // open connection -> receiver
-  std::set<ConnId> acked;
+  std::map<ConnId, Transfer> transfers;  // connection -> transfer in flight on it
 };
 
 // What a peer holds of this node's model (sender side) or of the peer's (receiver side): the

@@ -206,15 +206,14 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
   for (const auto& name : receivers) {
     auto peer = FindPeer(name);
     if (!peer) continue;
-    const ConnId conn = next_conn_++;
+    const ConnId conn = DataConnTo(name, peer->data_addr);
     Transfer t;
     t.receiver = name;
     std::vector<gossip::ParamChunk> own;
     if (compress) own = EncodeFor(name, params, id, snap.step, &t);
     const std::vector<gossip::ParamChunk>& chunks_out = compress ? own : shared;
-    // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck) and the
-    // connection closes; closed without an ack (refused, aborted, timed out) = lost.
-    Emit(Connect{conn, peer->data_addr});
+    // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck); a
+    // connection closed before that (refused, aborted, timed out) loses it.
     for (const auto& c : chunks_out) {
       t.wire_bytes += gossip::ChunkWireBytes(c) + kFrameOverheadBytes;
       gossip::Frame f;
@@ -262,7 +261,6 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
   auto it = round_->transfers.find(conn);
   Transfer t = std::move(it->second);
   round_->transfers.erase(it);
-  round_->acked.erase(conn);
   round_->outstanding--;
   if (ok) {
     round_->delivered++;
@@ -290,13 +288,54 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
 // it the rest of the mesh) does not wait for a TCP timeout (SPEC §6: no stalls). The driver
 // answers the abort with ConnClosed, which ends the transfer.
 void Node::AbortTransfersTo(const std::string& name) {
-  if (!round_) return;
-  for (const auto& [conn, t] : round_->transfers) {
-    if (t.receiver == name) {
-      Emit(LogLine{false, "abandoning the parameter transfer to " + name});
-      Emit(Close{conn, true});
+  auto open = data_conns_.find(name);
+  if (open == data_conns_.end()) return;
+  const ConnId conn = open->second.conn;
+  if (round_ && round_->transfers.count(conn) > 0) {
+    Emit(LogLine{false, "abandoning the parameter transfer to " + name});
+  }
+  DropDataConn(conn);
+  Emit(Close{conn, true});
+}
+
+ConnId Node::DataConnTo(const std::string& name, const std::string& addr) {
+  if (auto open = data_conns_.find(name); open != data_conns_.end()) {
+    open->second.used = next_round_;
+    return open->second.conn;
+  }
+  if (data_conns_.size() >= kMaxDataConns) {
+    // Close the least recently used connection with no transfer on it.
+    auto lru = data_conns_.end();
+    for (auto it = data_conns_.begin(); it != data_conns_.end(); ++it) {
+      const bool busy = round_ && round_->transfers.count(it->second.conn) > 0;
+      if (!busy && (lru == data_conns_.end() || it->second.used < lru->second.used)) lru = it;
+    }
+    if (lru != data_conns_.end()) {
+      const ConnId old = lru->second.conn;
+      DropDataConn(old);
+      Emit(Close{old, false});
     }
   }
+  const ConnId conn = next_conn_++;
+  data_conns_[name] = DataConn{conn, next_round_};
+  data_conn_peers_[conn] = name;
+  Emit(Connect{conn, addr});
+  return conn;
+}
+
+void Node::EndIncoming(ConnId conn, TimeMs now) {
+  auto it = incoming_.find(conn);
+  if (it == incoming_.end()) return;
+  down_.End(now, it->second);
+  incoming_.erase(it);
+}
+
+void Node::DropDataConn(ConnId conn) {
+  auto it = data_conn_peers_.find(conn);
+  if (it == data_conn_peers_.end()) return;
+  auto open = data_conns_.find(it->second);
+  if (open != data_conns_.end() && open->second.conn == conn) data_conns_.erase(open);
+  data_conn_peers_.erase(it);
 }
 
 void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
@@ -326,6 +365,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
         ref->second.values->size() != model->params.size()) {
       stats_.params_need_full++;
       rx_refs_.erase(sender);
+      EndIncoming(conn, now);
       ack.body = gossip::ParamAckMsg{chunk_round, progress_.step, true};
       Emit(SendFrame{conn, std::move(ack)});
       return;
@@ -338,6 +378,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
         Reference{chunk_round, 0, std::make_shared<const std::vector<float>>(model->params)};
   }
   stats_.params_received++;
+  EndIncoming(conn, now);  // the sender's next transfer may use this connection again
   ack.body = gossip::ParamAckMsg{chunk_round, progress_.step};
   Emit(SendFrame{conn, std::move(ack)});
   Emit(ParamsReceived{sender, model->step});

@@ -182,7 +182,9 @@ void Mesh::MaybeCompute(size_t i) {
                                     q.task->params().data() + q.task->params().size())
                : std::vector<float>(16, 0.f));
     Feed(i, node::TrainerProgress{q.step, !q.finished, !q.finished, {}, 0});
-    Feed(i, node::SnapshotIn{q.step, params, q.finished});
+    if (q.step % std::max<uint64_t>(1, opt_.sync_every) == 0 || q.finished) {
+      Feed(i, node::SnapshotIn{q.step, params, q.finished});
+    }
     MaybeCompute(i);
   });
 }
@@ -240,6 +242,13 @@ void Mesh::NetFrame(size_t i, node::ConnId conn, const gossip::Frame& msg) {
     }
     if (!conns_[serial].closed) Feed(to, std::move(*in));
   });
+}
+
+void Mesh::ResetConnectionsOpenedBy(size_t i) {
+  for (auto& [key, serial] : conn_of_) {
+    const Conn& cn = conns_[serial];
+    if (key.first == i && cn.a == i && cn.id_a == key.second) NetClose(i, key.second, true);
+  }
 }
 
 void Mesh::NetClose(size_t i, node::ConnId conn, bool abort) {

@@ -43,7 +43,8 @@ struct MeshOptions {
   // The driver's hop: a Permit reaches the trainer this much later (the daemon's loop thread,
   // busy with parameter transfers, answers the trainer late).
   int64_t permit_delay_ms = 0;
-  bool lookahead = true;  // BarrierConfig::lookahead
+  bool lookahead = true;    // BarrierConfig::lookahead
+  uint64_t sync_every = 1;  // a snapshot goes out every this many steps (--sync-every)
   uint32_t chunk_floats = gossip::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
@@ -62,6 +63,8 @@ class Mesh {
   void Crash(size_t i);
   // From now on, connects from node i fail at once (EMFILE-like): the close is the next input.
   void RefuseConnectsFrom(size_t i) { opt_.refuse_connects_from = i; }
+  // Resets every open connection node i opened (both ends see an abort), as a network reset.
+  void ResetConnectionsOpenedBy(size_t i);
   // Delivers `input` to node i at the current virtual time (after the current event).
   void Inject(size_t i, node::Input input);
   // Hooks called on every Permit (node, step permitted) and every output (node, output).

@@ -153,11 +153,35 @@ TEST_CASE("a connect that fails at once ends the transfer and rounds go on", "[n
   const auto fanout0 = mesh.node(1).stats().fanout_sum;
   const auto step0 = mesh.step(1);
   mesh.RefuseConnectsFrom(1);
+  mesh.ResetConnectionsOpenedBy(1);  // parameter connections stay open: every one is new now
   mesh.RunUntil(5000);
   CHECK(mesh.node(1).stats().rounds > rounds0 + 50);  // rounds end (every transfer lost) ...
   CHECK(mesh.node(1).stats().fanout_sum == fanout0);  // ... and none was delivered
   CHECK(mesh.node(0).stats().fanout_sum > 50);        // the others' transfers work
   CHECK(mesh.step(1) > step0 + 100);
+}
+
+TEST_CASE("parameter connections stay open between transfers", "[node]") {
+  // A transfer reuses the open connection to its receiver: connects stay a handful (push-pulls,
+  // one per receiver) while hundreds of rounds go out; before, every transfer opened its own.
+  MeshOptions o;
+  o.nodes = 4;
+  o.seed = 4;
+  Mesh mesh(o);
+  uint64_t connects = 0, closes = 0;
+  mesh.on_output = [&](size_t i, const Output& out) {
+    if (i != 1) return;
+    if (std::holds_alternative<meshtrain::node::Connect>(out)) connects++;
+    if (std::holds_alternative<meshtrain::node::Close>(out)) closes++;
+  };
+  mesh.Start();
+  mesh.RunUntil(10000);
+  const auto& st = mesh.node(1).stats();
+  INFO("rounds " << st.rounds << ", delivered " << st.fanout_sum << ", connects " << connects
+                 << ", closes " << closes);
+  CHECK(st.rounds > 200);
+  CHECK(st.fanout_sum > 2 * 200 - 20);
+  CHECK(connects < 20);  // 3 receivers + push-pulls every 2 s
 }
 
 TEST_CASE("the SSP check of these tests can fail: asp runs ahead of a straggler", "[node]") {
@@ -415,11 +439,14 @@ TEST_CASE("OSP: early permits spare the trainer the driver's hop, within the sta
 TEST_CASE("look-ahead queries: on a 40 ms RTT the fresh steps arrive before the bound is reached",
           "[node][barrier]") {
   // 20 ms each way against 20 ms steps, s = 4: a peer whose known step is about to block is
-  // asked one round trip early, so the node rarely stops at the bound to ask.
+  // asked one round trip early, so the node rarely stops at the bound to ask. Parameters every
+  // 8 steps (--sync-every 8): transfers and their acks carry steps too, and when they go out
+  // every step on kept-open connections they are about as fresh as a look-ahead answer.
   auto run = [](bool lookahead) {
     MeshOptions o;
     o.nodes = 4;
     o.seed = 9;
+    o.sync_every = 8;
     o.policy = Policy::kPssp;
     o.sample = 2;
     o.staleness = 4;
