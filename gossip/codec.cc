@@ -165,10 +165,11 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
   const auto q = c.q.empty() ? 0 : b.CreateVector(c.q.data(), c.q.size());
   const auto scales = c.scales.empty() ? 0 : b.CreateVector(c.scales.data(), c.scales.size());
   const auto idx = c.idx.empty() ? 0 : b.CreateVector(c.idx.data(), c.idx.size());
-  return {w::Body::ParamChunk,
-          w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
-                              c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx)
-              .Union()};
+  return {
+      w::Body::ParamChunk,
+      w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
+                          c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx, c.final)
+          .Union()};
 }
 
 std::pair<w::Body, fb::Offset<void>> EncodeKeyOp(fb::FlatBufferBuilder& b, const KeyOpMsg& m) {
@@ -406,6 +407,7 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   CopyVector(c->q(), &out->q);
   CopyVector(c->scales(), &out->scales);
   CopyVector(c->idx(), &out->idx);
+  out->final = c->final();
   out->wire_bytes = ChunkWireBytes(*out);
   out->count = c->count();
   if (out->count == 0 && out->encoding == 0) {

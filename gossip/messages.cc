@@ -248,6 +248,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     step_ = c.step;
     base_ = c.base;
     keyed_ = false;
+    final_ = false;
     chunks_ = c.chunks;
     total_ = c.total;
     seen_.assign(chunks_, false);
@@ -259,6 +260,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
   }
   seen_[c.chunk] = true;
   keyed_ = keyed_ || c.base != 0 || c.encoding != 0;
+  final_ = final_ || c.final;
   ++received_;
   std::copy(c.data.begin(), c.data.end(), params_.begin() + c.offset);
   spans_.emplace_back(c.offset, static_cast<uint32_t>(c.data.size()));
@@ -273,7 +275,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     next = uint64_t{offset} + len;
   }
   tiled = tiled && next == total_;
-  Model m{round_, step_, base_, keyed_, std::move(params_)};
+  Model m{round_, step_, base_, keyed_, std::move(params_), final_};
   Reset();  // the round stays recorded so its late duplicates are ignored
   if (!tiled) return std::nullopt;
   return m;

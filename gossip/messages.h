@@ -83,6 +83,7 @@ struct ParamChunk {
   std::vector<int8_t> q;       // int8, with one scale a block
   std::vector<float> scales;   // int8
   std::vector<uint32_t> idx;   // topk: indices into the chunk, with their values in `data`
+  bool final = false;          // the sender's final model (appended field; every chunk of it)
   uint64_t wire_bytes = 0;     // set by the receiver's codec: payload bytes as received
 };
 
@@ -248,6 +249,7 @@ class ParamAssembler {
     uint64_t base = 0;   // ParamChunk::base shared by every chunk of the round
     bool keyed = false;  // some chunk was compressed or a change: the sender keeps a reference
     std::vector<float> params;
+    bool final = false;  // the sender's final model (ParamChunk::final of its chunks)
   };
 
   // The complete model once `chunk` was its last missing piece; nullopt otherwise.
@@ -263,6 +265,7 @@ class ParamAssembler {
   uint64_t step_ = 0;
   uint64_t base_ = 0;
   bool keyed_ = false;
+  bool final_ = false;
   uint32_t chunks_ = 0;
   uint32_t total_ = 0;
   uint32_t received_ = 0;

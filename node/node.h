@@ -99,7 +99,7 @@ struct NodeConfig {
                                          // first nodes of a mesh start within a few steps)
   // A node that finished training (--target-accuracy, --steps) offers its final model to the
   // peers still training this often, so the last nodes converge with it instead of alone.
-  TimeMs final_serve_interval_ms = 500;
+  TimeMs final_serve_interval_ms = 200;
 };
 
 // ---- Inputs ----------------------------------------------------------------------------------

@@ -211,10 +211,11 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
     t.receiver = name;
     std::vector<gossip::ParamChunk> own;
     if (compress) own = EncodeFor(name, params, id, snap.step, &t);
-    const std::vector<gossip::ParamChunk>& chunks_out = compress ? own : shared;
+    std::vector<gossip::ParamChunk>& chunks_out = compress ? own : shared;
     // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck); a
     // connection closed before that (refused, aborted, timed out) loses it.
-    for (const auto& c : chunks_out) {
+    for (auto& c : chunks_out) {
+      c.final = snap.final;
       t.wire_bytes += gossip::ChunkWireBytes(c) + kFrameOverheadBytes;
       gossip::Frame f;
       f.sender = config_.name;
@@ -385,8 +386,9 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   if (barrier_->OnProgress(sender, model->step, now)) OnBarrierNews(now);
   // A finished peer's model reached its goal however few steps it took: it mixes at full weight
   // (the step it carries is ours at least), so the last nodes converge with the finished ones.
+  // The chunks say so (ParamChunk::final), or membership already knows the sender stopped.
   auto peer = FindPeer(sender);
-  const bool finished = peer && !peer->training;
+  const bool finished = model->final || (peer && !peer->training);
   const uint64_t weight_step = finished ? std::max(model->step, progress_.step) : model->step;
   Emit(Mix{sender, weight_step, std::move(model->params), finished});
 }

@@ -12,7 +12,7 @@
 //
 // Final models. A node that finished training (--target-accuracy or --steps) counts as finished
 // in every barrier (its metadata says training: false), and offers its final model to the peers
-// still training every final_serve_interval_ms (500 ms): the last nodes mix with it
+// still training every final_serve_interval_ms (200 ms): the last nodes mix with it
 // (progress-aware, see learn/mixing.h) instead of finishing alone on their shards.
 #include <algorithm>
 

@@ -518,4 +518,21 @@ TEST_CASE("codec: hand-crafted envelopes get the expected verdict", "[gossip][co
 }
 
 }  // namespace
+
+TEST_CASE("codec: a final model's chunks say so, others do not", "[gossip][codec]") {
+  Codec codec("default", nullptr);
+  for (const bool final : {false, true}) {
+    Frame f = ChunkFrame(64, 0, 64);
+    std::get<ParamChunk>(f.body).final = final;
+    const auto bytes = codec.EncodeFrame(f);
+    auto d = codec.DecodeFrame(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(d);
+    CHECK(std::get<ParamChunk>(d->body).final == final);
+    ParamAssembler asm_;
+    auto model = asm_.Add(std::get<ParamChunk>(d->body));
+    REQUIRE(model);
+    CHECK(model->final == final);
+  }
+}
+
 }  // namespace meshtrain::gossip
