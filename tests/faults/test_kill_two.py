@@ -68,6 +68,11 @@ def run(binary, barrier):
             # SLACK_S after it: the evaluation that stops a node at its target runs beside the
             # trainer and may land just after detection with no further step (CI saw a survivor
             # stop 1 ms after the last failure was declared).
+            # The judging sample must exist: when the survivors reached the target right at
+            # detection, wait_all_done returns before the sampler has got there (CI).
+            judge_at = t_kill + detect + SLACK_S
+            while now() < judge_at + 3 * s.interval:
+                time.sleep(0.05)
             training_at_detect = {}
             for a in survivors:
                 later = s.steps(a.name, t_kill + detect + SLACK_S)
