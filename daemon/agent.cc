@@ -24,6 +24,7 @@
 #include "daemon/json_text.h"
 #include "daemon/key_rotation.h"
 #include "daemon/keyring_file.h"
+#include "daemon/link_prober.h"
 #include "daemon/log_tap.h"
 #include "daemon/metrics.h"
 #include "daemon/net_endpoint.h"
@@ -62,6 +63,7 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<gossip::UdpEndpoint> udp;
   std::unique_ptr<TcpHub> data_tcp;
   std::unique_ptr<NetEndpoint> net;
+  std::unique_ptr<LinkProber> prober;  // link-capacity probes (SPEC §7)
   std::unique_ptr<RpcServer> rpc;
   std::unique_ptr<KeyRotation> keys;
   std::unique_ptr<StampClock> stamps;  // what messages are stamped with (stamp_clock.h)
@@ -230,6 +232,11 @@ struct Agent::Impl : RpcBackend {
   // ---- inbound ----------------------------------------------------------------------------------
 
   void OnDatagram(const uint8_t* data, size_t len, const NetAddr& from) {
+    if (gossip::IsProbeDatagram(data, len)) {
+      // Timestamped now, while the kernel still holds this datagram's receive time.
+      if (prober) prober->OnDatagram(data, len, from, udp->ReceiveTimestampNs());
+      return;
+    }
     auto dg = inbound->OnDatagram(data, len, from.ToString(), MonoSeconds());
     if (dg) Feed(node::DatagramIn{from.ToString(), std::move(*dg)});
   }
@@ -372,6 +379,10 @@ struct Agent::Impl : RpcBackend {
     }
     in.framing_errors = data_tcp->framing_errors();
     in.refused_connections = data_tcp->refused_connections();
+    if (prober) {
+      in.probe_trains_answered = prober->stats().trains_measured;
+      in.probe_rejects = prober->stats().rejected;
+    }
     in.uptime_s = metrics.Elapsed();
     return StatusJson(in);
   }
@@ -446,6 +457,11 @@ struct Agent::Impl : RpcBackend {
     net = std::make_unique<NetEndpoint>(
         codec.get(), udp.get(), data_tcp.get(), [this](node::Input in) { Feed(std::move(in)); },
         [this](node::ConnId id, const Bytes& payload) { OnOutgoingFrame(id, payload); });
+    prober = std::make_unique<LinkProber>(
+        &loop, udp.get(), keyring, config.cluster,
+        [this](node::ProbeResult r) { Feed(std::move(r)); },
+        [this](node::ProbeReceived r) { Feed(std::move(r)); });
+    net->set_prober(prober.get());
     rpc = std::make_unique<RpcServer>(&loop, config.rpc_token, this);
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),
                                          inbound.get());
@@ -570,6 +586,7 @@ struct Agent::Impl : RpcBackend {
     if (trainer_wake) trainer_wake->Close();
     if (timer) timer->Close();
     for (auto& s : signals) s->Close();
+    if (prober) prober->Close();
     if (udp) udp->Close();
     if (data_tcp) data_tcp->CloseAll();
     if (rpc) rpc->CloseAll();

@@ -238,6 +238,9 @@ Status AgentConfig::Finalize() {
   }
   if (uplink_limit < 0 || downlink_limit < 0)
     return Status::InvalidArgument("invalid bandwidth limit: must be >= 0");
+  if (!(capacity_probe_s == 0 || (capacity_probe_s >= 1 && capacity_probe_s <= 86400)))
+    return Status::InvalidArgument(
+        "invalid --capacity-probe-interval: must be 0 (off) or in [1, 86400] seconds");
   if (!(slowdown >= 1 && slowdown <= 1000))
     return Status::InvalidArgument("invalid --slowdown: must be in [1, 1000]");
   if (!shard.empty()) {
@@ -376,6 +379,7 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.join_state = join_state == "on";
   n.uplink_limit_mbps = uplink_limit;
   n.downlink_limit_mbps = downlink_limit;
+  n.capacity_probe_interval_ms = static_cast<node::TimeMs>(capacity_probe_s * 1000);
   n.join = join_resolved;
   n.retry_join = retry_join;
   n.retry_join_interval_ms = retry_join_interval_ms;

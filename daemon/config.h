@@ -92,6 +92,7 @@ struct AgentConfig {
                                   // none, fp16, int8 or topk:F (gossip/compress.h)
   double uplink_limit = 0;        // MB/s, 0 = none
   double downlink_limit = 0;      // MB/s, 0 = none
+  double capacity_probe_s = 30;   // --capacity-probe-interval: a probe train this often, 0 = off
   double slowdown = 1;
   std::string metrics_file;
   std::string log_level = "info";

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 
+#include "daemon/link_prober.h"
 #include "gossip/codec.h"
 #include "gossip/transport.h"
 #include "node/endpoint.h"
@@ -31,6 +32,10 @@ class NetEndpoint : public node::Endpoint {
   void Connect(node::ConnId conn, const std::string& to) override;
   void SendFrame(node::ConnId conn, const gossip::Frame& msg) override;
   void Close(node::ConnId conn, bool abort) override;
+  void ProbeLink(const node::ProbeLink& probe) override {
+    if (prober_ != nullptr) prober_->Send(probe);
+  }
+  void set_prober(LinkProber* prober) { prober_ = prober; }
 
   // Aborts connection `conn` (a node id) at once, e.g. after a bad reply.
   void Abort(node::ConnId conn) { Close(conn, true); }
@@ -52,6 +57,7 @@ class NetEndpoint : public node::Endpoint {
   node::ConnId connecting_ = 0;  // the connect in progress, to see a failure inside Connect()
   bool connect_failed_ = false;
   uint64_t oversize_drops_ = 0;
+  LinkProber* prober_ = nullptr;
 };
 
 }  // namespace meshtrain::daemon

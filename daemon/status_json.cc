@@ -99,8 +99,9 @@ json StatusJson(const StatusInputs& in) {
   }
   if (in.framing_errors > 0) rejected["framing"] = in.framing_errors;
   if (in.refused_connections > 0) rejected["connections_refused"] = in.refused_connections;
+  if (in.probe_rejects > 0) rejected["capacity_probe"] = in.probe_rejects;
   const uint64_t rejected_total = in.rejects.total() + n.stats().rejected + in.rpc_rejects +
-                                  in.framing_errors + trainer_rejected;
+                                  in.framing_errors + trainer_rejected + in.probe_rejects;
   const auto& s = n.stats();
   const membership::Stats ms = n.MembershipStats();
   json trainer = {{"kind", in.external ? "external" : "builtin"}};
@@ -154,6 +155,14 @@ json StatusJson(const StatusInputs& in) {
                ? static_cast<double>(s.params_bytes_raw) / static_cast<double>(s.params_bytes_sent)
                : 1.0},
           {"params_need_full", s.params_need_full},
+          // Link-capacity probes (SPEC §7): trains sent and measured, and the estimates
+          // (MB/s) this node publishes as its uplink_mbps/downlink_mbps.
+          {"capacity_probes",
+           {{"sent", s.probes_sent},
+            {"measured", s.probes_measured},
+            {"answered", in.probe_trains_answered},
+            {"uplink_mbps", n.uplink_estimate_mbps()},
+            {"downlink_mbps", n.downlink_estimate_mbps()}}},
           {"rejected_packets", rejected_total},
           {"rejected_by_reason", rejected},
           {"health_score", n.HealthScore()},

@@ -1,5 +1,9 @@
 #include "gossip/transport.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -167,7 +171,12 @@ Status UdpEndpoint::Bind(const NetAddr& addr, RecvFn on_recv) {
   int rc = uv_udp_bind(handle_, &addr.sa.base, 0);
   family_ = addr.family();
   if (rc == 0) rc = uv_udp_recv_start(handle_, AllocBuffer, &UdpEndpoint::OnRecv);
-  if (rc == 0) return Status::OK();
+  if (rc == 0) {
+    // The first SIOCGSTAMPNS turns receive timestamps on (it fails: no datagram yet), so the
+    // first probe datagram already has one (socket(7)).
+    (void)ReceiveTimestampNs();
+    return Status::OK();
+  }
   return Status::Unavailable("cannot bind UDP " + addr.ToString() + ": " + uv_strerror(rc));
 }
 
@@ -188,6 +197,16 @@ void UdpEndpoint::OnRecv(uv_udp_t* h, ssize_t nread, const uv_buf_t* buf, const 
     const size_t len = std::min<size_t>(static_cast<size_t>(nread), buf->len);
     Guarded("udp recv", &self->callback_exceptions_, [&] { self->on_recv_(data, len, *from); });
   }
+}
+
+int64_t UdpEndpoint::ReceiveTimestampNs() const {
+  timespec ts{};
+  uv_os_fd_t fd = -1;
+  if (handle_ == nullptr || uv_fileno(reinterpret_cast<const uv_handle_t*>(handle_), &fd) != 0 ||
+      ioctl(fd, SIOCGSTAMPNS, &ts) != 0) {
+    clock_gettime(CLOCK_REALTIME, &ts);
+  }
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 bool UdpEndpoint::Send(const NetAddr& to, Bytes data) {

@@ -113,6 +113,9 @@ class UdpEndpoint {
   uint64_t bytes_sent() const { return bytes_sent_; }
   uint64_t bytes_received() const { return bytes_received_; }
   uint64_t callback_exceptions() const { return callback_exceptions_; }
+  // The kernel's receive timestamp (CLOCK_REALTIME, ns) of the datagram being delivered: valid
+  // inside the receive callback only (SIOCGSTAMPNS; the time of the call if it is unavailable).
+  int64_t ReceiveTimestampNs() const;
 
  private:
   static void OnRecv(uv_udp_t* h, ssize_t nread, const uv_buf_t* buf, const sockaddr* addr,

@@ -13,6 +13,8 @@ std::vector<Output> RouteNetwork(std::vector<Output> outputs, Endpoint& endpoint
       endpoint.SendFrame(f->conn, f->msg);
     } else if (auto* cl = std::get_if<Close>(&o)) {
       endpoint.Close(cl->conn, cl->abort);
+    } else if (auto* p = std::get_if<ProbeLink>(&o)) {
+      endpoint.ProbeLink(*p);
     } else {
       rest.push_back(std::move(o));
     }

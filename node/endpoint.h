@@ -24,6 +24,9 @@ class Endpoint {
   virtual void Connect(ConnId conn, const std::string& to) = 0;
   virtual void SendFrame(ConnId conn, const gossip::Frame& msg) = 0;
   virtual void Close(ConnId conn, bool abort) = 0;
+  // Sends a capacity probe train (ProbeLink). A network that cannot probe ignores it: the node
+  // then keeps measuring bandwidth from its transfers alone.
+  virtual void ProbeLink(const node::ProbeLink& /*probe*/) {}
 };
 
 // Carries out the network outputs (SendDatagram, Connect, SendFrame, Close) on `endpoint`, in

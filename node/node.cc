@@ -78,6 +78,7 @@ Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(con
     min_peers_reached_ = config_.resumed || config_.min_peers == 0;
   }
   bandwidth_at_ = now + config_.bandwidth_interval_ms;
+  if (config_.capacity_probe_interval_ms > 0) probe_at_ = now + 1000;
 }
 
 Node::~Node() = default;
@@ -108,9 +109,8 @@ void Node::SetOwnMeta(TimeMs now) {
   meta.training = training();
   meta.tags = config_.tags;
   if (self == nullptr || (meta.uplink_mbps == 0 && meta.downlink_mbps == 0)) {
-    meta.uplink_mbps = static_cast<float>(up_.estimate.CapacityMbps(config_.uplink_limit_mbps));
-    meta.downlink_mbps =
-        static_cast<float>(down_.estimate.CapacityMbps(config_.downlink_limit_mbps));
+    meta.uplink_mbps = static_cast<float>(uplink_estimate_mbps());
+    meta.downlink_mbps = static_cast<float>(downlink_estimate_mbps());
   }
   swim_->SetMeta(meta, now);
 }
@@ -139,6 +139,10 @@ void Node::Step(Input input, TimeMs now) {
           OnForceLeave(in, now);
         } else if constexpr (std::is_same_v<T, PeerView>) {
           OnPeerView(in, now);
+        } else if constexpr (std::is_same_v<T, ProbeResult>) {
+          OnProbeResult(in, now);
+        } else if constexpr (std::is_same_v<T, ProbeReceived>) {
+          OnProbeReceived(in, now);
         }
       },
       input);
@@ -150,6 +154,7 @@ void Node::Tick(TimeMs now) {
     bandwidth_at_ = now + config_.bandwidth_interval_ms;
     UpdateBandwidth(now);
   }
+  if (now >= probe_at_) SendProbe(now);
   if (now >= retry_join_at_) {
     retry_join_at_ = sync::kNoDeadline;
     if (swim_ && !leaving_ && swim_->NumAlive() <= 1) {
@@ -181,7 +186,7 @@ void Node::Tick(TimeMs now) {
 }
 
 TimeMs Node::NextDeadline() const {
-  TimeMs d = std::min(bandwidth_at_, retry_join_at_);
+  TimeMs d = std::min({bandwidth_at_, retry_join_at_, probe_at_});
   if (swim_) d = std::min(d, swim_->NextDeadline());
   if (barrier_waiting_) d = std::min(d, barrier_deadline_);
   if (leaving_ && !left_) d = std::min(d, leave_started_ + 50);
@@ -292,10 +297,100 @@ double Node::BarrierWaitSeconds(TimeMs now) const {
 }
 
 double Node::uplink_estimate_mbps() const {
-  return up_.estimate.CapacityMbps(config_.uplink_limit_mbps);
+  return WithProbes(up_.estimate, probe_up_, config_.uplink_limit_mbps);
 }
 double Node::downlink_estimate_mbps() const {
-  return down_.estimate.CapacityMbps(config_.downlink_limit_mbps);
+  return WithProbes(down_.estimate, probe_down_, config_.downlink_limit_mbps);
+}
+
+double Node::WithProbes(const sync::BandwidthEstimate& e, const ProbeRates& probes, double cap) {
+  double probed = 0;
+  for (const auto& [who, rates] : probes) {
+    for (const ProbeRate& r : rates) probed = std::max(probed, r.mbps);
+  }
+  if (probed <= 0) return e.CapacityMbps(cap);
+  return cap > 0 ? std::min(probed, cap) : probed;
+}
+
+// ---- Link-capacity probes ----------------------------------------------------------------------
+// A transfer's rate says little about the link (TCP's window, the receiver's loop, a short
+// transfer hold it back; a burst read after a busy spell inflates it); a probe train measures
+// the path's capacity (gossip/link_probe.h): the smaller of our uplink and the receiver's
+// downlink, or less while other traffic shares the link (never more). So the estimate is the
+// largest figure over the recent probes to every peer, and transfers count only until the first
+// probe result. Every other probe goes to the peer publishing the largest downlink (the one
+// most likely not to be the narrower end), the others to a random live peer.
+void Node::SendProbe(TimeMs now) {
+  probe_at_ = now + 1000;
+  if (leaving_ || (probe_id_ != 0 && now - probe_sent_at_ < kProbeTimeoutMs)) return;
+  probe_id_ = 0;
+  std::vector<PeerInfo> peers = PeerList();
+  peers.erase(std::remove_if(peers.begin(), peers.end(),
+                             [](const PeerInfo& p) { return !p.alive || p.addr.empty(); }),
+              peers.end());
+  if (peers.empty()) return;
+  std::shuffle(peers.begin(), peers.end(), rng_);
+  size_t pick = 0;
+  if (stats_.probes_sent % 2 == 0) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const bool last = peers[i].name == probe_last_peer_ && peers.size() > 1;
+      const bool pick_last = peers[pick].name == probe_last_peer_ && peers.size() > 1;
+      if (!last && (pick_last || peers[i].downlink_mbps > peers[pick].downlink_mbps)) pick = i;
+    }
+  }
+  // Long enough to span ~20 ms at the current estimate (timer and scheduling noise stay small
+  // beside it), at least 64 and at most 1024 datagrams (1.3 MB).
+  const double est = uplink_estimate_mbps();
+  const int packets =
+      est <= 0 ? 256
+               : static_cast<int>(std::clamp(std::ceil(est * 1e6 * 0.020 / 1242.0), 64.0, 1024.0));
+  probe_id_ = rng_() | 1;
+  probe_peer_ = peers[pick].name;
+  probe_sent_at_ = now;
+  stats_.probes_sent++;
+  Emit(ProbeLink{probe_id_, peers[pick].addr, packets});
+  const TimeMs base = stats_.probes_sent <= static_cast<uint64_t>(kProbeFastProbes)
+                          ? 2000
+                          : config_.capacity_probe_interval_ms;
+  probe_at_ = now + base + static_cast<TimeMs>(rng_() % static_cast<uint64_t>(base / 10 + 1));
+}
+
+void Node::OnProbeResult(const ProbeResult& r, TimeMs now) {
+  if (probe_id_ == 0 || r.id != probe_id_) return;  // given up, or not ours: nothing to learn
+  probe_id_ = 0;
+  probe_last_peer_ = probe_peer_;
+  if (!(r.mbps > 0) || !std::isfinite(r.mbps) || r.mbps > 1e6) return;
+  auto& rates = probe_up_[probe_peer_];
+  rates.push_back(ProbeRate{r.mbps, now});
+  if (rates.size() > kProbeRatesPerPeer) rates.erase(rates.begin());
+  stats_.probes_measured++;
+}
+
+void Node::OnProbeReceived(const ProbeReceived& r, TimeMs now) {
+  if (!(r.mbps > 0) || !std::isfinite(r.mbps) || r.mbps > 1e6 || r.from.empty()) return;
+  auto& rates = probe_down_[r.from];
+  rates.push_back(ProbeRate{r.mbps, now});
+  if (rates.size() > kProbeRatesPerPeer) rates.erase(rates.begin());
+  if (probe_down_.size() > 64) {  // senders are addresses: bounded against churn and spoofing
+    auto oldest = std::min_element(
+        probe_down_.begin(), probe_down_.end(),
+        [](const auto& a, const auto& b) { return a.second.back().at < b.second.back().at; });
+    probe_down_.erase(oldest);
+  }
+}
+
+void Node::AgeProbes(TimeMs now) {
+  const TimeMs keep =
+      std::max<TimeMs>(kProbeKeepIntervals * config_.capacity_probe_interval_ms, 60000);
+  for (ProbeRates* m : {&probe_up_, &probe_down_}) {
+    for (auto it = m->begin(); it != m->end();) {
+      auto& rates = it->second;
+      rates.erase(std::remove_if(rates.begin(), rates.end(),
+                                 [&](const ProbeRate& r) { return now - r.at > keep; }),
+                  rates.end());
+      it = rates.empty() ? m->erase(it) : std::next(it);
+    }
+  }
 }
 
 void Node::OnPeerView(const PeerView& v, TimeMs now) {
@@ -737,6 +832,7 @@ void Node::UpdateBandwidth(TimeMs now) {
   // Capacity estimates age with a half-life of about 30 s (15 ticks of 2 s).
   up_.estimate.Decay(0.955);
   down_.estimate.Decay(0.955);
+  AgeProbes(now);
   if (!swim_ || leaving_) return;
   const ms::Member* self = swim_->Find(config_.name);
   if (self == nullptr) return;

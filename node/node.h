@@ -86,6 +86,9 @@ struct NodeConfig {
   int retry_join_max = 0;      // join attempts (the first included) before giving up; 0 = unlimited
   TimeMs leave_max_ms = 3000;  // SPEC §3: wait at most this long for "left" to spread
   TimeMs bandwidth_interval_ms = 2000;  // how often measurements become published estimates
+  // Link-capacity probes (SPEC §7, gossip/link_probe.h): a train to one live peer this often
+  // (the first five 2 s apart); 0 = off. Probed rates are kept kProbeKeepIntervals intervals.
+  TimeMs capacity_probe_interval_ms = 0;
   TimeMs min_peers_poll_ms = 100;
   // OSP (issue 18): after a pass, query the next step's blocking peers while the step computes.
   bool overlap_barrier = true;
@@ -147,6 +150,19 @@ struct ForceLeaveCmd {
   uint64_t tag = 0;
   std::string name;
 };
+// The report on a probe this node sent (ProbeLink{id}): the train crossed the path at `mbps` MB/s
+// (0: nothing measurable arrived).
+struct ProbeResult {
+  uint64_t id = 0;
+  double mbps = 0;
+  int received = 0;
+};
+// A probe train from `from` (membership address) arrived here at `mbps` MB/s: a lower bound of
+// this node's downlink.
+struct ProbeReceived {
+  std::string from;
+  double mbps = 0;
+};
 // External membership: the driver's view of one peer (replaces what was known of it).
 struct PeerView {
   std::string name;
@@ -159,7 +175,7 @@ struct PeerView {
 };
 
 using Input = std::variant<DatagramIn, FrameIn, ConnClosed, TrainerProgress, SnapshotIn, PlanResult,
-                           JoinCmd, LeaveCmd, ForceLeaveCmd, PeerView>;
+                           JoinCmd, LeaveCmd, ForceLeaveCmd, PeerView, ProbeResult, ProbeReceived>;
 
 // ---- Outputs ---------------------------------------------------------------------------------
 
@@ -179,6 +195,13 @@ struct SendFrame {
 struct Close {
   ConnId conn;
   bool abort = false;  // reset instead of an orderly close
+};
+// Send a probe train of `packets` datagrams to the membership address `to`; the report comes
+// back as ProbeResult{id} (or never: the node gives up after a few seconds).
+struct ProbeLink {
+  uint64_t id = 0;
+  std::string to;
+  int packets = 0;
 };
 // The trainer may start steps up to and including `step`.
 struct Permit {
@@ -256,7 +279,7 @@ struct JoinGaveUp {
 
 using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
                             MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
-                            MembershipChanged, AdoptState, RetryJoin, JoinGaveUp>;
+                            MembershipChanged, AdoptState, RetryJoin, JoinGaveUp, ProbeLink>;
 
 // ---- Counters and state for status --------------------------------------------------------------
 
@@ -267,9 +290,11 @@ struct NodeStats {
   uint64_t params_bytes_raw = 0;   // the same transfers as plain float32 (before compression)
   uint64_t params_need_full = 0;   // compressed changes refused for a missing reference
   uint64_t params_received = 0;
-  uint64_t early_permits = 0;   // permits granted while their step still computed (OSP)
-  uint64_t rejected = 0;        // inputs refused by the node's own semantic checks
-  uint64_t oversize_drops = 0;  // unused by the node; the driver counts encoder refusals
+  uint64_t early_permits = 0;    // permits granted while their step still computed (OSP)
+  uint64_t rejected = 0;         // inputs refused by the node's own semantic checks
+  uint64_t oversize_drops = 0;   // unused by the node; the driver counts encoder refusals
+  uint64_t probes_sent = 0;      // capacity probe trains asked for (ProbeLink)
+  uint64_t probes_measured = 0;  // their reports with a rate
 };
 
 class Node {
@@ -486,6 +511,31 @@ class Node {
     void Sample();
   };
   BusyMeter up_, down_;
+
+  // Link-capacity probes (NodeConfig::capacity_probe_interval_ms).
+  struct ProbeRate {
+    double mbps = 0;
+    TimeMs at = 0;
+  };
+  static constexpr TimeMs kProbeTimeoutMs = 3000;  // no report by then: the probe is given up
+  static constexpr int kProbeKeepIntervals = 4;    // probed rates are kept this many intervals
+  static constexpr int kProbeFastProbes = 5;       // the first ones go 2 s apart
+  static constexpr size_t kProbeRatesPerPeer = 8;
+  void SendProbe(TimeMs now);
+  void OnProbeResult(const ProbeResult& r, TimeMs now);
+  void OnProbeReceived(const ProbeReceived& r, TimeMs now);
+  void AgeProbes(TimeMs now);
+  using ProbeRates = std::map<std::string, std::vector<ProbeRate>>;  // recent, per peer
+  // The best recent probe when there is one, else the transfer-based capacity; bounded by `cap`
+  // when > 0.
+  static double WithProbes(const sync::BandwidthEstimate& e, const ProbeRates& probes, double cap);
+  TimeMs probe_at_ = sync::kNoDeadline;
+  uint64_t probe_id_ = 0;  // the outstanding probe, 0 = none
+  std::string probe_peer_;
+  TimeMs probe_sent_at_ = 0;
+  std::string probe_last_peer_;
+  ProbeRates probe_up_;    // peer name -> rates our trains to it arrived at
+  ProbeRates probe_down_;  // sender address -> rates its trains arrived here at
   TimeMs bandwidth_at_ = 0;
 
   // Push-pulls and joins.

@@ -48,6 +48,7 @@ Mesh::Mesh(MeshOptions options) : opt_(std::move(options)), rng_(opt_.seed) {
     c.join_state = opt_.join_state;
     c.overlap_barrier = opt_.overlap_barrier;
     c.chunk_floats = opt_.chunk_floats;
+    c.capacity_probe_interval_ms = opt_.capacity_probe_ms;
     // With a late joiner the first nodes start without it; it waits for all of them.
     c.min_peers = opt_.late_join_ms > 0 && i + 1 < opt_.nodes ? opt_.nodes - 2 : opt_.nodes - 1;
     if (i > 0) c.join = {peers_[0]->addr};
@@ -196,6 +197,17 @@ void Mesh::NetDatagram(size_t i, const std::string& to, const gossip::Datagram& 
   if (std::uniform_real_distribution<double>(0, 1)(rng_) < opt_.loss) return;
   auto in = std::make_shared<node::DatagramIn>(node::DatagramIn{peers_[i]->addr, msg});
   At(now_ + Latency(), [this, j, in] { Feed(j, std::move(*in)); });
+}
+
+void Mesh::NetProbe(size_t i, const node::ProbeLink& probe) {
+  const size_t j = ByAddr(probe.to);
+  if (j == peers_.size() || peers_[j]->crashed || opt_.link_mbps.size() <= std::max(i, j)) return;
+  const double rate = std::min(opt_.link_mbps[i], opt_.link_mbps[j]);
+  const int64_t there = now_ + Latency();
+  At(there, [this, i, j, rate] { Feed(j, node::ProbeReceived{peers_[i]->addr, rate}); });
+  At(there + Latency(), [this, i, rate, id = probe.id, n = probe.packets] {
+    Feed(i, node::ProbeResult{id, rate, n});
+  });
 }
 
 void Mesh::NetConnect(size_t i, node::ConnId conn, const std::string& to) {

@@ -49,6 +49,11 @@ struct MeshOptions {
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
   int64_t push_pull_ms = 2000;  // SWIM push-pull interval (the agents' local profile: 15000)
+  // Capacity probes (NodeConfig::capacity_probe_interval_ms; 0 = off) and each node's link
+  // capacity, MB/s both ways: a probe train from i to j measures min(link[i], link[j]). Empty:
+  // probe trains go nowhere (no report, as a network that drops them).
+  int64_t capacity_probe_ms = 0;
+  std::vector<double> link_mbps;
 };
 
 class Mesh {
@@ -133,6 +138,7 @@ class Mesh {
       mesh_->NetFrame(i_, conn, msg);
     }
     void Close(node::ConnId conn, bool abort) override { mesh_->NetClose(i_, conn, abort); }
+    void ProbeLink(const node::ProbeLink& probe) override { mesh_->NetProbe(i_, probe); }
 
    private:
     Mesh* mesh_;
@@ -142,6 +148,7 @@ class Mesh {
   void NetConnect(size_t i, node::ConnId conn, const std::string& to);
   void NetFrame(size_t i, node::ConnId conn, const gossip::Frame& msg);
   void NetClose(size_t i, node::ConnId conn, bool abort);
+  void NetProbe(size_t i, const node::ProbeLink& probe);
 
   void At(int64_t t, std::function<void()> fn);
   void Feed(size_t i, node::Input in);

@@ -531,3 +531,66 @@ TEST_CASE("min-peers: a mesh started at once starts training within a second",
   WARN("latest first permit over 30 seeds: " << worst << " ms");
   CHECK(worst < 1000);
 }
+
+TEST_CASE("capacity probes: every node publishes its own link's capacity", "[node][probe]") {
+  MeshOptions o;
+  o.nodes = 5;
+  o.seed = 3;
+  o.capacity_probe_ms = 10000;
+  // MB/s both ways: a train measures min(sender, receiver); the two fastest find each other.
+  o.link_mbps = {5, 20, 20, 80, 80};
+  Mesh mesh(o);
+  uint64_t trains = 0;
+  mesh.on_output = [&](size_t, const Output& out) {
+    if (std::holds_alternative<meshtrain::node::ProbeLink>(out)) trains++;
+  };
+  mesh.Start();
+  mesh.RunUntil(30000);
+  for (size_t i = 0; i < mesh.size(); ++i) {
+    INFO("node " << i);
+    CHECK(mesh.node(i).uplink_estimate_mbps() == Approx(o.link_mbps[i]));
+    CHECK(mesh.node(i).stats().probes_measured > 0);
+    // A node's downlink is at least what trains brought it (here: its own link, or less when
+    // only slower senders probed it).
+    CHECK(mesh.node(i).downlink_estimate_mbps() <= o.link_mbps[i] + 1e-9);
+    // What the others see: the published metadata.
+    for (const auto& m : mesh.node((i + 1) % mesh.size()).Members()) {
+      if (m.name == "n" + std::to_string(i)) CHECK(m.meta.uplink_mbps == Approx(o.link_mbps[i]));
+    }
+  }
+  // Five fast probes per node (2 s apart), then one per 10 s interval: 30 s gives ~7 each.
+  CHECK(trains >= 5 * mesh.size());
+  CHECK(trains <= 9 * mesh.size());
+}
+
+TEST_CASE("capacity probes: off by default; unanswered ones are given up", "[node][probe]") {
+  MeshOptions o;
+  o.nodes = 3;
+  uint64_t trains = 0;
+  {
+    Mesh mesh(o);
+    mesh.on_output = [&](size_t, const Output& out) {
+      if (std::holds_alternative<meshtrain::node::ProbeLink>(out)) trains++;
+    };
+    mesh.Start();
+    mesh.RunUntil(10000);
+  }
+  CHECK(trains == 0);
+  // On, but no report ever comes back (link_mbps empty): probing goes on, estimates stay
+  // transfer-based, and a late report for a given-up probe is ignored.
+  o.capacity_probe_ms = 4000;
+  Mesh mesh(o);
+  std::vector<uint64_t> ids;
+  mesh.on_output = [&](size_t i, const Output& out) {
+    if (auto* p = std::get_if<meshtrain::node::ProbeLink>(&out); p && i == 0) ids.push_back(p->id);
+  };
+  mesh.Start();
+  mesh.RunUntil(20000);
+  REQUIRE(ids.size() >= 5);
+  CHECK(mesh.node(0).stats().probes_measured == 0);
+  const double before = mesh.node(0).uplink_estimate_mbps();
+  mesh.Inject(0, meshtrain::node::ProbeResult{ids.front(), 999, 64});
+  mesh.RunUntil(20001);
+  CHECK(mesh.node(0).stats().probes_measured == 0);
+  CHECK(mesh.node(0).uplink_estimate_mbps() == before);
+}

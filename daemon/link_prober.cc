@@ -1,0 +1,133 @@
+#include "daemon/link_prober.h"
+
+#include <time.h>
+
+#include <utility>
+
+#include "gossip/crypto.h"
+
+namespace meshtrain::daemon {
+namespace {
+
+constexpr int64_t kReportWaitNs = 5'000'000'000;  // a report later than this is not matched
+constexpr int64_t kSourceGapNs = 500'000'000;     // one new train per source this often
+constexpr int64_t kPollMs = 50;
+
+}  // namespace
+
+LinkProber::LinkProber(uv_loop_t* loop, gossip::UdpEndpoint* udp,
+                       std::shared_ptr<const gossip::Keyring> keyring, std::string cluster,
+                       OnMeasured on_measured, OnReceived on_received)
+    : udp_(udp),
+      keyring_(std::move(keyring)),
+      cluster_(std::move(cluster)),
+      on_measured_(std::move(on_measured)),
+      on_received_(std::move(on_received)),
+      timer_(loop) {}
+
+LinkProber::~LinkProber() { Close(); }
+
+void LinkProber::Close() { timer_.Close(); }
+
+int64_t LinkProber::MonoNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void LinkProber::Arm() {
+  if (armed_) return;
+  armed_ = true;
+  timer_.Start(
+      kPollMs, [this] { Poll(); }, kPollMs);
+}
+
+void LinkProber::Send(const node::ProbeLink& probe) {
+  const auto to = gossip::NetAddr::Parse(probe.to);
+  if (!to || probe.packets < 2 || probe.packets > gossip::kProbeMaxCount) return;
+  gossip::ProbeHeader h;
+  h.kind = gossip::ProbeHeader::Kind::kTrain;
+  h.cluster = cluster_;
+  h.id = probe.id;
+  h.count = static_cast<uint16_t>(probe.packets);
+  // Encoded first, sent after: the datagrams leave back to back, at the socket's pace.
+  std::vector<gossip::Bytes> train;
+  train.reserve(h.count);
+  for (uint16_t seq = 0; seq < h.count; ++seq) {
+    h.seq = seq;
+    train.push_back(gossip::EncodeProbe(h, keyring_.get(), gossip::kProbeDatagramBytes));
+  }
+  for (auto& d : train) udp_->Send(*to, std::move(d));
+  pending_[probe.id] = Pending{to->ToString(), MonoNs()};
+  stats_.trains_sent++;
+  Arm();
+}
+
+void LinkProber::OnDatagram(const uint8_t* data, size_t len, const gossip::NetAddr& from,
+                            int64_t arrival_ns) {
+  const auto h = gossip::DecodeProbe(data, len, keyring_.get(), cluster_);
+  if (!h) {
+    stats_.rejected++;
+    return;
+  }
+  const std::string who = from.ToString();
+  const int64_t now = MonoNs();
+  if (h->kind == gossip::ProbeHeader::Kind::kReport) {
+    auto it = pending_.find(h->id);
+    if (it == pending_.end() || it->second.to != who) {
+      stats_.rejected++;
+      return;
+    }
+    pending_.erase(it);
+    stats_.reports_received++;
+    on_measured_(node::ProbeResult{h->id, static_cast<double>(h->rate_bps) / 1e6, h->received});
+    return;
+  }
+  auto src = sources_.find(who);
+  if (src == sources_.end() || src->second.id != h->id) {
+    if (src != sources_.end() && now - src->second.started_ns < kSourceGapNs) {
+      stats_.rejected++;
+      return;
+    }
+    sources_[who] = Source{h->id, now, from};
+  }
+  const size_t wire = len + (from.family() == AF_INET6 ? gossip::kProbeIpUdpOverheadV6
+                                                       : gossip::kProbeIpUdpOverheadV4);
+  if (!meter_.Add(who, h->id, h->seq, h->count, wire, arrival_ns, now)) {
+    stats_.rejected++;
+    return;
+  }
+  Arm();
+  // The train's last datagram finishes it at once: report without waiting for the timer.
+  if (h->seq == h->count - 1) Poll();
+}
+
+void LinkProber::Poll() {
+  const int64_t now = MonoNs();
+  for (const auto& r : meter_.Take(now)) {
+    auto src = sources_.find(r.from);
+    if (src == sources_.end()) continue;
+    gossip::ProbeHeader rep;
+    rep.kind = gossip::ProbeHeader::Kind::kReport;
+    rep.cluster = cluster_;
+    rep.id = r.id;
+    rep.count = r.count;
+    rep.received = r.received;
+    rep.rate_bps = static_cast<uint64_t>(r.rate_bps);
+    udp_->Send(src->second.addr, gossip::EncodeProbe(rep, keyring_.get(), 0));
+    stats_.trains_measured++;
+    if (r.rate_bps > 0) on_received_(node::ProbeReceived{r.from, r.rate_bps / 1e6});
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it = now - it->second.at_ns > kReportWaitNs ? pending_.erase(it) : std::next(it);
+  }
+  for (auto it = sources_.begin(); it != sources_.end();) {
+    it = now - it->second.started_ns > 10 * kReportWaitNs ? sources_.erase(it) : std::next(it);
+  }
+  if (meter_.idle() && pending_.empty() && armed_) {
+    armed_ = false;
+    timer_.Stop();
+  }
+}
+
+}  // namespace meshtrain::daemon
