@@ -228,7 +228,7 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--downlink-limit", c.downlink_limit, "Downlink cap (MB/s)");
   a->add_option("--capacity-probe-interval", c.capacity_probe_s,
                 "Seconds between link-capacity probes: a train of UDP datagrams to one peer's "
-                "membership port measures the path (the first five go 2 s apart); 0 = off, "
+                "membership port measures the path (the first ten go 2 s apart); 0 = off, "
                 "bandwidth is then measured from parameter transfers only")
       ->capture_default_str();
   a->add_option("--trainer", c.trainer,

@@ -381,6 +381,7 @@ struct Agent::Impl : RpcBackend {
     in.refused_connections = data_tcp->refused_connections();
     if (prober) {
       in.probe_trains_answered = prober->stats().trains_measured;
+      in.probe_trains_contended = prober->stats().trains_contended;
       in.probe_rejects = prober->stats().rejected;
     }
     in.uptime_s = metrics.Elapsed();
@@ -458,9 +459,22 @@ struct Agent::Impl : RpcBackend {
         codec.get(), udp.get(), data_tcp.get(), [this](node::Input in) { Feed(std::move(in)); },
         [this](node::ConnId id, const Bytes& payload) { OnOutgoingFrame(id, payload); });
     prober = std::make_unique<LinkProber>(
-        &loop, udp.get(), keyring, config.cluster,
-        [this](node::ProbeResult r) { Feed(std::move(r)); },
-        [this](node::ProbeReceived r) { Feed(std::move(r)); });
+        &loop, udp.get(), keyring, config.cluster, [this] { return data_tcp->bytes_received(); },
+        [this] { return node ? node->downlink_estimate_mbps() : 0.0; },
+        [this](node::ProbeResult r, const std::string& to, int sent) {
+          metrics.Write("capacity_probe", {{"to", to},
+                                           {"sent", sent},
+                                           {"received", r.received},
+                                           {"mbps", r.mbps}});
+          Feed(std::move(r));
+        },
+        [this](node::ProbeReceived r, int received, int count) {
+          metrics.Write("capacity_probe_in", {{"from", r.from},
+                                              {"count", count},
+                                              {"received", received},
+                                              {"mbps", r.mbps}});
+          Feed(std::move(r));
+        });
     net->set_prober(prober.get());
     rpc = std::make_unique<RpcServer>(&loop, config.rpc_token, this);
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),

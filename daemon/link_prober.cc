@@ -17,10 +17,14 @@ constexpr int64_t kPollMs = 50;
 
 LinkProber::LinkProber(uv_loop_t* loop, gossip::UdpEndpoint* udp,
                        std::shared_ptr<const gossip::Keyring> keyring, std::string cluster,
-                       OnMeasured on_measured, OnReceived on_received)
+                       std::function<uint64_t()> bytes_in,
+                       std::function<double()> downlink_mbps, OnMeasured on_measured,
+                       OnReceived on_received)
     : udp_(udp),
       keyring_(std::move(keyring)),
       cluster_(std::move(cluster)),
+      bytes_in_(std::move(bytes_in)),
+      downlink_mbps_(std::move(downlink_mbps)),
       on_measured_(std::move(on_measured)),
       on_received_(std::move(on_received)),
       timer_(loop) {}
@@ -58,7 +62,7 @@ void LinkProber::Send(const node::ProbeLink& probe) {
     train.push_back(gossip::EncodeProbe(h, keyring_.get(), gossip::kProbeDatagramBytes));
   }
   for (auto& d : train) udp_->Send(*to, std::move(d));
-  pending_[probe.id] = Pending{to->ToString(), MonoNs()};
+  pending_[probe.id] = Pending{to->ToString(), MonoNs(), probe.packets};
   stats_.trains_sent++;
   Arm();
 }
@@ -78,9 +82,11 @@ void LinkProber::OnDatagram(const uint8_t* data, size_t len, const gossip::NetAd
       stats_.rejected++;
       return;
     }
+    const Pending sent = it->second;
     pending_.erase(it);
     stats_.reports_received++;
-    on_measured_(node::ProbeResult{h->id, static_cast<double>(h->rate_bps) / 1e6, h->received});
+    on_measured_(node::ProbeResult{h->id, static_cast<double>(h->rate_bps) / 1e6, h->received},
+                 sent.to, sent.sent);
     return;
   }
   auto src = sources_.find(who);
@@ -97,6 +103,9 @@ void LinkProber::OnDatagram(const uint8_t* data, size_t len, const gossip::NetAd
     stats_.rejected++;
     return;
   }
+  const uint64_t in = bytes_in_ ? bytes_in_() : 0;
+  auto [o, fresh] = other_in_.try_emplace({who, h->id}, in, in);
+  o->second.second = in;
   Arm();
   // The train's last datagram finishes it at once: report without waiting for the timer.
   if (h->seq == h->count - 1) Poll();
@@ -104,7 +113,28 @@ void LinkProber::OnDatagram(const uint8_t* data, size_t len, const gossip::NetAd
 
 void LinkProber::Poll() {
   const int64_t now = MonoNs();
-  for (const auto& r : meter_.Take(now)) {
+  for (auto& r : meter_.Take(now)) {
+    // Contended: a backlog of other traffic (parameter transfers) in front of our downlink,
+    // draining while the train queues behind it, squeezes the train's datagrams together: the
+    // train then shows up to our downlink's rate, not the sender's uplink (a 40 Mbit/s sender
+    // read as 160 on the bed). So a train that came in at about our downlink's rate (>= 0.75 of
+    // it, or with no downlink estimate yet) while other traffic worth more than a quarter of it
+    // arrived is answered as unmeasurable. (Also flagging trains that came in while the downlink
+    // was merely busy, rate + other traffic >= 0.8 of it, left the fast hosts of a training
+    // mesh almost no valid probe: they read 45-100 Mbit/s for 640.) Partial squeezes (a 40
+    // Mbit/s sender read as 57-117 by a busy 160 Mbit/s receiver) get through; the node's
+    // confirmation rule (sync::ConfirmedRate) and re-probing keep most of them out.
+    const auto key = std::make_pair(r.from, r.id);
+    if (auto o = other_in_.find(key); o != other_in_.end()) {
+      const double other = static_cast<double>(o->second.second - o->second.first);
+      const double train = static_cast<double>(r.received) * gossip::kProbeDatagramBytes;
+      const double down = downlink_mbps_ ? downlink_mbps_() * 1e6 : 0;
+      if (r.rate_bps > 0 && other > 0.25 * train && (down <= 0 || r.rate_bps >= 0.75 * down)) {
+        r.rate_bps = 0;
+        stats_.trains_contended++;
+      }
+      other_in_.erase(o);
+    }
     auto src = sources_.find(r.from);
     if (src == sources_.end()) continue;
     gossip::ProbeHeader rep;
@@ -116,7 +146,9 @@ void LinkProber::Poll() {
     rep.rate_bps = static_cast<uint64_t>(r.rate_bps);
     udp_->Send(src->second.addr, gossip::EncodeProbe(rep, keyring_.get(), 0));
     stats_.trains_measured++;
-    if (r.rate_bps > 0) on_received_(node::ProbeReceived{r.from, r.rate_bps / 1e6});
+    if (r.rate_bps > 0) {
+      on_received_(node::ProbeReceived{r.from, r.rate_bps / 1e6}, r.received, r.count);
+    }
   }
   for (auto it = pending_.begin(); it != pending_.end();) {
     it = now - it->second.at_ns > kReportWaitNs ? pending_.erase(it) : std::next(it);

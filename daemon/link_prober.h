@@ -27,17 +27,25 @@ namespace meshtrain::daemon {
 
 class LinkProber {
  public:
-  using OnMeasured = std::function<void(node::ProbeResult)>;
-  using OnReceived = std::function<void(node::ProbeReceived)>;
+  // A report on our train to `to` (of `sent` datagrams).
+  using OnMeasured = std::function<void(node::ProbeResult, const std::string& to, int sent)>;
+  // A train from `from` measured here (`received` of `count` datagrams arrived); only trains
+  // that gave a rate.
+  using OnReceived = std::function<void(node::ProbeReceived, int received, int count)>;
   struct Stats {
     uint64_t trains_sent = 0;
     uint64_t reports_received = 0;  // on our trains, matched
     uint64_t trains_measured = 0;   // arrived here and answered
+    uint64_t trains_contended = 0;  // of those, answered "unmeasurable": other traffic came in
     uint64_t rejected = 0;          // probe datagrams dropped (bad, unexpected or rate-limited)
   };
 
+  // `bytes_in`: bytes received so far on this agent's other connections (parameter transfers),
+  // read while a train arrives; `downlink_mbps`: this agent's downlink estimate (MB/s, 0 =
+  // unknown). Both for the contention rule in Poll (link_prober.cc).
   LinkProber(uv_loop_t* loop, gossip::UdpEndpoint* udp,
              std::shared_ptr<const gossip::Keyring> keyring, std::string cluster,
+             std::function<uint64_t()> bytes_in, std::function<double()> downlink_mbps,
              OnMeasured on_measured, OnReceived on_received);
   ~LinkProber();
   LinkProber(const LinkProber&) = delete;
@@ -57,6 +65,8 @@ class LinkProber {
   gossip::UdpEndpoint* udp_;
   std::shared_ptr<const gossip::Keyring> keyring_;
   std::string cluster_;
+  std::function<uint64_t()> bytes_in_;
+  std::function<double()> downlink_mbps_;
   OnMeasured on_measured_;
   OnReceived on_received_;
   gossip::Timer timer_;
@@ -65,6 +75,7 @@ class LinkProber {
   struct Pending {
     std::string to;
     int64_t at_ns = 0;
+    int sent = 0;
   };
   std::map<uint64_t, Pending> pending_;  // our trains awaiting a report, by id
   struct Source {
@@ -73,6 +84,8 @@ class LinkProber {
     gossip::NetAddr addr;
   };
   std::map<std::string, Source> sources_;  // the latest train per source address
+  // Per train in progress: bytes_in_() at its first and at its latest datagram.
+  std::map<std::pair<std::string, uint64_t>, std::pair<uint64_t, uint64_t>> other_in_;
   Stats stats_;
 };
 

@@ -172,6 +172,11 @@ Status UdpEndpoint::Bind(const NetAddr& addr, RecvFn on_recv) {
   family_ = addr.family();
   if (rc == 0) rc = uv_udp_recv_start(handle_, AllocBuffer, &UdpEndpoint::OnRecv);
   if (rc == 0) {
+    // Room for a capacity probe train (up to 1.3 MB, daemon/link_prober.h) arriving while the
+    // loop is busy, so that neither it nor the membership datagrams beside it are dropped;
+    // best effort (the kernel caps it at net.core.rmem_max).
+    int rcvbuf = 2 << 20;
+    (void)uv_recv_buffer_size(reinterpret_cast<uv_handle_t*>(handle_), &rcvbuf);
     // The first SIOCGSTAMPNS turns receive timestamps on (it fails: no datagram yet), so the
     // first probe datagram already has one (socket(7)).
     (void)ReceiveTimestampNs();

@@ -87,8 +87,11 @@ struct NodeConfig {
   TimeMs leave_max_ms = 3000;  // SPEC §3: wait at most this long for "left" to spread
   TimeMs bandwidth_interval_ms = 2000;  // how often measurements become published estimates
   // Link-capacity probes (SPEC §7, gossip/link_probe.h): a train to one live peer this often
-  // (the first five 2 s apart); 0 = off. Probed rates are kept kProbeKeepIntervals intervals.
+  // (the first ten 2 s apart); 0 = off. Probed rates are kept kProbeKeepIntervals intervals.
   TimeMs capacity_probe_interval_ms = 0;
+  // Probe peers at loopback addresses too (tests of the node core; a loopback path has no link
+  // to measure, and trains would only crowd the other agents' sockets on one machine).
+  bool probe_loopback = false;
   TimeMs min_peers_poll_ms = 100;
   // OSP (issue 18): after a pass, query the next step's blocking peers while the step computes.
   bool overlap_barrier = true;
@@ -519,7 +522,7 @@ class Node {
   };
   static constexpr TimeMs kProbeTimeoutMs = 3000;  // no report by then: the probe is given up
   static constexpr int kProbeKeepIntervals = 4;    // probed rates are kept this many intervals
-  static constexpr int kProbeFastProbes = 5;       // the first ones go 2 s apart
+  static constexpr int kProbeFastProbes = 10;      // the first ones go 2 s apart
   static constexpr size_t kProbeRatesPerPeer = 8;
   void SendProbe(TimeMs now);
   void OnProbeResult(const ProbeResult& r, TimeMs now);
@@ -534,6 +537,8 @@ class Node {
   std::string probe_peer_;
   TimeMs probe_sent_at_ = 0;
   std::string probe_last_peer_;
+  std::string probe_confirm_;  // probe this peer next (its figure awaits confirmation)
+  std::set<std::string> probed_;  // peers probed at least once
   ProbeRates probe_up_;    // peer name -> rates our trains to it arrived at
   ProbeRates probe_down_;  // sender address -> rates its trains arrived here at
   TimeMs bandwidth_at_ = 0;

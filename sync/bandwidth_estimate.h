@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 namespace meshtrain::sync {
 
@@ -47,5 +49,18 @@ class BandwidthEstimate {
   double peak_ = 0;
   uint64_t samples_ = 0;
 };
+
+// Capacity from probe rates (node.cc, link-capacity probes): the largest rate that another one
+// confirms within 25 % (rates[j] >= 0.75 * rates[i]); with none confirmed, the smallest (one
+// rate: itself). A rate can be too high only rarely and not twice alike, so one outlier never
+// sets the estimate. 0 for no rates.
+inline double ConfirmedRate(std::vector<double> rates) {
+  if (rates.empty()) return 0;
+  std::sort(rates.begin(), rates.end(), std::greater<double>());
+  for (size_t i = 0; i + 1 < rates.size(); ++i) {
+    if (rates[i + 1] >= 0.75 * rates[i]) return rates[i];
+  }
+  return rates.back();
+}
 
 }  // namespace meshtrain::sync

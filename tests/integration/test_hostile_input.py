@@ -107,6 +107,13 @@ def run(binary, cases, metrics):
         wait_until(lambda: agent.status() is not None, 15, what="agent up")
         print(f"agent {'with' if metrics else 'without'} --metrics-file")
         before = counters(agent)
+        # Capacity probe datagrams (marker 'P', daemon/link_prober.h) that are not probes.
+        cases = list(cases) + [
+            ("probe marker alone", "udp", b"P"),
+            ("probe header length past the end", "udp", b"P\xff\xff" + b"\x00" * 40),
+            ("probe junk header", "udp", b"P\x00\x20" + bytes(range(32)) + b"\x00" * 1000),
+            ("probe sealed marker without key", "udp", b"P\x00\x30\xa1" + b"\x07" * 47),
+        ]
         for name, kind, payload in cases:
             if kind == "udp":
                 send_udp(agent.addr, payload)

@@ -21,7 +21,7 @@ import netbed_lib as nl  # noqa: E402
 
 RATES = [40, 40, 160, 160, 640, 640]
 TOLERANCE = 0.25
-SETTLE_S = 40   # five fast probes 2 s apart, then one per --capacity-probe-interval (5 s here)
+SETTLE_S = 40   # ten fast probes 2 s apart, then one per --capacity-probe-interval (5 s here)
 FORM_S = 60
 
 

@@ -49,6 +49,7 @@ Mesh::Mesh(MeshOptions options) : opt_(std::move(options)), rng_(opt_.seed) {
     c.overlap_barrier = opt_.overlap_barrier;
     c.chunk_floats = opt_.chunk_floats;
     c.capacity_probe_interval_ms = opt_.capacity_probe_ms;
+    c.probe_loopback = true;  // the fake network's addresses are 127.0.1.x
     // With a late joiner the first nodes start without it; it waits for all of them.
     c.min_peers = opt_.late_join_ms > 0 && i + 1 < opt_.nodes ? opt_.nodes - 2 : opt_.nodes - 1;
     if (i > 0) c.join = {peers_[0]->addr};
