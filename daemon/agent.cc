@@ -382,6 +382,7 @@ struct Agent::Impl : RpcBackend {
     if (prober) {
       in.probe_trains_answered = prober->stats().trains_measured;
       in.probe_trains_contended = prober->stats().trains_contended;
+      in.probe_trains_queued = prober->stats().trains_queued;
       in.probe_rejects = prober->stats().rejected;
     }
     in.uptime_s = metrics.Elapsed();
@@ -462,17 +463,14 @@ struct Agent::Impl : RpcBackend {
         &loop, udp.get(), keyring, config.cluster, [this] { return data_tcp->bytes_received(); },
         [this] { return node ? node->downlink_estimate_mbps() : 0.0; },
         [this](node::ProbeResult r, const std::string& to, int sent) {
-          metrics.Write("capacity_probe", {{"to", to},
-                                           {"sent", sent},
-                                           {"received", r.received},
-                                           {"mbps", r.mbps}});
+          metrics.Write("capacity_probe",
+                        {{"to", to}, {"sent", sent}, {"received", r.received}, {"mbps", r.mbps}});
           Feed(std::move(r));
         },
         [this](node::ProbeReceived r, int received, int count) {
-          metrics.Write("capacity_probe_in", {{"from", r.from},
-                                              {"count", count},
-                                              {"received", received},
-                                              {"mbps", r.mbps}});
+          metrics.Write(
+              "capacity_probe_in",
+              {{"from", r.from}, {"count", count}, {"received", received}, {"mbps", r.mbps}});
           Feed(std::move(r));
         });
     net->set_prober(prober.get());

@@ -17,9 +17,8 @@ constexpr int64_t kPollMs = 50;
 
 LinkProber::LinkProber(uv_loop_t* loop, gossip::UdpEndpoint* udp,
                        std::shared_ptr<const gossip::Keyring> keyring, std::string cluster,
-                       std::function<uint64_t()> bytes_in,
-                       std::function<double()> downlink_mbps, OnMeasured on_measured,
-                       OnReceived on_received)
+                       std::function<uint64_t()> bytes_in, std::function<double()> downlink_mbps,
+                       OnMeasured on_measured, OnReceived on_received)
     : udp_(udp),
       keyring_(std::move(keyring)),
       cluster_(std::move(cluster)),
@@ -54,6 +53,9 @@ void LinkProber::Send(const node::ProbeLink& probe) {
   h.cluster = cluster_;
   h.id = probe.id;
   h.count = static_cast<uint16_t>(probe.packets);
+  timespec wall{};
+  clock_gettime(CLOCK_REALTIME, &wall);
+  h.sent_ns = static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec;
   // Encoded first, sent after: the datagrams leave back to back, at the socket's pace.
   std::vector<gossip::Bytes> train;
   train.reserve(h.count);
@@ -99,7 +101,7 @@ void LinkProber::OnDatagram(const uint8_t* data, size_t len, const gossip::NetAd
   }
   const size_t wire = len + (from.family() == AF_INET6 ? gossip::kProbeIpUdpOverheadV6
                                                        : gossip::kProbeIpUdpOverheadV4);
-  if (!meter_.Add(who, h->id, h->seq, h->count, wire, arrival_ns, now)) {
+  if (!meter_.Add(who, h->id, h->seq, h->count, wire, arrival_ns, now, h->sent_ns)) {
     stats_.rejected++;
     return;
   }
@@ -122,8 +124,9 @@ void LinkProber::Poll() {
     // arrived is answered as unmeasurable. (Also flagging trains that came in while the downlink
     // was merely busy, rate + other traffic >= 0.8 of it, left the fast hosts of a training
     // mesh almost no valid probe: they read 45-100 Mbit/s for 640.) Partial squeezes (a 40
-    // Mbit/s sender read as 57-117 by a busy 160 Mbit/s receiver) get through; the node's
-    // confirmation rule (sync::ConfirmedRate) and re-probing keep most of them out.
+    // Mbit/s sender read as 57-117 by a busy 160 Mbit/s receiver) are the meter's "queued"
+    // trains (the first datagram came late: TrainMeter::Add); the node's confirmation rule
+    // (sync::ConfirmedRate) and re-probing keep out what gets past both.
     const auto key = std::make_pair(r.from, r.id);
     if (auto o = other_in_.find(key); o != other_in_.end()) {
       const double other = static_cast<double>(o->second.second - o->second.first);
@@ -135,6 +138,7 @@ void LinkProber::Poll() {
       }
       other_in_.erase(o);
     }
+    if (r.queued) stats_.trains_queued++;
     auto src = sources_.find(r.from);
     if (src == sources_.end()) continue;
     gossip::ProbeHeader rep;

@@ -37,6 +37,7 @@ class LinkProber {
     uint64_t reports_received = 0;  // on our trains, matched
     uint64_t trains_measured = 0;   // arrived here and answered
     uint64_t trains_contended = 0;  // of those, answered "unmeasurable": other traffic came in
+    uint64_t trains_queued = 0;     // of those, answered "unmeasurable": the first came late
     uint64_t rejected = 0;          // probe datagrams dropped (bad, unexpected or rate-limited)
   };
 

@@ -162,6 +162,7 @@ json StatusJson(const StatusInputs& in) {
             {"measured", s.probes_measured},
             {"answered", in.probe_trains_answered},
             {"contended", in.probe_trains_contended},
+            {"queued", in.probe_trains_queued},
             {"uplink_mbps", n.uplink_estimate_mbps()},
             {"downlink_mbps", n.downlink_estimate_mbps()}}},
           {"rejected_packets", rejected_total},

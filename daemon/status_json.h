@@ -42,7 +42,8 @@ struct StatusInputs {
   uint64_t refused_connections = 0;
   uint64_t probe_trains_answered = 0;   // capacity probe trains from peers measured here
   uint64_t probe_trains_contended = 0;  // of those, unmeasurable (other traffic came in)
-  uint64_t probe_rejects = 0;          // probe datagrams dropped (daemon/link_prober.h)
+  uint64_t probe_trains_queued = 0;     // of those, unmeasurable (queued behind a backlog)
+  uint64_t probe_rejects = 0;           // probe datagrams dropped (daemon/link_prober.h)
   double uptime_s = 0;
 };
 

@@ -29,6 +29,7 @@ std::vector<uint8_t> EncodeProbe(const ProbeHeader& h, const Keyring* keyring, s
   hb.add_count(h.count);
   hb.add_received(h.received);
   hb.add_rate_bps(h.rate_bps);
+  hb.add_sent_ns(h.sent_ns);
   b.Finish(hb.Finish(), wp::HeaderIdentifier());
   std::vector<uint8_t> header(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
   if (keyring != nullptr) header = keyring->Seal(header.data(), header.size(), SealAd(h.cluster));
@@ -75,6 +76,7 @@ std::optional<ProbeHeader> DecodeProbe(const uint8_t* data, size_t len, const Ke
   h.count = w->count();
   h.received = w->received();
   h.rate_bps = w->rate_bps();
+  h.sent_ns = w->sent_ns();
   if (h.cluster != cluster || h.count < 2 || h.count > kProbeMaxCount) return std::nullopt;
   if (h.kind == ProbeHeader::Kind::kTrain && h.seq >= h.count) return std::nullopt;
   if (h.kind == ProbeHeader::Kind::kReport && h.received > h.count) return std::nullopt;
@@ -82,7 +84,7 @@ std::optional<ProbeHeader> DecodeProbe(const uint8_t* data, size_t len, const Ke
 }
 
 bool TrainMeter::Add(const std::string& from, uint64_t id, uint16_t seq, uint16_t count,
-                     size_t wire_bytes, int64_t arrival_ns, int64_t now_ns) {
+                     size_t wire_bytes, int64_t arrival_ns, int64_t now_ns, int64_t sent_ns) {
   if (count < 2 || count > kProbeMaxCount || seq >= count) return false;
   auto key = std::make_pair(from, id);
   auto it = trains_.find(key);
@@ -90,6 +92,7 @@ bool TrainMeter::Add(const std::string& from, uint64_t id, uint16_t seq, uint16_
     if (trains_.size() >= kMaxTrains) return false;
     it = trains_.emplace(std::move(key), Train{}).first;
     it->second.count = count;
+    it->second.sent_ns = sent_ns;
     it->second.seen.assign(count, false);
     it->second.arrivals.reserve(count);
   }
@@ -119,13 +122,30 @@ std::vector<TrainMeter::Result> TrainMeter::Take(int64_t now_ns) {
   return out;
 }
 
-TrainMeter::Result TrainMeter::Finish(const std::pair<std::string, uint64_t>& key, Train& t) const {
+TrainMeter::Result TrainMeter::Finish(const std::pair<std::string, uint64_t>& key, Train& t) {
   Result r;
   r.from = key.first;
   r.id = key.second;
   r.count = t.count;
   r.received = static_cast<uint16_t>(t.arrivals.size());
-  r.rate_bps = t.arrivals.size() >= kMinPackets ? Rate(std::move(t.arrivals)) : 0;
+  if (t.arrivals.size() < kMinPackets) return r;
+  const auto [first, last] =
+      std::minmax_element(t.arrivals.begin(), t.arrivals.end(),
+                          [](const auto& a, const auto& b) { return a.first < b.first; });
+  const int64_t span = last->first - first->first;
+  const int64_t delay = first->first - t.sent_ns;
+  if (t.sent_ns != 0) {
+    if (delays_.size() >= kMaxSources && delays_.count(r.from) == 0) delays_.erase(delays_.begin());
+    auto& hist = delays_[r.from];
+    hist.push_back(delay);
+    if (hist.size() > kDelayHistory) hist.erase(hist.begin());
+    const int64_t base = *std::min_element(hist.begin(), hist.end());
+    if (delay - base > std::max<int64_t>(2'000'000, span / 2)) {
+      r.queued = true;
+      return r;
+    }
+  }
+  r.rate_bps = Rate(std::move(t.arrivals));
   return r;
 }
 

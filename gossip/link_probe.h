@@ -39,6 +39,7 @@ struct ProbeHeader {
   uint16_t count = 0;
   uint16_t received = 0;  // report
   uint64_t rate_bps = 0;  // report: bytes/s on the wire, 0 = unmeasurable
+  int64_t sent_ns = 0;    // train: the sender's wall clock as it left
 };
 
 // True if `data` starts like a probe datagram (the caller then hands it to DecodeProbe instead
@@ -73,7 +74,8 @@ class TrainMeter {
     uint64_t id = 0;
     uint16_t count = 0;
     uint16_t received = 0;
-    double rate_bps = 0;  // 0 when fewer than kMinPackets arrived or no time elapsed
+    double rate_bps = 0;  // 0 when fewer than kMinPackets arrived, no time elapsed, or queued
+    bool queued = false;  // the first datagram came late: rate_bps is 0 (see Add)
   };
   static constexpr size_t kMaxTrains = 8;   // in progress at once; more are refused
   static constexpr size_t kMinPackets = 8;  // fewer measure nothing
@@ -81,10 +83,21 @@ class TrainMeter {
   explicit TrainMeter(int64_t quiet_ns = 200'000'000) : quiet_ns_(quiet_ns) {}
 
   // One datagram of a train: `wire_bytes` its size on the link, `arrival_ns` its arrival time
-  // (kernel timestamp), `now_ns` the meter's clock (for the quiet timeout). False if refused
-  // (too many trains in progress, a duplicate seq, a count that changed).
+  // (kernel timestamp, wall clock), `sent_ns` the sender's wall clock as the train left, `now_ns`
+  // the meter's clock (for the quiet timeout). False if refused (too many trains in progress, a
+  // duplicate seq, a count that changed).
+  //
+  // Queued trains: a backlog in front of a link squeezes a train that queues behind it (its
+  // datagrams leave back to back at that link's rate, faster than the sender's link spaced
+  // them) and delays the train's first datagram by the backlog. So per source the meter keeps
+  // the one-way delay of the first datagram of its last kDelayHistory trains (arrival − sent_ns:
+  // the two clocks' offset is the same in every one, so no agreement is needed); a train whose
+  // delay exceeds the smallest of them by more than max(2 ms, half its own span) measures
+  // nothing. A clock step on either host makes the baseline wrong until it has rolled over.
   bool Add(const std::string& from, uint64_t id, uint16_t seq, uint16_t count, size_t wire_bytes,
-           int64_t arrival_ns, int64_t now_ns);
+           int64_t arrival_ns, int64_t now_ns, int64_t sent_ns = 0);
+  static constexpr size_t kDelayHistory = 8;
+  static constexpr size_t kMaxSources = 256;
   // Finished trains (their last datagram arrived, or quiet for quiet_ns at `now_ns`).
   std::vector<Result> Take(int64_t now_ns);
   bool idle() const { return trains_.empty() && done_.empty(); }
@@ -95,11 +108,13 @@ class TrainMeter {
  private:
   struct Train {
     uint16_t count = 0;
+    int64_t sent_ns = 0;
     int64_t last_seen_ns = 0;
     std::vector<bool> seen;
     std::vector<std::pair<int64_t, size_t>> arrivals;
   };
-  Result Finish(const std::pair<std::string, uint64_t>& key, Train& t) const;
+  Result Finish(const std::pair<std::string, uint64_t>& key, Train& t);
+  std::map<std::string, std::vector<int64_t>> delays_;  // per source: first-datagram delays
 
   int64_t quiet_ns_;
   std::map<std::pair<std::string, uint64_t>, Train> trains_;

@@ -322,11 +322,22 @@ double Node::WithProbes(const sync::BandwidthEstimate& e, const ProbeRates& prob
 // receiver's rate (a 40 Mbit/s sender once read 160 on the bed, ~1 probe in 20). So the
 // estimate is the largest recent figure that a second probe confirms within 25 % (the same
 // squeeze twice is rare), and transfers count only until the first probe result. The first
-// probes go to peers not probed yet; then every other probe goes to the peer publishing the largest downlink (the one
-// most likely not to be the narrower end), the others to a random live peer.
+// probes go to peers not probed yet; then every other probe goes to the peer publishing the largest
+// downlink (the one most likely not to be the narrower end), the others to a random live peer.
 void Node::SendProbe(TimeMs now) {
   probe_at_ = now + 1000;
   if (leaving_ || (probe_id_ != 0 && now - probe_sent_at_ < kProbeTimeoutMs)) return;
+  // Our own parameter transfer would queue in front of the train on our uplink (and make the
+  // receiver see it late: gossip/link_probe.h, queued trains): wait for the round to end, up
+  // to a second.
+  if (round_) {
+    if (probe_defer_from_ < 0) probe_defer_from_ = now;
+    if (now - probe_defer_from_ < 1000) {
+      probe_at_ = now + 20;
+      return;
+    }
+  }
+  probe_defer_from_ = -1;
   probe_id_ = 0;
   std::vector<PeerInfo> peers = PeerList();
   const auto loopback = [](const std::string& a) {
@@ -341,12 +352,10 @@ void Node::SendProbe(TimeMs now) {
   if (peers.empty()) return;
   std::shuffle(peers.begin(), peers.end(), rng_);
   size_t pick = 0;
-  const auto unprobed = std::find_if(peers.begin(), peers.end(), [&](const PeerInfo& p) {
-    return probed_.count(p.name) == 0;
-  });
-  const auto recheck = std::find_if(peers.begin(), peers.end(), [&](const PeerInfo& p) {
-    return p.name == probe_confirm_;
-  });
+  const auto unprobed = std::find_if(peers.begin(), peers.end(),
+                                     [&](const PeerInfo& p) { return probed_.count(p.name) == 0; });
+  const auto recheck = std::find_if(peers.begin(), peers.end(),
+                                    [&](const PeerInfo& p) { return p.name == probe_confirm_; });
   if (recheck != peers.end()) {
     // Our highest figure is unconfirmed: probe that path again to confirm or refute it.
     pick = static_cast<size_t>(recheck - peers.begin());
@@ -362,12 +371,16 @@ void Node::SendProbe(TimeMs now) {
       if (!last && (pick_last || peers[i].downlink_mbps > peers[pick].downlink_mbps)) pick = i;
     }
   }
-  // Long enough to span ~20 ms at the current estimate (timer and scheduling noise stay small
-  // beside it), at least 64 and at most 1024 datagrams (1.3 MB).
-  const double est = uplink_estimate_mbps();
+  // Long enough to span ~20 ms at the largest rate this path might show (the estimate, or a
+  // higher figure awaiting confirmation), so that timer and scheduling noise stay small beside
+  // it: 256 to 1024 datagrams (0.3 to 1.3 MB). (Sized by a low estimate alone, a fast host's
+  // trains lasted 1 ms and mostly measured noise.)
+  double size_mbps = uplink_estimate_mbps();
+  for (const auto& [who, rates] : probe_up_) {
+    for (const ProbeRate& r : rates) size_mbps = std::max(size_mbps, r.mbps);
+  }
   const int packets =
-      est <= 0 ? 256
-               : static_cast<int>(std::clamp(std::ceil(est * 1e6 * 0.020 / 1242.0), 64.0, 1024.0));
+      static_cast<int>(std::clamp(std::ceil(size_mbps * 1e6 * 0.020 / 1242.0), 256.0, 1024.0));
   probe_id_ = rng_() | 1;
   probe_peer_ = peers[pick].name;
   probe_confirm_.clear();

@@ -537,10 +537,11 @@ class Node {
   std::string probe_peer_;
   TimeMs probe_sent_at_ = 0;
   std::string probe_last_peer_;
-  std::string probe_confirm_;  // probe this peer next (its figure awaits confirmation)
+  std::string probe_confirm_;     // probe this peer next (its figure awaits confirmation)
+  TimeMs probe_defer_from_ = -1;  // since when a due probe waits for our round to end
   std::set<std::string> probed_;  // peers probed at least once
-  ProbeRates probe_up_;    // peer name -> rates our trains to it arrived at
-  ProbeRates probe_down_;  // sender address -> rates its trains arrived here at
+  ProbeRates probe_up_;           // peer name -> rates our trains to it arrived at
+  ProbeRates probe_down_;         // sender address -> rates its trains arrived here at
   TimeMs bandwidth_at_ = 0;
 
   // Push-pulls and joins.

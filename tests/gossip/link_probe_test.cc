@@ -154,3 +154,41 @@ TEST_CASE("link probe: lost tails finish on the quiet timeout; limits hold", "[g
 
 }  // namespace
 }  // namespace meshtrain::gossip
+
+namespace meshtrain::gossip {
+namespace {
+
+// A train of n datagrams from `from`, 124.2 us apart after `first` (ns), sent at `sent`.
+TrainMeter::Result Feed(TrainMeter& m, const std::string& from, uint64_t id, int64_t sent,
+                        int64_t first, int64_t gap = 124'200, uint16_t n = 64) {
+  for (uint16_t s = 0; s < n; ++s) m.Add(from, id, s, n, 1242, first + s * gap, 0, sent);
+  auto done = m.Take(0);
+  REQUIRE(done.size() == 1);
+  return done[0];
+}
+
+TEST_CASE("link probe: a train that came late (queued behind a backlog) measures nothing",
+          "[gossip][probe]") {
+  TrainMeter m;
+  // The sender's clock is 300 s ahead: only differences between its trains count.
+  const int64_t skew = 300'000'000'000;
+  auto r = Feed(m, "a:1", 1, 1'000'000'000 + skew, 1'010'000'000);  // one-way 10 ms
+  CHECK_FALSE(r.queued);
+  CHECK(r.rate_bps == Approx(10e6).epsilon(1e-6));
+  r = Feed(m, "a:1", 2, 2'000'000'000 + skew, 2'011'000'000);  // 1 ms more: queueing noise
+  CHECK_FALSE(r.queued);
+  // 30 ms late, then squeezed to 4x the rate: a backlog drained in front of it.
+  r = Feed(m, "a:1", 3, 3'000'000'000 + skew, 3'040'000'000, 31'050);
+  CHECK(r.queued);
+  CHECK(r.rate_bps == 0);
+  // Another source has its own baseline; the first train of a source sets it.
+  r = Feed(m, "b:1", 1, 4'000'000'000, 4'040'000'000);
+  CHECK_FALSE(r.queued);
+  // Back to normal delay for a: measured again.
+  r = Feed(m, "a:1", 4, 5'000'000'000 + skew, 5'010'500'000);
+  CHECK_FALSE(r.queued);
+  CHECK(r.rate_bps > 0);
+}
+
+}  // namespace
+}  // namespace meshtrain::gossip

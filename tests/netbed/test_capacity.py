@@ -21,7 +21,7 @@ import netbed_lib as nl  # noqa: E402
 
 RATES = [40, 40, 160, 160, 640, 640]
 TOLERANCE = 0.25
-SETTLE_S = 40   # ten fast probes 2 s apart, then one per --capacity-probe-interval (5 s here)
+SETTLE_S = 60   # ten fast probes 2 s apart, then one per --capacity-probe-interval (5 s here)
 FORM_S = 60
 
 
@@ -104,7 +104,8 @@ def main():
                 lo, hi = min(seen[j] or [0]), max(seen[j] or [0])
                 print(f"  h{j + 1}: shaped {RATES[j]}, published {lo:.0f}..{hi:.0f} "
                       f"({lo / RATES[j]:.2f}..{hi / RATES[j]:.2f}); probes sent {cp['sent']}, "
-                      f"measured {cp['measured']}, answered {cp['answered']}; own estimate "
+                      f"measured {cp['measured']}, answered {cp['answered']} (contended "
+                      f"{cp['contended']}, queued {cp['queued']}); own estimate "
                       f"up {cp['uplink_mbps'] * 8:.0f} down {cp['downlink_mbps'] * 8:.0f} Mbit/s")
             for j, st in enumerate(sts):
                 cp = st["capacity_probes"]
