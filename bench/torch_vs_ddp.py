@@ -10,10 +10,16 @@ all-reduced every step, rank 0 evaluates (one model). Both clocks start when the
 processes are launched (torch import and data loading included on both sides), both evaluate
 every --eval-every steps (on --eval-subset test images; a result at or above the target is
 confirmed on the whole test set, and only that counts), and use --threads torch threads per
-process.
-Prints both times and the ratio meshtrain / DDP (the issue's goal: <= 1.0), also without the
-time each process spent evaluating (meshtrain: every node evaluates its own model; DDP: rank 0
-evaluates the one model while the other ranks wait). A bench, not a
+process. DDP's rank 0 evaluates its one model; meshtrain's nodes evaluate their own models in
+turns (--eval-turns on: node i at steps k*E with k = i mod 4, so the mesh evaluates every E
+steps too), and a node that meets the target hands its final model to the others (agent
+--target-accuracy), which take it over and confirm it on the whole test set at once.
+Two times per meshtrain run: until every node holds a model that met the target (its own
+evaluation, or the finished peer's final model taken over bit for bit — the "taken" CRC equals
+that peer's "reached" CRC: like DDP, where rank 0's one evaluation speaks for every rank's
+identical model), and until every node's own evaluation on the whole test set confirmed it.
+Prints both and the ratios meshtrain / DDP (the issue's goal: <= 1.0); --repeat R interleaves R
+runs of each and prints medians. A bench, not a
 test: several minutes on 2 cores. Needs /usr/bin/python3 with numpy and torch.
 """
 import argparse
@@ -48,24 +54,37 @@ def read_events(path):
     return out
 
 
-def wait_reached(procs, outs, need, max_time, t0):
-    """Waits until `need(i)` nodes have a "reached" event (or exit, or time runs out)."""
+def wait_reached(procs, outs, need, max_time):
+    """Waits until `need(i)` nodes have a "reached" event (or exit, or time runs out); returns
+    every node's events."""
     deadline = time.time() + max_time
-    reached = {}
     while time.time() < deadline:
-        for i, path in enumerate(outs):
-            if i in reached or not need(i):
-                continue
-            ev = next((e for e in read_events(path) if e["event"] == "reached"), None)
-            if ev:
-                reached[i] = (ev["t"] - t0, ev["step"], ev["accuracy"],
-                              ev["t"] - t0 - ev.get("eval_total", 0))
-        if all(i in reached for i in range(len(outs)) if need(i)):
+        events = [read_events(path) for path in outs]
+        if all(any(e["event"] == "reached" for e in events[i])
+               for i in range(len(outs)) if need(i)):
             break
         if all(p.poll() is not None for p in procs):
             break
         time.sleep(0.5)
-    return reached
+    return [read_events(path) for path in outs]
+
+
+def node_times(events, t0):
+    """Per node: (own, holds, step) — seconds until its own evaluation on the whole test set met
+    the target; seconds until it held a model that met the target (its own, or a finished
+    peer's final model taken over bit for bit: the "taken" CRC equals that peer's "reached"
+    CRC); the step of its own reached event. None where the node has no reached event."""
+    reached = [next((e for e in ev if e["event"] == "reached"), None) for ev in events]
+    out = []
+    for i, ev in enumerate(events):
+        r = reached[i]
+        if r is None:
+            out.append(None)
+            continue
+        others = {x["crc"] for j, x in enumerate(reached) if j != i and x and "crc" in x}
+        taken = [e["t"] for e in ev if e["event"] == "taken" and e.get("crc") in others]
+        out.append((r["t"] - t0, min([r["t"]] + taken) - t0, r["step"]))
+    return out
 
 
 def stop_all(procs):
@@ -79,17 +98,18 @@ def stop_all(procs):
             pass
 
 
-def trainer_args(a):
-    return ["--threads", str(a.threads), "--eval-every", str(a.eval_every), "--eval-subset",
+def trainer_args(a, seed):
+    return ["--seed", str(seed), "--threads", str(a.threads), "--eval-every", str(a.eval_every), "--eval-subset",
             str(a.eval_subset), "--target",
             str(a.target), "--batch", str(a.batch), "--lr", str(a.lr)]
 
 
-def run_mesh(a, binary, workdir):
+def run_mesh(a, binary, workdir, seed):
     # --target-accuracy: a node that meets it sends its final model to the peers still
     # training, whose trainers evaluate right after mixing it in (the built-in trainer's
     # mesh-wide stop of issue 14).
-    common = ["--profile", "local", "--trainer", "external", "--barrier", a.barrier,
+    common = [*a.agent_args.split(), "--profile", "local", "--trainer", "external", "--barrier",
+              a.barrier,
               "--target-accuracy", str(a.target),
               "--min-peers", str(a.nodes - 1), "--select", a.select, "--fanout",
               str(min(a.fanout, a.nodes - 1))]
@@ -113,16 +133,17 @@ def run_mesh(a, binary, workdir):
                 with open(outs[-1], "wb") as f:
                     procs.append(subprocess.Popen(
                         [a.python, EXAMPLE, "--socket", ag.socket, "--shard", f"{i}/{a.nodes}",
-                         "--sync-every", str(a.sync_every), *trainer_args(a)],
+                         "--sync-every", str(a.sync_every), *trainer_args(a, seed),
+                         *(["--eval-turns"] if a.eval_turns == "on" else [])],
                         stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-            reached = wait_reached(procs, outs, lambda i: True, a.max_time, t0)
+            events = wait_reached(procs, outs, lambda i: True, a.max_time)
             status = [ag.status() or {} for ag in mesh.agents]
         finally:
             stop_all(procs)
-    return reached, status, outs
+    return node_times(events, t0), status
 
 
-def run_ddp(a, workdir):
+def run_ddp(a, workdir, seed):
     port = free_port_block(1)
     procs, outs = [], []
     t0 = time.time()
@@ -132,12 +153,12 @@ def run_ddp(a, workdir):
             with open(outs[-1], "wb") as f:
                 procs.append(subprocess.Popen(
                     [a.python, EXAMPLE, "--ddp", f"{i}/{a.nodes}", "--ddp-port", str(port),
-                     *trainer_args(a)],
+                     *trainer_args(a, seed)],
                     stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-        reached = wait_reached(procs, outs, lambda i: i == 0, a.max_time, t0)
+        events = wait_reached(procs, outs, lambda i: i == 0, a.max_time)
     finally:
         stop_all(procs)
-    return reached, outs
+    return node_times(events[:1], t0)[0]
 
 
 def main():
@@ -156,8 +177,18 @@ def main():
     p.add_argument("--select", default="selmcast")
     p.add_argument("--fanout", type=int, default=3)
     p.add_argument("--sync-every", type=int, default=1)
+    p.add_argument("--eval-turns", choices=["on", "off"], default="on",
+                   help="meshtrain's nodes evaluate in turns (examples/torch_fmnist.py "
+                        "--eval-turns): the mesh as a whole evaluates every --eval-every steps, "
+                        "as DDP's rank 0 does; off: every node every --eval-every steps")
     p.add_argument("--max-time", type=float, default=1500, help="seconds per run at most")
     p.add_argument("--only", choices=["mesh", "ddp"], help="run one side only")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="interleaved runs of each; run r uses --seed + r on both sides (model "
+                        "initialisation and sample order); medians")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--agent-args", default="",
+                   help="more agent options, e.g. '--staleness 2 --sample 2'")
     a = p.parse_args()
     try:
         binary = benchlib.find_binary(a.bin)
@@ -173,45 +204,48 @@ def main():
     print(f"{a.nodes} processes, target {a.target}, eval every {a.eval_every} steps, batch "
           f"{a.batch}/process, lr {a.lr}, {a.threads} torch thread(s)/process, "
           f"{os.cpu_count()} cores")
-    rows = []
-    mesh_t = ddp_t = mesh_te = ddp_te = None
     def load(tag):
         print(f"  load average {tag}: {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
               "(other processes on the machine skew the comparison: compare runs at equal load)",
               flush=True)
-    if a.only != "ddp":
-        load("before meshtrain")
-        reached, status, outs = run_mesh(a, binary, workdir)
-        load("after meshtrain")
-        per = [reached.get(i) for i in range(a.nodes)]
-        if all(per):
-            mesh_t = max(x[0] for x in per)
-            mesh_te = max(x[3] for x in per)
-        rows.append([f"meshtrain {a.barrier} H={a.sync_every}",
-                     " ".join(f"{x[0]:.1f}" if x else "-" for x in per),
-                     f"{mesh_t:.1f}" if mesh_t else "not reached",
-                     f"{mesh_te:.1f}" if mesh_t else "-",
-                     " ".join(str(x[1]) if x else "-" for x in per)])
-        for s in status:
-            if s:
-                print(f"  {s.get('name')}: step {s.get('step')} rounds {s.get('rounds')} "
-                      f"params_received {s.get('params_received')} barrier_wait_s "
-                      f"{s.get('barrier_wait_s', 0):.2f} idle_s {s.get('idle_s', 0):.1f}")
-    if a.only != "mesh":
-        load("before DDP")
-        reached, outs = run_ddp(a, workdir)
-        load("after DDP")
-        if 0 in reached:
-            ddp_t, ddp_te = reached[0][0], reached[0][3]
-        rows.append(["PyTorch DDP (gloo)", f"{ddp_t:.1f} (one model)" if ddp_t else "-",
-                     f"{ddp_t:.1f}" if ddp_t else "not reached",
-                     f"{ddp_te:.1f}" if ddp_t else "-",
-                     str(reached[0][1]) if 0 in reached else "-"])
-    print(benchlib.table(["run", "per-node time to target (s)", "time, every node (s)",
-                          "same without own evals (s)", "steps at target"], rows))
-    if mesh_t and ddp_t:
-        print(f"ratio meshtrain / DDP = {mesh_t / ddp_t:.2f} wall clock, "
-              f"{mesh_te / ddp_te:.2f} without evaluation time (goal <= 1.0)")
+    mesh_own, mesh_holds, ddp_ts, rows = [], [], [], []
+    for rep in range(a.repeat):
+        if a.only != "ddp":
+            load(f"before meshtrain, run {rep + 1}")
+            per, status = run_mesh(a, binary, workdir, a.seed + rep)
+            if all(per):
+                mesh_own.append(max(x[0] for x in per))
+                mesh_holds.append(max(x[1] for x in per))
+            rows.append([f"meshtrain {a.barrier} H={a.sync_every} {a.agent_args} "
+                         f"seed {a.seed + rep}",
+                         " ".join(f"{x[1]:.1f}" if x else "-" for x in per),
+                         f"{max(x[1] for x in per):.1f}" if all(per) else "not reached",
+                         " ".join(f"{x[0]:.1f}" if x else "-" for x in per),
+                         f"{max(x[0] for x in per):.1f}" if all(per) else "not reached",
+                         " ".join(str(x[2]) if x else "-" for x in per)])
+            for s in status:
+                if s:
+                    print(f"  {s.get('name')}: step {s.get('step')} rounds {s.get('rounds')} "
+                          f"params_received {s.get('params_received')} barrier_wait_s "
+                          f"{s.get('barrier_wait_s', 0):.2f} idle_s {s.get('idle_s', 0):.1f}")
+        if a.only != "mesh":
+            load(f"before DDP, run {rep + 1}")
+            r = run_ddp(a, workdir, a.seed + rep)
+            if r:
+                ddp_ts.append(r[0])
+            t = f"{r[0]:.1f}" if r else "not reached"
+            rows.append([f"PyTorch DDP (gloo) seed {a.seed + rep}", f"{t} (one model)", t, f"{t} (rank 0)", t,
+                         str(r[2]) if r else "-"])
+    print(benchlib.table(["run", "per node: holds a model that met the target (s)",
+                          "every node holds one (s)", "per node: own evaluation met it (s)",
+                          "every node's own (s)", "steps at own"], rows))
+    if mesh_holds and ddp_ts:
+        m_h, m_o, d = (benchlib.median(v) for v in (mesh_holds, mesh_own, ddp_ts))
+        print(f"medians of {len(ddp_ts)}: meshtrain every node holds a model that met "
+              f"{a.target}: {m_h:.1f} s; every node's own evaluation confirmed it: {m_o:.1f} s; "
+              f"DDP (rank 0's evaluation of the one model): {d:.1f} s")
+        print(f"ratio meshtrain / DDP = {m_h / d:.2f} (holds, like for like with DDP's one "
+              f"model), {m_o / d:.2f} (every node's own evaluation) (goal <= 1.0)")
     print(f"workdir {workdir}")
     return 0
 

@@ -196,7 +196,10 @@ struct Agent::Impl : RpcBackend {
       if (auto* p = std::get_if<node::Permit>(&o)) {
         if (trainer) trainer->Permit(p->step, p->mesh_step_ms / 1000.0);
       } else if (auto* m = std::get_if<node::Mix>(&o)) {
-        if (trainer) trainer->Deliver(m->from, std::move(m->params), m->step, m->finished);
+        if (trainer) {
+          trainer->Deliver(m->from, std::move(m->params), m->step, m->finished,
+                           m->final_model ? std::optional<uint64_t>(m->sender_step) : std::nullopt);
+        }
       } else if (auto* a = std::get_if<node::AdoptState>(&o)) {
         if (trainer) trainer->Adopt(std::move(a->params), a->step);
       } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {

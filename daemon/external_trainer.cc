@@ -494,13 +494,20 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
     adopt_.reset();
     inbox_.clear();
     flags |= tp::kMixAdopted;
+  } else if (Incoming* fin = options_.target_accuracy > 0 ? finals_.Take(inbox_) : nullptr) {
+    // Mesh-wide stop: a finished peer's final model (it met the target) replaces the trainer's
+    // (once per peer and step: FinalModels); the trainer evaluates it now. The step stays ours.
+    std::memcpy(shm_.data, fin->params.data(), num_params_ * sizeof(float));
+    inbox_.clear();
+    mixed = 1;
+    state_.mixes += 1;
+    flags |= tp::kMixAdopted | tp::kMixFinished;
   } else if (!inbox_.empty()) {
     std::vector<const float*> others;
     std::vector<double> weights;
     for (const auto& [from, in] : inbox_) {
       others.push_back(in.params.data());
       weights.push_back(learn::MixWeight(state_.step, in.step));
-      if (in.finished) flags |= tp::kMixFinished;
     }
     learn::MixWeighted(shm_.data, num_params_, others, weights);
     mixed = static_cast<uint32_t>(others.size());
@@ -529,6 +536,15 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
     state_.training = false;
     spdlog::info("target accuracy {:.3f} reached at step {}: training stops, staying in the mesh",
                  options_.target_accuracy, e.step);
+    // The final model is the one the trainer just evaluated: the shared memory as it stands
+    // (Mesh.step leaves the mixed model there; report(..., model=m) stores m first), not the
+    // snapshot published before the last mix.
+    std::shared_ptr<std::vector<float>> snap;
+    if (CopySnapshot(&snap)) {
+      latest_ = std::move(snap);
+    } else {
+      spdlog::warn("the evaluated parameters are not finite: offering the last published model");
+    }
     if (latest_) outbox_ = Snapshot{latest_step_, latest_, true};
   }
   Reply(c, tp::kEval | tp::kReplyBit, seq, tp::Writer().U32(reached ? 1 : 0).U32(0).Take());
@@ -538,9 +554,9 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
 // ---- the node's side ----------------------------------------------------------------------------
 
 void ExternalTrainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step,
-                              bool finished) {
+                              bool finished, std::optional<uint64_t> final_step) {
   if (num_params_ == 0 || params.size() != num_params_) return;
-  inbox_[from] = Incoming{std::move(params), step, finished};
+  inbox_[from] = Incoming{std::move(params), step, finished, final_step};
 }
 
 void ExternalTrainer::Adopt(std::vector<float> params, uint64_t step) {
@@ -549,7 +565,7 @@ void ExternalTrainer::Adopt(std::vector<float> params, uint64_t step) {
     return;
   }
   if (attached()) {
-    adopt_ = Incoming{std::move(params), step};  // handed over at the next MIX
+    adopt_ = Incoming{std::move(params), step, false, std::nullopt};  // handed over at the next MIX
     return;
   }
   // No trainer yet: the model a trainer attaching later starts from.

@@ -60,7 +60,7 @@ class ExternalTrainer : public Trainer {
   void Stop() override;
   void Permit(uint64_t step, double mesh_step_s = 0) override;
   void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
-               bool finished = false) override;
+               bool finished = false, std::optional<uint64_t> final_step = std::nullopt) override;
   void Adopt(std::vector<float> params, uint64_t step) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int) override {}  // the trainer process decides when it publishes
@@ -125,9 +125,11 @@ class ExternalTrainer : public Trainer {
   struct Incoming {
     std::vector<float> params;
     uint64_t step = 0;
-    bool finished = false;  // the sender's final model (it met --target-accuracy)
+    bool finished = false;               // the sender stopped training: full weight
+    std::optional<uint64_t> final_step;  // the sender's final model, at this step of its own
   };
   std::map<std::string, Incoming> inbox_;
+  FinalModels finals_;  // finished peers' models taken over (mesh-wide stop)
   std::optional<Incoming> adopt_;
   std::optional<Snapshot> outbox_;
   // Copies `num_params_` floats from the shared memory into a snapshot buffer, reusing one the

@@ -82,17 +82,17 @@ void BuiltinTrainer::Permit(uint64_t step, double mesh_step_s) {
 }
 
 void BuiltinTrainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step,
-                             bool finished) {
+                             bool finished, std::optional<uint64_t> final_step) {
   if (params.size() != num_params_) return;  // the codec already checks; defence in depth
   std::lock_guard<std::mutex> lock(mu_);
-  inbox_[from] = Incoming{std::move(params), step, finished};
+  inbox_[from] = Incoming{std::move(params), step, finished, final_step};
 }
 
 void BuiltinTrainer::Adopt(std::vector<float> params, uint64_t step) {
   if (params.size() != num_params_ || !learn::ParamsFinite(params.data(), params.size())) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    adopt_ = Incoming{std::move(params), step};
+    adopt_ = Incoming{std::move(params), step, false, std::nullopt};
   }
   cv_.notify_all();
 }
@@ -311,6 +311,7 @@ double BuiltinTrainer::TimedStep(float* loss) {
 void BuiltinTrainer::Run() {
   using Clock = std::chrono::steady_clock;
   std::vector<Incoming> incoming;
+  std::optional<Incoming> final_model;  // a finished peer's model to take over
   Clock::time_point last_end;
   bool have_last_end = false;
   const Clock::time_point train_start = Clock::now();
@@ -360,11 +361,30 @@ void BuiltinTrainer::Run() {
       }
       state_.waiting = false;
       incoming.clear();
-      for (auto& [from, in] : inbox_) incoming.push_back(std::move(in));
+      final_model.reset();
+      if (options_.target_accuracy > 0) {
+        if (auto* f = finals_.Take(inbox_)) final_model = std::move(*f);
+      }
+      if (!final_model) {
+        for (auto& [from, in] : inbox_) incoming.push_back(std::move(in));
+      }
       inbox_.clear();
     }
     const auto t0 = Clock::now();
-    if (!incoming.empty()) {
+    if (final_model) {
+      // Mesh-wide stop: a finished peer's model met the target; take it over (the other models
+      // of this round are dropped) and evaluate it now. Falling short of the target (other test
+      // data), this node trains on from it.
+      task_->params() = Eigen::Map<const Eigen::VectorXf>(
+          final_model->params.data(), static_cast<Eigen::Index>(final_model->params.size()));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        state_.mixes += 1;
+      }
+      Evaluate(step);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!state_.training) continue;
+    } else if (!incoming.empty()) {
       // Progress-aware mixing (learn::MixWeight): a model far behind ours barely counts.
       std::vector<const float*> others;
       std::vector<double> weights;
@@ -373,14 +393,6 @@ void BuiltinTrainer::Run() {
         weights.push_back(learn::MixWeight(step, in.step));
       }
       learn::MixWeighted(task_->params(), others, weights);
-      const bool final_in = std::any_of(incoming.begin(), incoming.end(),
-                                        [](const Incoming& in) { return in.finished; });
-      if (final_in && options_.target_accuracy > 0) {
-        // Mixed with a finished peer's model: if that meets the target, this node is done too.
-        Evaluate(step);
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!state_.training) continue;
-      }
     }
     float loss = 0;
     const double compute = TimedStep(&loss);

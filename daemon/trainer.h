@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,6 +120,27 @@ int AutoSyncEvery(double round_s, double step_s);
 // or an external trainer process attached over a local socket (daemon/external_trainer.h). The
 // agent calls every method from the loop thread; `notify` (given at construction) tells the loop
 // that state() or TakeSnapshot() has something new.
+// The mesh-wide stop (--target-accuracy): a node still training takes over a finished peer's
+// final model (the one that met the target) instead of averaging it with its own, and evaluates
+// it at once. Each (peer, final step) is taken once; later copies of the same final model (its
+// sender re-offers it every 200 ms) mix by progress like any model, so a node whose own
+// evaluation falls short (other test data) trains on rather than being reset every round.
+class FinalModels {
+ public:
+  // The first final model in `inbox` (a map from sender to an entry with `finished` and
+  // `step`) not taken before, or nullptr. Marks it taken.
+  template <class Inbox>
+  auto* Take(Inbox& inbox) {
+    for (auto& [from, in] : inbox) {
+      if (in.final_step && taken_.emplace(from, *in.final_step).second) return &in;
+    }
+    return static_cast<typename Inbox::mapped_type*>(nullptr);
+  }
+
+ private:
+  std::set<std::pair<std::string, uint64_t>> taken_;
+};
+
 class Trainer {
  public:
   virtual ~Trainer() = default;
@@ -130,10 +152,13 @@ class Trainer {
   // Parameters received from `from` at its step `step`; mixed at the next step boundary (the
   // newest vector per sender wins).
   // `step`: the sender's step, for the progress-aware weight (learn::MixWeight).
-  // `finished`: the sender's final model; with --target-accuracy the mixed model is evaluated
-  // at once, and training stops if it meets the target (the mesh-wide stop of issue 14).
+  // `finished`: the sender stopped training (its model mixes at full weight). `final_step`: the
+  // chunks say this is the sender's final model, taken at its step *final_step; with
+  // --target-accuracy it replaces ours (once per sender and step, see FinalModels) and is
+  // evaluated at once; training stops if it meets the target (the mesh-wide stop of issue 14).
   virtual void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
-                       bool finished = false) = 0;
+                       bool finished = false,
+                       std::optional<uint64_t> final_step = std::nullopt) = 0;
   // Join with state: before the first step, take over `params` and continue after `step`
   // (the loop permits step + 1 next).
   virtual void Adopt(std::vector<float> params, uint64_t step) = 0;
@@ -168,7 +193,7 @@ class BuiltinTrainer : public Trainer {
   void Stop() override;
   void Permit(uint64_t step, double mesh_step_s = 0) override;
   void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
-               bool finished = false) override;
+               bool finished = false, std::optional<uint64_t> final_step = std::nullopt) override;
   void Adopt(std::vector<float> params, uint64_t step) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int steps) override;
@@ -229,8 +254,10 @@ class BuiltinTrainer : public Trainer {
     std::vector<float> params;
     uint64_t step = 0;
     bool finished = false;
+    std::optional<uint64_t> final_step;  // the sender's final model, at this step of its own
   };
   std::map<std::string, Incoming> inbox_;
+  FinalModels finals_;  // trainer thread, under mu_
   std::optional<Incoming> adopt_;
   std::optional<Snapshot> outbox_;
   std::shared_ptr<const std::vector<float>> latest_;  // newest snapshot, for Model()

@@ -11,10 +11,13 @@
 //   WAIT_PERMIT 2 u64 step                        -> u64 step, u32 training, u32 0
 //   PUBLISH 3     u64 step                        -> u64 step
 //   MIX 4         (empty)                         -> u32 mixed, u32 flags, u64 step
-//                 flags: 1 = adopted (a join with state replaced the model and the step),
-//                 2 = a finished peer's final model was mixed in (evaluate now: issue 14's
-//                 mesh-wide stop with --target-accuracy)
+//                 flags: 1 = adopted (the parameters were replaced: a join with state,
+//                 which also sets the step, or a finished peer's final model),
+//                 2 = a finished peer's final model replaced the parameters (evaluate now:
+//                 issue 14's mesh-wide stop with --target-accuracy; once per peer and step)
 //   EVAL 5        u64 step, f64 loss, f64 accuracy -> u32 stop, u32 0
+//                 (a report that meets --target-accuracy makes the shared memory's content,
+//                 i.e. the parameters just evaluated, the final model offered to the peers)
 //   DETACH 6      (empty)                         -> (empty), then the agent closes
 // An ERROR frame (type 0xff, body: a UTF-8 message) answers a rejected request; the agent then
 // closes the connection.

@@ -13,9 +13,14 @@ all-reduced every step), so bench/torch_vs_ddp.py can compare the two.
 
 Data: the Debian package dataset-fashion-mnist (IDX .gz files in --data). Output: one JSON line
 per evaluation ({"event":"eval","step","loss","accuracy","samples","t","elapsed","eval_total":
-seconds spent evaluating so far}), and {"event":"reached",...} the first time the accuracy on
-the whole test set reaches --target (the script then stops unless --keep-going). Periodic
+seconds spent evaluating so far}), {"event":"reached",...,"crc"} the first time the accuracy on
+the whole test set reaches --target (the script then stops unless --keep-going; "crc": CRC-32 of
+the parameters), and {"event":"taken","step","crc","t"} when a finished peer's final model
+replaced the parameters (mesh with agent --target-accuracy). Periodic
 evaluations use the first --eval-subset test images and confirm on the whole set.
+With --eval-turns the nodes of a mesh evaluate in turns (the mesh as a whole every
+--eval-every steps); a node that meets the target hands its final model to the others (agent
+--target-accuracy), which take it over and confirm it with their own evaluation at once.
 Needs numpy and torch (Debian: python3-numpy, python3-torch).
 """
 import argparse
@@ -25,6 +30,7 @@ import os
 import struct
 import sys
 import time
+import zlib
 
 import numpy as np
 import torch
@@ -71,6 +77,7 @@ class Net(nn.Module):
 
 
 def evaluate(model, x, y):
+    """Summed loss and number correct over (x, y)."""
     model.eval()
     loss, correct = 0.0, 0
     with torch.no_grad():
@@ -79,7 +86,13 @@ def evaluate(model, x, y):
             loss += F.cross_entropy(out, y[i:i + 1000], reduction="sum").item()
             correct += (out.argmax(1) == y[i:i + 1000]).sum().item()
     model.train()
-    return loss / len(x), correct / len(x)
+    return loss, correct
+
+
+def model_crc(model):
+    """CRC-32 of the parameters (float32, in order): names one exact model across processes."""
+    return zlib.crc32(b"".join(t.detach().reshape(-1).numpy().tobytes()
+                               for t in model.parameters()))
 
 
 def parse_args():
@@ -94,6 +107,11 @@ def parse_args():
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--sync-every", type=int, default=1, help="local steps per mesh.step")
     p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--eval-turns", action="store_true",
+                   help="mesh: the nodes evaluate in turns, so that the mesh as a whole evaluates "
+                        "every --eval-every steps: node I of N (--shard I/N) at the steps that "
+                        "are multiples of N x eval-every plus I x eval-every (a finished peer's "
+                        "model, taken over, is evaluated at once whatever the turn)")
     p.add_argument("--eval-subset", type=int, default=2000,
                    help="periodic evaluations use the first N test images; the whole test set "
                         "confirms a result at or above --target (0 = always the whole set)")
@@ -101,7 +119,8 @@ def parse_args():
     p.add_argument("--keep-going", action="store_true", help="train on after --target")
     p.add_argument("--max-steps", type=int, default=20000)
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
-    p.add_argument("--seed", type=int, default=0, help="model initialisation (same everywhere)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="model initialisation (same everywhere) and sample order")
     return p.parse_args()
 
 
@@ -131,7 +150,7 @@ def main():
         import meshtrain.torch
         mesh = meshtrain.connect(a.socket)
         opt = meshtrain.torch.MeshOptimizer(opt, mesh, sync_every=a.sync_every)
-    gen = torch.Generator().manual_seed(1000 + shard)
+    gen = torch.Generator().manual_seed(1000 * (a.seed + 1) + shard)
     start = time.time()
     step = mesh.step_count if mesh else 0
     order, pos = torch.randperm(len(x), generator=gen), 0
@@ -147,20 +166,30 @@ def main():
         loss.backward()
         opt.step()
         step = mesh.step_count + opt.local_steps % a.sync_every if mesh else step + 1
-        # A finished peer's model was mixed in (agent --target-accuracy): evaluate now.
+        # A finished peer's final model was taken over (agent --target-accuracy): evaluate now.
         finished_in = mesh is not None and mesh.peer_finished
-        if mesh is not None:
+        if finished_in:
             mesh.peer_finished = False
-        if step % a.eval_every != 0 and not finished_in:
+            # The parameters are now exactly the finished peer's evaluated model (the CRC in its
+            # "reached" line); this node confirms it with its own evaluation below.
+            now = time.time()
+            print(json.dumps({"event": "taken", "step": step, "crc": model_crc(model), "t": now,
+                              "elapsed": round(now - start, 2)}), flush=True)
+        turn = step % a.eval_every == 0 and (
+            not (mesh and a.eval_turns) or (step // a.eval_every) % shards == shard)
+        if not turn and not finished_in:
             continue
         stop = torch.zeros(1)
         if rank == 0 or not a.ddp:
             t_eval = time.time()
-            n = a.eval_subset if 0 < a.eval_subset < len(tx) else len(tx)
-            test_loss, acc = evaluate(model, tx[:n], ty[:n])
-            if n < len(tx) and acc >= a.target:
-                n = len(tx)
-                test_loss, acc = evaluate(model, tx, ty)
+            # A finished peer's model met the target on the whole set: check that at once.
+            n = len(tx) if finished_in or not 0 < a.eval_subset < len(tx) else a.eval_subset
+            loss_sum, correct = evaluate(model, tx[:n], ty[:n])
+            if n < len(tx) and correct / n >= a.target:
+                # Confirm on the whole set: the subset's sums count, the rest is added.
+                more_loss, more_correct = evaluate(model, tx[n:], ty[n:])
+                loss_sum, correct, n = loss_sum + more_loss, correct + more_correct, len(tx)
+            test_loss, acc = loss_sum / n, correct / n
             now = time.time()
             eval_total += now - t_eval
             times = {"t": now, "elapsed": round(now - start, 2),
@@ -168,11 +197,11 @@ def main():
             print(json.dumps({"event": "eval", "step": step, "loss": round(test_loss, 4),
                               "accuracy": acc, "samples": n, **times}), flush=True)
             if mesh:
-                mesh.report(test_loss, acc, step=mesh.step_count)
+                mesh.report(test_loss, acc, step=mesh.step_count, model=model)
             if acc >= a.target and n == len(tx) and not reached:
                 reached = True
-                print(json.dumps({"event": "reached", "step": step, "accuracy": acc, **times}),
-                      flush=True)
+                print(json.dumps({"event": "reached", "step": step, "accuracy": acc,
+                                  "crc": model_crc(model), **times}), flush=True)
                 if not a.keep_going:
                     stop[0] = 1
         if a.ddp:

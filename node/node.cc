@@ -319,9 +319,12 @@ double Node::WithProbes(const sync::BandwidthEstimate& e, const ProbeRates& prob
 // the path's capacity (gossip/link_probe.h): the smaller of our uplink and the receiver's
 // downlink, or less while other traffic shares the link; more only when a backlog in front of
 // the receiver's downlink drains while the train queues behind it and the train leaves at the
-// receiver's rate (a 40 Mbit/s sender once read 160 on the bed, ~1 probe in 20). So the
-// estimate is the largest recent figure that a second probe confirms within 25 % (the same
-// squeeze twice is rare), and transfers count only until the first probe result. The first
+// receiver's rate (a 40 Mbit/s sender once read 160 on the bed). The receiver answers such a
+// train "queued" when its first datagram came much later than that sender's quickest of the
+// last 8 (gossip/link_probe.h), and "contended" when it arrived at about its own downlink rate
+// while other traffic came in; what slips through is rare, so the estimate is the largest
+// recent figure that a second probe confirms within 25 % (the same squeeze twice is rarer
+// still), and transfers count only until the first probe result. The first
 // probes go to peers not probed yet; then every other probe goes to the peer publishing the largest
 // downlink (the one most likely not to be the narrower end), the others to a random live peer.
 void Node::SendProbe(TimeMs now) {

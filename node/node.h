@@ -218,7 +218,12 @@ struct Mix {
   std::string from;
   uint64_t step = 0;
   std::vector<float> params;
-  bool finished = false;  // the sender finished training: this is its final model
+  bool finished = false;  // the sender finished training: mix at full weight (`step` is ours)
+  // The chunks say final: the sender's final model (it met its target or step budget), at the
+  // sender's own step `sender_step` (a (from, sender_step) pair names one final model; it is
+  // offered again every 200 ms).
+  bool final_model = false;
+  uint64_t sender_step = 0;
 };
 // Solve a SELMCAST plan (off the loop thread in the daemon) and answer with PlanResult{id}.
 struct PlanRequest {

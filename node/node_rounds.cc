@@ -390,7 +390,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   auto peer = FindPeer(sender);
   const bool finished = model->final || (peer && !peer->training);
   const uint64_t weight_step = finished ? std::max(model->step, progress_.step) : model->step;
-  Emit(Mix{sender, weight_step, std::move(model->params), finished});
+  Emit(Mix{sender, weight_step, std::move(model->params), finished, model->final, model->step});
 }
 
 }  // namespace meshtrain::node

@@ -65,7 +65,7 @@ class Mesh:
         self.training = True
         self.resumed = False
         self.mixed_total = 0
-        self.peer_finished = False  # set by mix(): a finished peer's model was mixed in
+        self.peer_finished = False  # set by mix(): a finished peer's final model was taken
 
     # ---- framing ----------------------------------------------------------------------------
 
@@ -159,10 +159,11 @@ class Mesh:
     def mix(self):
         """Mixes the models received since the last call into ``mesh.params``.
 
-        Returns (models mixed, adopted): ``adopted`` means the agent replaced the parameters and
-        the step (``mesh.step_count``) with a more advanced peer's (a join with state). Sets
-        ``mesh.peer_finished`` when a peer's final model (it met the agent's --target-accuracy)
-        was mixed in: evaluate now, the mixed model may meet the target too.
+        Returns (models mixed, adopted): ``adopted`` means the agent replaced the parameters (and
+        ``mesh.step_count``) with a peer's: a more advanced peer's model and step (a join with
+        state), or a finished peer's final model. Sets ``mesh.peer_finished`` in the latter
+        case (the peer met the agent's --target-accuracy with that model; it is taken once per
+        peer and step): evaluate now, the model in hand may meet the target too.
         """
         mixed, flags, step = struct.unpack("<IIQ", self._request(MIX))
         adopted = bool(flags & 1)
@@ -173,11 +174,18 @@ class Mesh:
         self.mixed_total += mixed
         return mixed, adopted
 
-    def report(self, loss, accuracy, step=None):
-        """Reports a test evaluation; True when it met the agent's --target-accuracy."""
+    def report(self, loss, accuracy, step=None, model=None):
+        """Reports a test evaluation; True when it met the agent's --target-accuracy.
+
+        A report that meets the target makes the parameters in shared memory the final model
+        the agent offers to its peers: pass the evaluated ``model`` (as for :meth:`step`) when it
+        may differ from what the last :meth:`step` left there (e.g. local steps since).
+        """
         loss, accuracy = float(loss), float(accuracy)
         if not (math.isfinite(loss) and loss >= 0 and 0 <= accuracy <= 1):
             raise ValueError("loss must be finite and >= 0, accuracy in [0, 1]")
+        if model is not None and self.params is not None:
+            _View.of(model).store(self.params)
         step = self.step_count if step is None else int(step)
         stop, _ = struct.unpack("<II", self._request(EVAL, struct.pack("<Qdd", step, loss,
                                                                       accuracy)))

@@ -25,6 +25,9 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--sleep", type=float, default=0.0, help="seconds of 'compute' per step")
     p.add_argument("--out", default="")
+    p.add_argument("--report-accuracy", type=float, default=0.0,
+                   help="the accuracy reported every 20 steps (with the agent's --target-"
+                        "accuracy at or below it, the agent finishes at step 20)")
     a = p.parse_args()
     mesh = meshtrain.connect(a.socket, timeout=30)
     x = np.zeros(a.dim, np.float32)
@@ -34,16 +37,24 @@ def main():
         np.copyto(x, mesh.params)
     print(json.dumps({"event": "attached", "step": mesh.step_count, "resumed": resumed,
                       "pid": os.getpid()}), flush=True)
+    taken = 0  # finished peers' models taken over
     while mesh.step_count < a.steps and mesh.training:
         x -= a.lr * (x - target)
         if a.sleep:
             time.sleep(a.sleep)
         mesh.step(x)
-        if mesh.step_count % 20 == 0:
+        finished_in, mesh.peer_finished = mesh.peer_finished, False
+        taken += finished_in
+        if mesh.step_count % 20 == 0 or finished_in:
             loss = float(np.mean((x - target) ** 2))
-            mesh.report(loss, 0.0)
+            acc = a.report_accuracy
+            if finished_in:
+                print(json.dumps({"event": "taken", "step": mesh.step_count,
+                                  "mean": float(x.mean()), "accuracy": acc}), flush=True)
+            mesh.report(loss, acc)
     result = {"event": "done", "step": mesh.step_count, "mixed": mesh.mixed_total,
-              "mean": float(x.mean()), "min": float(x.min()), "max": float(x.max())}
+              "mean": float(x.mean()), "min": float(x.min()), "max": float(x.max()),
+              "taken": taken, "training": mesh.training}
     mesh.detach()
     print(json.dumps(result), flush=True)
     if a.out:

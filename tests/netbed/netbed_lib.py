@@ -1,10 +1,27 @@
 """Helpers shared by the netbed tests and benches: agents in bed namespaces (RPC on each
 namespace's own 127.0.0.1:7951), status/members through the real CLI, metrics-file events."""
+import contextlib
 import json
 import os
+import shutil
+import sys
+import tempfile
 
 RPC = "127.0.0.1:7951"
 PORT = 7950
+
+
+@contextlib.contextmanager
+def workdir(prefix):
+    """A temporary directory for logs: removed when the block succeeds, kept (and named on
+    stderr) when it raises, so a failure leaves its evidence behind."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield work
+    except BaseException:
+        print(f"logs kept in {work}", file=sys.stderr)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def cli_json(bed, i, binary, *args):

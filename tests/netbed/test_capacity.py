@@ -9,10 +9,8 @@ Skips (exit 77) where no bed can be built (not root, no namespaces or /dev/net/t
 """
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -41,9 +39,7 @@ def main():
     key = subprocess.run([a.bin, "keygen"], capture_output=True, text=True,
                          check=True).stdout.strip()
     n = len(RATES)
-    work = tempfile.mkdtemp(prefix="meshtrain-netbed-capacity-")
-    ok = False
-    try:
+    with nl.workdir("meshtrain-netbed-capacity-") as work:
         links = [{"rate_mbit": r} for r in RATES]
         with Bed(n, find_linkemu(a.bin), delay_ms=a.rtt / 4, links=links, tag="cap") as bed:
             for i in range(n):
@@ -113,13 +109,7 @@ def main():
                 rej = st["rejected_by_reason"]
                 assert rej.get("capacity_probe", 0) == 0 and rej.get("auth", 0) == 0, (j, rej)
             assert within(seen), f"published uplinks not within {TOLERANCE:.0%}: {seen}"
-        ok = True
         print("PASS")
-    finally:
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"logs kept in {work}", file=sys.stderr)
 
 
 if __name__ == "__main__":

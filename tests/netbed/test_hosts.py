@@ -19,10 +19,8 @@ Fashion-MNIST data is missing.
 """
 import argparse
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,9 +51,7 @@ def main():
         sys.exit(77)
     key = subprocess.run([a.bin, "keygen"], capture_output=True, text=True,
                          check=True).stdout.strip()
-    work = tempfile.mkdtemp(prefix="meshtrain-netbed-hosts-")
-    ok = False
-    try:
+    with nl.workdir("meshtrain-netbed-hosts-") as work:
         with Bed(N, find_linkemu(a.bin), delay_ms=5, rate_mbit=100, tag="hs") as bed:
             bed.set_hosts_file({f"h{i + 1}": i for i in range(N)})
             metrics = [os.path.join(work, f"h{i + 1}.jsonl") for i in range(N)]
@@ -122,13 +118,7 @@ def main():
                 assert st["mean_fanout"] >= 1, st
                 assert rej.get("replay", 0) == 0 and rej.get("auth", 0) == 0, rej
             print(f"every node reached {TARGET} within {time.monotonic() - start:.1f} s")
-        ok = True
         print("PASS")
-    finally:
-        if ok:
-            shutil.rmtree(work, ignore_errors=True)
-        else:
-            print(f"logs kept in {work}", file=sys.stderr)
 
 
 if __name__ == "__main__":
