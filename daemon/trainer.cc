@@ -308,10 +308,14 @@ double BuiltinTrainer::TimedStep(float* loss) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+void BuiltinTrainer::SetParams(const std::vector<float>& params) {
+  task_->params() =
+      Eigen::Map<const Eigen::VectorXf>(params.data(), static_cast<Eigen::Index>(params.size()));
+}
+
 void BuiltinTrainer::Run() {
   using Clock = std::chrono::steady_clock;
   std::vector<Incoming> incoming;
-  std::optional<Incoming> final_model;  // a finished peer's model to take over
   Clock::time_point last_end;
   bool have_last_end = false;
   const Clock::time_point train_start = Clock::now();
@@ -321,6 +325,7 @@ void BuiltinTrainer::Run() {
   }
   while (true) {
     uint64_t step = 0;
+    std::optional<Incoming> final_model;  // a finished peer's model to take over
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (!state_.training || stop_) break;
@@ -351,8 +356,7 @@ void BuiltinTrainer::Run() {
       }
       if (adopt_) {
         // Join with state: the peer's model replaces ours before our first step.
-        task_->params() = Eigen::Map<const Eigen::VectorXf>(
-            adopt_->params.data(), static_cast<Eigen::Index>(adopt_->params.size()));
+        SetParams(adopt_->params);
         task_->set_steps(static_cast<int64_t>(adopt_->step));
         state_.step = adopt_->step;
         adopt_.reset();
@@ -361,7 +365,6 @@ void BuiltinTrainer::Run() {
       }
       state_.waiting = false;
       incoming.clear();
-      final_model.reset();
       if (options_.target_accuracy > 0) {
         if (auto* f = finals_.Take(inbox_)) final_model = std::move(*f);
       }
@@ -375,8 +378,7 @@ void BuiltinTrainer::Run() {
       // Mesh-wide stop: a finished peer's model met the target; take it over (the other models
       // of this round are dropped) and evaluate it now. Falling short of the target (other test
       // data), this node trains on from it.
-      task_->params() = Eigen::Map<const Eigen::VectorXf>(
-          final_model->params.data(), static_cast<Eigen::Index>(final_model->params.size()));
+      SetParams(final_model->params);
       {
         std::lock_guard<std::mutex> lock(mu_);
         state_.mixes += 1;

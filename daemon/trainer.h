@@ -212,6 +212,9 @@ class BuiltinTrainer : public Trainer {
   void Run();
   // One SGD step (with the --slowdown emulation); its wall time in seconds.
   double TimedStep(float* loss = nullptr);
+  // Replaces the task's parameters (a join's or a finished peer's model; sizes checked on
+  // delivery).
+  void SetParams(const std::vector<float>& params);
   // --batch auto: every kAdaptEvery steps, scale the batch so this node's step time
   // (`step_compute_s`, at the current batch) approaches the mesh's median step interval:
   // b <- clamp(b * mesh / own, base / 8, base), halfway per adjustment; the learning rate
