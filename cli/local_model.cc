@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/json_text.h"
+#include "learn/mixing.h"
 #include "learn/model_file.h"
 #include "learn/network.h"
 #include "learn/rng.h"
@@ -29,6 +30,7 @@ struct TrainArgs {
   int threads = 1;
   uint64_t seed = 1;
   uint64_t eval_every = 0;
+  double eval_average = 0;
   std::string out;
   std::string format = "table";
 };
@@ -106,6 +108,11 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   c->add_option("--seed", a.seed, "Sample-order seed")->capture_default_str();
   c->add_option("--eval-every", a.eval_every, "Evaluate every N steps (0 = at the end only)")
       ->capture_default_str();
+  c->add_option("--eval-average", a.eval_average,
+                "Evaluate (and write with --out) the moving average of the parameters with "
+                "this decay per step, e.g. 0.98 (0 = the parameters as trained)")
+      ->check(CLI::Range(0.0, 0.9999))
+      ->capture_default_str();
   c->add_option("--out", a.out, "Write the trained model here (.npz, see `evaluate`)");
   c->add_option("--format", a.format, "table or json (the summary)")
       ->check(CLI::IsMember({"table", "json"}))
@@ -158,14 +165,21 @@ int RunTrainCommand() {
   double train_s = 0;
   uint64_t samples = 0;
   learn::EvalResult eval;
+  learn::ParamAverage average(a.eval_average);
+  if (average.enabled()) average.Reset(task.params());
+  // The model evaluated and written: the trained parameters or their moving average.
+  const auto model = [&]() -> const Eigen::VectorXf& {
+    return average.enabled() ? average.value() : task.params();
+  };
   auto step_start = std::chrono::steady_clock::now();
   for (uint64_t s = 1; s <= a.steps; ++s) {
     const size_t n = std::min<size_t>(static_cast<size_t>(task.batch_size()), task.train_size());
     const float loss = task.Step();
+    if (average.enabled()) average.Update(task.params());
     samples += n;
     if ((a.eval_every > 0 && s % a.eval_every == 0) || s == a.steps) {
       train_s += Since(step_start);
-      eval = task.Evaluate();
+      eval = task.EvaluateAt(model().data());
       std::fprintf(stderr,
                    "step %llu  loss %.4f  test accuracy %.4f  test loss %.4f  %.0f samples/s\n",
                    static_cast<unsigned long long>(s), loss, eval.accuracy, eval.loss,
@@ -181,7 +195,7 @@ int RunTrainCommand() {
     m.input_shift = task.input_transform()[0];
     m.input_scale = task.input_transform()[1];
     m.step = task.steps();
-    m.params.assign(task.params().data(), task.params().data() + task.params().size());
+    m.params.assign(model().data(), model().data() + model().size());
     if (auto st = learn::WriteModelFile(a.out, m); !st.ok()) return Error(st.message());
   }
   const double sps = train_s > 0 ? static_cast<double>(samples) / train_s : 0.0;

@@ -188,6 +188,11 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "leaves, the earliest observer takes its place");
   a->add_option("--target-accuracy", c.target_accuracy, "Stop training at this test accuracy");
   a->add_option("--eval-every", c.eval_every, "Evaluate every K steps")->capture_default_str();
+  a->add_option("--eval-average", c.eval_average,
+                "Evaluate the moving average of the parameters (decay D per step, e.g. 0.98): "
+                "steadier evaluations; it is also the model that meets --target-accuracy, is "
+                "offered to peers when finished and written to model.npz. 0 = off")
+      ->capture_default_str();
   a->add_option("--barrier", c.barrier,
                 "bsp, ssp, asp, pbsp, pssp, dssp (dynamic staleness in [s, s + "
                 "--staleness-max]) or wbsp (bsp on the global step; a node that would wait "

@@ -207,6 +207,14 @@ Status AgentConfig::Finalize() {
     return Status::InvalidArgument("invalid --target-accuracy: must be in [0, 1]");
   }
   if (eval_every < 1) return Status::InvalidArgument("invalid --eval-every: must be >= 1");
+  if (!(eval_average >= 0 && eval_average < 1)) {
+    return Status::InvalidArgument("invalid --eval-average: a decay in [0, 1), e.g. 0.98");
+  }
+  if (eval_average > 0 && external_trainer()) {
+    return Status::InvalidArgument(
+        "--eval-average applies to the built-in trainer (an external trainer evaluates its own "
+        "model)");
+  }
   if (checkpoint_every < 1)
     return Status::InvalidArgument("invalid --checkpoint-every: must be >= 1");
   if (staleness < 0) return Status::InvalidArgument("invalid --staleness: must be >= 0");

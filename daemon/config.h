@@ -75,6 +75,7 @@ struct AgentConfig {
   int min_peers = 0;           // do not start training before this many training peers are alive
   double target_accuracy = 0;  // 0 = none
   int eval_every = 100;
+  double eval_average = 0;  // --eval-average: decay of the evaluated moving average; 0 = off
   std::string barrier = "pssp";
   int staleness = 4;
   int sample = 4;

@@ -29,6 +29,7 @@ BuiltinTrainer::BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions
                                MetricsLog* metrics, std::function<void()> notify)
     : task_(std::move(task)),
       options_(std::move(options)),
+      average_(options_.eval_average),
       metrics_(metrics),
       notify_(std::move(notify)),
       num_params_(task_->num_params()) {
@@ -162,7 +163,8 @@ learn::Status BuiltinTrainer::WriteFinalModel(const std::string& path) {
   model.input_shift = task_->input_transform()[0];
   model.input_scale = task_->input_transform()[1];
   model.step = task_->steps();
-  model.params.assign(task_->params().data(), task_->params().data() + task_->params().size());
+  const Eigen::VectorXf& p = EvalParams();  // the model the evaluations measured
+  model.params.assign(p.data(), p.data() + p.size());
   return learn::WriteModelFile(path, model);
 }
 
@@ -215,13 +217,19 @@ void BuiltinTrainer::SetSyncEvery(int steps) {
   state_.sync_every = std::max(1, steps);
 }
 
+const Eigen::VectorXf& BuiltinTrainer::EvalParams() const {
+  return average_.enabled() && average_.value().size() == task_->params().size() ? average_.value()
+                                                                                 : task_->params();
+}
+
 void BuiltinTrainer::Evaluate(uint64_t step) {
-  const learn::EvalResult r = task_->Evaluate();
-  RecordEval(step, r, learn::ParamsCrc32(task_->params()));
+  const Eigen::VectorXf& p = EvalParams();
+  const learn::EvalResult r = task_->EvaluateAt(p.data());
+  RecordEval(step, r, learn::ParamsCrc32(p));
 }
 
 void BuiltinTrainer::EvaluateLater(uint64_t step) {
-  const auto& p = task_->params();
+  const Eigen::VectorXf& p = EvalParams();
   {
     std::lock_guard<std::mutex> lock(eval_mu_);
     // A newer evaluation replaces one not started yet: evaluations never queue up.
@@ -293,6 +301,7 @@ double BuiltinTrainer::TimedStep(float* loss) {
   const double cpu0 = options_.slowdown > 1 ? ThreadCpuSeconds() : 0;
   const float l = task_->Step();
   if (loss != nullptr) *loss = l;
+  if (average_.enabled()) average_.Update(task_->params());
   if (options_.slowdown > 1) {
     // Straggler emulation: the step takes `slowdown` times its compute time in total. On one
     // thread the compute time is the thread's CPU time: time lost to other processes on the
@@ -311,6 +320,7 @@ double BuiltinTrainer::TimedStep(float* loss) {
 void BuiltinTrainer::SetParams(const std::vector<float>& params) {
   task_->params() =
       Eigen::Map<const Eigen::VectorXf>(params.data(), static_cast<Eigen::Index>(params.size()));
+  if (average_.enabled()) average_.Reset(task_->params());  // replaced, not trained
 }
 
 void BuiltinTrainer::Run() {
@@ -319,6 +329,7 @@ void BuiltinTrainer::Run() {
   Clock::time_point last_end;
   bool have_last_end = false;
   const Clock::time_point train_start = Clock::now();
+  if (average_.enabled()) average_.Reset(task_->params());  // initial or restored parameters
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.start_step = state_.step;
@@ -412,9 +423,15 @@ void BuiltinTrainer::Run() {
       state_.step_s = state_.step_s == 0 ? interval : 0.9 * state_.step_s + 0.1 * interval;
       sync_every = std::max(1, state_.sync_every);
     }
+    std::shared_ptr<std::vector<float>> exported;  // what `export` gives: the evaluated model
     if (done % static_cast<uint64_t>(sync_every) == 0) {
       const auto& p = task_->params();
       snap = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
+      exported = snap;
+      if (average_.enabled()) {
+        const Eigen::VectorXf& a = EvalParams();
+        exported = std::make_shared<std::vector<float>>(a.data(), a.data() + a.size());
+      }
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -426,7 +443,7 @@ void BuiltinTrainer::Run() {
       state_.train_s = std::chrono::duration<double>(end - train_start).count();
       state_.train_loss = state_.train_loss == 0 ? loss : 0.95 * state_.train_loss + 0.05 * loss;
       if (snap) {
-        latest_ = snap;
+        latest_ = std::move(exported);
         latest_step_ = done;
         outbox_ = Snapshot{done, std::move(snap)};
       }
@@ -453,8 +470,8 @@ void BuiltinTrainer::Run() {
     state_.waiting = false;
     if (!stop_ && !state_.training) {
       // Finished (step budget or target accuracy): hand the final model to the peers still
-      // training, so they converge towards it rather than on their own.
-      const auto& p = task_->params();
+      // training, so they converge towards it rather than on their own: the model evaluated.
+      const Eigen::VectorXf& p = EvalParams();
       latest_ = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
       latest_step_ = state_.step;
       outbox_ = Snapshot{state_.step, latest_, true};
@@ -531,6 +548,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config
   topts.checkpoint_every = config.checkpoint_every;
   if (config.barrier == "wbsp") topts.busy_local_steps = TrainerOptions::kMaxBusyLocalSteps;
   topts.batch_auto = config.batch_auto;
+  topts.eval_average = config.eval_average;
   auto trainer =
       std::make_unique<BuiltinTrainer>(std::move(task), topts, metrics, std::move(notify));
   if (auto st = trainer->Restore(resumed_step); !st.ok()) return st;

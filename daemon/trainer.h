@@ -29,6 +29,7 @@
 
 #include "daemon/config.h"
 #include "learn/checkpoint.h"
+#include "learn/mixing.h"
 #include "learn/model_file.h"
 #include "learn/status.h"
 #include "learn/task.h"
@@ -56,6 +57,10 @@ struct TrainerOptions {
   int busy_local_steps = 0;
   // --batch auto (issue 18, dynamic batch size): see Trainer::AdaptBatch.
   bool batch_auto = false;
+  // --eval-average D: evaluations, the target-accuracy decision, the final model offered to
+  // peers and model.npz use the moving average of the parameters (learn::ParamAverage); the
+  // parameters exchanged each step stay the trained ones. 0 = the trained parameters.
+  double eval_average = 0;
   static constexpr int kMaxBusyLocalSteps = 16;
 };
 
@@ -222,7 +227,10 @@ class BuiltinTrainer : public Trainer {
   // processed sample stays the same). A node never goes above its base batch: fast nodes keep
   // it, slow ones take smaller steps at the mesh's pace instead of holding barriers.
   void AdaptBatch(double step_compute_s);
-  // Evaluates the current parameters now, on the trainer thread.
+  // What evaluations see and a finished node offers: the parameters, or with --eval-average
+  // their moving average. Trainer thread only (or after Stop()).
+  const Eigen::VectorXf& EvalParams() const;
+  // Evaluates EvalParams() now, on the trainer thread.
   void Evaluate(uint64_t step);
   // Hands a copy to the evaluation thread (issue 18: off the critical path). Used when no
   // --target-accuracy depends on the result; a newer request replaces one not started.
@@ -240,6 +248,7 @@ class BuiltinTrainer : public Trainer {
 
   std::unique_ptr<learn::Task> task_;
   const TrainerOptions options_;
+  learn::ParamAverage average_;  // trainer thread only
   MetricsLog* metrics_;
   std::function<void()> notify_;
   const size_t num_params_;
@@ -263,7 +272,9 @@ class BuiltinTrainer : public Trainer {
   FinalModels finals_;  // trainer thread, under mu_
   std::optional<Incoming> adopt_;
   std::optional<Snapshot> outbox_;
-  std::shared_ptr<const std::vector<float>> latest_;  // newest snapshot, for Model()
+  // The newest model for Model() (`export`): the snapshot sent, or with --eval-average the
+  // average at that step.
+  std::shared_ptr<const std::vector<float>> latest_;
   uint64_t latest_step_ = 0;
   TrainerState state_;
 

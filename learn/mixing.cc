@@ -38,6 +38,16 @@ void MixWeighted(float* data, size_t size, const std::vector<const float*>& othe
   }
 }
 
+void ParamAverage::Update(const Eigen::VectorXf& x) {
+  if (avg_.size() != x.size()) {
+    Reset(x);
+    return;
+  }
+  const double n = static_cast<double>(++updates_);
+  const auto d = static_cast<float>(std::min(decay_, (1.0 + n) / (10.0 + n)));
+  avg_ = d * avg_ + (1.0f - d) * x;
+}
+
 double MixWeight(uint64_t ours, uint64_t theirs) {
   if (theirs >= ours) return 1.0;
   const double r = (static_cast<double>(theirs) + 1.0) / (static_cast<double>(ours) + 1.0);

@@ -52,6 +52,33 @@ uint32_t ParamsCrc32(const float* data, size_t n);
 // The caller scales the learning rate linearly with the batch (lr = base_lr * batch / base).
 // Unknown inputs (<= 0) keep `batch`.
 int AdaptBatchSize(int batch, int base, double own_step_s, double mesh_step_s);
+
+// Exponential moving average of the parameters along training (Polyak averaging), the model
+// `--eval-average D` evaluates: after each step avg <- d * avg + (1 - d) * x with
+// d = min(D, (1 + n) / (10 + n)), n the updates since the last Reset (so the first updates
+// follow x closely instead of dragging the starting point along). SGD at a constant learning
+// rate ends in a noise ball around a minimum; its average sits near the centre, so evaluations
+// of it neither swing from one to the next nor trail the trained model by more than ~1/(1-D)
+// steps. Reset when the parameters are replaced rather than trained (a model adopted on join, a
+// finished peer's model taken over, a restored checkpoint). Not thread-safe.
+class ParamAverage {
+ public:
+  explicit ParamAverage(double decay) : decay_(decay) {}
+  bool enabled() const { return decay_ > 0; }
+  void Reset(const Eigen::VectorXf& x) {
+    avg_ = x;
+    updates_ = 0;
+  }
+  void Update(const Eigen::VectorXf& x);
+  // The average; empty before the first Reset.
+  const Eigen::VectorXf& value() const { return avg_; }
+
+ private:
+  double decay_;
+  Eigen::VectorXf avg_;
+  uint64_t updates_ = 0;
+};
+
 inline uint32_t ParamsCrc32(const Eigen::VectorXf& x) {
   return ParamsCrc32(x.data(), static_cast<size_t>(x.size()));
 }

@@ -10,12 +10,15 @@ have passed 0.80 a 4th agent starts fresh and joins. Checks that:
   hundredths without any join);
 - the first three keep stepping; their step rates over the 10 s before and after the join are
   printed.
+`--join-at ACC` moves the join later (the plateau, where a drop would show).
 `--acceptance` holds the run to the issue's bars instead: the joiner at >= 0.83 within 5 s of
 its start, no eval of the first three more than 0.01 below its last one before the join, and
 under bsp the step rate after >= 0.8x the rate before. Measure them with `--policies bsp,pssp
---extra "--slowdown 8" --acceptance` (four CPU-bound agents on two cores would otherwise make
-the 4th agent's CPU share, not the protocol, decide the rates). The suite runs pssp with the
-loose checks.
+--extra "--slowdown 8 --batch 256 --eval-average 0.98" --eval-every 25 --acceptance` (four
+CPU-bound agents on two cores would otherwise make the 4th agent's CPU share, not the protocol,
+decide the rates; single evaluations of the trained parameters swing by 0.01-0.02 from one to
+the next without any join, their moving average by < 0.005). The suite runs pssp with the loose
+checks.
 """
 import argparse
 import json
@@ -45,7 +48,7 @@ def evals(path):
     return out
 
 
-def run(binary, policy, acceptance, extra=(), control=False, eval_every=50):
+def run(binary, policy, acceptance, extra=(), control=False, eval_every=50, join_at=0.80):
     common = list(extra) + ["--profile", "local", "--task", "fmnist-mlp", "--barrier", policy,
               "--sample", "2", "--staleness", "4", "--select", "random", "--fanout", "2",
               "--eval-every", str(eval_every)]
@@ -78,7 +81,8 @@ def run(binary, policy, acceptance, extra=(), control=False, eval_every=50):
             ev = [metrics(a) for a in first]
             return all(any(m["accuracy"] >= acc for m in e) for e in ev) or None
         # The issue's moment: the 4th joins once the three have passed 0.80.
-        wait_until(lambda: passed(0.80), 150, interval=0.25, what="the first three at 0.80")
+        wait_until(lambda: passed(join_at), 150, interval=0.25,
+                   what=f"the first three at {join_at}")
         t_join = time.monotonic()
         at_join = samples[-1][1]
         # Rate before: the last 10 s before the join, from when all three were stepping.
@@ -153,6 +157,10 @@ def main():
                    help="also run each policy without the joiner (same window) and print how "
                    "much the first three's evals and step rates move without one")
     p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--join-at", type=float, default=0.80,
+                   help="the 4th agent joins once each of the first three has evaluated at "
+                   "this accuracy (the issue: 0.80; later, e.g. 0.86, joins on the plateau "
+                   "where a drop would show)")
     p.add_argument("--acceptance", action="store_true",
                    help="hold the runs to the issue's bars (>= 0.83 within 5 s, drops <= 0.01, "
                    "bsp rate >= 0.8x); use with --extra '--slowdown 8'")
@@ -161,9 +169,11 @@ def main():
         print(f"SKIP: Fashion-MNIST not installed in {DATASET}")
         sys.exit(77)
     for pol in a.policies.split(","):
-        run(a.bin, pol, a.acceptance, extra=a.extra.split(), eval_every=a.eval_every)
+        run(a.bin, pol, a.acceptance, extra=a.extra.split(), eval_every=a.eval_every,
+            join_at=a.join_at)
         if a.control:
-            run(a.bin, pol, False, extra=a.extra.split(), control=True, eval_every=a.eval_every)
+            run(a.bin, pol, False, extra=a.extra.split(), control=True, eval_every=a.eval_every,
+                join_at=a.join_at)
     print("PASS")
 
 

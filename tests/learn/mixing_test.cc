@@ -148,3 +148,35 @@ TEST_CASE("progress-aware mixing: a model far behind barely pulls", "[learn][mix
   meshtrain::learn::MixAverage(b, {o1.data(), o2.data()});
   CHECK(a == b);
 }
+
+TEST_CASE("ParamAverage: warm-up, decay and reset", "[learn][mixing]") {
+  using meshtrain::learn::ParamAverage;
+  ParamAverage off(0);
+  CHECK_FALSE(off.enabled());
+  ParamAverage avg(0.9);
+  REQUIRE(avg.enabled());
+  Eigen::VectorXf x = Eigen::VectorXf::Zero(2);
+  avg.Reset(x);
+  CHECK(avg.value() == x);
+  // First update: d = min(0.9, 2/11) -> 2/11 of the old average, 9/11 of x.
+  x << 11, -22;
+  avg.Update(x);
+  CHECK(avg.value()[0] == Approx(9.0));
+  CHECK(avg.value()[1] == Approx(-18.0));
+  // After many updates the decay is D: a constant input converges to it and an alternating
+  // one (SGD's noise ball around 0) is damped to about (1 - D) / (1 + D) of its amplitude.
+  for (int i = 0; i < 400; ++i) {
+    x << ((i % 2) ? 1.0f : -1.0f), 5.0f;
+    avg.Update(x);
+  }
+  CHECK(std::fabs(avg.value()[0]) < 0.06f);
+  CHECK(avg.value()[1] == Approx(5.0f).margin(1e-3));
+  // A replaced model (join, take-over) restarts the average at it.
+  x << 7, 7;
+  avg.Reset(x);
+  CHECK(avg.value() == x);
+  // A size change (never in a running task) restarts it as well, rather than mixing sizes.
+  Eigen::VectorXf y = Eigen::VectorXf::Ones(3);
+  avg.Update(y);
+  CHECK(avg.value() == y);
+}
