@@ -111,7 +111,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   c->add_option("--eval-average", a.eval_average,
                 "Evaluate (and write with --out) the moving average of the parameters with "
                 "this decay per step, e.g. 0.98 (0 = the parameters as trained)")
-      ->check(CLI::Range(0.0, 0.9999))
+
       ->capture_default_str();
   c->add_option("--out", a.out, "Write the trained model here (.npz, see `evaluate`)");
   c->add_option("--format", a.format, "table or json (the summary)")
@@ -144,6 +144,9 @@ int RunTrainCommand() {
   auto mode = learn::ParseShardMode(a.shard_mode);
   if (!mode.ok()) return Error("invalid " + mode.status().message());
   o.shard_mode = mode.value();
+  if (!(a.eval_average >= 0 && a.eval_average < 1)) {
+    return Error("invalid --eval-average: a decay in [0, 1), e.g. 0.98");
+  }
   o.batch_size = a.batch;
   o.lr = static_cast<float>(a.lr);
   o.momentum = static_cast<float>(a.momentum);

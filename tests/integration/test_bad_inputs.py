@@ -58,6 +58,7 @@ def main():
                                     d("labels.csv")], ["labels.csv:3", "label 7", "4 outputs"]),
             ("model spec typo", ["--model", "cnov(16,5),relu,dense(4)"],
              ["cnov", "did you mean conv"]),
+            ("eval average >= 1", ["--eval-average", "1"], ["--eval-average", "[0, 1)"]),
         ]
         base = free_port_block(1)
         failures = []
