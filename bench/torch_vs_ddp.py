@@ -101,7 +101,8 @@ def stop_all(procs):
 def trainer_args(a, seed):
     return ["--seed", str(seed), "--threads", str(a.threads), "--eval-every", str(a.eval_every), "--eval-subset",
             str(a.eval_subset), "--target",
-            str(a.target), "--batch", str(a.batch), "--lr", str(a.lr)]
+            str(a.target), "--batch", str(a.batch), "--lr", str(a.lr), "--eval-average",
+            str(a.eval_average)]
 
 
 def run_mesh(a, binary, workdir, seed):
@@ -187,6 +188,9 @@ def main():
                    help="interleaved runs of each; run r uses --seed + r on both sides (model "
                         "initialisation and sample order); medians")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-average", type=float, default=0, metavar="D",
+                   help="both sides evaluate the moving average of the parameters "
+                   "(examples/torch_fmnist.py --eval-average)")
     p.add_argument("--agent-args", default="",
                    help="more agent options, e.g. '--staleness 2 --sample 2'")
     a = p.parse_args()

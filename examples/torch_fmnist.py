@@ -18,12 +18,15 @@ the whole test set reaches --target (the script then stops unless --keep-going; 
 the parameters), and {"event":"taken","step","crc","t"} when a finished peer's final model
 replaced the parameters (mesh with agent --target-accuracy). Periodic
 evaluations use the first --eval-subset test images and confirm on the whole set.
+With --eval-average D the evaluated (and reported, final) model is the moving average of the
+parameters along training, as with the agent's own --eval-average for its built-in trainer.
 With --eval-turns the nodes of a mesh evaluate in turns (the mesh as a whole every
 --eval-every steps); a node that meets the target hands its final model to the others (agent
 --target-accuracy), which take it over and confirm it with their own evaluation at once.
 Needs numpy and torch (Debian: python3-numpy, python3-torch).
 """
 import argparse
+import copy
 import gzip
 import json
 import os
@@ -89,6 +92,31 @@ def evaluate(model, x, y):
     return loss, correct
 
 
+class ParamAverage:
+    """Exponential moving average of a model's parameters (the agent's --eval-average rule):
+    after each step avg <- d avg + (1 - d) x, d = min(D, (1 + n) / (10 + n)) for the n-th step
+    since the last reset; reset when the parameters are replaced rather than trained."""
+
+    def __init__(self, model, decay):
+        self.model = copy.deepcopy(model)
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.decay, self.n = decay, 0
+
+    def reset(self, model):
+        with torch.no_grad():
+            for e, p in zip(self.model.parameters(), model.parameters()):
+                e.copy_(p)
+        self.n = 0
+
+    def update(self, model):
+        self.n += 1
+        d = min(self.decay, (1 + self.n) / (10 + self.n))
+        with torch.no_grad():
+            for e, p in zip(self.model.parameters(), model.parameters()):
+                e.mul_(d).add_(p.detach(), alpha=1 - d)
+
+
 def model_crc(model):
     """CRC-32 of the parameters (float32, in order): names one exact model across processes."""
     return zlib.crc32(b"".join(t.detach().reshape(-1).numpy().tobytes()
@@ -115,6 +143,9 @@ def parse_args():
     p.add_argument("--eval-subset", type=int, default=2000,
                    help="periodic evaluations use the first N test images; the whole test set "
                         "confirms a result at or above --target (0 = always the whole set)")
+    p.add_argument("--eval-average", type=float, default=0, metavar="D",
+                   help="evaluate (and report as the final model) the moving average of the "
+                   "parameters, decay D per step, e.g. 0.98; 0 = the parameters as trained")
     p.add_argument("--target", type=float, default=0.88)
     p.add_argument("--keep-going", action="store_true", help="train on after --target")
     p.add_argument("--max-steps", type=int, default=20000)
@@ -137,6 +168,10 @@ def main():
     tx, ty = load(a.data, "test")
     torch.manual_seed(a.seed)  # one initial model on every node (gossip averaging assumes it)
     model = Net()
+    if not 0 <= a.eval_average < 1:
+        sys.exit("--eval-average: a decay in [0, 1)")
+    average = ParamAverage(model, a.eval_average) if a.eval_average > 0 else None
+    base = model  # the module itself (DDP wraps it)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     mesh = None
     if a.ddp:
@@ -156,6 +191,7 @@ def main():
     order, pos = torch.randperm(len(x), generator=gen), 0
     reached = False
     eval_total = 0.0  # seconds spent evaluating (reported, so benches can leave it out)
+    adoptions = 0  # the mesh's count of replaced parameters, as last seen
     while step < a.max_steps:
         if pos + a.batch > len(x):
             order, pos = torch.randperm(len(x), generator=gen), 0
@@ -166,6 +202,15 @@ def main():
         loss.backward()
         opt.step()
         step = mesh.step_count + opt.local_steps % a.sync_every if mesh else step + 1
+        if average is not None:
+            # Parameters replaced (a join's model, a finished peer's) restart the average.
+            if mesh is not None and mesh.adoptions != adoptions:
+                average.reset(base)
+            else:
+                average.update(base)
+        if mesh is not None:
+            adoptions = mesh.adoptions
+        evaluated = average.model if average is not None else model
         # A finished peer's final model was taken over (agent --target-accuracy): evaluate now.
         finished_in = mesh is not None and mesh.peer_finished
         if finished_in:
@@ -184,10 +229,10 @@ def main():
             t_eval = time.time()
             # A finished peer's model met the target on the whole set: check that at once.
             n = len(tx) if finished_in or not 0 < a.eval_subset < len(tx) else a.eval_subset
-            loss_sum, correct = evaluate(model, tx[:n], ty[:n])
+            loss_sum, correct = evaluate(evaluated, tx[:n], ty[:n])
             if n < len(tx) and correct / n >= a.target:
                 # Confirm on the whole set: the subset's sums count, the rest is added.
-                more_loss, more_correct = evaluate(model, tx[n:], ty[n:])
+                more_loss, more_correct = evaluate(evaluated, tx[n:], ty[n:])
                 loss_sum, correct, n = loss_sum + more_loss, correct + more_correct, len(tx)
             test_loss, acc = loss_sum / n, correct / n
             now = time.time()
@@ -197,11 +242,11 @@ def main():
             print(json.dumps({"event": "eval", "step": step, "loss": round(test_loss, 4),
                               "accuracy": acc, "samples": n, **times}), flush=True)
             if mesh:
-                mesh.report(test_loss, acc, step=mesh.step_count, model=model)
+                mesh.report(test_loss, acc, step=mesh.step_count, model=evaluated)
             if acc >= a.target and n == len(tx) and not reached:
                 reached = True
                 print(json.dumps({"event": "reached", "step": step, "accuracy": acc,
-                                  "crc": model_crc(model), **times}), flush=True)
+                                  "crc": model_crc(evaluated), **times}), flush=True)
                 if not a.keep_going:
                     stop[0] = 1
         if a.ddp:

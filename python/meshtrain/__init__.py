@@ -66,6 +66,7 @@ class Mesh:
         self.resumed = False
         self.mixed_total = 0
         self.peer_finished = False  # set by mix(): a finished peer's final model was taken
+        self.adoptions = 0  # mix() calls that replaced the parameters (join, finished peer)
 
     # ---- framing ----------------------------------------------------------------------------
 
@@ -169,6 +170,7 @@ class Mesh:
         adopted = bool(flags & 1)
         if adopted:
             self.step_count = step
+            self.adoptions += 1
         if flags & 2:
             self.peer_finished = True
         self.mixed_total += mixed

@@ -9,14 +9,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "ext_worker.py")
 
 
-def numpy_python():
-    """An interpreter that imports numpy (this one, Debian's, or python3 on PATH), or None."""
+def numpy_python(modules="numpy"):
+    """An interpreter that imports `modules` (this one, Debian's, or python3 on PATH), or None."""
     seen = set()
     for cand in (sys.executable, "/usr/bin/python3", shutil.which("python3")):
         if not cand or cand in seen or not os.path.exists(cand):
             continue
         seen.add(cand)
-        r = subprocess.run([cand, "-c", "import numpy"], capture_output=True, timeout=60)
+        r = subprocess.run([cand, "-c", f"import {modules}"], capture_output=True, timeout=120)
         if r.returncode == 0:
             return cand
     return None
@@ -58,10 +58,10 @@ def start_all(mesh):
 class Worker:
     """One ext_worker.py process; stdout goes to a file read back with lines()."""
 
-    def __init__(self, python, agent, workdir, *args, tag=""):
+    def __init__(self, python, agent, workdir, *args, tag="", script=WORKER):
         self.log = os.path.join(workdir, f"{agent.name}-worker{tag}.out")
         self.out = open(self.log, "wb")
-        self.proc = subprocess.Popen([python, WORKER, "--socket", agent.socket, *map(str, args)],
+        self.proc = subprocess.Popen([python, script, "--socket", agent.socket, *map(str, args)],
                                      stdout=self.out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
 
