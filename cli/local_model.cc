@@ -111,7 +111,6 @@ CLI::App* AddTrainCommand(CLI::App& app) {
   c->add_option("--eval-average", a.eval_average,
                 "Evaluate (and write with --out) the moving average of the parameters with "
                 "this decay per step, e.g. 0.98 (0 = the parameters as trained)")
-
       ->capture_default_str();
   c->add_option("--out", a.out, "Write the trained model here (.npz, see `evaluate`)");
   c->add_option("--format", a.format, "table or json (the summary)")

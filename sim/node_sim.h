@@ -11,7 +11,8 @@
 //     event.
 //   - The trainer sends TrainerProgress{step, waiting = true} and waits for a Permit; at the
 //     start of a step it mixes the Mix outputs received since its previous step
-//     (learn::MixAverage, synthetic task only), computes for the drawn step time (the compute
+//     (progress-aware, learn::MixWeighted with learn::MixWeight as the daemon's trainer;
+//     synthetic task only), computes for the drawn step time (the compute
 //     model of PspSimOptions::compute), then sends a SnapshotIn and TrainerProgress (sync every
 //     step).
 //   - Membership: with `membership` each node runs its own SWIM (joining through n0, with a
