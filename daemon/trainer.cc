@@ -32,7 +32,18 @@ BuiltinTrainer::BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions
       average_(options_.eval_average),
       metrics_(metrics),
       notify_(std::move(notify)),
-      num_params_(task_->num_params()) {
+      num_params_(task_->num_params()),
+      evaluator_([this](EvalJob& job) {
+        const learn::EvalResult r = task_->EvaluateAt(job.params.data());
+        RecordEval(job.step, r, learn::ParamsCrc32(job.params.data(), job.params.size()));
+      }),
+      checkpointer_([this](CheckpointJob& job) {
+        if (auto st = WriteCheckpoint(job.data); !st.ok()) {
+          spdlog::error("checkpoint failed: {}", st.message());
+        } else {
+          metrics_->Write("checkpoint", {{"step", job.step}});
+        }
+      }) {
   state_.sync_every = std::max(1, options_.sync_every);
 }
 
@@ -46,9 +57,10 @@ void BuiltinTrainer::Start() {
     state_.lr = task_->optimizer().lr();
     state_.training = !(options_.max_steps > 0 && state_.step >= options_.max_steps);
   }
+  // The workers first: the trainer thread asks evaluator_.running().
+  if (options_.target_accuracy <= 0) evaluator_.Start();
+  if (!options_.checkpoint_dir.empty()) checkpointer_.Start();
   thread_ = std::thread([this] { Run(); });
-  if (options_.target_accuracy <= 0) eval_thread_ = std::thread([this] { EvalLoop(); });
-  if (!options_.checkpoint_dir.empty()) ckpt_thread_ = std::thread([this] { CheckpointLoop(); });
 }
 
 void BuiltinTrainer::Stop() {
@@ -58,18 +70,8 @@ void BuiltinTrainer::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  {
-    std::lock_guard<std::mutex> lock(eval_mu_);
-    eval_stop_ = true;  // a pending evaluation still runs: its line belongs in the metrics
-  }
-  eval_cv_.notify_all();
-  if (eval_thread_.joinable()) eval_thread_.join();
-  {
-    std::lock_guard<std::mutex> lock(ckpt_mu_);
-    ckpt_stop_ = true;  // a capture not written yet is still written: nothing is lost
-  }
-  ckpt_cv_.notify_all();
-  if (ckpt_thread_.joinable()) ckpt_thread_.join();
+  evaluator_.Stop();     // a pending evaluation still runs: its line belongs in the metrics
+  checkpointer_.Stop();  // a capture not written yet is still written: nothing is lost
 }
 
 void BuiltinTrainer::Permit(uint64_t step, double mesh_step_s) {
@@ -181,30 +183,9 @@ learn::Status BuiltinTrainer::WriteCheckpoint(const learn::CheckpointData& data)
 }
 
 void BuiltinTrainer::SaveCheckpointLater(uint64_t step) {
-  CheckpointJob job{step, learn::CaptureCheckpoint(*task_, {{"node", options_.name}})};
-  {
-    std::lock_guard<std::mutex> lock(ckpt_mu_);
-    ckpt_job_ = std::move(job);  // replaces a capture the writer has not started
-  }
-  ckpt_cv_.notify_all();
-}
-
-void BuiltinTrainer::CheckpointLoop() {
-  while (true) {
-    CheckpointJob job;
-    {
-      std::unique_lock<std::mutex> lock(ckpt_mu_);
-      ckpt_cv_.wait(lock, [&] { return ckpt_stop_ || ckpt_job_.has_value(); });
-      if (!ckpt_job_) return;  // stopping, nothing left
-      job = std::move(*ckpt_job_);
-      ckpt_job_.reset();
-    }
-    if (auto st = WriteCheckpoint(job.data); !st.ok()) {
-      spdlog::error("checkpoint failed: {}", st.message());
-    } else {
-      metrics_->Write("checkpoint", {{"step", job.step}});
-    }
-  }
+  // Replaces a capture the writer has not started.
+  checkpointer_.Post(
+      CheckpointJob{step, learn::CaptureCheckpoint(*task_, {{"node", options_.name}})});
 }
 
 int AutoSyncEvery(double round_s, double step_s) {
@@ -230,27 +211,8 @@ void BuiltinTrainer::Evaluate(uint64_t step) {
 
 void BuiltinTrainer::EvaluateLater(uint64_t step) {
   const Eigen::VectorXf& p = EvalParams();
-  {
-    std::lock_guard<std::mutex> lock(eval_mu_);
-    // A newer evaluation replaces one not started yet: evaluations never queue up.
-    eval_job_ = EvalJob{step, std::vector<float>(p.data(), p.data() + p.size())};
-  }
-  eval_cv_.notify_all();
-}
-
-void BuiltinTrainer::EvalLoop() {
-  while (true) {
-    EvalJob job;
-    {
-      std::unique_lock<std::mutex> lock(eval_mu_);
-      eval_cv_.wait(lock, [&] { return eval_stop_ || eval_job_.has_value(); });
-      if (!eval_job_) return;  // stopping, nothing left
-      job = std::move(*eval_job_);
-      eval_job_.reset();
-    }
-    const learn::EvalResult r = task_->EvaluateAt(job.params.data());
-    RecordEval(job.step, r, learn::ParamsCrc32(job.params.data(), job.params.size()));
-  }
+  // A newer evaluation replaces one not started yet: evaluations never queue up.
+  evaluator_.Post(EvalJob{step, std::vector<float>(p.data(), p.data() + p.size())});
 }
 
 void BuiltinTrainer::RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc) {
@@ -457,7 +419,7 @@ void BuiltinTrainer::Run() {
     if (done % static_cast<uint64_t>(options_.eval_every) == 0 || last) {
       // Beside training, unless the result decides whether to stop (--target-accuracy) or it
       // is the last one.
-      if (eval_thread_.joinable() && !last) {
+      if (evaluator_.running() && !last) {
         EvaluateLater(done);
       } else {
         Evaluate(done);

@@ -38,6 +38,62 @@ namespace meshtrain::daemon {
 
 class MetricsLog;
 
+// A worker thread with a one-slot mailbox, for work kept off the trainer's critical path
+// (evaluations, checkpoint writes): Post() hands a job over and replaces one not started yet
+// (jobs never queue up behind a slow one); Stop() lets the worker finish the job in hand and
+// the one pending, then joins. Post and Stop from one thread (the owner); the job runs on the
+// worker thread.
+template <typename Job>
+class LatestJobWorker {
+ public:
+  explicit LatestJobWorker(std::function<void(Job&)> run) : run_(std::move(run)) {}
+  ~LatestJobWorker() { Stop(); }
+  LatestJobWorker(const LatestJobWorker&) = delete;
+  LatestJobWorker& operator=(const LatestJobWorker&) = delete;
+
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  bool running() const { return thread_.joinable(); }
+  void Post(Job job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = std::move(job);
+    }
+    cv_.notify_all();
+  }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || job_.has_value(); });
+        if (!job_) return;  // stopping, nothing left
+        job = std::move(*job_);
+        job_.reset();
+      }
+      run_(job);
+    }
+  }
+
+  const std::function<void(Job&)> run_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Job> job_;  // guarded by mu_
+  bool stop_ = false;       // guarded by mu_
+  std::thread thread_;
+};
+
 struct TrainerOptions {
   uint64_t max_steps = 0;      // 0 = unbounded
   double target_accuracy = 0;  // 0 = none
@@ -235,14 +291,12 @@ class BuiltinTrainer : public Trainer {
   // Hands a copy to the evaluation thread (issue 18: off the critical path). Used when no
   // --target-accuracy depends on the result; a newer request replaces one not started.
   void EvaluateLater(uint64_t step);
-  void EvalLoop();
   void RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc);
   // Periodic checkpoints (issue 18: off the critical path): the trainer thread captures the
   // state (a copy of parameters and velocity) and the checkpoint thread writes it (serialize,
   // write, fsync, rename). A newer capture replaces one not written yet; Stop() writes the one
   // pending before it returns, and SaveCheckpoint() (shutdown) writes synchronously.
   void SaveCheckpointLater(uint64_t step);
-  void CheckpointLoop();
   learn::Status WriteCheckpoint(const learn::CheckpointData& data);
   std::atomic<uint64_t> checkpoints_{0};
 
@@ -283,22 +337,13 @@ class BuiltinTrainer : public Trainer {
     uint64_t step = 0;
     std::vector<float> params;
   };
-  std::mutex eval_mu_;
-  std::condition_variable eval_cv_;
-  std::optional<EvalJob> eval_job_;  // guarded by eval_mu_
-  bool eval_stop_ = false;           // guarded by eval_mu_
-  std::thread eval_thread_;
-
-  std::mutex ckpt_mu_;
-  std::condition_variable ckpt_cv_;
+  LatestJobWorker<EvalJob> evaluator_;
   struct CheckpointJob {
     uint64_t step = 0;  // the trainer's step when captured
     learn::CheckpointData data;
   };
-  std::optional<CheckpointJob> ckpt_job_;  // guarded by ckpt_mu_
-  bool ckpt_stop_ = false;                 // guarded by ckpt_mu_
-  std::mutex ckpt_write_mu_;               // one checkpoint write at a time
-  std::thread ckpt_thread_;
+  std::mutex ckpt_write_mu_;  // one checkpoint write at a time
+  LatestJobWorker<CheckpointJob> checkpointer_;
 };
 
 // The built-in trainer for config.task (nullptr for --task none), restored from the newest good
