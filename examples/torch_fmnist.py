@@ -26,7 +26,6 @@ With --eval-turns the nodes of a mesh evaluate in turns (the mesh as a whole eve
 Needs numpy and torch (Debian: python3-numpy, python3-torch).
 """
 import argparse
-import copy
 import gzip
 import json
 import os
@@ -92,31 +91,6 @@ def evaluate(model, x, y):
     return loss, correct
 
 
-class ParamAverage:
-    """Exponential moving average of a model's parameters (the agent's --eval-average rule):
-    after each step avg <- d avg + (1 - d) x, d = min(D, (1 + n) / (10 + n)) for the n-th step
-    since the last reset; reset when the parameters are replaced rather than trained."""
-
-    def __init__(self, model, decay):
-        self.model = copy.deepcopy(model)
-        for p in self.model.parameters():
-            p.requires_grad_(False)
-        self.decay, self.n = decay, 0
-
-    def reset(self, model):
-        with torch.no_grad():
-            for e, p in zip(self.model.parameters(), model.parameters()):
-                e.copy_(p)
-        self.n = 0
-
-    def update(self, model):
-        self.n += 1
-        d = min(self.decay, (1 + self.n) / (10 + self.n))
-        with torch.no_grad():
-            for e, p in zip(self.model.parameters(), model.parameters()):
-                e.mul_(d).add_(p.detach(), alpha=1 - d)
-
-
 def model_crc(model):
     """CRC-32 of the parameters (float32, in order): names one exact model across processes."""
     return zlib.crc32(b"".join(t.detach().reshape(-1).numpy().tobytes()
@@ -170,7 +144,6 @@ def main():
     model = Net()
     if not 0 <= a.eval_average < 1:
         sys.exit("--eval-average: a decay in [0, 1)")
-    average = ParamAverage(model, a.eval_average) if a.eval_average > 0 else None
     base = model  # the module itself (DDP wraps it)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     mesh = None
@@ -185,13 +158,17 @@ def main():
         import meshtrain.torch
         mesh = meshtrain.connect(a.socket)
         opt = meshtrain.torch.MeshOptimizer(opt, mesh, sync_every=a.sync_every)
+    average = None
+    if a.eval_average > 0:
+        import meshtrain.torch  # ModelAverage; the package needs no agent
+        # With a mesh: restarted when the mesh replaced the parameters (mesh.adoptions).
+        average = meshtrain.torch.ModelAverage(base, a.eval_average, mesh)
     gen = torch.Generator().manual_seed(1000 * (a.seed + 1) + shard)
     start = time.time()
     step = mesh.step_count if mesh else 0
     order, pos = torch.randperm(len(x), generator=gen), 0
     reached = False
     eval_total = 0.0  # seconds spent evaluating (reported, so benches can leave it out)
-    adoptions = 0  # the mesh's count of replaced parameters, as last seen
     while step < a.max_steps:
         if pos + a.batch > len(x):
             order, pos = torch.randperm(len(x), generator=gen), 0
@@ -203,13 +180,7 @@ def main():
         opt.step()
         step = mesh.step_count + opt.local_steps % a.sync_every if mesh else step + 1
         if average is not None:
-            # Parameters replaced (a join's model, a finished peer's) restart the average.
-            if mesh is not None and mesh.adoptions != adoptions:
-                average.reset(base)
-            else:
-                average.update(base)
-        if mesh is not None:
-            adoptions = mesh.adoptions
+            average.update()
         evaluated = average.model if average is not None else model
         # A finished peer's final model was taken over (agent --target-accuracy): evaluate now.
         finished_in = mesh is not None and mesh.peer_finished

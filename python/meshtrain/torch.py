@@ -8,10 +8,18 @@
         opt.step()   # a local step; every 4th also publishes, waits for the barrier and mixes
 
 Only parameters are mixed (not buffers such as BatchNorm statistics, nor optimizer state).
+
+    average = meshtrain.torch.ModelAverage(model, decay=0.98, mesh=mesh)
+    ...after each opt.step(): average.update()
+    evaluate(average.model); mesh.report(loss, acc, model=average.model)
+
+evaluates the moving average of the parameters instead (the agent's --eval-average rule).
 """
+import copy
+
 import torch
 
-__all__ = ["MeshOptimizer", "tensor_view"]
+__all__ = ["MeshOptimizer", "ModelAverage", "tensor_view"]
 
 
 def tensor_view(tensors):
@@ -82,3 +90,58 @@ class MeshOptimizer:
 
     def load_state_dict(self, state):
         self.optimizer.load_state_dict(state)
+
+
+class ModelAverage:
+    """Exponential moving average of a model's parameters along training (Polyak averaging),
+    the rule of the agent's --eval-average for its built-in trainer: after each step
+    avg <- d avg + (1 - d) x with d = min(decay, (1 + n) / (10 + n)) for the n-th update since the
+    last reset. SGD at a constant learning rate keeps jumping around its minimum; evaluations of
+    the average neither swing from one to the next nor trail the trained model by more than about
+    1 / (1 - decay) steps, and usually score higher.
+
+    ``model``: the trained module (its parameters are read, never written). ``average.model`` is
+    a copy holding the average: evaluate it and hand it to ``mesh.report(..., model=...)`` so the
+    final model a finished node offers is the one evaluated. With ``mesh``, an update after the
+    mesh replaced the parameters (a join with state, a finished peer's final model taken over:
+    ``mesh.adoptions`` grew) restarts the average at them instead of averaging across.
+    Buffers (e.g. BatchNorm statistics) are copied from the model at each update.
+    """
+
+    def __init__(self, model, decay=0.98, mesh=None):
+        if not 0 <= decay < 1:
+            raise ValueError("decay must be in [0, 1)")
+        self.source = model
+        self.model = copy.deepcopy(model)
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.decay = float(decay)
+        self.mesh = mesh
+        self.n = 0
+        self._adoptions = mesh.adoptions if mesh is not None else 0
+
+    def reset(self):
+        """Restarts the average at the model's current parameters."""
+        with torch.no_grad():
+            for e, p in zip(self.model.parameters(), self.source.parameters()):
+                e.copy_(p)
+        self._copy_buffers()
+        self.n = 0
+
+    def update(self):
+        """Call after each optimizer step."""
+        if self.mesh is not None and self.mesh.adoptions != self._adoptions:
+            self._adoptions = self.mesh.adoptions
+            self.reset()
+            return
+        self.n += 1
+        d = min(self.decay, (1 + self.n) / (10 + self.n))
+        with torch.no_grad():
+            for e, p in zip(self.model.parameters(), self.source.parameters()):
+                e.mul_(d).add_(p.detach(), alpha=1 - d)
+        self._copy_buffers()
+
+    def _copy_buffers(self):
+        with torch.no_grad():
+            for e, b in zip(self.model.buffers(), self.source.buffers()):
+                e.copy_(b)

@@ -1,12 +1,14 @@
 """The PyTorch example across a mesh (issue 16), in CI with Debian's python3-torch: 2 agents with
 --trainer external, each serving examples/torch_fmnist.py (a CNN on its half of Fashion-MNIST,
 meshtrain.torch.MeshOptimizer) for 120 steps under ssp, the evaluated model being the moving
-average of the parameters (--eval-average). Checks that both trainers attach, step to the end
+average of the parameters (--eval-average, meshtrain.torch.ModelAverage; checked on its own
+first). Checks that both trainers attach, step to the end
 and mix the other's models, that their evaluations learn (the CNN is far above chance after 120
 steps: > 0.6 on 500 test images), and that the agents report the trainers' evaluations and stay
 up after the trainers detach. Skips (77) without torch or the data set.
 """
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -17,6 +19,34 @@ DATASET = "/usr/share/datasets/fashion-mnist"
 EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
                        "torch_fmnist.py")
 STEPS = 120
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+
+# meshtrain.torch.ModelAverage on its own: the first update's warm-up weight, damping of an
+# alternating parameter, and the restart when the mesh replaced the parameters.
+AVERAGE_CHECK = r"""
+import types, torch, meshtrain.torch as mt
+m = torch.nn.Linear(1, 1, bias=False)
+mesh = types.SimpleNamespace(adoptions=0)
+with torch.no_grad():
+    m.weight.fill_(0.0)
+avg = mt.ModelAverage(m, decay=0.9, mesh=mesh)
+with torch.no_grad():
+    m.weight.fill_(11.0)
+avg.update()  # d = min(0.9, 2/11): 9/11 of 11
+assert abs(avg.model.weight.item() - 9.0) < 1e-5, avg.model.weight
+for i in range(400):
+    with torch.no_grad():
+        m.weight.fill_(1.0 if i % 2 else -1.0)
+    avg.update()
+assert abs(avg.model.weight.item()) < 0.06, avg.model.weight
+with torch.no_grad():
+    m.weight.fill_(7.0)
+mesh.adoptions += 1  # the mesh replaced the parameters
+avg.update()
+assert avg.model.weight.item() == 7.0 and avg.n == 0, (avg.model.weight, avg.n)
+assert not any(p.requires_grad for p in avg.model.parameters())
+print("ModelAverage ok")
+"""
 
 
 def main():
@@ -28,6 +58,10 @@ def main():
     if py is None:
         print("SKIP: no python3 with numpy and torch (install python3-numpy python3-torch)")
         sys.exit(77)
+    r = subprocess.run([py, "-c", AVERAGE_CHECK], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": PYTHON_DIR})
+    print(r.stdout.strip(), r.stderr.strip()[-2000:])
+    assert r.returncode == 0, "meshtrain.torch.ModelAverage check failed"
     with external_mesh(args.bin, 2, "tex", 1) as mesh, Workers() as workers:
         start_all(mesh)
         for i, a in enumerate(mesh.agents):
