@@ -120,6 +120,9 @@ json StatusJson(const StatusInputs& in) {
           {"step", st.step},
           {"loss", st.loss ? json(*st.loss) : json(nullptr)},
           {"accuracy", st.accuracy ? json(*st.accuracy) : json(nullptr)},
+          // --eval-average: the decay of the averaged model that loss/accuracy measure (0: the
+          // parameters as trained)
+          {"eval_average", in.config.eval_average},
           {"training", has_trainer && st.training},
           {"train_loss", st.train_loss},
           {"params_received", s.params_received},

@@ -75,6 +75,9 @@ def train_mesh(binary, train, test, extra, agent_extra=()):
         mesh.start_joined()
         dt, sts = mesh.wait_finished(STEPS, 150)
         accs = {s["name"]: s["accuracy"] for s in sts}
+        decay = float(agent_extra[agent_extra.index("--eval-average") + 1]) \
+            if "--eval-average" in agent_extra else 0.0
+        assert all(s["eval_average"] == decay for s in sts), [s["eval_average"] for s in sts]
         print(f"  3 agents, {STEPS} steps in {dt:.1f} s: accuracy " +
               ", ".join(f"{n} {a:.4f}" for n, a in sorted(accs.items())))
         # export -> evaluate on the same test file gives the agent's own figure.
