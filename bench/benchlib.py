@@ -131,12 +131,109 @@ def train_start(log_paths, default):
 # ---- agents ------------------------------------------------------------------------------
 
 
+class CpuSlices:
+    """Each agent on a CPU of its own size: a cgroup per agent with a CFS bandwidth quota
+    (cgroup v1 `cpu` controller, or v2 `cpu.max`), so that agents on one machine behave like
+    hosts with their own cores instead of sharing the machine's cores at the scheduler's whim.
+    `cores[i]` is agent i's share in cores (0.4 = 40 % of one core, enforced every `period_ms`).
+    Needs root and a writable cpu controller; `available()` says why not. The groups are removed
+    on close() (after the agents have exited); names carry this process's PID."""
+
+    V1 = "/sys/fs/cgroup/cpu"
+    V2 = "/sys/fs/cgroup"
+
+    @classmethod
+    def root(cls):
+        if os.path.isfile(os.path.join(cls.V1, "cpu.cfs_quota_us")):
+            return cls.V1, 1
+        try:
+            with open(os.path.join(cls.V2, "cgroup.controllers")) as f:
+                if "cpu" in f.read().split():
+                    return cls.V2, 2
+        except OSError:
+            pass
+        return None, 0
+
+    @classmethod
+    def available(cls):
+        """None when CPU slices can be made here, else why not."""
+        root, _ = cls.root()
+        if root is None:
+            return "no cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 cpu.max)"
+        if not os.access(root, os.W_OK):
+            return f"{root} is not writable (run as root)"
+        return None
+
+    def __init__(self, cores, period_ms=20):
+        why = self.available()
+        if why:
+            raise SetupError(f"--isolate: {why}")
+        root, self.version = self.root()
+        self.base = os.path.join(root, f"meshtrain-bench-{os.getpid()}-{time.monotonic_ns()}")
+        os.mkdir(self.base)
+        if self.version == 2:
+            with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
+                f.write("+cpu")
+            with open(os.path.join(self.base, "cgroup.subtree_control"), "w") as f:
+                f.write("+cpu")
+        self.dirs = []
+        period = int(period_ms * 1000)
+        for i, c in enumerate(cores):
+            quota = max(1000, int(c * period))
+            d = os.path.join(self.base, f"a{i}")
+            os.mkdir(d)
+            self.dirs.append(d)
+            if self.version == 1:
+                # v1 checks a child's quota against its parent's: set the period first.
+                self._write(d, "cpu.cfs_period_us", str(period))
+                self._write(d, "cpu.cfs_quota_us", str(quota))
+            else:
+                self._write(d, "cpu.max", f"{quota} {period}")
+
+    @staticmethod
+    def _write(d, name, value):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(value)
+
+    def add(self, i, pid):
+        """Moves process `pid` (all its threads; the ones it starts later follow) into slice i."""
+        self._write(self.dirs[i], "cgroup.procs", str(pid))
+
+    def throttled_s(self, i):
+        """Seconds slice i was held back by its quota so far (cpu.stat)."""
+        try:
+            with open(os.path.join(self.dirs[i], "cpu.stat")) as f:
+                kv = dict(line.split() for line in f if line.strip())
+        except OSError:
+            return None
+        if "throttled_usec" in kv:
+            return int(kv["throttled_usec"]) / 1e6
+        return int(kv.get("throttled_time", 0)) / 1e9
+
+    def close(self):
+        """Removes the groups; their processes must have exited (a group still holding one is
+        left in place and named on stderr)."""
+        for d in self.dirs + [self.base]:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                print(f"warning: could not remove cgroup {d}", file=sys.stderr)
+
+
 class Run:
     """One mesh of agents whose files live in `workdir`. Use as a context manager: on exit every
     agent still running is ended by PID (SIGTERM, then SIGKILL through the harness)."""
 
-    def __init__(self, binary, workdir, per_agent_args, common, name_prefix="n"):
+    def __init__(self, binary, workdir, per_agent_args, common, name_prefix="n", cores=None):
+        """cores: optional per-agent CPU shares (CpuSlices), one per agent."""
         os.makedirs(workdir, exist_ok=True)
+        self.slices = CpuSlices(cores) if cores else None
         self.mesh = Mesh(binary, len(per_agent_args), common, name_prefix=name_prefix)
         # The harness made its own temp dir; keep everything of this run under ours instead.
         try:
@@ -162,13 +259,26 @@ class Run:
     def __exit__(self, *exc):
         self.stop(graceful=False)
         self.mesh.__exit__(None, None, None)
+        if self.slices:
+            for a in self.agents:
+                if a.proc is not None:
+                    try:
+                        a.proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        pass
+            self.slices.close()
         return False
+
+    def _spawned(self, i):
+        if self.slices:
+            self.slices.add(i, self.agents[i].proc.pid)
 
     def start(self, timeout=30):
         """Starts the first agent, waits for its RPC, then starts the others joining it."""
         seed = self.agents[0]
         self.spawn_wall[seed.name] = time.time()
         seed.start()
+        self._spawned(0)
         try:
             wait_until(lambda: (not seed.alive()) or seed.members() is not None, timeout,
                        interval=0.1, what=f"{seed.name} RPC up")
@@ -176,9 +286,10 @@ class Run:
             raise SetupError(f"{e}\n{seed.log_tail()}")
         if not seed.alive():
             raise SetupError(f"agent {seed.name} exited at start:\n{seed.log_tail()}")
-        for a in self.agents[1:]:
+        for i, a in enumerate(self.agents[1:], start=1):
             self.spawn_wall[a.name] = time.time()
             a.start(join=[seed.addr])
+            self._spawned(i)
 
     def check_alive(self):
         for a in self.agents:

@@ -8,6 +8,8 @@ the table shows medians over --repeat runs and the on/off ratios.
 
 --slowdown S (all nodes) makes every step S times its compute time by sleeping, so that the
 4 agents do not oversubscribe the machine's cores: then what is left is the protocol's wait.
+--isolate C instead gives each agent a CPU quota of C/S cores of its own (cgroup, root): four
+hosts of equal speed, which agents sharing two cores at the scheduler's whim are not.
 
 Exit status 0 when the runs completed (whatever the figures), 2 on a setup failure.
 """
@@ -34,6 +36,9 @@ def parse_args():
     p.add_argument("--window", type=float, default=10, help="seconds measured")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--extra", default="", help="extra agent options, space-separated")
+    p.add_argument("--isolate", type=float, default=0, metavar="CORES",
+                   help="give each agent a CPU of its own (a cgroup CPU quota, root only): "
+                        "CORES/slowdown cores, instead of --slowdown's sleeps on shared cores")
     return p.parse_args()
 
 
@@ -63,9 +68,11 @@ def run_one(a, binary, workdir, setting, slowdown):
     n = a.nodes
     per = [["--profile", "local", "--task", "fmnist-mlp", "--shard", f"{i}/{n}",
             "--barrier", "pssp", "--sample", "2", "--staleness", "4", "--min-peers", str(n - 1),
-            "--eval-every", "1000000", "--slowdown", str(slowdown)] + SETTINGS[setting] +
+            "--eval-every", "1000000"] +
+           ([] if a.isolate else ["--slowdown", str(slowdown)]) + SETTINGS[setting] +
            a.extra.split() for i in range(n)]
-    with bl.Run(binary, workdir, per, []) as run:
+    cores = [a.isolate / slowdown] * n if a.isolate else None
+    with bl.Run(binary, workdir, per, [], cores=cores) as run:
         run.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -115,8 +122,10 @@ def main():
             rows.append([f"{s:g}", k, bl.fmt(m["wait"], ".3f"), bl.fmt(m["idle"], ".3f"),
                          bl.fmt(m["sps"], ".1f"), bl.fmt(m["early"], ".2f"),
                          bl.fmt(m["sps"] / max(1e-9, med["off"]["sps"]), ".2f")])
-    print(f"\n{a.nodes} agents fmnist-mlp pssp β2 s4, window {a.window:g} s after {a.warmup:g} s "
-          f"of training; medians of {a.repeat} (interleaved); logs in {logdir}")
+    how = (f"CPU quota {a.isolate:g} cores / slowdown each" if a.isolate
+           else "--slowdown sleeps, shared cores")
+    print(f"\n{a.nodes} agents fmnist-mlp pssp β2 s4 ({how}), window {a.window:g} s after "
+          f"{a.warmup:g} s of training; medians of {a.repeat} (interleaved); logs in {logdir}")
     print(bl.table(["slowdown", "overlap", "barrier wait share", "idle share", "steps/s",
                     "early permits/step", "steps/s vs off"], rows))
     return 0

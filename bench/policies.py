@@ -47,6 +47,9 @@ def parse_args():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300, help="seconds per run, at most")
     p.add_argument("--extra", default="", help="extra agent options, space-separated")
+    p.add_argument("--isolate", type=float, default=0, metavar="CORES",
+                   help="give each agent a CPU of its own (a cgroup CPU quota, root only): "
+                        "CORES/slowdown cores, instead of --slowdown's sleeps on shared cores")
     return p.parse_args()
 
 
@@ -57,11 +60,12 @@ def run_one(a, binary, workdir, policy, slowdowns):
     # their data, and the rest adopted its model, policy or not); t0 = the first "starting to
     # train" line.
     per = [["--profile", "local", "--task", "fmnist-mlp", "--shard", f"{i}/{n}",
-            "--slowdown", str(s), "--eval-every", str(a.eval_every),
-            "--min-peers", str(n - 1)] + POLICIES[policy] +
+            "--eval-every", str(a.eval_every), "--min-peers", str(n - 1)] +
+           ([] if a.isolate else ["--slowdown", str(s)]) + POLICIES[policy] +
            a.extra.split() for i, s in enumerate(slowdowns)]
+    cores = [a.isolate / s for s in slowdowns] if a.isolate else None
     res = {"policy": policy, "reached": False}
-    with bl.Run(binary, workdir, per, []) as run:
+    with bl.Run(binary, workdir, per, [], cores=cores) as run:
         run.start()
         started = time.monotonic()
         sts = {}
@@ -132,8 +136,10 @@ def main():
         rows.append([p, m["runs"], bl.fmt(m["seconds"], ".1f"), bl.fmt(ratio, ".2f"),
                      bl.fmt(m["compute"], ".2f"), bl.fmt(m["idle"], ".2f"),
                      bl.fmt(m["wait"], ".2f"), bl.fmt(m["sps"], ".1f")])
-    print(f"\n{len(slowdowns)} agents fmnist-mlp, --slowdown {a.slowdowns}, every node to {a.target}; "
-          f"medians of {a.repeat} (interleaved); logs in {logdir}")
+    how = (f"CPU quota {a.isolate:g} cores / slowdown each" if a.isolate
+           else "--slowdown sleeps, shared cores")
+    print(f"\n{len(slowdowns)} agents fmnist-mlp, slowdowns {a.slowdowns} ({how}), every node "
+          f"to {a.target}; medians of {a.repeat} (interleaved); logs in {logdir}")
     print(bl.table(["policy", "s to target (runs)", "median s", "x bsp", "compute share",
                     "idle share", "barrier wait share", "steps/s"], rows))
     return 0

@@ -134,27 +134,28 @@ TrainMeter::Result TrainMeter::Finish(const std::pair<std::string, uint64_t>& ke
                           [](const auto& a, const auto& b) { return a.first < b.first; });
   const int64_t span = last->first - first->first;
   const int64_t delay = first->first - t.sent_ns;
+  int64_t held = 0;  // how much later than this path's quickest the first datagram came
   if (t.sent_ns != 0) {
     if (delays_.size() >= kMaxSources && delays_.count(r.from) == 0) delays_.erase(delays_.begin());
     auto& hist = delays_[r.from];
     hist.push_back(delay);
     if (hist.size() > kDelayHistory) hist.erase(hist.begin());
-    const int64_t base = *std::min_element(hist.begin(), hist.end());
-    if (delay - base > std::max<int64_t>(2'000'000, span / 2)) {
+    held = delay - *std::min_element(hist.begin(), hist.end());
+    if (held > std::max<int64_t>(2'000'000, span / 2)) {
       r.queued = true;
       return r;
     }
   }
-  r.rate_bps = Rate(std::move(t.arrivals));
+  r.rate_bps = Rate(std::move(t.arrivals), held);
   return r;
 }
 
-double TrainMeter::Rate(std::vector<std::pair<int64_t, size_t>> arrivals) {
+double TrainMeter::Rate(std::vector<std::pair<int64_t, size_t>> arrivals, int64_t held_ns) {
   if (arrivals.size() < 2) return 0;
   const auto [first, last] =
       std::minmax_element(arrivals.begin(), arrivals.end(),
                           [](const auto& a, const auto& b) { return a.first < b.first; });
-  const int64_t ns = last->first - first->first;
+  const int64_t ns = last->first - first->first + std::max<int64_t>(0, held_ns);
   if (ns <= 0) return 0;
   double bytes = 0;
   for (const auto& a : arrivals) bytes += static_cast<double>(a.second);

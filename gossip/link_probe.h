@@ -65,8 +65,13 @@ std::optional<ProbeHeader> DecodeProbe(const uint8_t* data, size_t len, const Ke
 // sender's thread descheduled mid-train, other traffic sharing the link, losses. (Leaving out
 // long gaps as "pauses" was tried: when a forwarder releases a late batch at once, the gap
 // before it is dropped and the squeezed batch kept, and the rate came out 30 % high.) So the
-// node keeps the largest recent rate, never an average. A delayed first datagram would shorten
-// the span; trains last ~20 ms so that a millisecond of that stays small.
+// node keeps the largest recent rate, never an average. The one thing that raises it is a
+// first datagram held up while the rest were not (a backlog in front of the receiver's link that
+// drains during the train, or a forwarder running late when the train began): the datagrams
+// behind it catch up and the span comes out short. So the span starts where the first datagram
+// would have arrived on this path's quickest one-way delay (see Add), not where it did (a
+// 40 Mbit/s sender was once published as 53 on the bed). Path jitter on the first datagram only
+// lowers a figure, like the rest.
 class TrainMeter {
  public:
   struct Result {
@@ -93,7 +98,9 @@ class TrainMeter {
   // the one-way delay of the first datagram of its last kDelayHistory trains (arrival − sent_ns:
   // the two clocks' offset is the same in every one, so no agreement is needed); a train whose
   // delay exceeds the smallest of them by more than max(2 ms, half its own span) measures
-  // nothing. A clock step on either host makes the baseline wrong until it has rolled over.
+  // nothing; one held up by less is measured over its span plus the hold-up. A clock step on
+  // either host makes the baseline wrong until it has rolled over (a drift between the two
+  // clocks over those trains can only lower figures, by at most the drift).
   bool Add(const std::string& from, uint64_t id, uint16_t seq, uint16_t count, size_t wire_bytes,
            int64_t arrival_ns, int64_t now_ns, int64_t sent_ns = 0);
   static constexpr size_t kDelayHistory = 8;
@@ -102,8 +109,9 @@ class TrainMeter {
   std::vector<Result> Take(int64_t now_ns);
   bool idle() const { return trains_.empty() && done_.empty(); }
 
-  // The rate of one train from its arrivals (ns) and on-wire sizes, by the rule above.
-  static double Rate(std::vector<std::pair<int64_t, size_t>> arrivals);
+  // The rate of one train from its arrivals (ns) and on-wire sizes, by the rule above;
+  // `held_ns`: how much later than it could have the first datagram arrived (lengthens the span).
+  static double Rate(std::vector<std::pair<int64_t, size_t>> arrivals, int64_t held_ns = 0);
 
  private:
   struct Train {

@@ -190,5 +190,34 @@ TEST_CASE("link probe: a train that came late (queued behind a backlog) measures
   CHECK(r.rate_bps > 0);
 }
 
+TEST_CASE("link probe: a train whose first datagrams were held up is measured at its rate",
+          "[gossip][probe]") {
+  TrainMeter m;
+  const int64_t skew = -7'000'000'000;  // the sender's clock is 7 s behind
+  auto r = Feed(m, "a:1", 1, 1'000'000'000 + skew, 1'010'000'000);  // one-way 10 ms: baseline
+  CHECK(r.rate_bps == Approx(10e6).epsilon(1e-6));
+  // A 2 ms backlog in front of a link 4x faster than the sender's, draining while the train
+  // queues behind it: the first datagram comes 2 ms late, the next ones catch up (FIFO).
+  const int64_t sent = 2'000'000'000;
+  std::vector<int64_t> at(64);
+  for (size_t k = 0; k < at.size(); ++k) {
+    const int64_t unqueued = sent + 10'000'000 + static_cast<int64_t>(k) * 124'200;
+    at[k] = k == 0 ? unqueued + 2'000'000 : std::max(unqueued, at[k - 1] + 31'050);
+  }
+  std::vector<std::pair<int64_t, size_t>> arr;
+  for (int64_t a : at) arr.emplace_back(a, 1242);
+  CHECK(TrainMeter::Rate(arr) > 10e6 * 1.3);  // the span alone reads it a third too fast
+  for (uint16_t s = 0; s < 64; ++s) m.Add("a:1", 2, s, 64, 1242, at[s], 0, sent + skew);
+  auto done = m.Take(0);
+  REQUIRE(done.size() == 1);
+  CHECK_FALSE(done[0].queued);
+  CHECK(done[0].rate_bps == Approx(10e6).epsilon(1e-3));
+  // A first datagram merely 1 ms slower (path jitter) only lowers the figure.
+  r = Feed(m, "a:1", 3, 3'000'000'000 + skew, 3'011'000'000);
+  CHECK_FALSE(r.queued);
+  CHECK(r.rate_bps < 10e6);
+  CHECK(r.rate_bps > 10e6 * 0.8);
+}
+
 }  // namespace
 }  // namespace meshtrain::gossip

@@ -13,14 +13,18 @@ PORT = 7950
 
 @contextlib.contextmanager
 def workdir(prefix):
-    """A temporary directory for logs: removed when the block succeeds, kept (and named on
-    stderr) when it raises, so a failure leaves its evidence behind."""
+    """A temporary directory for logs: removed when the block succeeds (kept with
+    MESHTRAIN_KEEP_LOGS=1), kept and named on stderr when it raises, so a failure leaves its
+    evidence behind."""
     work = tempfile.mkdtemp(prefix=prefix)
     try:
         yield work
     except BaseException:
         print(f"logs kept in {work}", file=sys.stderr)
         raise
+    if os.environ.get("MESHTRAIN_KEEP_LOGS") == "1":
+        print(f"logs kept in {work}", file=sys.stderr)
+        return
     shutil.rmtree(work, ignore_errors=True)
 
 

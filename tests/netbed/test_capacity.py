@@ -45,7 +45,8 @@ def main():
             for i in range(n):
                 argv = [a.bin, "agent", "--name", f"h{i + 1}",
                         "--bind", f"{bed.addr(i)}:{nl.PORT}", "--rpc", nl.RPC,
-                        "--encrypt", key, "--capacity-probe-interval", "5"]
+                        "--encrypt", key, "--capacity-probe-interval", "5",
+                        "--metrics-file", os.path.join(work, f"h{i + 1}.jsonl")]
                 argv += (["--task", "fmnist-mlp", "--barrier", "pssp", "--sample", "2",
                           "--staleness", "4", "--select", "selmcast", "--fanout", "2",
                           "--eval-every", "100", "--steps", "100000", "--shard", f"{i}/{n}"]

@@ -203,9 +203,12 @@ void Mesh::NetDatagram(size_t i, const std::string& to, const gossip::Datagram& 
 void Mesh::NetProbe(size_t i, const node::ProbeLink& probe) {
   const size_t j = ByAddr(probe.to);
   if (j == peers_.size() || peers_[j]->crashed || opt_.link_mbps.size() <= std::max(i, j)) return;
-  const double rate = std::min(opt_.link_mbps[i], opt_.link_mbps[j]);
+  double rate = std::min(opt_.link_mbps[i], opt_.link_mbps[j]);
+  if (probe_rate) rate = std::max(0.0, probe_rate(i, j, rate));
   const int64_t there = now_ + Latency();
-  At(there, [this, i, j, rate] { Feed(j, node::ProbeReceived{peers_[i]->addr, rate}); });
+  if (rate > 0) {
+    At(there, [this, i, j, rate] { Feed(j, node::ProbeReceived{peers_[i]->addr, rate}); });
+  }
   At(there + Latency(), [this, i, rate, id = probe.id, n = probe.packets] {
     Feed(i, node::ProbeResult{id, rate, n});
   });

@@ -75,6 +75,9 @@ class Mesh {
   // Hooks called on every Permit (node, step permitted) and every output (node, output).
   std::function<void(size_t, uint64_t)> on_permit;
   std::function<void(size_t, const node::Output&)> on_output;
+  // Optional: what a probe train from i to j measures, given the links' figure (noise,
+  // squeezes); a result <= 0 makes the train unmeasurable.
+  std::function<double(size_t, size_t, double)> probe_rate;
 
   int64_t now() const { return now_; }
   size_t size() const { return peers_.size(); }

@@ -2,6 +2,7 @@
 // synthetic task over the fake network of mesh_harness.h, under every barrier policy and both
 // selection policies. Deterministic by seed; no sleeps.
 #include <catch2/catch.hpp>
+#include <random>
 
 #include "tests/node/mesh_harness.h"
 
@@ -561,6 +562,69 @@ TEST_CASE("capacity probes: every node publishes its own link's capacity", "[nod
   // Ten fast probes per node (2 s apart), then one per 10 s interval: 30 s gives ~11 each.
   CHECK(trains >= 10 * mesh.size());
   CHECK(trains <= 13 * mesh.size());
+}
+
+TEST_CASE("capacity probes: two fast hosts find each other after their first train was squeezed",
+          "[node][probe]") {
+  // The bed's failure: six hosts 5, 5, 20, 20, 80, 80 MB/s; the first train between the two
+  // fast ones came in squeezed (a tenth), so each published about the downlink of the 20 MB/s
+  // hosts, and figures carry a little noise. Within a minute (10 fast probes, then one per
+  // 5 s) both must have probed each other again and publish 80.
+  int failures = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    MeshOptions o;
+    o.nodes = 6;
+    o.seed = seed;
+    o.capacity_probe_ms = 5000;
+    o.link_mbps = {5, 5, 20, 20, 80, 80};
+    Mesh mesh(o);
+    std::mt19937_64 noise(seed);
+    bool squeezed = false;
+    mesh.probe_rate = [&](size_t i, size_t j, double rate) {
+      if (i >= 4 && j >= 4 && !squeezed) {
+        squeezed = true;
+        return rate / 10;
+      }
+      return rate * std::uniform_real_distribution<double>(0.99, 1.01)(noise);
+    };
+    mesh.Start();
+    mesh.RunUntil(60000);
+    for (size_t i = 4; i < 6; ++i) {
+      const double up = mesh.node(i).uplink_estimate_mbps();
+      if (up < 0.75 * 80) {
+        WARN("seed " << seed << " node " << i << " uplink " << up);
+        failures++;
+      }
+    }
+  }
+  CHECK(failures == 0);
+}
+
+TEST_CASE("capacity probes: the first figure, unconfirmed, is checked on the same path next",
+          "[node][probe]") {
+  int first_fast = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    MeshOptions o;
+    o.nodes = 4;
+    o.seed = seed;
+    o.capacity_probe_ms = 5000;
+    o.link_mbps = {80, 80, 5, 5};
+    Mesh mesh(o);
+    std::vector<size_t> to;  // node 0's trains, by receiver
+    mesh.probe_rate = [&](size_t i, size_t j, double rate) {
+      if (i == 0) to.push_back(j);
+      return rate;
+    };
+    mesh.Start();
+    mesh.RunUntil(8000);
+    INFO("seed " << seed);
+    REQUIRE(to.size() >= 2);
+    if (to[0] != 1) continue;  // the first train went to a slow peer: nothing to confirm
+    first_fast++;
+    CHECK(to[1] == 1);
+    CHECK(mesh.node(0).uplink_estimate_mbps() == Approx(80));
+  }
+  REQUIRE(first_fast > 0);
 }
 
 TEST_CASE("capacity probes: off by default; unanswered ones are given up", "[node][probe]") {

@@ -188,10 +188,14 @@ class Switch {
     while (!g_stop) {
       int64_t now = NowUs();
       while (!queue_.empty() && queue_.top().at_us <= now) {
-        Pending p = queue_.top();
+        // Moved out, then popped: the heap compares only at_us/seq, which a move leaves.
+        Pending p = std::move(const_cast<Pending&>(queue_.top()));
         queue_.pop();
         if (p.port < 0) {
-          Forward(std::move(p), now);
+          // At the switch when its up link delivered it, not when this loop got to it: a late
+          // loop would otherwise squeeze the frames it caught up on onto the down link.
+          const int64_t at_switch = p.at_us;
+          Forward(std::move(p), at_switch);
         } else {
           // A full TAP queue (host not reading) drops the frame, as a NIC would.
           (void)!write(ports_[static_cast<size_t>(p.port)].fd, p.frame.data(), p.frame.size());
