@@ -199,6 +199,24 @@ class CpuSlices:
         """Moves process `pid` (all its threads; the ones it starts later follow) into slice i."""
         self._write(self.dirs[i], "cgroup.procs", str(pid))
 
+    def add_thread(self, i, pid, name, timeout=60):
+        """Moves only the thread of process `pid` named `name` (its comm) into slice i, waiting up
+        to `timeout` s for it to appear (cgroup v1: threads can sit in their own group)."""
+        if self.version != 1:
+            raise SetupError("a CPU slice per thread needs the cgroup v1 cpu controller")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                        if f.read().strip() == name:
+                            self._write(self.dirs[i], "tasks", tid)
+                            return
+            except OSError:
+                pass  # the process went away, or a thread ended meanwhile
+            time.sleep(0.05)
+        raise SetupError(f"no thread named {name!r} in process {pid} after {timeout} s")
+
     def throttled_s(self, i):
         """Seconds slice i was held back by its quota so far (cpu.stat)."""
         try:
@@ -230,10 +248,13 @@ class Run:
     """One mesh of agents whose files live in `workdir`. Use as a context manager: on exit every
     agent still running is ended by PID (SIGTERM, then SIGKILL through the harness)."""
 
-    def __init__(self, binary, workdir, per_agent_args, common, name_prefix="n", cores=None):
-        """cores: optional per-agent CPU shares (CpuSlices), one per agent."""
+    def __init__(self, binary, workdir, per_agent_args, common, name_prefix="n", cores=None,
+                 slice_thread=None):
+        """cores: optional per-agent CPU shares (CpuSlices), one per agent, for the whole agent
+        or, with slice_thread (a thread name, e.g. "mt-train"), for that thread alone."""
         os.makedirs(workdir, exist_ok=True)
         self.slices = CpuSlices(cores) if cores else None
+        self.slice_thread = slice_thread
         self.mesh = Mesh(binary, len(per_agent_args), common, name_prefix=name_prefix)
         # The harness made its own temp dir; keep everything of this run under ours instead.
         try:
@@ -270,7 +291,7 @@ class Run:
         return False
 
     def _spawned(self, i):
-        if self.slices:
+        if self.slices and not self.slice_thread:
             self.slices.add(i, self.agents[i].proc.pid)
 
     def start(self, timeout=30):
@@ -290,6 +311,9 @@ class Run:
             self.spawn_wall[a.name] = time.time()
             a.start(join=[seed.addr])
             self._spawned(i)
+        if self.slices and self.slice_thread:
+            for i, a in enumerate(self.agents):
+                self.slices.add_thread(i, a.proc.pid, self.slice_thread)
 
     def check_alive(self):
         for a in self.agents:

@@ -50,6 +50,9 @@ def parse_args():
     p.add_argument("--isolate", type=float, default=0, metavar="CORES",
                    help="give each agent a CPU of its own (a cgroup CPU quota, root only): "
                         "CORES/slowdown cores, instead of --slowdown's sleeps on shared cores")
+    p.add_argument("--isolate-what", choices=["trainer", "agent"], default="trainer",
+                   help="what the quota holds: the trainer thread (the host's compute; the "
+                        "agent's other threads share the rest) or the whole agent")
     return p.parse_args()
 
 
@@ -65,7 +68,8 @@ def run_one(a, binary, workdir, policy, slowdowns):
            a.extra.split() for i, s in enumerate(slowdowns)]
     cores = [a.isolate / s for s in slowdowns] if a.isolate else None
     res = {"policy": policy, "reached": False}
-    with bl.Run(binary, workdir, per, [], cores=cores) as run:
+    with bl.Run(binary, workdir, per, [], cores=cores,
+                slice_thread="mt-train" if a.isolate_what == "trainer" else None) as run:
         run.start()
         started = time.monotonic()
         sts = {}
@@ -136,7 +140,7 @@ def main():
         rows.append([p, m["runs"], bl.fmt(m["seconds"], ".1f"), bl.fmt(ratio, ".2f"),
                      bl.fmt(m["compute"], ".2f"), bl.fmt(m["idle"], ".2f"),
                      bl.fmt(m["wait"], ".2f"), bl.fmt(m["sps"], ".1f")])
-    how = (f"CPU quota {a.isolate:g} cores / slowdown each" if a.isolate
+    how = (f"{a.isolate_what} CPU quota {a.isolate:g} cores / slowdown" if a.isolate
            else "--slowdown sleeps, shared cores")
     print(f"\n{len(slowdowns)} agents fmnist-mlp, slowdowns {a.slowdowns} ({how}), every node "
           f"to {a.target}; medians of {a.repeat} (interleaved); logs in {logdir}")

@@ -1,6 +1,7 @@
 #include "daemon/trainer.h"
 
 #include <fmt/ranges.h>
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <time.h>
 
@@ -33,11 +34,13 @@ BuiltinTrainer::BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions
       metrics_(metrics),
       notify_(std::move(notify)),
       num_params_(task_->num_params()),
-      evaluator_([this](EvalJob& job) {
-        const learn::EvalResult r = task_->EvaluateAt(job.params.data());
-        RecordEval(job.step, r, learn::ParamsCrc32(job.params.data(), job.params.size()));
-      }),
-      checkpointer_([this](CheckpointJob& job) {
+      evaluator_("mt-eval",
+                 [this](EvalJob& job) {
+                   const learn::EvalResult r = task_->EvaluateAt(job.params.data());
+                   RecordEval(job.step, r,
+                              learn::ParamsCrc32(job.params.data(), job.params.size()));
+                 }),
+      checkpointer_("mt-checkpoint", [this](CheckpointJob& job) {
         if (auto st = WriteCheckpoint(job.data); !st.ok()) {
           spdlog::error("checkpoint failed: {}", st.message());
         } else {
@@ -285,7 +288,10 @@ void BuiltinTrainer::SetParams(const std::vector<float>& params) {
   if (average_.enabled()) average_.Reset(task_->params());  // replaced, not trained
 }
 
+void NameThisThread(const char* name) { pthread_setname_np(pthread_self(), name); }
+
 void BuiltinTrainer::Run() {
+  NameThisThread("mt-train");
   using Clock = std::chrono::steady_clock;
   std::vector<Incoming> incoming;
   Clock::time_point last_end;

@@ -38,6 +38,11 @@ namespace meshtrain::daemon {
 
 class MetricsLog;
 
+// Names the calling thread (at most 15 characters show): `top -H`, `ps -L` and
+// /proc/<pid>/task/*/comm tell the agent's threads apart (bench/benchlib.py finds the trainer
+// by its name, "mt-train").
+void NameThisThread(const char* name);
+
 // A worker thread with a one-slot mailbox, for work kept off the trainer's critical path
 // (evaluations, checkpoint writes): Post() hands a job over and replaces one not started yet
 // (jobs never queue up behind a slow one); Stop() lets the worker finish the job in hand and
@@ -46,7 +51,8 @@ class MetricsLog;
 template <typename Job>
 class LatestJobWorker {
  public:
-  explicit LatestJobWorker(std::function<void(Job&)> run) : run_(std::move(run)) {}
+  LatestJobWorker(const char* name, std::function<void(Job&)> run)
+      : name_(name), run_(std::move(run)) {}
   ~LatestJobWorker() { Stop(); }
   LatestJobWorker(const LatestJobWorker&) = delete;
   LatestJobWorker& operator=(const LatestJobWorker&) = delete;
@@ -73,6 +79,7 @@ class LatestJobWorker {
 
  private:
   void Loop() {
+    NameThisThread(name_);
     while (true) {
       Job job;
       {
@@ -86,6 +93,7 @@ class LatestJobWorker {
     }
   }
 
+  const char* const name_;  // the worker thread's name
   const std::function<void(Job&)> run_;
   std::mutex mu_;
   std::condition_variable cv_;
