@@ -244,6 +244,27 @@ class CpuSlices:
                 print(f"warning: could not remove cgroup {d}", file=sys.stderr)
 
 
+def add_isolate_args(p):
+    """--isolate CORES / --isolate-what for a bench with per-agent slowdowns (CpuSlices)."""
+    p.add_argument("--isolate", type=float, default=0, metavar="CORES",
+                   help="give each agent a CPU of its own (a cgroup CPU quota, root only): "
+                        "CORES/slowdown cores, instead of --slowdown's sleeps on shared cores")
+    p.add_argument("--isolate-what", choices=["trainer", "agent"], default="trainer",
+                   help="what the quota holds: the trainer thread (the host's compute; the "
+                        "agent's other threads share the rest) or the whole agent")
+
+
+def isolate_kwargs(a, cores):
+    """Run(...) keyword arguments for add_isolate_args' options and per-agent `cores`."""
+    return {"cores": cores,
+            "slice_thread": "mt-train" if a.isolate and a.isolate_what == "trainer" else None}
+
+
+def isolate_text(a):
+    return (f"{a.isolate_what} CPU quota {a.isolate:g} cores / slowdown" if a.isolate
+            else "--slowdown sleeps, shared cores")
+
+
 class Run:
     """One mesh of agents whose files live in `workdir`. Use as a context manager: on exit every
     agent still running is ended by PID (SIGTERM, then SIGKILL through the harness)."""

@@ -36,12 +36,7 @@ def parse_args():
     p.add_argument("--window", type=float, default=10, help="seconds measured")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--extra", default="", help="extra agent options, space-separated")
-    p.add_argument("--isolate", type=float, default=0, metavar="CORES",
-                   help="give each agent a CPU of its own (a cgroup CPU quota, root only): "
-                        "CORES/slowdown cores, instead of --slowdown's sleeps on shared cores")
-    p.add_argument("--isolate-what", choices=["trainer", "agent"], default="trainer",
-                   help="what the quota holds: the trainer thread (the host's compute; the "
-                        "agent's other threads share the rest) or the whole agent")
+    bl.add_isolate_args(p)
     return p.parse_args()
 
 
@@ -75,8 +70,7 @@ def run_one(a, binary, workdir, setting, slowdown):
            ([] if a.isolate else ["--slowdown", str(slowdown)]) + SETTINGS[setting] +
            a.extra.split() for i in range(n)]
     cores = [a.isolate / slowdown] * n if a.isolate else None
-    with bl.Run(binary, workdir, per, [], cores=cores,
-                slice_thread="mt-train" if a.isolate_what == "trainer" else None) as run:
+    with bl.Run(binary, workdir, per, [], **bl.isolate_kwargs(a, cores)) as run:
         run.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -126,8 +120,7 @@ def main():
             rows.append([f"{s:g}", k, bl.fmt(m["wait"], ".3f"), bl.fmt(m["idle"], ".3f"),
                          bl.fmt(m["sps"], ".1f"), bl.fmt(m["early"], ".2f"),
                          bl.fmt(m["sps"] / max(1e-9, med["off"]["sps"]), ".2f")])
-    how = (f"{a.isolate_what} CPU quota {a.isolate:g} cores / slowdown" if a.isolate
-           else "--slowdown sleeps, shared cores")
+    how = bl.isolate_text(a)
     print(f"\n{a.nodes} agents fmnist-mlp pssp β2 s4 ({how}), window {a.window:g} s after "
           f"{a.warmup:g} s of training; medians of {a.repeat} (interleaved); logs in {logdir}")
     print(bl.table(["slowdown", "overlap", "barrier wait share", "idle share", "steps/s",

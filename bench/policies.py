@@ -47,12 +47,7 @@ def parse_args():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300, help="seconds per run, at most")
     p.add_argument("--extra", default="", help="extra agent options, space-separated")
-    p.add_argument("--isolate", type=float, default=0, metavar="CORES",
-                   help="give each agent a CPU of its own (a cgroup CPU quota, root only): "
-                        "CORES/slowdown cores, instead of --slowdown's sleeps on shared cores")
-    p.add_argument("--isolate-what", choices=["trainer", "agent"], default="trainer",
-                   help="what the quota holds: the trainer thread (the host's compute; the "
-                        "agent's other threads share the rest) or the whole agent")
+    bl.add_isolate_args(p)
     return p.parse_args()
 
 
@@ -68,8 +63,7 @@ def run_one(a, binary, workdir, policy, slowdowns):
            a.extra.split() for i, s in enumerate(slowdowns)]
     cores = [a.isolate / s for s in slowdowns] if a.isolate else None
     res = {"policy": policy, "reached": False}
-    with bl.Run(binary, workdir, per, [], cores=cores,
-                slice_thread="mt-train" if a.isolate_what == "trainer" else None) as run:
+    with bl.Run(binary, workdir, per, [], **bl.isolate_kwargs(a, cores)) as run:
         run.start()
         started = time.monotonic()
         sts = {}
@@ -140,8 +134,7 @@ def main():
         rows.append([p, m["runs"], bl.fmt(m["seconds"], ".1f"), bl.fmt(ratio, ".2f"),
                      bl.fmt(m["compute"], ".2f"), bl.fmt(m["idle"], ".2f"),
                      bl.fmt(m["wait"], ".2f"), bl.fmt(m["sps"], ".1f")])
-    how = (f"{a.isolate_what} CPU quota {a.isolate:g} cores / slowdown" if a.isolate
-           else "--slowdown sleeps, shared cores")
+    how = bl.isolate_text(a)
     print(f"\n{len(slowdowns)} agents fmnist-mlp, slowdowns {a.slowdowns} ({how}), every node "
           f"to {a.target}; medians of {a.repeat} (interleaved); logs in {logdir}")
     print(bl.table(["policy", "s to target (runs)", "median s", "x bsp", "compute share",
