@@ -89,11 +89,18 @@ def main():
                         f"({s['capacity_probes']['measured']}/{s['capacity_probes']['sent']})"
                         for j, s in enumerate(sts) if s), flush=True)
                 seen = published()
-            while not within(seen) and time.monotonic() - formed < SETTLE_S:
+            def probed(sts):
+                """Every host sent trains, had them measured and measured others' (a host no
+                peer has picked yet has answered none: wait for it, as for the figures)."""
+                return all(st and all(st["capacity_probes"][k] > 0
+                                      for k in ("sent", "measured", "answered")) for st in sts)
+
+            sts = [nl.status(bed, i, a.bin) for i in range(n)]
+            while not (within(seen) and probed(sts)) and time.monotonic() - formed < SETTLE_S:
                 time.sleep(1)
                 seen = published()
+                sts = [nl.status(bed, i, a.bin) for i in range(n)]
             took = time.monotonic() - formed
-            sts = [nl.status(bed, i, a.bin) for i in range(n)]
             print(f"published uplinks {took:.1f} s after the mesh formed (Mbit/s, as the other "
                   f"hosts see them):")
             for j in range(n):
