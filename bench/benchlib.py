@@ -133,62 +133,38 @@ def train_start(log_paths, default):
 
 class CpuSlices:
     """Each agent on a CPU of its own size: a cgroup per agent with a CFS bandwidth quota
-    (cgroup v1 `cpu` controller, or v2 `cpu.max`), so that agents on one machine behave like
+    (the cgroup v1 `cpu` controller), so that agents on one machine behave like
     hosts with their own cores instead of sharing the machine's cores at the scheduler's whim.
     `cores[i]` is agent i's share in cores (0.4 = 40 % of one core, enforced every `period_ms`).
     Needs root and a writable cpu controller; `available()` says why not. The groups are removed
     on close() (after the agents have exited); names carry this process's PID."""
 
-    V1 = "/sys/fs/cgroup/cpu"
-    V2 = "/sys/fs/cgroup"
-
-    @classmethod
-    def root(cls):
-        if os.path.isfile(os.path.join(cls.V1, "cpu.cfs_quota_us")):
-            return cls.V1, 1
-        try:
-            with open(os.path.join(cls.V2, "cgroup.controllers")) as f:
-                if "cpu" in f.read().split():
-                    return cls.V2, 2
-        except OSError:
-            pass
-        return None, 0
+    ROOT = "/sys/fs/cgroup/cpu"
 
     @classmethod
     def available(cls):
         """None when CPU slices can be made here, else why not."""
-        root, _ = cls.root()
-        if root is None:
-            return "no cgroup cpu controller (v1 /sys/fs/cgroup/cpu or v2 cpu.max)"
-        if not os.access(root, os.W_OK):
-            return f"{root} is not writable (run as root)"
+        if not os.path.isfile(os.path.join(cls.ROOT, "cpu.cfs_quota_us")):
+            return f"no cgroup v1 cpu controller at {cls.ROOT}"
+        if not os.access(cls.ROOT, os.W_OK):
+            return f"{cls.ROOT} is not writable (run as root)"
         return None
 
     def __init__(self, cores, period_ms=20):
         why = self.available()
         if why:
             raise SetupError(f"--isolate: {why}")
-        root, self.version = self.root()
-        self.base = os.path.join(root, f"meshtrain-bench-{os.getpid()}-{time.monotonic_ns()}")
+        self.base = os.path.join(self.ROOT, f"meshtrain-bench-{os.getpid()}-{time.monotonic_ns()}")
         os.mkdir(self.base)
-        if self.version == 2:
-            with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
-                f.write("+cpu")
-            with open(os.path.join(self.base, "cgroup.subtree_control"), "w") as f:
-                f.write("+cpu")
         self.dirs = []
         period = int(period_ms * 1000)
         for i, c in enumerate(cores):
-            quota = max(1000, int(c * period))
             d = os.path.join(self.base, f"a{i}")
             os.mkdir(d)
             self.dirs.append(d)
-            if self.version == 1:
-                # v1 checks a child's quota against its parent's: set the period first.
-                self._write(d, "cpu.cfs_period_us", str(period))
-                self._write(d, "cpu.cfs_quota_us", str(quota))
-            else:
-                self._write(d, "cpu.max", f"{quota} {period}")
+            # The kernel checks a quota against the group's period: set the period first.
+            self._write(d, "cpu.cfs_period_us", str(period))
+            self._write(d, "cpu.cfs_quota_us", str(max(1000, int(c * period))))
 
     @staticmethod
     def _write(d, name, value):
@@ -201,9 +177,7 @@ class CpuSlices:
 
     def add_thread(self, i, pid, name, timeout=60):
         """Moves only the thread of process `pid` named `name` (its comm) into slice i, waiting up
-        to `timeout` s for it to appear (cgroup v1: threads can sit in their own group)."""
-        if self.version != 1:
-            raise SetupError("a CPU slice per thread needs the cgroup v1 cpu controller")
+        to `timeout` s for it to appear (cgroup v1 lets threads sit in their own group)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -216,17 +190,6 @@ class CpuSlices:
                 pass  # the process went away, or a thread ended meanwhile
             time.sleep(0.05)
         raise SetupError(f"no thread named {name!r} in process {pid} after {timeout} s")
-
-    def throttled_s(self, i):
-        """Seconds slice i was held back by its quota so far (cpu.stat)."""
-        try:
-            with open(os.path.join(self.dirs[i], "cpu.stat")) as f:
-                kv = dict(line.split() for line in f if line.strip())
-        except OSError:
-            return None
-        if "throttled_usec" in kv:
-            return int(kv["throttled_usec"]) / 1e6
-        return int(kv.get("throttled_time", 0)) / 1e9
 
     def close(self):
         """Removes the groups; their processes must have exited (a group still holding one is

@@ -564,6 +564,16 @@ TEST_CASE("capacity probes: every node publishes its own link's capacity", "[nod
   CHECK(trains <= 13 * mesh.size());
 }
 
+// One node per link (MB/s both ways), probing every 5 s after the ten fast probes.
+MeshOptions ProbeMeshOptions(uint64_t seed, std::vector<double> link_mbps) {
+  MeshOptions o;
+  o.nodes = link_mbps.size();
+  o.seed = seed;
+  o.capacity_probe_ms = 5000;
+  o.link_mbps = std::move(link_mbps);
+  return o;
+}
+
 TEST_CASE("capacity probes: two fast hosts find each other after their first train was squeezed",
           "[node][probe]") {
   // The bed's failure: six hosts 5, 5, 20, 20, 80, 80 MB/s; the first train between the two
@@ -572,12 +582,7 @@ TEST_CASE("capacity probes: two fast hosts find each other after their first tra
   // 5 s) both must have probed each other again and publish 80.
   int failures = 0;
   for (uint64_t seed = 1; seed <= 20; ++seed) {
-    MeshOptions o;
-    o.nodes = 6;
-    o.seed = seed;
-    o.capacity_probe_ms = 5000;
-    o.link_mbps = {5, 5, 20, 20, 80, 80};
-    Mesh mesh(o);
+    Mesh mesh(ProbeMeshOptions(seed, {5, 5, 20, 20, 80, 80}));
     std::mt19937_64 noise(seed);
     bool squeezed = false;
     mesh.probe_rate = [&](size_t i, size_t j, double rate) {
@@ -604,12 +609,7 @@ TEST_CASE("capacity probes: the first figure, unconfirmed, is checked on the sam
           "[node][probe]") {
   int first_fast = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    MeshOptions o;
-    o.nodes = 4;
-    o.seed = seed;
-    o.capacity_probe_ms = 5000;
-    o.link_mbps = {80, 80, 5, 5};
-    Mesh mesh(o);
+    Mesh mesh(ProbeMeshOptions(seed, {80, 80, 5, 5}));
     std::vector<size_t> to;  // node 0's trains, by receiver
     mesh.probe_rate = [&](size_t i, size_t j, double rate) {
       if (i == 0) to.push_back(j);
