@@ -228,6 +228,27 @@ def isolate_text(a):
             else "--slowdown sleeps, shared cores")
 
 
+def thread_cpu(pid):
+    """CPU seconds (user + system) of each thread of process `pid`, summed by thread name
+    (the agent names its trainer mt-train, its evaluator mt-eval, ...); {} once it is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 class Run:
     """One mesh of agents whose files live in `workdir`. Use as a context manager: on exit every
     agent still running is ended by PID (SIGTERM, then SIGKILL through the harness)."""

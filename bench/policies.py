@@ -12,6 +12,7 @@ table shows medians and each figure's ratio to bsp.
 Exit status 0 when the runs completed (whatever the figures), 2 on a setup failure.
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -47,6 +48,8 @@ def parse_args():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--timeout", type=float, default=300, help="seconds per run, at most")
     p.add_argument("--extra", default="", help="extra agent options, space-separated")
+    p.add_argument("--json", help="also write every run's figures to this file (for "
+                   "bench/sim_policies.py --real)")
     bl.add_isolate_args(p)
     return p.parse_args()
 
@@ -67,13 +70,17 @@ def run_one(a, binary, workdir, policy, slowdowns):
         run.start()
         started = time.monotonic()
         sts = {}
+        cpu0 = None  # per agent: thread CPU and status once every agent has trained a step
         while time.monotonic() - started < a.timeout:
             run.check_alive()
             sts = run.statuses()
-            if all(s is not None for s in sts.values()) and \
-                    all(run.reach_wall(ag, a.target) for ag in run.agents):
-                break
+            if all(s is not None for s in sts.values()):
+                if cpu0 is None and all(s.get("step", 0) >= 1 for s in sts.values()):
+                    cpu0 = cpu_sample(run, sts)
+                if all(run.reach_wall(ag, a.target) for ag in run.agents):
+                    break
             time.sleep(0.5)
+        cpu1 = cpu_sample(run, sts) if cpu0 is not None else None
         t0 = run.t0()
         reach = {ag.name: run.reach_wall(ag, a.target) for ag in run.agents}
         res["reached"] = all(r is not None for r in reach.values())
@@ -85,7 +92,33 @@ def run_one(a, binary, workdir, policy, slowdowns):
         res["steps_per_s"] = bl.mean([s["steps_per_s"] for s in ok])
         res["batches"] = [s.get("batch") for s in ok]
         res["local_steps"] = sum(s.get("local_steps", 0) for s in ok)
+        res.update(cpu_per_step(cpu0, cpu1))
     return res
+
+
+def cpu_sample(run, sts):
+    return {ag.name: (bl.thread_cpu(ag.proc.pid), sts[ag.name]) for ag in run.agents}
+
+
+def cpu_per_step(cpu0, cpu1):
+    """Trainer CPU ms per step it computed (global and wbsp local), the evaluator's and the
+    agent's other threads' (its event loop: transfers, barrier) CPU ms per global step, over the
+    agents, between the two samples (what the simulator's --step-time and --step-overhead stand
+    for)."""
+    train = evals = other = steps = computed = 0.0
+    for name, (c1, s1) in (cpu1 or {}).items():
+        c0, s0 = cpu0[name]
+        d = {k: c1.get(k, 0.0) - c0.get(k, 0.0) for k in c1}
+        train += d.get("mt-train", 0.0)
+        evals += d.get("mt-eval", 0.0)
+        other += sum(v for k, v in d.items() if k not in ("mt-train", "mt-eval"))
+        global_steps = s1.get("step", 0) - s0.get("step", 0)
+        steps += global_steps
+        computed += global_steps + s1.get("local_steps", 0) - s0.get("local_steps", 0)
+    if steps <= 0:
+        return {"train_ms": None, "eval_ms": None, "other_ms": None}
+    return {"train_ms": 1000 * train / computed, "eval_ms": 1000 * evals / steps,
+            "other_ms": 1000 * other / steps}
 
 
 def main():
@@ -111,7 +144,9 @@ def main():
                       f"compute={bl.fmt(r['compute_share'], '.2f')} "
                       f"idle={bl.fmt(r['idle_share'], '.2f')} "
                       f"wait={bl.fmt(r['wait_share'], '.2f')} batches={r['batches']} "
-                      f"local={r['local_steps']}", flush=True)
+                      f"local={r['local_steps']} cpu_ms/step: train={bl.fmt(r['train_ms'], '.2f')} "
+                      f"eval={bl.fmt(r['eval_ms'], '.2f')} "
+                      f"loop={bl.fmt(r['other_ms'], '.2f')}", flush=True)
     except bl.SetupError as e:
         print(f"setup failed: {e}", file=sys.stderr)
         return 2
@@ -125,6 +160,8 @@ def main():
             "idle": bl.median([r["idle_share"] for r in runs[p]]),
             "wait": bl.median([r["wait_share"] for r in runs[p]]),
             "sps": bl.median([r["steps_per_s"] for r in runs[p]]),
+            "cpu": [bl.median([r.get(k) for r in runs[p]])
+                    for k in ("train_ms", "eval_ms", "other_ms")],
         }
     base = med.get("bsp", {}).get("seconds")
     rows = []
@@ -133,12 +170,19 @@ def main():
         ratio = m["seconds"] / base if base and m["seconds"] else None
         rows.append([p, m["runs"], bl.fmt(m["seconds"], ".1f"), bl.fmt(ratio, ".2f"),
                      bl.fmt(m["compute"], ".2f"), bl.fmt(m["idle"], ".2f"),
-                     bl.fmt(m["wait"], ".2f"), bl.fmt(m["sps"], ".1f")])
+                     bl.fmt(m["wait"], ".2f"), bl.fmt(m["sps"], ".1f"),
+                     " / ".join(bl.fmt(c, ".1f") for c in m["cpu"])])
     how = bl.isolate_text(a)
     print(f"\n{len(slowdowns)} agents fmnist-mlp, slowdowns {a.slowdowns} ({how}), every node "
           f"to {a.target}; medians of {a.repeat} (interleaved); logs in {logdir}")
     print(bl.table(["policy", "s to target (runs)", "median s", "x bsp", "compute share",
-                    "idle share", "barrier wait share", "steps/s"], rows))
+                    "idle share", "barrier wait share", "steps/s",
+                    "CPU ms/step train / eval / loop"], rows))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"slowdowns": slowdowns, "target": a.target, "extra": a.extra,
+                       "runs": runs}, f, indent=1)
+        print(f"runs written to {a.json}")
     return 0
 
 

@@ -43,6 +43,7 @@ struct SimEvent {
     kStepDone,  // `node`'s trainer finished computing a step
     kCrash,     // crash spec `slot` happens
     kSample,    // record the step distribution
+    kCpuDone,   // host `node`'s next compute completion (live while `slot` is its generation)
   };
   TimeMs at;
   uint64_t seq;

@@ -64,6 +64,7 @@ learn::Status NodeSim::SetupTasks() {
       factor[s] = o_.compute.straggler_factor;
     }
   }
+  learn::TaskOptions topts;
   if (o_.task == "synthetic") {
     learn::SyntheticOptions so;
     so.dim = o_.task_dim;
@@ -71,10 +72,25 @@ learn::Status NodeSim::SetupTasks() {
     so.test_samples = o_.task_test_samples;
     so.data_seed = SubSeed(o_.seed, 8);
     data_ = learn::MakeSyntheticData(so);
+    topts.synthetic_data = data_;
+    topts.synthetic.dim = o_.task_dim;
+  } else if (o_.task != "none") {
+    // A Fashion-MNIST model: one copy of the data for every node, the test set cut to the
+    // images that are evaluated (each node's model is evaluated at every sample).
+    auto loaded = learn::LoadFashionMnist(o_.dataset_dir);
+    if (!loaded.ok()) return loaded.status();
+    auto data = std::make_shared<learn::FashionMnist>(*loaded.value());
+    learn::ImageSet& test = data->test;
+    if (o_.eval_samples > 0 && o_.eval_samples < test.size()) {
+      test.labels.resize(o_.eval_samples);
+      test.pixels.resize(o_.eval_samples * test.dim());
+    }
+    topts.dataset_dir = o_.dataset_dir;
+    topts.fashion_mnist = std::move(data);
+    classifier_ = true;
   }
-  learn::TaskOptions topts;
-  topts.synthetic_data = data_;
-  topts.synthetic.dim = o_.task_dim;
+  const bool has_task = o_.task != "none";
+  const size_t shards = o_.shards == 0 ? n_ : o_.shards;
   topts.batch_size = o_.batch;
   topts.lr = o_.lr;
   topts.momentum = o_.momentum;
@@ -87,15 +103,21 @@ learn::Status NodeSim::SetupTasks() {
       t.mean_ms *= o_.compute.slowdowns[i % o_.compute.slowdowns.size()];
     }
     t.batch = o_.batch;
-    if (data_) {
+    if (has_task) {
       topts.data_seed = SubSeed(o_.seed, 11, i);
-      auto task = learn::MakeTask("synthetic", topts);
+      if (classifier_) {
+        topts.shard = {static_cast<uint32_t>(i % shards), static_cast<uint32_t>(shards)};
+      }
+      auto task = learn::MakeTask(o_.task, topts);
       if (!task.ok()) return task.status();
       t.task = std::move(task).value();
+      t.average = learn::ParamAverage(o_.eval_average);
+      if (t.average.enabled()) t.average.Reset(t.task->params());
     }
   }
-  if (data_) {
-    auto task = learn::MakeTask("synthetic", topts);
+  if (has_task) {
+    topts.shard = {};
+    auto task = learn::MakeTask(o_.task, topts);
     if (!task.ok()) return task.status();
     eval_task_ = std::move(task).value();
     param_bytes_ =
@@ -104,6 +126,7 @@ learn::Status NodeSim::SetupTasks() {
     param_bytes_ = o_.param_bytes != 0 ? o_.param_bytes : kDefaultParamBytes;
     no_task_params_ = std::make_shared<const std::vector<float>>(kNoTaskFloats, 0.0f);
   }
+  if (o_.nodes_per_host > 0) hosts_.resize((n_ + o_.nodes_per_host - 1) / o_.nodes_per_host);
   return learn::Status::OK();
 }
 
@@ -322,8 +345,100 @@ void NodeSim::StartCompute(uint32_t i) {
   const auto duration = std::max<TimeMs>(1, static_cast<TimeMs>(std::llround(t.mean_ms * scale)));
   t.computing = true;
   t.started_at = now_;
-  if (!t.local) t.last_ms = static_cast<double>(duration);
-  net_->Push(now_ + duration, SimEvent::kStepDone, i);
+  if (hosts_.empty()) {
+    net_->Push(now_ + duration, SimEvent::kStepDone, i);
+    return;
+  }
+  // The step's compute is shared with the host's other computing nodes; the slowdown's part
+  // of it is a sleep afterwards.
+  const double factor =
+      o_.compute.slowdowns.empty() ? 1.0 : o_.compute.slowdowns[i % o_.compute.slowdowns.size()];
+  const double compute = static_cast<double>(duration) / factor;
+  t.sleep_ms = static_cast<double>(duration) - compute;
+  AddHostJob(Job(i, kTrainJob), compute);
+}
+
+double NodeSim::HostRate(const Host& h) const {
+  if (h.jobs.empty()) return 1.0;
+  return std::min(1.0, o_.host_cores / static_cast<double>(h.jobs.size()));
+}
+
+double& NodeSim::WorkLeft(uint32_t job) {
+  Trainer& t = trainers_[job / kJobKinds];
+  switch (job % kJobKinds) {
+    case kTrainJob:
+      return t.cpu_left;
+    case kLoopJob:
+      return t.background_left;
+    default:
+      return t.eval_left;
+  }
+}
+
+void NodeSim::AdvanceHost(Host& h) {
+  const double done = static_cast<double>(now_ - h.updated) * HostRate(h);
+  for (uint32_t job : h.jobs) WorkLeft(job) -= done;
+  h.updated = now_;
+}
+
+void NodeSim::AddHostJob(uint32_t job, double work_ms) {
+  const auto host = static_cast<uint32_t>(job / kJobKinds / o_.nodes_per_host);
+  Host& h = hosts_[host];
+  AdvanceHost(h);
+  double& left = WorkLeft(job);
+  if (std::find(h.jobs.begin(), h.jobs.end(), job) == h.jobs.end()) {
+    left = 0;
+    h.jobs.push_back(job);
+  }
+  left += work_ms;
+  ScheduleHost(host);
+}
+
+void NodeSim::ScheduleHost(uint32_t host) {
+  Host& h = hosts_[host];
+  ++h.gen;
+  if (h.jobs.empty()) return;
+  double least = std::numeric_limits<double>::infinity();
+  for (uint32_t job : h.jobs) least = std::min(least, WorkLeft(job));
+  const double wait = std::max(0.0, least) / HostRate(h);
+  net_->Push(now_ + static_cast<TimeMs>(std::ceil(wait - 1e-9)), SimEvent::kCpuDone, host, h.gen);
+}
+
+void NodeSim::OnCpuDone(uint32_t host, uint32_t gen) {
+  Host& h = hosts_[host];
+  if (gen != h.gen) return;  // the set of jobs changed since it was scheduled
+  AdvanceHost(h);
+  auto done = std::stable_partition(h.jobs.begin(), h.jobs.end(),
+                                    [this](uint32_t job) { return WorkLeft(job) > 1e-6; });
+  std::vector<uint32_t> finished(done, h.jobs.end());
+  h.jobs.erase(done, h.jobs.end());
+  ScheduleHost(host);
+  for (uint32_t job : finished) {
+    const uint32_t i = job / kJobKinds;
+    Trainer& t = trainers_[i];
+    if (job % kJobKinds == kTrainJob) {
+      net_->Push(now_ + static_cast<TimeMs>(std::llround(t.sleep_ms)), SimEvent::kStepDone, i);
+      continue;
+    }
+    if (job % kJobKinds == kEvalJob) continue;  // nobody waits for an evaluation
+    // The loop is done with its oldest step: the node gets it; the next one's work begins.
+    if (t.loop_queue.empty()) continue;
+    LoopItem item = std::move(t.loop_queue.front());
+    t.loop_queue.pop_front();
+    if (!t.loop_queue.empty()) AddHostJob(job, o_.step_overhead_ms);
+    HandOver(i, item.step, std::move(item.params), item.step_ms);
+  }
+}
+
+void NodeSim::LeaveHost(uint32_t i) {
+  if (hosts_.empty()) return;
+  const auto host = static_cast<uint32_t>(i / o_.nodes_per_host);
+  Host& h = hosts_[host];
+  AdvanceHost(h);
+  h.jobs.erase(std::remove_if(h.jobs.begin(), h.jobs.end(),
+                              [i](uint32_t job) { return job / kJobKinds == i; }),
+               h.jobs.end());
+  ScheduleHost(host);
 }
 
 void NodeSim::FinishStep(uint32_t i) {
@@ -331,8 +446,13 @@ void NodeSim::FinishStep(uint32_t i) {
   if (!live_[i] || !t.computing) return;
   t.computing = false;
   if (started_) t.busy_ms += static_cast<double>(now_ - t.started_at);
+  // The step's time as the daemon measures it (with hosts, slowed by sharing the cores).
+  if (!t.local) t.last_ms = static_cast<double>(now_ - t.started_at);
   if (t.local) {
-    if (t.task) t.task->Step();
+    if (t.task) {
+      t.task->Step();
+      if (t.average.enabled()) t.average.Update(t.task->params());
+    }
     t.local_steps++;
     t.local_run++;
     t.local = false;
@@ -354,14 +474,59 @@ void NodeSim::FinishStep(uint32_t i) {
   std::shared_ptr<const std::vector<float>> params = no_task_params_;
   if (t.task) {
     t.task->Step();
+    if (t.average.enabled()) t.average.Update(t.task->params());
     const Eigen::VectorXf& x = t.task->params();
     params = std::make_shared<const std::vector<float>>(x.data(), x.data() + x.size());
   }
-  node::Node& nd = *nodes_[i];
-  nd.Step(node::SnapshotIn{t.step, std::move(params), false}, now_);
-  nd.Step(node::TrainerProgress{t.step, true, true, {}, static_cast<float>(t.last_ms)}, now_);
-  Drain(i);
+  if (o_.eval_steps > 0 && t.task && t.step % o_.eval_steps == 0) {
+    EvaluateAtStep(i);
+    // The agent's evaluator thread: host CPU beside the trainer, which does not wait for it.
+    if (!hosts_.empty() && o_.eval_cost_ms > 0) AddHostJob(Job(i, kEvalJob), o_.eval_cost_ms);
+  }
+  if (!hosts_.empty() && o_.step_overhead_ms > 0) {
+    // The agent's loop takes the step's snapshot and progress after step_overhead_ms of host
+    // CPU (its transfers and evaluations), behind the work of the steps before.
+    t.loop_queue.push_back({t.step, std::move(params), t.last_ms});
+    if (t.loop_queue.size() == 1) AddHostJob(Job(i, kLoopJob), o_.step_overhead_ms);
+  } else {
+    HandOver(i, t.step, std::move(params), t.last_ms);
+  }
   TryCompute(i);  // wbsp: local steps while the barrier holds
+}
+
+void NodeSim::HandOver(uint32_t i, uint64_t step, std::shared_ptr<const std::vector<float>> params,
+                       double step_ms) {
+  node::Node& nd = *nodes_[i];
+  nd.Step(node::SnapshotIn{step, std::move(params), false}, now_);
+  nd.Step(node::TrainerProgress{step, true, true, {}, static_cast<float>(step_ms)}, now_);
+  Drain(i);
+}
+
+void NodeSim::EvaluateAtStep(uint32_t i) {
+  Trainer& t = trainers_[i];
+  if (t.reached || !started_ || NodeError(i) > o_.target_error) return;
+  t.reached = true;
+  for (uint32_t j = 0; j < n_; ++j) {
+    if (live_[j] && !trainers_[j].reached) return;
+  }
+  ReachedTargetAll();
+}
+
+void NodeSim::ReachedTargetAll() {
+  if (result_.time_to_target_all_s) return;
+  result_.time_to_target_all_s = static_cast<double>(now_ - t0_) / 1000.0;
+  if (o_.stop_at_target) end_ = now_;
+}
+
+double NodeSim::ErrorOf(const learn::Task& task, const float* params) const {
+  const learn::EvalResult r = task.EvaluateAt(params);
+  return classifier_ ? 1.0 - r.accuracy : r.loss;
+}
+
+double NodeSim::NodeError(uint32_t i) const {
+  const Trainer& t = trainers_[i];
+  const bool averaged = t.average.enabled() && t.average.value().size() == t.task->params().size();
+  return ErrorOf(*t.task, averaged ? t.average.value().data() : t.task->params().data());
 }
 
 double NodeSim::OracleMeshStepMs(uint32_t self) const {
@@ -401,6 +566,9 @@ void NodeSim::Handle(const SimEvent& ev) {
     case SimEvent::kSample:
       Sample();
       break;
+    case SimEvent::kCpuDone:
+      OnCpuDone(i, ev.slot);
+      break;
   }
 }
 
@@ -412,8 +580,10 @@ void NodeSim::Crash(uint32_t spec) {
   const auto k = static_cast<uint32_t>(std::min(o_.crashes[spec].count, live.size()));
   for (uint32_t pick : SampleDistinct(crash_rng_, static_cast<uint32_t>(live.size()), k)) {
     const uint32_t victim = live[pick];
+    LeaveHost(victim);
     live_[victim] = 0;
     trainers_[victim].computing = false;
+    trainers_[victim].loop_queue.clear();
     trainers_[victim].inbox.clear();
     net_->Crash(victim, now_);
     const std::string& name = net_->name(victim);
@@ -464,15 +634,15 @@ void NodeSim::Sample() {
   tp.max = Quantile(steps, 1);
   const TimeMs rel = now_ - t0_;
   const auto eval_ms = static_cast<TimeMs>(std::llround(std::max(0.001, o_.eval_every_s) * 1000));
-  if (data_ && (rel % eval_ms == 0 || now_ >= end_)) {
+  if (eval_task_ && (rel % eval_ms == 0 || now_ >= end_)) {
     double sum = 0, worst = 0;
     size_t live = 0;
     Eigen::VectorXd avg = Eigen::VectorXd::Zero(eval_task_->params().size());
     for (uint32_t j = 0; j < n_; ++j) {
       if (!live_[j]) continue;
-      const double loss = trainers_[j].task->Evaluate().loss;
-      sum += loss;
-      worst = std::max(worst, loss);
+      const double error = NodeError(j);
+      sum += error;
+      worst = std::max(worst, error);
       avg += trainers_[j].task->params().cast<double>();
       ++live;
     }
@@ -480,18 +650,20 @@ void NodeSim::Sample() {
       tp.error = sum / static_cast<double>(live);
       tp.error_max = worst;
       eval_task_->params() = (avg / static_cast<double>(live)).cast<float>();
-      tp.error_avg_model = eval_task_->Evaluate().loss;
+      tp.error_avg_model = ErrorOf(*eval_task_, eval_task_->params().data());
       if (!result_.time_to_target_s && *tp.error <= o_.target_error) {
         result_.time_to_target_s = tp.t_s;
       }
-      if (!result_.time_to_target_all_s && worst <= o_.target_error) {
-        result_.time_to_target_all_s = tp.t_s;
+      if (o_.eval_steps == 0 && !result_.time_to_target_all_s && worst <= o_.target_error) {
+        ReachedTargetAll();
       }
     }
   }
   result_.series.push_back(tp);
   if (o_.record_nodes) result_.node_steps.push_back(steps_);
-  if (now_ < end_) net_->Push(std::min(end_, now_ + 1000), SimEvent::kSample, 0);
+  // One sample a virtual second, or at every evaluation when they are more frequent.
+  const TimeMs period = eval_task_ ? std::min<TimeMs>(1000, eval_ms) : 1000;
+  if (now_ < end_) net_->Push(std::min(end_, now_ + period), SimEvent::kSample, 0);
 }
 
 PspSimResult NodeSim::Run() {
@@ -516,6 +688,11 @@ PspSimResult NodeSim::Run() {
     if (o_.observer) o_.observer(steps_, live_);
   }
   now_ = end_;
+  // Stopped at the target, between samples: the results end with a sample at the stop.
+  if (result_.series.empty() ||
+      result_.series.back().t_s < static_cast<double>(end_ - t0_) / 1000.0) {
+    Sample();
+  }
   PspSimResult r = Collect();
   r.events = events_ - events_at_t0;
   r.datagrams_lost = net_->datagrams_lost() - lost_at_t0;
@@ -529,7 +706,7 @@ PspSimResult NodeSim::Collect() {
   r.staleness = o_.barrier.staleness;
   r.nodes = n_;
   r.view = view_;
-  r.duration_s = o_.duration_s;
+  r.duration_s = static_cast<double>(end_ - t0_) / 1000.0;  // shorter with stop_at_target
   std::vector<uint64_t> live_steps;
   double wait = 0, busy = 0;
   uint64_t messages = 0, bytes = 0;
@@ -556,17 +733,17 @@ PspSimResult NodeSim::Collect() {
   r.steps_p10 = Quantile(live_steps, 0.1);
   r.steps_p90 = Quantile(live_steps, 0.9);
   if (r.live_nodes > 0) {
-    r.wait_share = wait / static_cast<double>(r.live_nodes) / std::max(1e-9, o_.duration_s);
+    r.wait_share = wait / static_cast<double>(r.live_nodes) / std::max(1e-9, r.duration_s);
     r.compute_share =
-        std::min(1.0, busy / static_cast<double>(r.live_nodes) / std::max(1e-9, o_.duration_s));
+        std::min(1.0, busy / static_cast<double>(r.live_nodes) / std::max(1e-9, r.duration_s));
   }
   r.membership_messages = net_->membership_datagrams() - membership_at_t0_;
   r.messages_per_node = static_cast<double>(messages) / static_cast<double>(n_);
   r.bytes_per_node = static_cast<double>(bytes) / static_cast<double>(n_);
-  if (data_) {
+  if (eval_task_) {
     r.node_errors.assign(n_, std::numeric_limits<double>::quiet_NaN());
     for (uint32_t i = 0; i < n_; ++i) {
-      if (live_[i]) r.node_errors[i] = trainers_[i].task->Evaluate().loss;
+      if (live_[i]) r.node_errors[i] = NodeError(i);
     }
   }
   if (!r.series.empty() && r.series.back().error) {

@@ -11,10 +11,10 @@
 //     event.
 //   - The trainer sends TrainerProgress{step, waiting = true} and waits for a Permit; at the
 //     start of a step it mixes the Mix outputs received since its previous step
-//     (progress-aware, learn::MixWeighted with learn::MixWeight as the daemon's trainer;
-//     synthetic task only), computes for the drawn step time (the compute
-//     model of PspSimOptions::compute), then sends a SnapshotIn and TrainerProgress (sync every
-//     step).
+//     (progress-aware, learn::MixWeighted with learn::MixWeight as the daemon's trainer; with a
+//     task), computes for the drawn step time (the compute model of PspSimOptions::compute; with
+//     hosts, the compute part processor-shared with the host's other nodes, then the slowdown's
+//     sleep), then sends a SnapshotIn and TrainerProgress (sync every step).
 //   - Membership: with `membership` each node runs its own SWIM (joining through n0, with a
 //     warm-up until every view is complete); otherwise the simulator is the membership: it feeds
 //     each node PeerView inputs for its view and, when a node crashes, PeerView{alive = false}
@@ -23,10 +23,12 @@
 // Thread-safety: none; one run owns a NodeSim.
 #pragma once
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
 
+#include "learn/mixing.h"
 #include "learn/status.h"
 #include "learn/task.h"
 #include "node/node.h"
@@ -47,6 +49,12 @@ class NodeSim {
   PspSimResult Run();
 
  private:
+  // A completed step the agent's loop has not yet handed to its node (hosts, step_overhead).
+  struct LoopItem {
+    uint64_t step = 0;
+    std::shared_ptr<const std::vector<float>> params;
+    double step_ms = 0;
+  };
   struct Trainer {
     learn::Rng compute_rng{0};
     double mean_ms = 0;
@@ -64,6 +72,23 @@ class NodeSim {
     std::vector<std::vector<float>> inbox;  // Mix outputs since the last step
     std::vector<uint64_t> inbox_steps;      // their senders' steps (progress-aware mixing)
     std::unique_ptr<learn::Task> task;
+    learn::ParamAverage average{0};   // what is evaluated, with eval_average
+    double cpu_left = 0;              // hosts: ms of compute the current step still needs
+    double background_left = 0;       // hosts: ms of loop work left for loop_queue.front()
+    std::deque<LoopItem> loop_queue;  // hosts: steps waiting for the agent's loop, oldest first
+    double eval_left = 0;             // hosts: ms of evaluation work left
+    double sleep_ms = 0;              // hosts: then this long asleep (the slowdown's part)
+    bool reached = false;             // eval_steps: an evaluation at a step was at target
+  };
+  // Hosts: the nodes that share one host's cores. Jobs are what uses its cores now: Job(i, kind)
+  // for node i's trainer computing a step, its loop working on the oldest step of its
+  // loop_queue (step_overhead_ms a step), or its evaluator (eval_cost_ms an evaluation).
+  enum JobKind : uint32_t { kTrainJob, kLoopJob, kEvalJob, kJobKinds };
+  static uint32_t Job(uint32_t node, JobKind kind) { return node * kJobKinds + kind; }
+  struct Host {
+    std::vector<uint32_t> jobs;
+    TimeMs updated = 0;  // the jobs' work left is as of this time
+    uint32_t gen = 0;    // the kCpuDone event with this generation is the live one
   };
   struct CrashTrack {
     uint32_t node;
@@ -88,6 +113,24 @@ class NodeSim {
   void StartCompute(uint32_t i);
   double OracleMeshStepMs(uint32_t self) const;
   void FinishStep(uint32_t i);
+  // Hosts: charge the compute done since the last update, (re)schedule the next completion,
+  // and end the compute of the nodes that are done.
+  double HostRate(const Host& h) const;
+  void AdvanceHost(Host& h);
+  double& WorkLeft(uint32_t job);
+  void AddHostJob(uint32_t job, double work_ms);
+  void ScheduleHost(uint32_t host);
+  void OnCpuDone(uint32_t host, uint32_t gen);
+  void LeaveHost(uint32_t i);
+  // The trainer's step reaches node i (SnapshotIn and TrainerProgress).
+  void HandOver(uint32_t i, uint64_t step, std::shared_ptr<const std::vector<float>> params,
+                double step_ms);
+  // The error of node i's model as evaluated (MSE, or 1 - accuracy for a classifier).
+  double NodeError(uint32_t i) const;
+  double ErrorOf(const learn::Task& task, const float* params) const;
+  // eval_steps: node i's evaluation at the step it just completed.
+  void EvaluateAtStep(uint32_t i);
+  void ReachedTargetAll();
   void SolvePlan(uint32_t i, node::PlanRequest& req);
   void OnMemberEvent(uint32_t observer, const node::MemberEvent& e);
   void Crash(uint32_t spec);
@@ -109,6 +152,8 @@ class NodeSim {
   std::vector<std::vector<uint32_t>> views_;  // external membership: each node's peers, sorted
   std::shared_ptr<const std::vector<float>> no_task_params_;
   std::shared_ptr<const learn::SyntheticData> data_;
+  bool classifier_ = false;  // a Fashion-MNIST task: error = 1 - accuracy
+  std::vector<Host> hosts_;
   std::unique_ptr<learn::Task> eval_task_;      // evaluates the averaged model
   std::map<uint64_t, sync::Assignment> plans_;  // SELMCAST plans by seed
   learn::Rng crash_rng_;

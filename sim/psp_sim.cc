@@ -71,11 +71,31 @@ learn::Status ValidatePspSimOptions(const PspSimOptions& o) {
     return Status::InvalidArgument(
         "network: latency and jitter >= 0, bandwidth > 0, loss in [0, 1)");
   }
-  if (o.task != "none" && o.task != "synthetic") {
-    return Status::InvalidArgument("--task must be none or synthetic");
+  if (o.task.empty()) {
+    return Status::InvalidArgument(
+        "--task must be none, synthetic, a Fashion-MNIST preset or a layer spec");
   }
-  if (o.task == "synthetic" && (o.task_dim < 1 || o.batch < 1 || !(o.lr > 0))) {
+  if (o.task != "none" && (o.task_dim < 1 || o.batch < 1 || !(o.lr > 0))) {
     return Status::InvalidArgument("task: dim, batch and lr must be positive");
+  }
+  if (!(o.eval_average >= 0 && o.eval_average < 1)) {
+    return Status::InvalidArgument("--eval-average must be in [0, 1)");
+  }
+  if (o.nodes_per_host > 0 && !(o.host_cores > 0 && o.host_cores <= 4096)) {
+    return Status::InvalidArgument("--host-cores must be in (0, 4096]");
+  }
+  if (!(o.step_overhead_ms >= 0 && o.step_overhead_ms <= 1e6)) {
+    return Status::InvalidArgument("--step-overhead must be in [0, 1e6] ms");
+  }
+  if (!(o.eval_cost_ms >= 0 && o.eval_cost_ms <= 1e6)) {
+    return Status::InvalidArgument("--eval-cost must be in [0, 1e6] ms");
+  }
+  if ((o.step_overhead_ms > 0 || o.eval_cost_ms > 0) && o.nodes_per_host == 0) {
+    return Status::InvalidArgument(
+        "--step-overhead and --eval-cost need --nodes-per-host (they are host CPU)");
+  }
+  if (o.stop_at_target && o.task == "none") {
+    return Status::InvalidArgument("--stop-at-target needs a --task");
   }
   if (o.membership && !membership::Config::Profile(o.profile)) {
     return Status::InvalidArgument("--profile must be lan, wan or local");

@@ -38,8 +38,23 @@
 //     failed. Connections to a crashed node end after a timeout unless the node core aborts them.
 //   Task. With task "synthetic" every node trains a learn::Task on shared synthetic data (small
 //     d by default); the model error is the mean test MSE over live nodes (and the MSE of their
-//     averaged model), sampled every eval_every_s. With task "none" the snapshot is a token and
-//     the network charges param_bytes for it.
+//     averaged model), sampled every eval_every_s. With a Fashion-MNIST preset (fmnist-mlp,
+//     fmnist-softmax, fmnist-cnn: the agents' models, learn/task.h) every node trains that model
+//     on its shard of the real training set (node i: shard i mod `shards`) and the error is the
+//     test error rate, 1 - accuracy, on the first eval_samples test images. With task "none"
+//     the snapshot is a token and the network charges param_bytes for it.
+//   Hosts. With nodes_per_host K > 0, nodes iK .. iK+K-1 share one host of host_cores cores:
+//     a step's compute (its drawn time divided by the node's --slowdowns factor) is processor-
+//     shared with the other nodes of the host that are computing at the same moment (each runs
+//     at min(1, cores / computing) of full speed), and the rest of the step, (factor - 1) x that
+//     compute, is a sleep that takes no core — the daemon's `--slowdown` emulation (a step takes
+//     factor x its CPU time). This is the issue-18 bench: six agents sharing two cores. With
+//     step_overhead_ms, each completed step also costs the agent's loop that much host CPU
+//     (sending and receiving parameters, evaluations), shared alike, one step after the other:
+//     the node learns of the step (its snapshot and progress) only when the loop is done with
+//     it, so a trainer whose next permit depends on it waits for the loop, and a busy loop
+//     takes cores from every trainer of the host. With eval_cost_ms and eval_steps, each
+//     evaluation costs that much host CPU beside them (the agents evaluate on their own thread).
 //
 // Everything random is seeded from `seed`; the same options give the same result, bit for bit.
 //
@@ -104,8 +119,29 @@ struct PspSimOptions {
   bool membership = false;  // run SWIM for failure detection
   std::string profile = "lan";  // membership timing profile
   std::vector<CrashSpec> crashes;
-  // Training task: "none" or "synthetic".
+  // Training task: "none", "synthetic" or a Fashion-MNIST preset (fmnist-mlp, fmnist-softmax,
+  // fmnist-cnn), trained on the data in dataset_dir.
   std::string task = "none";
+  std::string dataset_dir = "/usr/share/datasets/fashion-mnist";
+  size_t shards = 0;           // Fashion-MNIST: node i trains on shard i mod shards (0 = nodes)
+  size_t eval_samples = 1000;  // Fashion-MNIST: test images evaluated (the first N; 0 = all)
+  // Evaluate each node's moving average of its parameters (decay, as the agents'
+  // --eval-average) instead of the parameters themselves; 0 = the parameters.
+  double eval_average = 0;
+  bool stop_at_target = false;  // end the run at the first sample with every node at target
+  // > 0: as the agents' --eval-every, each node also evaluates its model at every eval_steps-th
+  // step it completes, and time_to_target_all_s is when the last live node first had such an
+  // evaluation at or below target_error (how bench/policies.py times real agents); 0 = from
+  // the samples every eval_every_s.
+  uint64_t eval_steps = 0;
+  size_t nodes_per_host = 0;  // > 0: nodes share hosts of host_cores cores (see Hosts above)
+  double host_cores = 1;
+  // Hosts: CPU ms an agent's loop spends on each step of its trainer (sending and receiving
+  // parameters, evaluations) before its node learns of the step (see Hosts above).
+  double step_overhead_ms = 0;
+  // Hosts, with eval_steps: CPU ms of each evaluation (the agent's evaluator thread), shared
+  // with the host's other work; nobody waits for it.
+  double eval_cost_ms = 0;
   int task_dim = 16;
   int task_train_samples = 2048;
   int task_test_samples = 512;
@@ -114,7 +150,9 @@ struct PspSimOptions {
   float lr = 0.05f;
   float momentum = 0.9f;
   double eval_every_s = 1;
-  double target_error = 0.1;  // report the first time the mean node test MSE is at or below it
+  // Report the first time the mean node error (test MSE, or 1 - accuracy for Fashion-MNIST) is
+  // at or below it, and the first time every node's is.
+  double target_error = 0.1;
   bool record_nodes = false;  // keep every node's step at every virtual second (for --csv)
   // Called after every event of the training phase with each node's completed steps and
   // whether it is still up (tests check invariants such as the SSP bound with it).
@@ -171,8 +209,9 @@ struct PspSimResult {
   std::optional<double> time_to_target_all_s;
   std::vector<double> node_errors;  // final test MSE per node (task only; NaN for crashed nodes)
 
-  std::vector<TimePoint> series;                  // one per virtual second (and t = 0)
-  std::vector<std::vector<uint64_t>> node_steps;  // [second][node], with record_nodes
+  std::vector<TimePoint>
+      series;  // one a virtual second, or per evaluation if more often (and t = 0)
+  std::vector<std::vector<uint64_t>> node_steps;  // [sample][node], with record_nodes
   std::vector<CrashReport> crashes;
 
   // Counters, for tests and curiosity.

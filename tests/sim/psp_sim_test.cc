@@ -259,7 +259,7 @@ TEST_CASE("invalid options are errors, not crashes", "[sim][psp]") {
   o.duration_s = 0;
   CHECK_FALSE(RunPspSim(o).ok());
   o = PspSimOptions();
-  o.task = "fmnist-mlp";
+  o.task = "no-such-task";  // neither synthetic, a preset nor a layer spec
   CHECK_FALSE(RunPspSim(o).ok());
   o = PspSimOptions();
   o.net.loss = 1.0;
