@@ -56,18 +56,25 @@ def parse_args():
                    help="real loop CPU ms per step (without --real)")
     p.add_argument("--eval-ms", type=float, default=2.5,
                    help="real evaluator CPU ms per step (without --real)")
+    p.add_argument("--per-policy-costs", action="store_true",
+                   help="with --real: give each policy the CPU costs measured for it (the "
+                   "simulator does not model the CPU each message costs: bsp's loop does more "
+                   "per step than asp's), instead of the medians over policies")
     p.add_argument("--jobs", type=int, default=1, help="simulations run at once (one core each)")
     p.add_argument("--extra", default="", help="extra simulate options, space-separated")
     return p.parse_args()
 
 
-def costs_from_real(real):
-    """The medians over policies of the per-run CPU ms per step (train, eval, loop)."""
-    out = []
-    for key in ("train_ms", "eval_ms", "other_ms"):
-        per_policy = [bl.median([r.get(key) for r in runs]) for runs in real["runs"].values()]
-        out.append(bl.median(per_policy))
-    return out
+COST_KEYS = ("train_ms", "eval_ms", "other_ms")
+
+
+def costs_from_real(real, policy=None):
+    """CPU ms per step (train, eval, loop): the medians over the runs of `policy`, or over
+    policies of the per-policy medians."""
+    if policy is not None:
+        return [bl.median([r.get(key) for r in real["runs"].get(policy, [])]) for key in COST_KEYS]
+    return [bl.median([bl.median([r.get(key) for r in runs]) for runs in real["runs"].values()])
+            for key in COST_KEYS]
 
 
 def sim_command(a, binary, seed, barrier, batch_auto, costs):
@@ -158,8 +165,15 @@ def main():
             costs = measured
     seeds = [int(s) for s in a.seeds.split(",") if s]
     sims = {p: [] for p in POLICIES}
-    print(f"CPU ms per real step: train {costs[0]:.2f}, eval {costs[1]:.2f}, loop {costs[2]:.2f}"
-          f"{' (from ' + a.real + ')' if a.real else ''}", flush=True)
+    if real and a.per_policy_costs:
+        print(f"CPU ms per real step, per policy, from {a.real}:")
+        for p in POLICIES:
+            c = costs_from_real(real, p)
+            print(f"  {p}: train {bl.fmt(c[0], '.2f')}, eval {bl.fmt(c[1], '.2f')}, "
+                  f"loop {bl.fmt(c[2], '.2f')}")
+    else:
+        print(f"CPU ms per real step: train {costs[0]:.2f}, eval {costs[1]:.2f}, "
+              f"loop {costs[2]:.2f}{' (from ' + a.real + ')' if a.real else ''}", flush=True)
     # One simulation per seed and barrier (each prints as it finishes; --jobs run at once).
     work = [(seed, p == "pssp+batch-auto", "pssp" if p == "pssp+batch-auto" else p)
             for seed in seeds for p in POLICIES]
@@ -167,7 +181,11 @@ def main():
 
     def one(item):
         seed, batch_auto, barrier = item
-        cmd = sim_command(a, binary, seed, barrier, batch_auto, costs)
+        own = costs
+        if real and a.per_policy_costs:
+            measured = costs_from_real(real, "pssp+batch-auto" if batch_auto else barrier)
+            own = costs if None in measured else measured
+        cmd = sim_command(a, binary, seed, barrier, batch_auto, own)
         t0 = time.monotonic()
         return item, run_sim(cmd)[0], time.monotonic() - t0, cmd
 
@@ -201,7 +219,7 @@ def main():
                      bl.fmt(real_med.get(p), ".1f"), bl.fmt(real_rank.get(p), "g")])
     print(f"\nsimulator: {a.nodes} nodes, slowdowns {a.slowdowns}, six to a 2-core host, "
           f"fmnist-mlp, every node to {a.target} (virtual s; 10x the agents' clock); "
-          f"seeds {a.seeds}")
+          f"seeds {a.seeds}; CPU costs {'per policy' if a.per_policy_costs else 'one for all'}")
     print(bl.table(["policy", "sim s (seeds)", "sim median", "sim rank", "sim compute share",
                     "real s (runs)", "real median", "real rank"], rows))
     if real:

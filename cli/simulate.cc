@@ -33,7 +33,11 @@ constexpr const char* kDescription =
     "sampled peers, bsp/ssp query every live peer; steps also ride on parameter transfers\n"
     "and their acks. Several --barrier/--sample/--staleness values run\n"
     "one simulation each (same seed: same node speeds). Output is deterministic for a seed;\n"
-    "only wall time varies (omit it with --no-wall).";
+    "only wall time varies (omit it with --no-wall).\n"
+    "Task: --task synthetic (linear regression) or the agents' own models on the real\n"
+    "Fashion-MNIST (fmnist-mlp, ...). Hosts: --nodes-per-host/--host-cores share cores between\n"
+    "nodes, with the loop's (--step-overhead) and evaluator's (--eval-cost) CPU per step;\n"
+    "bench/sim_policies.py runs the issue-18 preset beside real agents.";
 
 struct SimulateArgs {
   sim::PspSimOptions base;
@@ -398,7 +402,7 @@ int RunSimulateCommand() {
       for (size_t t = 0; t < res.node_steps.size(); ++t) {
         const std::vector<uint64_t>& row = res.node_steps[t];
         for (size_t node = 0; node < row.size(); ++node) {
-          csv << label << ',' << res.series[t].t_s << ",n" << node << ',' << row[node] << '\n';
+          csv << label << ',' << t << ",n" << node << ',' << row[node] << '\n';
         }
       }
       res.node_steps.clear();
@@ -504,7 +508,7 @@ int RunSimulateCommand() {
     if (task) {
       row.push_back(Sci(r.error));
       row.push_back(Sci(r.error_avg_model));
-      const int digits = base.eval_every_s < 1 ? 1 : 0;  // as fine as the evaluations
+      const int digits = base.eval_steps > 0 ? 1 : 0;  // as fine as the evaluations
       row.push_back(r.time_to_target_s ? Fixed(*r.time_to_target_s, digits) : "-");
       row.push_back(r.time_to_target_all_s ? Fixed(*r.time_to_target_all_s, digits) : "-");
     }

@@ -660,10 +660,8 @@ void NodeSim::Sample() {
     }
   }
   result_.series.push_back(tp);
-  if (o_.record_nodes) result_.node_steps.push_back(steps_);
-  // One sample a virtual second, or at every evaluation when they are more frequent.
-  const TimeMs period = eval_task_ ? std::min<TimeMs>(1000, eval_ms) : 1000;
-  if (now_ < end_) net_->Push(std::min(end_, now_ + period), SimEvent::kSample, 0);
+  if (o_.record_nodes && rel % 1000 == 0) result_.node_steps.push_back(steps_);  // whole s
+  if (now_ < end_) net_->Push(std::min(end_, now_ + 1000), SimEvent::kSample, 0);
 }
 
 PspSimResult NodeSim::Run() {

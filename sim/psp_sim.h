@@ -209,9 +209,8 @@ struct PspSimResult {
   std::optional<double> time_to_target_all_s;
   std::vector<double> node_errors;  // final test MSE per node (task only; NaN for crashed nodes)
 
-  std::vector<TimePoint>
-      series;  // one a virtual second, or per evaluation if more often (and t = 0)
-  std::vector<std::vector<uint64_t>> node_steps;  // [sample][node], with record_nodes
+  std::vector<TimePoint> series;  // one per virtual second (and t = 0), and one at a stop
+  std::vector<std::vector<uint64_t>> node_steps;  // [second][node], with record_nodes
   std::vector<CrashReport> crashes;
 
   // Counters, for tests and curiosity.
