@@ -5,6 +5,8 @@
 #include <cstring>
 #include <functional>
 
+#include "base/finite.h"
+
 namespace meshtrain::gossip {
 
 Result<CompressSpec> ParseCompress(const std::string& text) {
@@ -241,23 +243,7 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
 
 namespace {
 
-// Branch-free over the bits, so it vectorizes (a chunk of floats is checked on every receive):
-// an exponent field of all ones is inf or NaN. Blocks end the scan early on a bad value.
-bool AllFinite(const std::vector<float>& v) {
-  constexpr size_t kBlock = 4096;
-  const float* p = v.data();
-  for (size_t at = 0; at < v.size(); at += kBlock) {
-    const size_t end = std::min(v.size(), at + kBlock);
-    uint32_t bad = 0;
-    for (size_t i = at; i < end; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, p + i, sizeof bits);
-      bad |= static_cast<uint32_t>((bits & 0x7F800000u) == 0x7F800000u);
-    }
-    if (bad != 0) return false;
-  }
-  return true;
-}
+bool AllFinite(const std::vector<float>& v) { return ScanFinite(v.data(), nullptr, v.size()); }
 
 }  // namespace
 

@@ -80,13 +80,14 @@ TEST_CASE("ParamsFinite rejects NaN and infinities", "[learn][mixing]") {
   CHECK_FALSE(ParamsFinite(v.data(), v.size()));
 }
 
-TEST_CASE("ParamsFinite finds a non-finite value at every position, even or odd",
-          "[learn][mixing]") {
+TEST_CASE(
+    "ParamsFinite finds a non-finite value at every position, in the 16-float lanes and the tail",
+    "[learn][mixing]") {
   using L = std::numeric_limits<float>;
   const float finite[] = {L::max(), -L::max(), L::denorm_min(), -0.0f, 1.5f};
   const float bad[] = {L::infinity(), -L::infinity(), L::quiet_NaN(), -L::quiet_NaN(),
                        L::signaling_NaN()};
-  for (size_t n = 1; n <= 7; ++n) {
+  for (size_t n = 1; n <= 40; ++n) {  // two lanes of 16 and every tail length
     std::vector<float> v(n);
     for (size_t i = 0; i < n; ++i) v[i] = finite[i % 5];
     CHECK(ParamsFinite(v.data(), n));
