@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "sim/psp_sim.h"
+#include "tests/sim/sim_test_util.h"
 
 namespace meshtrain::sim {
 namespace {
@@ -24,12 +25,6 @@ PspSimOptions ConstantSteps(size_t nodes) {
   o.net.latency_ms = 1;
   o.net.jitter_ms = 0;
   return o;
-}
-
-PspSimResult Run(const PspSimOptions& o) {
-  auto r = RunPspSim(o);
-  REQUIRE(r.ok());
-  return std::move(r).value();
 }
 
 TEST_CASE("nodes on one host share its cores", "[sim][host]") {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "sim/psp_sim.h"
+#include "tests/sim/sim_test_util.h"
 
 namespace meshtrain::sim {
 namespace {
@@ -40,12 +41,6 @@ PspSimOptions Preset(Policy policy, SelectPolicy select, uint64_t seed = 7) {
   o.task = "synthetic";
   o.record_nodes = true;
   return o;
-}
-
-PspSimResult Run(const PspSimOptions& o) {
-  auto r = RunPspSim(o);
-  REQUIRE(r.ok());
-  return std::move(r).value();
 }
 
 // The largest step difference between live nodes ever seen, checked after every event.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sim/svg_plot.h"
+#include "tests/sim/sim_test_util.h"
 
 namespace meshtrain::sim {
 namespace {
@@ -32,12 +33,6 @@ PspSimOptions SmallPreset(Policy policy, size_t beta = 5, uint64_t seed = 1) {
   o.compute.straggler_fraction = 0.05;  // 3 of 50 nodes
   o.compute.straggler_factor = 4;
   return o;
-}
-
-PspSimResult Run(const PspSimOptions& o) {
-  auto r = RunPspSim(o);
-  REQUIRE(r.ok());
-  return std::move(r).value();
 }
 
 void Print(const char* tag, const PspSimResult& r) {
