@@ -28,7 +28,9 @@
 #include "daemon/log_tap.h"
 #include "daemon/metrics.h"
 #include "daemon/net_endpoint.h"
+#include "daemon/loop_monitor.h"
 #include "daemon/offload.h"
+#include "daemon/param_streamer.h"
 #include "daemon/peer_snapshot.h"
 #include "daemon/prometheus.h"
 #include "daemon/rpc_server.h"
@@ -63,6 +65,8 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<gossip::UdpEndpoint> udp;
   std::unique_ptr<TcpHub> data_tcp;
   std::unique_ptr<NetEndpoint> net;
+  std::unique_ptr<ParamStreamer> streamer;  // snapshots out, chunk by chunk (issue 31)
+  std::unique_ptr<LoopMonitor> loop_monitor;
   std::unique_ptr<LinkProber> prober;  // link-capacity probes (SPEC §7)
   std::unique_ptr<RpcServer> rpc;
   std::unique_ptr<KeyRotation> keys;
@@ -200,6 +204,8 @@ struct Agent::Impl : RpcBackend {
           trainer->Deliver(m->from, std::move(m->params), m->step, m->finished,
                            m->final_model ? std::optional<uint64_t>(m->sender_step) : std::nullopt);
         }
+      } else if (auto* mc = std::get_if<node::MixChunk>(&o)) {
+        if (trainer) trainer->DeliverChunk(std::move(*mc));
       } else if (auto* a = std::get_if<node::AdoptState>(&o)) {
         if (trainer) trainer->Adopt(std::move(a->params), a->step);
       } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {
@@ -350,6 +356,7 @@ struct Agent::Impl : RpcBackend {
     in.status = st;
     in.members = members;
     if (trainer) in.wait = trainer->state().wait;
+    if (loop_monitor) in.loop_lag = loop_monitor->Stats().histogram;
     in.http_responses = http->Responses();
     in.version = MESHTRAIN_VERSION_STRING;
     http->Publish(RenderPrometheus(in), JsonText(state));
@@ -389,6 +396,13 @@ struct Agent::Impl : RpcBackend {
       in.probe_rejects = prober->stats().rejected;
     }
     in.uptime_s = metrics.Elapsed();
+    if (loop_monitor) in.loop = loop_monitor->Stats();
+    if (streamer) {
+      in.streams_active = streamer->active();
+      in.chunks_encoded = streamer->chunks_encoded();
+      in.chunks_sent = streamer->chunks_sent();
+    }
+    if (trainer) in.mix_chunks_dropped = trainer->MixChunksDropped();
     return StatusJson(in);
   }
   json Members() override { return MembersJson(node->Members()); }
@@ -477,6 +491,9 @@ struct Agent::Impl : RpcBackend {
           Feed(std::move(r));
         });
     net->set_prober(prober.get());
+    streamer = std::make_unique<ParamStreamer>(&loop, codec.get(), data_tcp.get());
+    net->set_streamer(streamer.get());
+    loop_monitor = std::make_unique<LoopMonitor>(&loop);
     rpc = std::make_unique<RpcServer>(&loop, config.rpc_token, this);
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),
                                          inbound.get());
@@ -602,6 +619,7 @@ struct Agent::Impl : RpcBackend {
     if (timer) timer->Close();
     for (auto& s : signals) s->Close();
     if (prober) prober->Close();
+    if (loop_monitor) loop_monitor->Close();
     if (udp) udp->Close();
     if (data_tcp) data_tcp->CloseAll();
     if (rpc) rpc->CloseAll();
@@ -638,6 +656,8 @@ int Agent::Run() {
   s.http.reset();
   s.signals.clear();
   s.net.reset();
+  s.streamer.reset();
+  s.loop_monitor.reset();
   s.udp.reset();
   s.keys.reset();
   s.data_tcp.reset();

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "daemon/metrics.h"
+#include "daemon/offload.h"
 #include "learn/mixing.h"
 
 namespace meshtrain::daemon {
@@ -219,9 +220,10 @@ bool ExternalTrainer::HandleFrames(Conn* c) {
       Reject(c, "trainer_message", h->seq, why);
       return false;
     }
-    if (wait_) {
+    if (wait_ || job_) {
       Reject(c, "trainer_message", h->seq,
-             "a request arrived while wait_permit was pending (one request at a time)");
+             std::string("a request arrived while ") + (wait_ ? "wait_permit" : "a request") +
+                 " was pending (one request at a time)");
       return false;
     }
     // The trainer has mapped the shared memory once it sends anything after ATTACH.
@@ -306,6 +308,8 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
   if (c != conn_) return;
   const bool was_attached = c->attached;
   conn_ = nullptr;
+  conn_gen_++;
+  job_ = false;
   wait_.reset();
   UnmapShm();
   if (!was_attached) return;
@@ -319,7 +323,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
 }
 
 void ExternalTrainer::OnTick() {
-  if (conn_ == nullptr || wait_) return;
+  if (conn_ == nullptr || wait_ || job_) return;
   const double silent = Seconds(Clock::now() - conn_->last_activity);
   if (silent > options_.timeout_s) {
     Close(conn_, "silent for " + std::to_string(static_cast<int>(silent)) +
@@ -348,7 +352,8 @@ Status ExternalTrainer::MapShm(size_t floats) {
     unlink(path.c_str());
     return Status::IOError(err);
   }
-  shm_ = Shm{path, static_cast<float*>(p), floats};
+  std::shared_ptr<void> map(p, [bytes](void* q) { munmap(q, bytes); });
+  shm_ = Shm{path, std::move(map), static_cast<float*>(p), floats};
   return Status::OK();
 }
 
@@ -360,8 +365,7 @@ void ExternalTrainer::UnlinkShm() {
 
 void ExternalTrainer::UnmapShm() {
   UnlinkShm();
-  if (shm_.data != nullptr) munmap(shm_.data, shm_.floats * sizeof(float));
-  shm_ = Shm{};
+  shm_ = Shm{};  // unmapped when the last job holding the mapping is done
 }
 
 // ---- requests ----------------------------------------------------------------------------------
@@ -379,6 +383,7 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
   }
   num_params_ = a.num_params;
   inbox_.clear();
+  mixer_->Clear();
   uint64_t step = state_.step;
   bool have_params = false;
   if (latest_ && latest_->size() == num_params_ &&
@@ -446,14 +451,32 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
                       std::to_string(state_.step));
   }
   // A copy: the trainer overwrites the shared memory with its next step while this one is sent.
-  std::shared_ptr<std::vector<float>> snap;
-  if (!CopySnapshot(&snap)) {
-    return Reject(c, "trainer_message", seq, "publish: the parameters are not all finite");
-  }
+  std::shared_ptr<std::vector<float>> snap = SnapshotBuffer();
+  if (!snap) return FinishPublish(c, seq, p.step, nullptr);
+  // The copy and its finite check run on the thread pool; the trainer waits for the reply.
+  job_ = true;
+  auto ok = std::make_shared<bool>(false);
+  Offload(
+      loop_,
+      [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
+        *ok = learn::CopyParamsFinite(data, snap->data(), n);
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step = p.step, snap,
+       ok] {
+        if (life.expired() || gen != conn_gen_) return;  // gone, or the trainer detached
+        job_ = false;
+        if (!*ok) return Reject(c, "trainer_message", seq, "publish: the parameters are not all finite");
+        FinishPublish(c, seq, step, snap);
+        HandleFrames(c);
+      });
+}
+
+void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
+                                    std::shared_ptr<std::vector<float>> snap) {
   const auto now = Clock::now();
   const double interval = Seconds(now - last_publish_);
   const double compute = Seconds(now - std::max(last_publish_, last_permit_));
-  const uint64_t steps = std::max<uint64_t>(1, p.step - state_.step);
+  const uint64_t steps = std::max<uint64_t>(1, step - state_.step);
   last_publish_ = now;
   state_.step_s = state_.step_s == 0 ? interval / static_cast<double>(steps)
                                      : 0.9 * state_.step_s + 0.1 * interval / steps;
@@ -462,61 +485,94 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
   state_.step_compute_s =
       state_.step_compute_s == 0 ? per_step : 0.8 * state_.step_compute_s + 0.2 * per_step;
   state_.train_s = Seconds(now - train_start_);
-  state_.step = p.step;
+  state_.step = step;
   state_.waiting = false;
-  latest_ = snap;
-  latest_step_ = p.step;
-  outbox_ = Snapshot{p.step, std::move(snap)};
-  Reply(c, tp::kPublish | tp::kReplyBit, seq, tp::Writer().U64(p.step).Take());
+  if (snap) {
+    latest_ = snap;
+    latest_step_ = step;
+    outbox_ = Snapshot{step, std::move(snap)};
+  }
+  Reply(c, tp::kPublish | tp::kReplyBit, seq, tp::Writer().U64(step).Take());
   notify_();
 }
 
-bool ExternalTrainer::CopySnapshot(std::shared_ptr<std::vector<float>>* out) {
+std::shared_ptr<std::vector<float>> ExternalTrainer::SnapshotBuffer() {
   constexpr size_t kPool = 3;
   for (auto& b : pool_) {
-    if (b.use_count() == 1 && b->size() == num_params_) *out = b;  // nobody else holds it
+    // Held by the pool, and by latest_ when it is this buffer: nobody else.
+    const long holders = 1 + (latest_.get() == b.get() ? 1 : 0);
+    if (b->size() == num_params_ && b.use_count() == holders) return b;
   }
-  if (!*out) {
-    *out = std::make_shared<std::vector<float>>(num_params_);
-    if (pool_.size() >= kPool) pool_.erase(pool_.begin());
-    pool_.push_back(*out);
-  }
+  if (num_params_ > kOneSnapshotFloats && !pool_.empty()) return nullptr;
+  auto b = std::make_shared<std::vector<float>>(num_params_);
+  if (pool_.size() >= kPool) pool_.erase(pool_.begin());
+  pool_.push_back(b);
+  return b;
+}
+
+bool ExternalTrainer::CopySnapshot(std::shared_ptr<std::vector<float>>* out) {
+  *out = SnapshotBuffer();
+  if (!*out) *out = std::make_shared<std::vector<float>>(num_params_);
   return learn::CopyParamsFinite(shm_.data, (*out)->data(), num_params_);
 }
 
 void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
-  uint32_t mixed = 0;
+  // Decided here, carried out on the thread pool (the trainer waits for the reply meanwhile).
+  struct Work {
+    std::optional<Incoming> take;  // a model that replaces the trainer's
+    std::vector<Incoming> whole;   // whole models to average in (final models, top-k)
+    std::vector<double> weights;
+    size_t mixed = 0;
+  };
+  auto work = std::make_shared<Work>();
   uint32_t flags = 0;
   if (adopt_) {
     // Join with state: the peer's model and step replace the trainer's.
-    std::memcpy(shm_.data, adopt_->params.data(), num_params_ * sizeof(float));
-    state_.step = adopt_->step;
+    work->take = std::move(adopt_);
+    state_.step = work->take->step;
     adopt_.reset();
     inbox_.clear();
     flags |= tp::kMixAdopted;
   } else if (Incoming* fin = options_.target_accuracy > 0 ? finals_.Take(inbox_) : nullptr) {
     // Mesh-wide stop: a finished peer's final model (it met the target) replaces the trainer's
     // (once per peer and step: FinalModels); the trainer evaluates it now. The step stays ours.
-    std::memcpy(shm_.data, fin->params.data(), num_params_ * sizeof(float));
+    work->take = std::move(*fin);
+    work->mixed = 1;
     inbox_.clear();
-    mixed = 1;
-    state_.mixes += 1;
     flags |= tp::kMixAdopted | tp::kMixFinished;
-  } else if (!inbox_.empty()) {
-    std::vector<const float*> others;
-    std::vector<double> weights;
-    for (const auto& [from, in] : inbox_) {
-      others.push_back(in.params.data());
-      weights.push_back(learn::MixWeight(state_.step, in.step));
+  } else {
+    for (auto& [from, in] : inbox_) {
+      work->weights.push_back(learn::MixWeight(state_.step, in.step));
+      work->whole.push_back(std::move(in));
     }
-    learn::MixWeighted(shm_.data, num_params_, others, weights);
-    mixed = static_cast<uint32_t>(others.size());
-    state_.mixes += mixed;
     inbox_.clear();
   }
-  Reply(c, tp::kMix | tp::kReplyBit, seq,
-        tp::Writer().U32(mixed).U32(flags).U64(state_.step).Take());
-  if (flags & tp::kMixAdopted) notify_();
+  job_ = true;
+  Offload(
+      loop_,
+      [map = shm_.map, data = shm_.data, n = num_params_, mixer = mixer_, work] {
+        if (work->take) {
+          std::memcpy(data, work->take->params.data(), n * sizeof(float));
+          mixer->Clear();
+          return;
+        }
+        if (!work->whole.empty()) {
+          std::vector<const float*> others;
+          for (const auto& in : work->whole) others.push_back(in.params.data());
+          learn::MixWeighted(data, n, others, work->weights);
+        }
+        work->mixed = work->whole.size() + mixer->Apply(data, n);
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, flags, work] {
+        if (life.expired() || gen != conn_gen_) return;
+        job_ = false;
+        const auto mixed = static_cast<uint32_t>(work->mixed);
+        state_.mixes += mixed;
+        Reply(c, tp::kMix | tp::kReplyBit, seq,
+              tp::Writer().U32(mixed).U32(flags).U64(state_.step).Take());
+        if (flags & tp::kMixAdopted) notify_();
+        HandleFrames(c);
+      });
 }
 
 void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e) {
@@ -557,6 +613,12 @@ void ExternalTrainer::Deliver(const std::string& from, std::vector<float> params
                               bool finished, std::optional<uint64_t> final_step) {
   if (num_params_ == 0 || params.size() != num_params_) return;
   inbox_[from] = Incoming{std::move(params), step, finished, final_step};
+}
+
+void ExternalTrainer::DeliverChunk(node::MixChunk chunk) {
+  if (num_params_ == 0 || chunk.total != num_params_) return;
+  const double w = learn::MixWeight(state_.step, chunk.step);
+  mixer_->Push(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.data), w);
 }
 
 void ExternalTrainer::Adopt(std::vector<float> params, uint64_t step) {

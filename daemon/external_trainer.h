@@ -61,6 +61,8 @@ class ExternalTrainer : public Trainer {
   void Permit(uint64_t step, double mesh_step_s = 0) override;
   void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
                bool finished = false, std::optional<uint64_t> final_step = std::nullopt) override;
+  void DeliverChunk(node::MixChunk chunk) override;
+  uint64_t MixChunksDropped() const override { return mixer_->dropped(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int) override {}  // the trainer process decides when it publishes
@@ -78,6 +80,9 @@ class ExternalTrainer : public Trainer {
   struct Conn;
   struct Shm {
     std::string path;  // empty once unlinked
+    // The mapping; work on the thread pool holds a reference, so a trainer that detaches while a
+    // copy or a mix runs does not unmap the memory under it.
+    std::shared_ptr<void> map;
     float* data = nullptr;
     size_t floats = 0;
   };
@@ -136,8 +141,27 @@ class ExternalTrainer : public Trainer {
   // node no longer holds (a fresh 4 MB allocation per step costs more than the copy: page
   // faults). False when a value is not finite.
   bool CopySnapshot(std::shared_ptr<std::vector<float>>* out);
+  // The buffer the next published snapshot is copied into: one nobody but this trainer holds.
+  // Small models keep up to three (a fresh allocation per step costs more than the copy); a
+  // model above kOneSnapshotFloats keeps one (issue 31: memory is the shared memory, one
+  // snapshot in flight and the running sum), so while the node still sends it a PUBLISH makes
+  // no new snapshot (nullptr) and the next round takes the first PUBLISH after this one.
+  std::shared_ptr<std::vector<float>> SnapshotBuffer();
+  void FinishPublish(Conn* c, uint32_t seq, uint64_t step,
+                     std::shared_ptr<std::vector<float>> snap);
   std::vector<std::shared_ptr<std::vector<float>>> pool_;
+  // Work proportional to the model (the PUBLISH copy, the MIX) runs on libuv's thread pool
+  // (issue 31: the loop never blocks); the trainer waits for its reply meanwhile, and a request
+  // that arrives before it is refused (one request at a time).
+  bool job_ = false;
+  uint64_t conn_gen_ = 0;                              // bumped when the trainer detaches
+  std::shared_ptr<int> life_ = std::make_shared<int>(0);  // expired: the trainer is gone
+  std::shared_ptr<ChunkMixer> mixer_ = std::make_shared<ChunkMixer>();
   std::shared_ptr<const std::vector<float>> latest_;  // newest published (or adopted) model
+ public:
+  static constexpr size_t kOneSnapshotFloats = size_t{4} << 20;  // 16 MB
+
+ private:
   uint64_t latest_step_ = 0;
   bool target_reached_ = false;
   TrainerState state_;

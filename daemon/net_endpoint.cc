@@ -56,11 +56,31 @@ void NetEndpoint::Connect(node::ConnId id, const std::string& to_addr) {
 }
 
 void NetEndpoint::SendFrame(node::ConnId conn, const gossip::Frame& msg) {
-  if (TcpHub::ConnId hid = HubId(conn)) tcp_->Send(hid, codec_->EncodeFrame(msg));
+  TcpHub::ConnId hid = HubId(conn);
+  if (hid == 0) return;
+  if (streamer_ != nullptr && streamer_->Streaming(hid)) {
+    streamer_->After(hid, codec_->EncodeFrame(msg));  // after the snapshot on its way
+  } else {
+    tcp_->Send(hid, codec_->EncodeFrame(msg));
+  }
+}
+
+void NetEndpoint::SendParams(const node::SendParams& s) {
+  if (streamer_ == nullptr) return node::Endpoint::SendParams(s);
+  if (TcpHub::ConnId hid = HubId(s.conn)) streamer_->Start(hid, s);
 }
 
 void NetEndpoint::Close(node::ConnId conn, bool abort) {
-  if (TcpHub::ConnId hid = HubId(conn)) abort ? tcp_->Abort(hid) : tcp_->Close(hid);
+  TcpHub::ConnId hid = HubId(conn);
+  if (hid == 0) return;
+  if (abort) {
+    if (streamer_ != nullptr) streamer_->Cancel(hid);
+    tcp_->Abort(hid);
+  } else if (streamer_ != nullptr) {
+    streamer_->CloseAfter(hid);  // after a snapshot on its way
+  } else {
+    tcp_->Close(hid);
+  }
 }
 
 }  // namespace meshtrain::daemon

@@ -13,6 +13,7 @@
 #include <map>
 
 #include "daemon/link_prober.h"
+#include "daemon/param_streamer.h"
 #include "gossip/codec.h"
 #include "gossip/transport.h"
 #include "node/endpoint.h"
@@ -31,11 +32,14 @@ class NetEndpoint : public node::Endpoint {
   void SendDatagram(const std::string& to, const gossip::Datagram& msg) override;
   void Connect(node::ConnId conn, const std::string& to) override;
   void SendFrame(node::ConnId conn, const gossip::Frame& msg) override;
+  // Streamed by the ParamStreamer when one is set (issue 31), else encoded at once.
+  void SendParams(const node::SendParams& s) override;
   void Close(node::ConnId conn, bool abort) override;
   void ProbeLink(const node::ProbeLink& probe) override {
     if (prober_ != nullptr) prober_->Send(probe);
   }
   void set_prober(LinkProber* prober) { prober_ = prober; }
+  void set_streamer(ParamStreamer* streamer) { streamer_ = streamer; }
 
   // Aborts connection `conn` (a node id) at once, e.g. after a bad reply.
   void Abort(node::ConnId conn) { Close(conn, true); }
@@ -58,6 +62,7 @@ class NetEndpoint : public node::Endpoint {
   bool connect_failed_ = false;
   uint64_t oversize_drops_ = 0;
   LinkProber* prober_ = nullptr;
+  ParamStreamer* streamer_ = nullptr;
 };
 
 }  // namespace meshtrain::daemon

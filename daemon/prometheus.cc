@@ -60,6 +60,28 @@ void PromWriter::Sample(const std::string& name, double value, const Labels& lab
   out_ += ' ' + FormatValue(value) + '\n';
 }
 
+namespace {
+
+template <size_t N>
+void Histogram(PromWriter* w, const char* name, const char* help,
+               const std::array<double, N>& bounds, const std::array<uint64_t, N>& counts,
+               uint64_t count, double sum) {
+  w->Family(name, "histogram", help);
+  const std::string bucket = std::string(name) + "_bucket";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < N; ++i) {
+    cumulative += counts[i];
+    char le[32];
+    std::snprintf(le, sizeof(le), "%g", bounds[i]);
+    w->Sample(bucket, static_cast<double>(cumulative), {{"le", le}});
+  }
+  w->Sample(bucket, static_cast<double>(count), {{"le", "+Inf"}});
+  w->Sample(std::string(name) + "_sum", sum);
+  w->Sample(std::string(name) + "_count", static_cast<double>(count));
+}
+
+}  // namespace
+
 std::string RenderPrometheus(const PromInputs& in) {
   const json& s = in.status;
   PromWriter w;
@@ -92,20 +114,12 @@ std::string RenderPrometheus(const PromInputs& in) {
         "Test accuracy (ratio) at the last evaluation (NaN before the first).");
   gauge("meshtrain_train_loss", "train_loss", "Moving average of minibatch training losses.");
 
-  w.Family("meshtrain_barrier_wait_seconds", "histogram",
-           "Time the trainer waited for the barrier before each step.");
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < WaitHistogram::kBounds.size(); ++i) {
-    cumulative += in.wait.counts[i];
-    char le[32];
-    std::snprintf(le, sizeof(le), "%g", WaitHistogram::kBounds[i]);
-    w.Sample("meshtrain_barrier_wait_seconds_bucket", static_cast<double>(cumulative),
-             {{"le", le}});
-  }
-  w.Sample("meshtrain_barrier_wait_seconds_bucket", static_cast<double>(in.wait.count),
-           {{"le", "+Inf"}});
-  w.Sample("meshtrain_barrier_wait_seconds_sum", in.wait.sum);
-  w.Sample("meshtrain_barrier_wait_seconds_count", static_cast<double>(in.wait.count));
+  Histogram(&w, "meshtrain_barrier_wait_seconds",
+            "Time the trainer waited for the barrier before each step.", WaitHistogram::kBounds,
+            in.wait.counts, in.wait.count, in.wait.sum);
+  Histogram(&w, "meshtrain_loop_lag_seconds",
+            "How late the event loop's 20 ms tick fired: the longest the loop was busy.",
+            LagHistogram::kBounds, in.loop_lag.counts, in.loop_lag.count, in.loop_lag.sum);
 
   counter("meshtrain_sent_bytes_total", "bytes_sent", "Bytes sent (UDP and TCP, all traffic).");
   counter("meshtrain_received_bytes_total", "bytes_received",

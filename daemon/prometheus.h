@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/loop_monitor.h"
 #include "daemon/trainer.h"
 #include "membership/swim.h"
 
@@ -33,6 +34,7 @@ struct PromInputs {
   nlohmann::json status;  // StatusJson(...)
   std::vector<membership::Member> members;
   WaitHistogram wait;
+  LagHistogram loop_lag;
   std::map<int, uint64_t> http_responses;  // status code -> count
   std::string version;
 };

@@ -81,6 +81,24 @@ json MembersJson(const std::vector<membership::Member>& members) {
   return {{"members", arr}};
 }
 
+namespace {
+
+// Issue 31: how late the loop's 20 ms tick fired (p50/p99/max over the last minute, max since
+// start) and the most CPU the loop thread used between two ticks.
+json LoopJson(const StatusInputs& in) {
+  if (!in.loop) return nullptr;
+  const LoopStats& l = *in.loop;
+  return {{"lag_p50_ms", l.lag_p50_ms},
+          {"lag_p99_ms", l.lag_p99_ms},
+          {"lag_max_ms", l.lag_max_ms},
+          {"lag_max_ever_ms", l.lag_max_ever_ms},
+          {"tick_cpu_max_ms", l.tick_cpu_max_ms},
+          {"ticks", l.ticks},
+          {"ticks_late_50ms", l.ticks_late_50ms}};
+}
+
+}  // namespace
+
 json StatusJson(const StatusInputs& in) {
   const node::Node& n = in.node;
   const TrainerState st = in.trainer.value_or(TrainerState{});
@@ -172,7 +190,13 @@ json StatusJson(const StatusInputs& in) {
           {"rejected_by_reason", rejected},
           {"health_score", n.HealthScore()},
           {"incarnation", n.Incarnation()},
-          {"uptime_s", in.uptime_s}};
+          {"uptime_s", in.uptime_s},
+          {"loop", LoopJson(in)},
+          {"param_streams",
+           {{"active", in.streams_active},
+            {"chunks_encoded", in.chunks_encoded},
+            {"chunks_sent", in.chunks_sent},
+            {"mix_chunks_dropped", in.mix_chunks_dropped}}}};
 }
 
 }  // namespace meshtrain::daemon

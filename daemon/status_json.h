@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "daemon/config.h"
+#include "daemon/loop_monitor.h"
 #include "daemon/metrics.h"
 #include "daemon/trainer.h"
 #include "gossip/messages.h"
@@ -45,6 +46,11 @@ struct StatusInputs {
   uint64_t probe_trains_queued = 0;     // of those, unmeasurable (queued behind a backlog)
   uint64_t probe_rejects = 0;           // probe datagrams dropped (daemon/link_prober.h)
   double uptime_s = 0;
+  std::optional<LoopStats> loop;   // event-loop responsiveness (daemon/loop_monitor.h)
+  uint64_t streams_active = 0;     // parameter snapshots being streamed (daemon/param_streamer.h)
+  uint64_t chunks_encoded = 0;     // chunk encodings (one per chunk per round when shared)
+  uint64_t chunks_sent = 0;        // chunk frames queued on connections
+  uint64_t mix_chunks_dropped = 0;  // incoming chunks the mixer's queue had no room for
 };
 
 nlohmann::json StatusJson(const StatusInputs& in);

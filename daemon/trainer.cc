@@ -94,6 +94,17 @@ void BuiltinTrainer::Deliver(const std::string& from, std::vector<float> params,
   inbox_[from] = Incoming{std::move(params), step, finished, final_step};
 }
 
+void BuiltinTrainer::DeliverChunk(node::MixChunk chunk) {
+  if (chunk.total != num_params_) return;
+  uint64_t ours = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ours = state_.step;
+  }
+  const double w = learn::MixWeight(ours, chunk.step);
+  mixer_.Push(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.data), w);
+}
+
 void BuiltinTrainer::Adopt(std::vector<float> params, uint64_t step) {
   if (params.size() != num_params_ || !learn::ParamsFinite(params.data(), params.size())) return;
   {
@@ -336,6 +347,7 @@ void BuiltinTrainer::Run() {
       if (adopt_) {
         // Join with state: the peer's model replaces ours before our first step.
         SetParams(adopt_->params);
+        mixer_.Clear();
         task_->set_steps(static_cast<int64_t>(adopt_->step));
         state_.step = adopt_->step;
         adopt_.reset();
@@ -358,6 +370,7 @@ void BuiltinTrainer::Run() {
       // of this round are dropped) and evaluate it now. Falling short of the target (other test
       // data), this node trains on from it.
       SetParams(final_model->params);
+      mixer_.Clear();
       {
         std::lock_guard<std::mutex> lock(mu_);
         state_.mixes += 1;
@@ -374,6 +387,11 @@ void BuiltinTrainer::Run() {
         weights.push_back(learn::MixWeight(step, in.step));
       }
       learn::MixWeighted(task_->params(), others, weights);
+    }
+    size_t chunk_mixed = 0;
+    if (!final_model) {
+      Eigen::VectorXf& x = task_->params();
+      chunk_mixed = mixer_.Apply(x.data(), static_cast<size_t>(x.size()));
     }
     float loss = 0;
     const double compute = TimedStep(&loss);
@@ -404,7 +422,7 @@ void BuiltinTrainer::Run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       state_.step = done;
-      state_.mixes += incoming.size();
+      state_.mixes += incoming.size() + chunk_mixed;
       state_.compute_s += compute;
       state_.step_compute_s =
           state_.step_compute_s == 0 ? compute : 0.8 * state_.step_compute_s + 0.2 * compute;

@@ -27,12 +27,14 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/chunk_mixer.h"
 #include "daemon/config.h"
 #include "learn/checkpoint.h"
 #include "learn/mixing.h"
 #include "learn/model_file.h"
 #include "learn/status.h"
 #include "learn/task.h"
+#include "node/node.h"
 
 namespace meshtrain::daemon {
 
@@ -228,6 +230,9 @@ class Trainer {
   virtual void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
                        bool finished = false,
                        std::optional<uint64_t> final_step = std::nullopt) = 0;
+  // One chunk of a peer's snapshot (issue 31): folded into the running sum (daemon/chunk_mixer.h)
+  // that the next step boundary mixes in, with the progress-aware weight of chunk.step.
+  virtual void DeliverChunk(node::MixChunk chunk) = 0;
   // Join with state: before the first step, take over `params` and continue after `step`
   // (the loop permits step + 1 next).
   virtual void Adopt(std::vector<float> params, uint64_t step) = 0;
@@ -245,6 +250,8 @@ class Trainer {
   // Writes the current parameters as a model file (learn/model_file.h). Only while stopped.
   // OK without writing when there is no layer spec.
   virtual learn::Status WriteFinalModel(const std::string& path) = 0;
+  // Incoming chunks the running sum's queue had no room for (status param_streams).
+  virtual uint64_t MixChunksDropped() const { return 0; }
   // Inputs of this trainer rejected, by reason (merged into status rejected_by_reason).
   virtual std::map<std::string, uint64_t> Rejects() const { return {}; }
 };
@@ -263,6 +270,8 @@ class BuiltinTrainer : public Trainer {
   void Permit(uint64_t step, double mesh_step_s = 0) override;
   void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
                bool finished = false, std::optional<uint64_t> final_step = std::nullopt) override;
+  void DeliverChunk(node::MixChunk chunk) override;
+  uint64_t MixChunksDropped() const override { return mixer_.dropped(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int steps) override;
@@ -331,6 +340,7 @@ class BuiltinTrainer : public Trainer {
     std::optional<uint64_t> final_step;  // the sender's final model, at this step of its own
   };
   std::map<std::string, Incoming> inbox_;
+  ChunkMixer mixer_;    // streamed chunks of peers' snapshots
   FinalModels finals_;  // trainer thread, under mu_
   std::optional<Incoming> adopt_;
   std::optional<Snapshot> outbox_;

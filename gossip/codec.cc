@@ -168,7 +168,8 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
   return {
       w::Body::ParamChunk,
       w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
-                          c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx, c.final)
+                          c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx, c.final,
+                          c.keyed)
           .Union()};
 }
 
@@ -408,6 +409,7 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   CopyVector(c->scales(), &out->scales);
   CopyVector(c->idx(), &out->idx);
   out->final = c->final();
+  out->keyed = c->keyed();
   out->wire_bytes = ChunkWireBytes(*out);
   out->count = c->count();
   if (out->count == 0 && out->encoding == 0) {

@@ -134,9 +134,9 @@ void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float
   switch (kind) {
     case Encoding::kFp16:
       c->half.resize(n);
-      for (uint32_t i = 0; i < n; ++i) {
-        c->half[i] = FloatToHalf(v[i]);
-        decoded[i] = HalfToFloat(c->half[i]);
+      for (uint32_t i = 0; i < n; ++i) c->half[i] = FloatToHalf(v[i]);
+      if (decoded != nullptr) {
+        for (uint32_t i = 0; i < n; ++i) decoded[i] = HalfToFloat(c->half[i]);
       }
       return;
     case Encoding::kInt8: {
@@ -153,7 +153,7 @@ void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float
           const float r = std::nearbyint(v[i] * inv);
           const int8_t qv = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
           c->q[i] = qv;
-          decoded[i] = static_cast<float>(qv) * scale;
+          if (decoded != nullptr) decoded[i] = static_cast<float>(qv) * scale;
         }
       }
       return;
@@ -161,7 +161,7 @@ void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float
     default:
       c->encoding = static_cast<uint8_t>(Encoding::kNone);
       c->data.assign(v, v + n);
-      std::copy(v, v + n, decoded);
+      if (decoded != nullptr) std::copy(v, v + n, decoded);
       return;
   }
 }
@@ -239,6 +239,45 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
     out.chunks.push_back(std::move(c));
   }
   return out;
+}
+
+bool Streamable(const CompressSpec& spec) { return spec.kind != Encoding::kTopK; }
+
+uint32_t StreamChunks(uint32_t total, uint32_t chunk_floats) {
+  chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
+  return static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
+}
+
+ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index,
+                             const CompressSpec& spec, uint64_t round, uint64_t step,
+                             uint32_t chunk_floats) {
+  chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
+  uint32_t n = 0;
+  ParamChunk c = ParamChunkHeader(round, step, index, total, chunk_floats, &n);
+  const Encoding kind = Streamable(spec) ? spec.kind : Encoding::kInt8;
+  EncodeDense(params + c.offset, n, kind, &c, nullptr);
+  if (c.encoding == static_cast<uint8_t>(Encoding::kNone)) c.count = n;
+  return c;
+}
+
+uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec, uint32_t chunk_floats) {
+  chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
+  const uint32_t chunks = StreamChunks(total, chunk_floats);
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < chunks; ++i) {
+    const uint32_t n = std::min(chunk_floats, total - i * chunk_floats);
+    switch (Streamable(spec) ? spec.kind : Encoding::kInt8) {
+      case Encoding::kFp16:
+        bytes += uint64_t{n} * sizeof(uint16_t);
+        break;
+      case Encoding::kInt8:
+        bytes += n + uint64_t{Blocks(n)} * sizeof(float);
+        break;
+      default:
+        bytes += uint64_t{n} * sizeof(float);
+    }
+  }
+  return bytes;
 }
 
 namespace {

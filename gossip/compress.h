@@ -60,6 +60,23 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
                                uint64_t round, uint64_t step, uint64_t base,
                                uint32_t chunk_floats = kParamChunkFloats);
 
+// Streamed full snapshots (issue 31): a transfer whose chunks are encoded one at a time, as the
+// connection drains, from one shared snapshot, so no encoded copy of the whole model exists and
+// every receiver gets the same bytes. none, fp16 and int8 stream (each chunk is encoded on its
+// own); top-k does not (its threshold is over the whole change, against a per-receiver
+// reference: EncodeTransfer). Streamed chunks are unkeyed: the receiver keeps no reference and
+// mixes them as they arrive; quantization error does not accumulate, as every transfer carries
+// the whole model rather than a change.
+bool Streamable(const CompressSpec& spec);
+uint32_t StreamChunks(uint32_t total, uint32_t chunk_floats = kParamChunkFloats);
+// Chunk `index` of the snapshot `params[0, total)`, encoded with spec (top-k: int8).
+ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index,
+                             const CompressSpec& spec, uint64_t round, uint64_t step,
+                             uint32_t chunk_floats = kParamChunkFloats);
+// Payload bytes (ChunkWireBytes) of all the chunks of such a transfer.
+uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec,
+                         uint32_t chunk_floats = kParamChunkFloats);
+
 // Payload bytes of one chunk as sent (what the codec writes besides the fixed header fields).
 uint64_t ChunkWireBytes(const ParamChunk& c);
 

@@ -259,7 +259,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     return std::nullopt;
   }
   seen_[c.chunk] = true;
-  keyed_ = keyed_ || c.base != 0 || c.encoding != 0;
+  keyed_ = keyed_ || c.base != 0 || c.keyed;
   final_ = final_ || c.final;
   ++received_;
   std::copy(c.data.begin(), c.data.end(), params_.begin() + c.offset);

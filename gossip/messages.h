@@ -84,6 +84,9 @@ struct ParamChunk {
   std::vector<float> scales;   // int8
   std::vector<uint32_t> idx;   // topk: indices into the chunk, with their values in `data`
   bool final = false;          // the sender's final model (appended field; every chunk of it)
+  // The sender keeps a reference of this transfer (top-k); the receiver keeps one too. Unkeyed
+  // full snapshots are mixed chunk by chunk (appended field).
+  bool keyed = false;
   uint64_t wire_bytes = 0;     // set by the receiver's codec: payload bytes as received
 };
 

@@ -248,7 +248,10 @@ struct TcpHub::Conn {
   FrameFn on_frame;
   CloseFn on_close;
   std::unique_ptr<FrameDecoder> decoder;
-  std::deque<Bytes> pending;  // frame payloads queued (the header is added at write time)
+  // Frame payloads queued (the header is added at write time); shared, so one encoded parameter
+  // chunk can go to every receiver of a round without a copy per receiver.
+  std::deque<std::shared_ptr<const Bytes>> pending;
+  size_t queued_bytes = 0;  // pending plus written but not yet completed
   bool connected = false;
   bool read_paused = false;  // downlink limit in debt
   bool closing = false;
@@ -267,7 +270,7 @@ namespace {
 struct TcpWrite {
   uv_write_t req;
   uint8_t header[kFrameHeaderBytes];  // the frame's length prefix, written before `data`
-  Bytes data;
+  std::shared_ptr<const Bytes> data;
   TcpHub* hub;
   TcpHub::ConnId id;
 };
@@ -423,12 +426,24 @@ void TcpHub::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
 }
 
 bool TcpHub::Send(ConnId id, Bytes payload) {
+  return Send(id, std::make_shared<const Bytes>(std::move(payload)));
+}
+
+bool TcpHub::Send(ConnId id, std::shared_ptr<const Bytes> payload) {
   auto it = conns_.find(id);
-  if (it == conns_.end() || it->second->closing || it->second->close_when_flushed) return false;
+  if (it == conns_.end() || it->second->closing || it->second->close_when_flushed || !payload) {
+    return false;
+  }
   Conn* c = it->second;
+  c->queued_bytes += kFrameHeaderBytes + payload->size();
   c->pending.push_back(std::move(payload));
   if (c->connected) Flush(c);
   return true;
+}
+
+size_t TcpHub::QueuedBytes(ConnId id) const {
+  auto it = conns_.find(id);
+  return it == conns_.end() ? 0 : it->second->queued_bytes;
 }
 
 double TcpHub::NowSeconds() const { return static_cast<double>(uv_hrtime()) / 1e9; }
@@ -489,7 +504,7 @@ void TcpHub::Flush(Conn* c) {
       SchedulePacer(wait);
       return;
     }
-    up_.Charge(NowSeconds(), static_cast<double>(kFrameHeaderBytes + c->pending.front().size()));
+    up_.Charge(NowSeconds(), static_cast<double>(kFrameHeaderBytes + c->pending.front()->size()));
     auto* w = new TcpWrite;
     w->data = std::move(c->pending.front());
     c->pending.pop_front();
@@ -497,11 +512,12 @@ void TcpHub::Flush(Conn* c) {
     w->id = c->id;
     // Header and payload go out as two buffers of one write: the payload (a parameter chunk is
     // ~1 MB) is not copied into a framed buffer first.
-    EncodeFrameHeader(w->data.size(), w->header);
+    EncodeFrameHeader(w->data->size(), w->header);
+    // libuv only reads the buffers it is given.
     uv_buf_t b[2] = {uv_buf_init(reinterpret_cast<char*>(w->header), kFrameHeaderBytes),
-                     uv_buf_init(reinterpret_cast<char*>(w->data.data()),
-                                 static_cast<unsigned>(w->data.size()))};
-    const size_t n = kFrameHeaderBytes + w->data.size();
+                     uv_buf_init(reinterpret_cast<char*>(const_cast<uint8_t*>(w->data->data())),
+                                 static_cast<unsigned>(w->data->size()))};
+    const size_t n = kFrameHeaderBytes + w->data->size();
     int rc = uv_write(
         &w->req, reinterpret_cast<uv_stream_t*>(c->tcp), b, 2, [](uv_write_t* r, int status) {
           std::unique_ptr<TcpWrite> wr(reinterpret_cast<TcpWrite*>(r));
@@ -510,6 +526,7 @@ void TcpHub::Flush(Conn* c) {
           if (it == wr->hub->conns_.end()) return;
           Conn* conn = it->second;
           conn->writes_in_flight--;
+          conn->queued_bytes -= kFrameHeaderBytes + wr->data->size();
           if (status != 0) {
             conn->hub->Finish(conn, status);
             return;
@@ -517,6 +534,12 @@ void TcpHub::Flush(Conn* c) {
           conn->hub->Touch(conn);
           if (conn->close_when_flushed && conn->writes_in_flight == 0 && conn->pending.empty()) {
             conn->hub->Finish(conn, 0);
+            return;
+          }
+          TcpHub* hub = conn->hub;
+          const ConnId id = conn->id;
+          if (hub->on_drain_) {
+            Guarded("tcp drain", &hub->callback_exceptions_, [&] { hub->on_drain_(id); });
           }
         });
     if (rc != 0) {
@@ -576,6 +599,7 @@ void TcpHub::Finish(Conn* c, int status) {
   c->tcp = nullptr;
   c->idle = nullptr;
   if (on_close) Guarded("tcp close", &callback_exceptions_, [&] { on_close(id, status); });
+  if (on_closed_) Guarded("tcp close", &callback_exceptions_, [&] { on_closed_(id); });
 }
 
 void TcpHub::CloseAll() {

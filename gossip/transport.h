@@ -158,6 +158,14 @@ class TcpHub {
   ConnId Connect(const NetAddr& addr, FrameFn on_frame, CloseFn on_close);
   // Queues one frame. False if the connection is unknown or closing.
   bool Send(ConnId id, Bytes payload);
+  // The same for a payload shared with other connections (sent as is, never copied).
+  bool Send(ConnId id, std::shared_ptr<const Bytes> payload);
+  // Bytes queued on `id` and not yet handed to the kernel (frames and their headers).
+  size_t QueuedBytes(ConnId id) const;
+  // Called after every completed write of a connection that stays open (a producer that keeps
+  // QueuedBytes() bounded sends its next frames then), and after any connection closed.
+  void SetDrainObserver(std::function<void(ConnId)> fn) { on_drain_ = std::move(fn); }
+  void SetCloseObserver(std::function<void(ConnId)> fn) { on_closed_ = std::move(fn); }
   // Closes once queued writes have flushed (graceful); Abort closes at once.
   void Close(ConnId id);
   void Abort(ConnId id);
@@ -196,6 +204,7 @@ class TcpHub {
 
   uv_loop_t* loop_;
   TcpOptions options_;
+  std::function<void(ConnId)> on_drain_, on_closed_;
   ConnId next_id_ = 1;
   std::unordered_map<ConnId, Conn*> conns_;
   std::vector<Listener*> listeners_;

@@ -11,6 +11,8 @@ std::vector<Output> RouteNetwork(std::vector<Output> outputs, Endpoint& endpoint
       endpoint.Connect(c->conn, c->to);
     } else if (auto* f = std::get_if<SendFrame>(&o)) {
       endpoint.SendFrame(f->conn, f->msg);
+    } else if (auto* sp = std::get_if<SendParams>(&o)) {
+      endpoint.SendParams(*sp);
     } else if (auto* cl = std::get_if<Close>(&o)) {
       endpoint.Close(cl->conn, cl->abort);
     } else if (auto* p = std::get_if<ProbeLink>(&o)) {
@@ -20,6 +22,55 @@ std::vector<Output> RouteNetwork(std::vector<Output> outputs, Endpoint& endpoint
     }
   }
   return rest;
+}
+
+std::vector<gossip::Frame> Endpoint::ParamFrames(const node::SendParams& s) {
+  std::vector<gossip::Frame> frames;
+  if (!s.params || s.params->empty() || s.params->size() > UINT32_MAX) return frames;
+  const auto total = static_cast<uint32_t>(s.params->size());
+  const uint32_t chunks = gossip::StreamChunks(total, s.chunk_floats);
+  frames.reserve(chunks);
+  for (uint32_t i = 0; i < chunks; ++i) {
+    gossip::Frame f;
+    f.sender = s.sender;
+    gossip::ParamChunk c = gossip::EncodeStreamChunk(s.params->data(), total, i, s.spec, s.round,
+                                                     s.step, s.chunk_floats);
+    c.final = s.final;
+    f.body = std::move(c);
+    frames.push_back(std::move(f));
+  }
+  return frames;
+}
+
+void Endpoint::SendParams(const node::SendParams& s) {
+  for (const gossip::Frame& f : ParamFrames(s)) SendFrame(s.conn, f);
+}
+
+std::optional<Mix> WholeModels::Add(MixChunk& m) {
+  Partial& p = partial_[m.from];
+  if (p.params.size() != m.total || p.round != m.round) {
+    p = Partial{m.round, 0, std::vector<float>(m.total, 0.0f)};
+  }
+  if (uint64_t{m.offset} + m.data.size() > p.params.size()) return std::nullopt;
+  std::copy(m.data.begin(), m.data.end(), p.params.begin() + m.offset);
+  p.covered += m.data.size();
+  if (p.covered < p.params.size()) return std::nullopt;
+  Mix mix{m.from, m.step, std::move(p.params), m.finished, false, 0};
+  partial_.erase(m.from);
+  return mix;
+}
+
+std::vector<Output> WholeModels::Apply(std::vector<Output> outputs) {
+  std::vector<Output> out;
+  out.reserve(outputs.size());
+  for (auto& o : outputs) {
+    if (auto* m = std::get_if<MixChunk>(&o)) {
+      if (auto mix = Add(*m)) out.push_back(std::move(*mix));
+    } else {
+      out.push_back(std::move(o));
+    }
+  }
+  return out;
 }
 
 }  // namespace meshtrain::node

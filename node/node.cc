@@ -636,6 +636,8 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
 
 void Node::OnClosed(const ConnClosed& in, TimeMs now) {
   serving_.erase(in.conn);
+  state_waiters_.erase(std::remove(state_waiters_.begin(), state_waiters_.end(), in.conn),
+                       state_waiters_.end());
   if (fetch_.phase == Fetch::kWaiting && in.conn == fetch_.conn) return OnStateClosed(now);
   if (incoming_.count(in.conn) > 0) return EndIncoming(in.conn, now);
   if (auto it = pushpulls_.find(in.conn); it != pushpulls_.end()) {

@@ -199,6 +199,21 @@ struct Close {
   ConnId conn;
   bool abort = false;  // reset instead of an orderly close
 };
+// Stream a full snapshot on `conn` as the chunk frames of one transfer (issue 31): the driver
+// encodes chunk after chunk (gossip::EncodeStreamChunk) as the connection drains, off its event
+// loop, from the one shared snapshot, so no encoded copy of the whole model is ever made and all
+// receivers of a round get the same bytes. Frames that follow on `conn` (a Close) go after the
+// last chunk. Endpoint::SendParams's default expands it into SendFrames at once.
+struct SendParams {
+  ConnId conn;
+  std::string sender;  // Frame::sender
+  std::shared_ptr<const std::vector<float>> params;
+  uint64_t round = 0;
+  uint64_t step = 0;
+  bool final = false;
+  gossip::CompressSpec spec;  // Streamable(): none, fp16 or int8
+  uint32_t chunk_floats = gossip::kParamChunkFloats;
+};
 // Send a probe train of `packets` datagrams to the membership address `to`; the report comes
 // back as ProbeResult{id} (or never: the node gives up after a few seconds).
 struct ProbeLink {
@@ -224,6 +239,21 @@ struct Mix {
   // offered again every 200 ms).
   bool final_model = false;
   uint64_t sender_step = 0;
+};
+// One chunk of a peer's snapshot, floats [offset, offset + data.size()) of a model of `total`,
+// to fold into the trainer's running sum as it arrives (issue 31: no whole model per sender is
+// ever assembled). `step` is the weight step as in Mix (ours when the sender finished). The
+// transfer's ParamsReceived follows its last chunk; a transfer broken off leaves the chunks that
+// came mixed, which is still an average per coordinate. Final models and top-k transfers come
+// whole, as Mix.
+struct MixChunk {
+  std::string from;
+  uint64_t round = 0;  // the sender's transfer
+  uint64_t step = 0;
+  bool finished = false;
+  uint32_t total = 0;
+  uint32_t offset = 0;
+  std::vector<float> data;
 };
 // Solve a SELMCAST plan (off the loop thread in the daemon) and answer with PlanResult{id}.
 struct PlanRequest {
@@ -287,7 +317,8 @@ struct JoinGaveUp {
 
 using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
                             MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
-                            MembershipChanged, AdoptState, RetryJoin, JoinGaveUp, ProbeLink>;
+                            MembershipChanged, AdoptState, RetryJoin, JoinGaveUp, ProbeLink,
+                            SendParams, MixChunk>;
 
 // ---- Counters and state for status --------------------------------------------------------------
 
@@ -430,6 +461,10 @@ class Node {
   void OnStateClosed(TimeMs now);
   void ServeState(ConnId conn, const std::string& from);
   void ServeFinal(TimeMs now);
+  // Streams latest_ to a joiner's state request on `conn`, then closes it.
+  void SendState(ConnId conn);
+  // Drops latest_ when no round, pending round or final model needs it.
+  void ReleaseSnapshot();
 
   NodeConfig config_;
   std::unique_ptr<membership::Swim> swim_;
@@ -477,7 +512,22 @@ class Node {
   } plan_cache_;
   std::string awaiting_view_;
   uint64_t awaiting_epoch_ = 0;
-  std::map<std::string, gossip::ParamAssembler> assemblers_;
+  std::map<std::string, gossip::ParamAssembler> assemblers_;  // final models, top-k transfers
+  // Streamed (unkeyed, not final) transfers being received, per sender: which chunks came.
+  struct InStream {
+    uint64_t round = 0;
+    uint32_t chunks = 0;
+    uint32_t total = 0;
+    uint32_t got = 0;
+    std::vector<bool> seen;
+  };
+  std::map<std::string, InStream> in_streams_;
+  // Handles a chunk of a streamed transfer; false when it is malformed.
+  bool OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
+                     TimeMs now);
+  // The transfer from `sender` on `conn` is complete: acknowledge it, note the sender's progress.
+  void CompleteIncoming(ConnId conn, const std::string& sender, uint64_t round, uint64_t step,
+                        TimeMs now);
   std::map<std::string, Reference> tx_refs_;  // per receiver: what it holds of our model
   std::map<std::string, Reference> rx_refs_;  // per sender: our copy of what it last sent
   std::map<ConnId, uint64_t> incoming_;       // parameter connections being received: bytes so far
@@ -492,7 +542,10 @@ class Node {
   std::map<std::string, DataConn> data_conns_;     // receiver -> its open connection
   std::map<ConnId, std::string> data_conn_peers_;  // the same, by connection
   // The newest snapshot of our model (served to joiners; the final one to peers still training).
+  // Held only while a round, a pending round or a state transfer uses it, or when final: a large
+  // model's trainer reuses the one snapshot buffer once nobody holds it (issue 31).
   std::shared_ptr<const std::vector<float>> latest_;
+  std::vector<ConnId> state_waiters_;  // joiners' state requests waiting for a snapshot
   uint64_t latest_step_ = 0;
   bool final_ = false;
   TimeMs final_serve_at_ = sync::kNoDeadline;

@@ -24,6 +24,8 @@ void Node::OnSnapshot(SnapshotIn s, TimeMs now) {
     final_serve_at_ = now + config_.final_serve_interval_ms;
   }
   pending_ = std::move(s);
+  for (ConnId conn : state_waiters_) SendState(conn);
+  state_waiters_.clear();
   StartRound(now);
 }
 
@@ -117,7 +119,7 @@ void Node::StartRound(TimeMs now) {
     const std::vector<std::string>& candidates = Candidates();
     if (candidates.empty()) {
       pending_.reset();
-      return;
+      return ReleaseSnapshot();
     }
     if (pending_->final || config_.select == sync::SelectPolicy::kAll) {
       return SendRound(candidates, now);
@@ -133,7 +135,7 @@ void Node::StartRound(TimeMs now) {
   }
   if (candidates.empty()) {
     pending_.reset();
-    return;
+    return ReleaseSnapshot();
   }
   // The sender is part of the global plan, with the figures its peers see (published ones).
   const ms::Member* self = swim_ ? swim_->Find(config_.name) : nullptr;
@@ -178,7 +180,7 @@ void Node::OnPlan(PlanResult p, TimeMs now) {
   plan_cache_.receivers = std::move(p.receivers);
   if (live.empty()) {
     pending_.reset();
-    return;
+    return ReleaseSnapshot();
   }
   SendRound(std::move(live), now);
 }
@@ -188,16 +190,20 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
   SnapshotIn snap = std::move(*pending_);
   pending_.reset();
   const std::vector<float>& params = *snap.params;
-  if (params.empty() || params.size() > UINT32_MAX) return;
+  if (params.empty() || params.size() > UINT32_MAX) return ReleaseSnapshot();
   const uint64_t id = next_round_++;
-  const bool compress = config_.compress.kind != gossip::Encoding::kNone;
-  // Plain float chunks are the same for every receiver; compressed transfers are keyed per
-  // receiver (the change since what it acknowledged last), so they are encoded per receiver.
-  std::vector<gossip::ParamChunk> shared;
-  if (!compress) shared = gossip::SplitParams(params, id, snap.step, config_.chunk_floats);
+  const auto total = static_cast<uint32_t>(params.size());
+  // none, fp16 and int8 stream one shared snapshot, chunk by chunk, the same bytes to every
+  // receiver (SendParams); top-k transfers are keyed per receiver (the change since what it
+  // acknowledged last), so they are encoded per receiver, whole.
+  const bool streamed = gossip::Streamable(config_.compress);
   const uint32_t chunk_floats =
       std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats);
-  const uint64_t chunks = (params.size() + chunk_floats - 1) / chunk_floats;
+  const uint64_t chunks = gossip::StreamChunks(total, chunk_floats);
+  const uint64_t stream_bytes =
+      streamed ? gossip::StreamWireBytes(total, config_.compress, chunk_floats) +
+                     chunks * kFrameOverheadBytes
+               : 0;
   round_ = std::make_unique<Round>();
   round_->id = id;
   round_->started = now;
@@ -209,18 +215,22 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
     const ConnId conn = DataConnTo(name, peer->data_addr);
     Transfer t;
     t.receiver = name;
-    std::vector<gossip::ParamChunk> own;
-    if (compress) own = EncodeFor(name, params, id, snap.step, &t);
-    std::vector<gossip::ParamChunk>& chunks_out = compress ? own : shared;
     // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck); a
     // connection closed before that (refused, aborted, timed out) loses it.
-    for (auto& c : chunks_out) {
-      c.final = snap.final;
-      t.wire_bytes += gossip::ChunkWireBytes(c) + kFrameOverheadBytes;
-      gossip::Frame f;
-      f.sender = config_.name;
-      f.body = c;
-      Emit(SendFrame{conn, std::move(f)});
+    if (streamed) {
+      t.wire_bytes = stream_bytes;
+      Emit(SendParams{conn, config_.name, snap.params, id, snap.step, snap.final, config_.compress,
+                      chunk_floats});
+    } else {
+      for (auto& c : EncodeFor(name, params, id, snap.step, &t)) {
+        c.final = snap.final;
+        c.keyed = true;
+        t.wire_bytes += gossip::ChunkWireBytes(c) + kFrameOverheadBytes;
+        gossip::Frame f;
+        f.sender = config_.name;
+        f.body = std::move(c);
+        Emit(SendFrame{conn, std::move(f)});
+      }
     }
     round_->transfers[conn] = std::move(t);
     round_->outstanding++;
@@ -228,7 +238,12 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
   if (round_->outstanding == 0) {
     up_.End(now, 0);
     round_.reset();
+    ReleaseSnapshot();
   }
+}
+
+void Node::ReleaseSnapshot() {
+  if (!final_ && !pending_ && !round_) latest_.reset();
 }
 
 // A compressed transfer to `name`: the change since the reference it acknowledged last, or a full
@@ -283,6 +298,7 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
   Emit(RoundDone{round_->delivered, round_->bytes, seconds, round_->raw_bytes});
   round_.reset();
   StartRound(now);
+  ReleaseSnapshot();
 }
 
 // A transfer to a member that failed or left is abandoned at once, so the next round (and with
@@ -354,11 +370,16 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   if (fresh) down_.Begin(now);
   it->second += (chunk.wire_bytes != 0 ? chunk.wire_bytes : chunk.data.size() * sizeof(float)) +
                 kFrameOverheadBytes;
+  if (!chunk.keyed && chunk.base == 0 && !chunk.final) {
+    if (!OnStreamChunk(conn, sender, chunk, now)) {
+      Reject();
+      Emit(Close{conn, true});
+    }
+    return;
+  }
   const uint64_t chunk_round = chunk.round;
   auto model = assemblers_[sender].Add(chunk);
   if (!model) return;
-  gossip::Frame ack;  // the sender's round for this receiver ends with this
-  ack.sender = config_.name;
   if (model->base != 0) {
     // A change against the last snapshot we acknowledged to this sender: add it to our copy.
     auto ref = rx_refs_.find(sender);
@@ -367,6 +388,8 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
       stats_.params_need_full++;
       rx_refs_.erase(sender);
       EndIncoming(conn, now);
+      gossip::Frame ack;  // the sender's round for this receiver ends with this
+      ack.sender = config_.name;
       ack.body = gossip::ParamAckMsg{chunk_round, progress_.step, true};
       Emit(SendFrame{conn, std::move(ack)});
       return;
@@ -378,12 +401,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
     rx_refs_[sender] =
         Reference{chunk_round, 0, std::make_shared<const std::vector<float>>(model->params)};
   }
-  stats_.params_received++;
-  EndIncoming(conn, now);  // the sender's next transfer may use this connection again
-  ack.body = gossip::ParamAckMsg{chunk_round, progress_.step};
-  Emit(SendFrame{conn, std::move(ack)});
-  Emit(ParamsReceived{sender, model->step});
-  if (barrier_->OnProgress(sender, model->step, now)) OnBarrierNews(now);
+  CompleteIncoming(conn, sender, chunk_round, model->step, now);
   // A finished peer's model reached its goal however few steps it took: it mixes at full weight
   // (the step it carries is ours at least), so the last nodes converge with the finished ones.
   // The chunks say so (ParamChunk::final), or membership already knows the sender stopped.
@@ -391,6 +409,52 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   const bool finished = model->final || (peer && !peer->training);
   const uint64_t weight_step = finished ? std::max(model->step, progress_.step) : model->step;
   Emit(Mix{sender, weight_step, std::move(model->params), finished, model->final, model->step});
+}
+
+// A streamed transfer's chunk is mixed as it comes (MixChunk); the transfer is acknowledged when
+// every chunk has come. As ParamAssembler: a newer round discards an unfinished older one, chunk
+// 0 of an older round starts a new transfer (the sender restarted), other chunks of older
+// rounds, duplicates and chunks whose geometry disagrees with their round's first are ignored.
+bool Node::OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& c,
+                         TimeMs now) {
+  // The codec checked 0 < chunks <= total and the slice; a chunk count beyond what the largest
+  // chunks need for `total` would only make the bitmap below large.
+  if (uint64_t{c.chunks} > uint64_t{c.total} ||
+      uint64_t{c.chunks} * gossip::kParamChunkFloats < c.total || c.chunks > (1u << 24)) {
+    return false;
+  }
+  InStream& s = in_streams_[sender];
+  if (c.round < s.round && c.chunk != 0) return true;
+  if (c.round != s.round || s.chunks == 0) {
+    s = InStream{c.round, c.chunks, c.total, 0, std::vector<bool>(c.chunks, false)};
+  }
+  if (c.chunks != s.chunks || c.total != s.total || s.got == s.chunks || s.seen[c.chunk]) {
+    return true;
+  }
+  s.seen[c.chunk] = true;
+  s.got++;
+  const bool complete = s.got == s.chunks;
+  if (complete) s.seen = std::vector<bool>();  // the round stays recorded: late duplicates
+  auto peer = FindPeer(sender);
+  const bool finished = peer && !peer->training;
+  const uint64_t weight_step = finished ? std::max(c.step, progress_.step) : c.step;
+  const uint64_t round = c.round, step = c.step;
+  MixChunk m{sender, round, weight_step, finished, c.total, c.offset, std::move(c.data)};
+  if (complete) CompleteIncoming(conn, sender, round, step, now);
+  Emit(std::move(m));
+  return true;
+}
+
+void Node::CompleteIncoming(ConnId conn, const std::string& sender, uint64_t round,
+                            uint64_t step, TimeMs now) {
+  stats_.params_received++;
+  EndIncoming(conn, now);  // the sender's next transfer may use this connection again
+  gossip::Frame ack;       // the sender's round for this receiver ends with this
+  ack.sender = config_.name;
+  ack.body = gossip::ParamAckMsg{round, progress_.step};
+  Emit(SendFrame{conn, std::move(ack)});
+  Emit(ParamsReceived{sender, step});
+  if (barrier_->OnProgress(sender, step, now)) OnBarrierNews(now);
 }
 
 }  // namespace meshtrain::node

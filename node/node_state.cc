@@ -144,20 +144,28 @@ void Node::OnStateClosed(TimeMs now) {
   if (barrier_waiting_) RunBarrier(now);
 }
 
-// A peer asks for our model (on a connection it opened): the newest snapshot, whole.
+// A peer asks for our model (on a connection it opened): the newest snapshot, whole. Between
+// rounds the node holds no snapshot (the trainer reuses its buffer, issue 31): the request then
+// waits for the next one, which comes within a sync interval.
 void Node::ServeState(ConnId conn, const std::string& from) {
   // Any member we know (a node restarted under its name may still be "failed" here).
   const bool known = swim_ ? swim_->Find(from) != nullptr : FindExternal(from) != nullptr;
-  if (!latest_ || !known) {
+  if (!known || (!latest_ && !config_.training)) {
     Emit(Close{conn, false});
     return;
   }
-  for (auto& c : gossip::SplitParams(*latest_, 1, latest_step_, config_.chunk_floats)) {
-    gossip::Frame f;
-    f.sender = config_.name;
-    f.body = std::move(c);
-    Emit(SendFrame{conn, std::move(f)});
+  if (latest_) return SendState(conn);
+  constexpr size_t kMaxStateWaiters = 16;
+  if (state_waiters_.size() >= kMaxStateWaiters) {
+    Emit(Close{conn, false});
+    state_waiters_.erase(state_waiters_.begin());
   }
+  state_waiters_.push_back(conn);
+}
+
+void Node::SendState(ConnId conn) {
+  Emit(SendParams{conn, config_.name, latest_, 1, latest_step_, false, gossip::CompressSpec{},
+                  std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats)});
   Emit(Close{conn, false});
 }
 

@@ -245,6 +245,15 @@ void NodeSim::Dispatch(uint32_t i, node::Output& out) {
     net_->Send(i, std::move(*d), now_);
   } else if (auto* f = std::get_if<node::SendFrame>(&out)) {
     net_->Send(i, std::move(*f), now_);
+  } else if (auto* sp = std::get_if<node::SendParams>(&out)) {
+    for (auto& frame : node::Endpoint::ParamFrames(*sp)) {
+      net_->Send(i, node::SendFrame{sp->conn, std::move(frame)}, now_);
+    }
+  } else if (auto* mc = std::get_if<node::MixChunk>(&out)) {
+    if (auto whole = wholes_[i].Add(*mc)) {
+      node::Output o = std::move(*whole);
+      Dispatch(i, o);
+    }
   } else if (auto* c = std::get_if<node::Connect>(&out)) {
     net_->Open(i, *c, now_);
   } else if (auto* cl = std::get_if<node::Close>(&out)) {

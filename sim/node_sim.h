@@ -31,6 +31,7 @@
 #include "learn/mixing.h"
 #include "learn/status.h"
 #include "learn/task.h"
+#include "node/endpoint.h"
 #include "node/node.h"
 #include "sim/node_net.h"
 #include "sim/psp_sim.h"
@@ -145,6 +146,7 @@ class NodeSim {
   std::unique_ptr<NodeNet> net_;
   std::vector<std::unique_ptr<node::Node>> nodes_;
   std::vector<Trainer> trainers_;
+  std::map<uint32_t, node::WholeModels> wholes_;  // nodes receiving parameter chunks
   std::vector<uint64_t> steps_;               // trainers' completed steps (for the observer)
   std::vector<uint8_t> live_;                 // not crashed
   std::vector<TimeMs> tick_at_;               // the kTick event each node waits for

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "bench/fuzz/fuzz_common.h"
+#include "node/endpoint.h"
 #include "node/node.h"
 
 using meshtrain::fuzz::PlainCodec;
@@ -145,6 +146,13 @@ struct Checker {
       } else if (auto* f = std::get_if<node::SendFrame>(&o)) {
         FUZZ_CHECK(Known(f->conn));
         (void)PlainCodec().EncodeFrame(f->msg);
+      } else if (auto* sp = std::get_if<node::SendParams>(&o)) {
+        FUZZ_CHECK(Known(sp->conn));
+        for (const auto& frame : node::Endpoint::ParamFrames(*sp)) {
+          (void)PlainCodec().EncodeFrame(frame);
+        }
+      } else if (auto* mc = std::get_if<node::MixChunk>(&o)) {
+        FUZZ_CHECK(mc->total == kParams && mc->offset + mc->data.size() <= kParams);
       } else if (auto* cl = std::get_if<node::Close>(&o)) {
         FUZZ_CHECK(Known(cl->conn));
       } else if (auto* p = std::get_if<node::Permit>(&o)) {

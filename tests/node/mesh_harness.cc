@@ -293,7 +293,7 @@ void Mesh::Execute(size_t i) {
     for (const auto& o : outs) on_output(i, o);
   }
   NodeEndpoint ep(this, i);
-  for (auto& o : node::RouteNetwork(std::move(outs), ep)) {
+  for (auto& o : wholes_[i].Apply(node::RouteNetwork(std::move(outs), ep))) {
     if (auto* pm = std::get_if<node::Permit>(&o)) {
       if (on_permit) on_permit(i, pm->step);
       const uint64_t step = pm->step;

@@ -1,0 +1,99 @@
+#include "daemon/chunk_mixer.h"
+
+#include "daemon/trainer.h"
+
+namespace meshtrain::daemon {
+
+ChunkMixer::ChunkMixer(size_t max_queued_bytes) : max_queued_bytes_(max_queued_bytes) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+ChunkMixer::~ChunkMixer() {
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    stop_ = true;
+  }
+  q_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data,
+                      double w) {
+  const size_t bytes = data.size() * sizeof(float);
+  {
+    std::lock_guard<std::mutex> lock(q_mu_);
+    if (stop_ || queued_bytes_ + bytes > max_queued_bytes_) {
+      dropped_++;
+      return false;
+    }
+    queued_bytes_ += bytes;
+    queue_.push_back(Item{std::move(from), total, offset, std::move(data), w});
+  }
+  q_cv_.notify_one();
+  return true;
+}
+
+void ChunkMixer::Run() {
+  NameThisThread("mt-mix");
+  while (true) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(q_mu_);
+      q_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(sum_mu_);
+      sum_.Fold(item.from, item.total, item.offset, item.data.data(), item.data.size(), item.w);
+    }
+    {
+      std::lock_guard<std::mutex> lock(q_mu_);
+      queued_bytes_ -= item.data.size() * sizeof(float);
+      folded_++;
+      busy_ = false;
+      if (queue_.empty()) idle_cv_.notify_all();
+    }
+  }
+}
+
+void ChunkMixer::Drain() {
+  std::unique_lock<std::mutex> lock(q_mu_);
+  idle_cv_.wait(lock, [&] { return stop_ || (queue_.empty() && !busy_); });
+}
+
+size_t ChunkMixer::Apply(float* x, size_t n) {
+  std::lock_guard<std::mutex> lock(sum_mu_);
+  return sum_.Apply(x, n);
+}
+
+void ChunkMixer::Clear() {
+  {
+    std::unique_lock<std::mutex> lock(q_mu_);
+    for (const Item& item : queue_) queued_bytes_ -= item.data.size() * sizeof(float);
+    queue_.clear();
+    // The item being folded goes in first, then the sum is cleared.
+    idle_cv_.wait(lock, [&] { return stop_ || !busy_; });
+  }
+  std::lock_guard<std::mutex> lock(sum_mu_);
+  sum_.Clear();
+}
+
+uint64_t ChunkMixer::dropped() const {
+  std::lock_guard<std::mutex> lock(q_mu_);
+  return dropped_;
+}
+
+uint64_t ChunkMixer::folded() const {
+  std::lock_guard<std::mutex> lock(q_mu_);
+  return folded_;
+}
+
+size_t ChunkMixer::queued_bytes() const {
+  std::lock_guard<std::mutex> lock(q_mu_);
+  return queued_bytes_;
+}
+
+}  // namespace meshtrain::daemon

@@ -1,0 +1,77 @@
+// Folds peers' parameter chunks into a running sum on a thread of its own (issue 31), so that
+// neither the event loop nor the trainer pays for it chunk by chunk: the loop thread hands each
+// arriving chunk over (Push moves it into a queue: O(1)), the mixer thread ("mt-mix") folds it
+// into a learn::RunningSum, and the trainer mixes the sum into its parameters at its step
+// boundary (Apply, under the sum's lock; the loop never takes that lock, so a long Apply of a
+// large model only lets the queue grow for that while).
+//
+// Memory: the sum (one model) plus the queue, capped at max_queued_bytes: a chunk that would go
+// beyond is dropped and counted (its range is then not mixed from that sender this round).
+//
+// Thread-safety: Push from one thread (the loop); Apply, Clear, Drain from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "learn/running_sum.h"
+
+namespace meshtrain::daemon {
+
+class ChunkMixer {
+ public:
+  explicit ChunkMixer(size_t max_queued_bytes = size_t{64} << 20);
+  ~ChunkMixer();  // stops and joins the thread
+  ChunkMixer(const ChunkMixer&) = delete;
+  ChunkMixer& operator=(const ChunkMixer&) = delete;
+
+  // Queues floats [offset, offset + data.size()) of `from`'s model of `total` floats, to fold
+  // with weight w. False when dropped (queue full, or stopped).
+  bool Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data, double w);
+  // Waits until every queued chunk has been folded (tests, and a MIX that must see all of a
+  // transfer that has been acknowledged).
+  void Drain();
+  // Mixes the sum into x[0, n) and starts a new window; returns the senders mixed in.
+  size_t Apply(float* x, size_t n);
+  // Forgets queued and folded chunks (the model was replaced).
+  void Clear();
+
+  uint64_t dropped() const;
+  uint64_t folded() const;
+  size_t queued_bytes() const;
+
+ private:
+  struct Item {
+    std::string from;
+    uint32_t total = 0;
+    uint32_t offset = 0;
+    std::vector<float> data;
+    double w = 0;
+  };
+  void Run();
+
+  const size_t max_queued_bytes_;
+  mutable std::mutex q_mu_;
+  std::condition_variable q_cv_;    // items queued, or stop
+  std::condition_variable idle_cv_;  // the queue ran empty and nothing is being folded
+  // Guarded by q_mu_:
+  std::deque<Item> queue_;
+  size_t queued_bytes_ = 0;
+  bool busy_ = false;  // an item is being folded
+  bool stop_ = false;
+  uint64_t dropped_ = 0;
+  uint64_t folded_ = 0;
+
+  std::mutex sum_mu_;
+  learn::RunningSum sum_;  // guarded by sum_mu_
+
+  std::thread thread_;
+};
+
+}  // namespace meshtrain::daemon

@@ -1,0 +1,180 @@
+#include "daemon/param_streamer.h"
+
+#include <algorithm>
+#include <set>
+
+#include "daemon/offload.h"
+#include "gossip/compress.h"
+
+namespace meshtrain::daemon {
+
+using gossip::Bytes;
+using gossip::TcpHub;
+
+// One round's snapshot as streamed to all its receivers, with the chunks encoded so far.
+struct ParamStreamer::Round {
+  node::SendParams s;  // holds the snapshot
+  uint32_t chunks = 0;
+  std::map<uint32_t, std::shared_ptr<const Bytes>> cache;  // encoded chunks not yet sent by all
+  std::set<uint32_t> encoding;                             // chunks being encoded
+  std::set<TcpHub::ConnId> streams;
+};
+
+ParamStreamer::ParamStreamer(uv_loop_t* loop, const gossip::Codec* codec, TcpHub* tcp)
+    : loop_(loop), codec_(codec), tcp_(tcp) {
+  tcp_->SetDrainObserver([this](TcpHub::ConnId hid) {
+    if (Streaming(hid)) Pump(hid);
+  });
+  tcp_->SetCloseObserver([this](TcpHub::ConnId hid) { Cancel(hid); });
+}
+
+ParamStreamer::~ParamStreamer() {
+  tcp_->SetDrainObserver(nullptr);
+  tcp_->SetCloseObserver(nullptr);
+}
+
+std::shared_ptr<ParamStreamer::Round> ParamStreamer::RoundFor(const node::SendParams& s) {
+  rounds_.erase(std::remove_if(rounds_.begin(), rounds_.end(),
+                               [](const std::weak_ptr<Round>& w) { return w.expired(); }),
+                rounds_.end());
+  for (const auto& w : rounds_) {
+    auto r = w.lock();
+    if (r && r->s.params == s.params && r->s.round == s.round && r->s.step == s.step &&
+        r->s.final == s.final && r->s.spec.kind == s.spec.kind &&
+        r->s.chunk_floats == s.chunk_floats && r->s.sender == s.sender) {
+      return r;
+    }
+  }
+  auto r = std::make_shared<Round>();
+  r->s = s;
+  r->chunks = gossip::StreamChunks(static_cast<uint32_t>(s.params->size()), s.chunk_floats);
+  rounds_.push_back(r);
+  return r;
+}
+
+void ParamStreamer::Start(TcpHub::ConnId hid, const node::SendParams& s) {
+  if (hid == 0 || !s.params || s.params->empty() || s.params->size() > UINT32_MAX) return;
+  Cancel(hid);
+  Stream st;
+  st.hid = hid;
+  st.round = RoundFor(s);
+  st.round->streams.insert(hid);
+  streams_.emplace(hid, std::move(st));
+  Pump(hid);
+}
+
+void ParamStreamer::After(TcpHub::ConnId hid, Bytes frame) {
+  auto it = streams_.find(hid);
+  if (it == streams_.end()) {
+    tcp_->Send(hid, std::move(frame));
+    return;
+  }
+  it->second.after.push_back(std::move(frame));
+}
+
+void ParamStreamer::CloseAfter(TcpHub::ConnId hid) {
+  auto it = streams_.find(hid);
+  if (it == streams_.end()) {
+    tcp_->Close(hid);
+    return;
+  }
+  it->second.close_after = true;
+}
+
+void ParamStreamer::Cancel(TcpHub::ConnId hid) {
+  auto it = streams_.find(hid);
+  if (it == streams_.end()) return;
+  std::shared_ptr<Round> r = std::move(it->second.round);
+  streams_.erase(it);
+  r->streams.erase(hid);
+  Evict(*r);
+}
+
+void ParamStreamer::Pump(TcpHub::ConnId hid) {
+  auto it = streams_.find(hid);
+  if (it == streams_.end()) return;
+  Stream& st = it->second;
+  std::shared_ptr<Round> r = st.round;
+  while (st.next < r->chunks && tcp_->QueuedBytes(hid) < kHighWaterBytes) {
+    auto c = r->cache.find(st.next);
+    if (c == r->cache.end()) break;
+    if (!tcp_->Send(hid, c->second)) return Cancel(hid);  // closing under us
+    st.next++;
+    sent_++;
+  }
+  if (st.next == r->chunks) {
+    Finish(st);
+    return;
+  }
+  // Ask for the chunks this stream needs next; the encoders report back through OnEncoded.
+  for (uint32_t i = st.next; i < r->chunks && i < st.next + kEncodesInFlight &&
+                             r->encoding.size() < kEncodesInFlight;
+       ++i) {
+    if (r->cache.count(i) == 0 && r->encoding.count(i) == 0) Encode(r, i);
+  }
+  Evict(*r);
+}
+
+void ParamStreamer::Finish(Stream& st) {
+  const TcpHub::ConnId hid = st.hid;
+  std::vector<Bytes> after = std::move(st.after);
+  const bool close = st.close_after;
+  Cancel(hid);  // the stream is done; `st` is gone
+  for (Bytes& b : after) tcp_->Send(hid, std::move(b));
+  if (close) tcp_->Close(hid);
+}
+
+void ParamStreamer::Evict(Round& r) {
+  uint32_t lowest = r.chunks;
+  for (TcpHub::ConnId hid : r.streams) {
+    auto it = streams_.find(hid);
+    if (it != streams_.end()) lowest = std::min(lowest, it->second.next);
+  }
+  while (!r.cache.empty() &&
+         (r.cache.begin()->first < lowest || r.cache.size() > kMaxCached || r.streams.empty())) {
+    r.cache.erase(r.cache.begin());
+  }
+}
+
+void ParamStreamer::Encode(const std::shared_ptr<Round>& round, uint32_t index) {
+  round->encoding.insert(index);
+  auto out = std::make_shared<std::shared_ptr<const Bytes>>();
+  Offload(
+      loop_,
+      [round, index, codec = codec_, out] {
+        const node::SendParams& s = round->s;
+        gossip::ParamChunk c =
+            gossip::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()),
+                                      index, s.spec, s.round, s.step, s.chunk_floats);
+        c.final = s.final;
+        gossip::Frame f;
+        f.sender = s.sender;
+        f.body = std::move(c);
+        *out = std::make_shared<const Bytes>(codec->EncodeFrame(f));
+      },
+      [this, life = std::weak_ptr<int>(life_), round, index, out] {
+        if (life.expired()) return;
+        OnEncoded(round, index, std::move(*out));
+      });
+}
+
+void ParamStreamer::OnEncoded(const std::shared_ptr<Round>& round, uint32_t index,
+                              std::shared_ptr<const Bytes> bytes) {
+  round->encoding.erase(index);
+  encoded_++;
+  const std::vector<TcpHub::ConnId> hids(round->streams.begin(), round->streams.end());
+  if (!bytes || bytes->empty()) {
+    // Cannot happen for a model the codec accepts; end the transfers rather than stall them.
+    failures_++;
+    for (TcpHub::ConnId hid : hids) {
+      Cancel(hid);
+      tcp_->Abort(hid);
+    }
+    return;
+  }
+  if (round->streams.empty()) return;
+  round->cache[index] = std::move(bytes);
+  for (TcpHub::ConnId hid : hids) Pump(hid);
+}
+
+}  // namespace meshtrain::daemon
