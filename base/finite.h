@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/loop_guard.h"
+
 namespace meshtrain {
 
 // True iff none of the n floats at src is inf or NaN; with dst (not overlapping src), also copies
@@ -14,6 +16,7 @@ namespace meshtrain {
 // trip count, so -O2 turns it into vector instructions (a plain loop over n did not vectorize
 // there and was 6-7x slower on a 235k-float model).
 inline bool ScanFinite(const float* src, float* dst, size_t n) {
+  LoopGuard::Note(n);
   constexpr size_t kLanes = 16;
   uint32_t bad = 0;
   size_t i = 0;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "base/loop_guard.h"
 #include "daemon/addressing.h"
 #include "daemon/external_trainer.h"
 #include "daemon/http_server.h"
@@ -402,7 +403,10 @@ struct Agent::Impl : RpcBackend {
       in.chunks_encoded = streamer->chunks_encoded();
       in.chunks_sent = streamer->chunks_sent();
     }
-    if (trainer) in.mix_chunks_dropped = trainer->MixChunksDropped();
+    if (trainer) {
+      in.mix_chunks_dropped = trainer->MixChunksDropped();
+      in.models_mixed = trainer->ModelsMixed();
+    }
     return StatusJson(in);
   }
   json Members() override { return MembersJson(node->Members()); }
@@ -641,6 +645,7 @@ Agent::~Agent() = default;
 int Agent::Run() {
   Impl& s = *impl_;
   uv_loop_init(&s.loop);
+  LoopGuard::MarkLoopThread();  // passes over a whole model here are counted (status loop)
   int rc = s.Start();
   if (rc == 0) {
     uv_run(&s.loop, UV_RUN_DEFAULT);

@@ -66,7 +66,15 @@ void ChunkMixer::Drain() {
 
 size_t ChunkMixer::Apply(float* x, size_t n) {
   std::lock_guard<std::mutex> lock(sum_mu_);
-  return sum_.Apply(x, n);
+  const uint64_t floats = sum_.window_floats();
+  const size_t senders = sum_.Apply(x, n);
+  if (senders > 0 && n > 0) models_mixed_ += static_cast<double>(floats) / static_cast<double>(n);
+  return senders;
+}
+
+double ChunkMixer::models_mixed() const {
+  std::lock_guard<std::mutex> lock(sum_mu_);
+  return models_mixed_;
 }
 
 void ChunkMixer::Clear() {

@@ -43,6 +43,9 @@ class ChunkMixer {
   void Clear();
 
   uint64_t dropped() const;
+  // Peer models mixed in so far, counted in whole models: the floats of every Apply's window over
+  // the model's size (a step that mixes half of one peer's snapshot adds 0.5).
+  double models_mixed() const;
   uint64_t folded() const;
   size_t queued_bytes() const;
 
@@ -68,8 +71,9 @@ class ChunkMixer {
   uint64_t dropped_ = 0;
   uint64_t folded_ = 0;
 
-  std::mutex sum_mu_;
+  mutable std::mutex sum_mu_;
   learn::RunningSum sum_;  // guarded by sum_mu_
+  double models_mixed_ = 0;  // guarded by sum_mu_
 
   std::thread thread_;
 };

@@ -385,11 +385,10 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
   inbox_.clear();
   mixer_->Clear();
   uint64_t step = state_.step;
-  bool have_params = false;
+  std::shared_ptr<const std::vector<float>> resume;
   if (latest_ && latest_->size() == num_params_ &&
       (a.resume_step < 0 || static_cast<uint64_t>(a.resume_step) <= state_.step)) {
-    std::memcpy(shm_.data, latest_->data(), num_params_ * sizeof(float));
-    have_params = true;
+    resume = latest_;
   } else if (a.resume_step > 0) {
     step = std::max(step, static_cast<uint64_t>(a.resume_step));
   }
@@ -398,6 +397,24 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
   state_.start_step = step;
   state_.training = !target_reached_;
   state_.waiting = false;
+  if (!resume) return FinishAttach(c, seq, step, false);
+  // The agent's model goes into the shared memory on the thread pool (a copy of the whole model:
+  // never on the loop); the trainer waits for the reply meanwhile.
+  job_ = true;
+  Offload(
+      loop_,
+      [map = shm_.map, data = shm_.data, resume] {
+        std::memcpy(data, resume->data(), resume->size() * sizeof(float));
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step] {
+        if (life.expired() || gen != conn_gen_) return;
+        job_ = false;
+        FinishAttach(c, seq, step, true);
+        HandleFrames(c);
+      });
+}
+
+void ExternalTrainer::FinishAttach(Conn* c, uint32_t seq, uint64_t step, bool have_params) {
   train_start_ = last_publish_ = Clock::now();
   Reply(c, tp::kAttach | tp::kReplyBit, seq,
         tp::Writer()
@@ -510,12 +527,6 @@ std::shared_ptr<std::vector<float>> ExternalTrainer::SnapshotBuffer() {
   return b;
 }
 
-bool ExternalTrainer::CopySnapshot(std::shared_ptr<std::vector<float>>* out) {
-  *out = SnapshotBuffer();
-  if (!*out) *out = std::make_shared<std::vector<float>>(num_params_);
-  return learn::CopyParamsFinite(shm_.data, (*out)->data(), num_params_);
-}
-
 void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
   // Decided here, carried out on the thread pool (the trainer waits for the reply meanwhile).
   struct Work {
@@ -594,14 +605,31 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
                  options_.target_accuracy, e.step);
     // The final model is the one the trainer just evaluated: the shared memory as it stands
     // (Mesh.step leaves the mixed model there; report(..., model=m) stores m first), not the
-    // snapshot published before the last mix.
-    std::shared_ptr<std::vector<float>> snap;
-    if (CopySnapshot(&snap)) {
-      latest_ = std::move(snap);
-    } else {
-      spdlog::warn("the evaluated parameters are not finite: offering the last published model");
-    }
-    if (latest_) outbox_ = Snapshot{latest_step_, latest_, true};
+    // snapshot published before the last mix. Copied on the thread pool; the trainer waits.
+    std::shared_ptr<std::vector<float>> snap = SnapshotBuffer();
+    if (!snap) snap = std::make_shared<std::vector<float>>(num_params_);
+    auto ok = std::make_shared<bool>(false);
+    job_ = true;
+    Offload(
+        loop_,
+        [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
+          *ok = learn::CopyParamsFinite(data, snap->data(), n);
+        },
+        [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, snap, ok] {
+          if (life.expired()) return;
+          if (*ok) {
+            latest_ = snap;
+          } else {
+            spdlog::warn("the evaluated parameters are not finite: offering the last published model");
+          }
+          if (latest_) outbox_ = Snapshot{latest_step_, latest_, true};
+          if (gen != conn_gen_) return notify_();  // the trainer detached meanwhile
+          job_ = false;
+          Reply(c, tp::kEval | tp::kReplyBit, seq, tp::Writer().U32(1).U32(0).Take());
+          notify_();
+          HandleFrames(c);
+        });
+    return;
   }
   Reply(c, tp::kEval | tp::kReplyBit, seq, tp::Writer().U32(reached ? 1 : 0).U32(0).Take());
   notify_();
@@ -622,10 +650,8 @@ void ExternalTrainer::DeliverChunk(node::MixChunk chunk) {
 }
 
 void ExternalTrainer::Adopt(std::vector<float> params, uint64_t step) {
-  if (params.empty() || (num_params_ != 0 && params.size() != num_params_) ||
-      !learn::ParamsFinite(params.data(), params.size())) {
-    return;
-  }
+  // Finite: checked chunk by chunk on arrival (node::AdoptState), not again on the loop.
+  if (params.empty() || (num_params_ != 0 && params.size() != num_params_)) return;
   if (attached()) {
     adopt_ = Incoming{std::move(params), step, false, std::nullopt};  // handed over at the next MIX
     return;

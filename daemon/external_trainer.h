@@ -63,6 +63,7 @@ class ExternalTrainer : public Trainer {
                bool finished = false, std::optional<uint64_t> final_step = std::nullopt) override;
   void DeliverChunk(node::MixChunk chunk) override;
   uint64_t MixChunksDropped() const override { return mixer_->dropped(); }
+  double ModelsMixed() const override { return mixer_->models_mixed(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int) override {}  // the trainer process decides when it publishes
@@ -94,6 +95,7 @@ class ExternalTrainer : public Trainer {
   bool HandleFrames(Conn* c);
   void Handle(Conn* c, uint32_t seq, tp::Request req);
   void HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a);
+  void FinishAttach(Conn* c, uint32_t seq, uint64_t step, bool have_params);
   void HandleWait(Conn* c, uint32_t seq, const tp::WaitPermit& w);
   void HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p);
   void HandleMix(Conn* c, uint32_t seq);
@@ -137,10 +139,6 @@ class ExternalTrainer : public Trainer {
   FinalModels finals_;  // finished peers' models taken over (mesh-wide stop)
   std::optional<Incoming> adopt_;
   std::optional<Snapshot> outbox_;
-  // Copies `num_params_` floats from the shared memory into a snapshot buffer, reusing one the
-  // node no longer holds (a fresh 4 MB allocation per step costs more than the copy: page
-  // faults). False when a value is not finite.
-  bool CopySnapshot(std::shared_ptr<std::vector<float>>* out);
   // The buffer the next published snapshot is copied into: one nobody but this trainer holds.
   // Small models keep up to three (a fresh allocation per step costs more than the copy); a
   // model above kOneSnapshotFloats keeps one (issue 31: memory is the shared memory, one

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/loop_guard.h"
+
 namespace meshtrain::daemon {
 
 namespace {
@@ -77,6 +79,8 @@ void LoopMonitor::OnTimer(uv_timer_t* t) {
 
 LoopStats LoopMonitor::Stats() const {
   LoopStats s = stats_;
+  s.model_passes = LoopGuard::passes();
+  s.model_pass_largest = LoopGuard::largest();
   if (!window_.empty()) {
     std::vector<double> v(window_.begin(), window_.end());
     auto at = [&](double q) {

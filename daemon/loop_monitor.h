@@ -33,6 +33,10 @@ struct LoopStats {
   double tick_cpu_max_ms = 0;  // most loop-thread CPU between two ticks, since start
   uint64_t ticks = 0;
   uint64_t ticks_late_50ms = 0;  // ticks that fired more than 50 ms late
+  // Passes over more than LoopGuard::kLoopFloatsMax parameters on the loop thread (should stay
+  // 0: base/loop_guard.h), and the largest one's size in floats.
+  uint64_t model_passes = 0;
+  uint64_t model_pass_largest = 0;
   LagHistogram histogram;
 };
 

@@ -94,7 +94,9 @@ json LoopJson(const StatusInputs& in) {
           {"lag_max_ever_ms", l.lag_max_ever_ms},
           {"tick_cpu_max_ms", l.tick_cpu_max_ms},
           {"ticks", l.ticks},
-          {"ticks_late_50ms", l.ticks_late_50ms}};
+          {"ticks_late_50ms", l.ticks_late_50ms},
+          {"model_passes", l.model_passes},
+          {"model_pass_largest_floats", l.model_pass_largest}};
 }
 
 }  // namespace
@@ -196,7 +198,8 @@ json StatusJson(const StatusInputs& in) {
            {{"active", in.streams_active},
             {"chunks_encoded", in.chunks_encoded},
             {"chunks_sent", in.chunks_sent},
-            {"mix_chunks_dropped", in.mix_chunks_dropped}}}};
+            {"mix_chunks_dropped", in.mix_chunks_dropped},
+            {"models_mixed", in.models_mixed}}}};
 }
 
 }  // namespace meshtrain::daemon

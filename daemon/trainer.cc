@@ -106,7 +106,8 @@ void BuiltinTrainer::DeliverChunk(node::MixChunk chunk) {
 }
 
 void BuiltinTrainer::Adopt(std::vector<float> params, uint64_t step) {
-  if (params.size() != num_params_ || !learn::ParamsFinite(params.data(), params.size())) return;
+  // Finite: checked chunk by chunk on arrival (node::AdoptState), not again on the loop.
+  if (params.size() != num_params_) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     adopt_ = Incoming{std::move(params), step, false, std::nullopt};

@@ -252,6 +252,8 @@ class Trainer {
   virtual learn::Status WriteFinalModel(const std::string& path) = 0;
   // Incoming chunks the running sum's queue had no room for (status param_streams).
   virtual uint64_t MixChunksDropped() const { return 0; }
+  // Peer models mixed in chunk by chunk so far, in whole models (ChunkMixer::models_mixed).
+  virtual double ModelsMixed() const { return 0; }
   // Inputs of this trainer rejected, by reason (merged into status rejected_by_reason).
   virtual std::map<std::string, uint64_t> Rejects() const { return {}; }
 };
@@ -272,6 +274,7 @@ class BuiltinTrainer : public Trainer {
                bool finished = false, std::optional<uint64_t> final_step = std::nullopt) override;
   void DeliverChunk(node::MixChunk chunk) override;
   uint64_t MixChunksDropped() const override { return mixer_.dropped(); }
+  double ModelsMixed() const override { return mixer_.models_mixed(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int steps) override;

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "base/finite.h"
+#include "base/loop_guard.h"
 
 namespace meshtrain::gossip {
 
@@ -182,6 +183,7 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
   const auto total = static_cast<uint32_t>(values.size());
   const uint32_t chunks =
       static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
+  LoopGuard::Note(total);
   out.decoded.assign(total, 0.0f);
 
   // Top-k: one threshold over the whole model (the k largest magnitudes), so that the budget goes

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/loop_guard.h"
+
 namespace meshtrain::gossip {
 
 // ---- Syntax of strings from the network ------------------------------------------------------
@@ -227,7 +229,7 @@ void ParamAssembler::Reset() {
   active_ = false;
   seen_.clear();
   spans_.clear();
-  params_.clear();
+  std::vector<float>().swap(params_);  // a broken-off transfer keeps no model's memory
   received_ = 0;
 }
 
@@ -252,7 +254,9 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     chunks_ = c.chunks;
     total_ = c.total;
     seen_.assign(chunks_, false);
-    params_.assign(total_, 0.0f);
+    // Reserved, not filled: the model's pages are written chunk by chunk as they arrive, so no
+    // callback on the receiving thread (the event loop) passes over the whole model (issue 31).
+    params_.reserve(total_);
   }
   if (!active_ || c.chunks != chunks_ || c.total != total_ || c.step != step_ || c.base != base_ ||
       seen_[c.chunk]) {
@@ -262,6 +266,13 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
   keyed_ = keyed_ || c.base != 0 || c.keyed;
   final_ = final_ || c.final;
   ++received_;
+  const size_t end = c.offset + c.data.size();
+  if (end > params_.size()) {
+    // In order (the usual case) this grows by the chunk itself; a chunk ahead of a gap
+    // zero-fills the gap, which the missing chunks then overwrite.
+    LoopGuard::Note(end - params_.size());
+    params_.resize(end);
+  }
   std::copy(c.data.begin(), c.data.end(), params_.begin() + c.offset);
   spans_.emplace_back(c.offset, static_cast<uint32_t>(c.data.size()));
   if (received_ < chunks_) return std::nullopt;

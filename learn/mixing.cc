@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/finite.h"
+#include "base/loop_guard.h"
 
 namespace meshtrain::learn {
 
@@ -22,6 +23,7 @@ void MixWeighted(Eigen::VectorXf& x, const std::vector<const float*>& others,
 void MixWeighted(float* data, size_t size, const std::vector<const float*>& others,
                  const std::vector<double>& weights) {
   if (others.empty()) return;
+  LoopGuard::Note(size);
   const auto n = static_cast<Eigen::Index>(size);
   Eigen::Map<Eigen::VectorXf> x(data, n);
   double total = 1.0;
@@ -64,6 +66,7 @@ bool CopyParamsFinite(const float* src, float* dst, size_t n) {
 
 uint32_t ParamsCrc32(const float* data, size_t n) {
   static_assert(sizeof(float) == 4, "IEEE-754 single precision expected");
+  LoopGuard::Note(n);
   uLong crc = crc32(0L, Z_NULL, 0);
   const auto* bytes = reinterpret_cast<const Bytef*>(data);
   size_t left = n * sizeof(float);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/loop_guard.h"
+
 namespace meshtrain::learn {
 
 bool RunningSum::Fold(const std::string& from, uint32_t total, uint32_t offset, const float* data,
@@ -16,10 +18,12 @@ bool RunningSum::Fold(const std::string& from, uint32_t total, uint32_t offset, 
     return false;
   }
   if (!folded_[from].insert(offset).second) return false;
+  LoopGuard::Note(n);
   const auto wf = static_cast<float>(w);
   float* s = sum_.data() + offset;
   for (size_t i = 0; i < n; ++i) s[i] += wf * data[i];
   AddWeight(offset, static_cast<uint32_t>(offset + n), w);
+  window_floats_ += n;
   return true;
 }
 
@@ -51,6 +55,7 @@ void RunningSum::AddWeight(uint32_t a, uint32_t b, double w) {
 }
 
 size_t RunningSum::Apply(float* x, size_t n) {
+  LoopGuard::Note(n);
   const size_t senders = folded_.size();
   if (n == sum_.size()) {
     for (const auto& [start, seg] : segments_) {
@@ -69,6 +74,7 @@ size_t RunningSum::Apply(float* x, size_t n) {
   const bool mixed = !segments_.empty();
   segments_.clear();  // the loop above zeroed their sums
   folded_.clear();
+  window_floats_ = 0;
   return mixed ? senders : 0;
 }
 
@@ -78,6 +84,7 @@ void RunningSum::Clear() {
   }
   segments_.clear();
   folded_.clear();
+  window_floats_ = 0;
 }
 
 }  // namespace meshtrain::learn

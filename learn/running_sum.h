@@ -39,6 +39,8 @@ class RunningSum {
   bool empty() const { return segments_.empty(); }
   size_t senders() const { return folded_.size(); }
   size_t total() const { return sum_.size(); }
+  // Floats folded in so far in this window (a whole model from one sender: total()).
+  uint64_t window_floats() const { return window_floats_; }
 
  private:
   struct Segment {
@@ -52,6 +54,7 @@ class RunningSum {
   std::vector<float> sum_;
   std::map<uint32_t, Segment> segments_;  // start -> [start, end) and its summed weight
   std::map<std::string, std::set<uint32_t>> folded_;  // sender -> offsets folded this window
+  uint64_t window_floats_ = 0;
 };
 
 }  // namespace meshtrain::learn

@@ -286,7 +286,9 @@ struct CommandDone {
   std::string error;
 };
 // Join with state: the trainer adopts `params` (fetched from `from`) and continues after `step`
-// (it has not taken a step yet). The Permit for step + 1 follows.
+// (it has not taken a step yet). The Permit for step + 1 follows. Every value is finite: each
+// chunk was checked on arrival (gossip::ExpandChunk), so the driver need not scan it again on
+// its event loop (issue 31).
 struct AdoptState {
   std::string from;
   uint64_t step = 0;

@@ -5,9 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 #include <vector>
 
+#include "base/loop_guard.h"
+
 #include "learn/optimizer.h"
+#include "learn/running_sum.h"
 
 namespace meshtrain::learn {
 namespace {
@@ -119,6 +123,38 @@ TEST_CASE("SGD with momentum follows v <- mu v + g, x <- x - lr v", "[learn][opt
   CHECK(x[1] == Approx(-1.58f));
   opt.ResetVelocity();
   CHECK(opt.velocity().isZero());
+}
+
+
+TEST_CASE("LoopGuard counts passes over a whole model on the marked thread only", "[learn][loop]") {
+  const size_t big = LoopGuard::kLoopFloatsMax + 1;
+  std::vector<float> model(big, 1.0f), other(big, 2.0f), out(big);
+  const size_t chunk = 64 * 1024;
+  const uint64_t before = LoopGuard::passes();
+  // Unmarked thread: nothing counted, however large.
+  CHECK(ParamsFinite(model.data(), big));
+  CHECK(LoopGuard::passes() == before);
+  LoopGuard::MarkLoopThread();
+  // Chunk-sized work on the loop is fine.
+  CHECK(ParamsFinite(model.data(), chunk));
+  RunningSum sum;
+  CHECK(sum.Fold("a", static_cast<uint32_t>(big), 0, other.data(), chunk, 1.0));
+  CHECK(LoopGuard::passes() == before);
+  // Each whole-model pass is counted: the finite scan, a copy with it, mixing, the running sum's
+  // apply, the checksum.
+  CHECK(ParamsFinite(model.data(), big));
+  CHECK(CopyParamsFinite(model.data(), out.data(), big));
+  MixWeighted(out.data(), big, {other.data()}, {1.0});
+  sum.Apply(out.data(), big);
+  (void)ParamsCrc32(model.data(), big);
+  CHECK(LoopGuard::passes() == before + 5);
+  CHECK(LoopGuard::largest() >= big);
+  // Another thread is not the loop.
+  std::thread([&] { CHECK(ParamsFinite(model.data(), big)); }).join();
+  CHECK(LoopGuard::passes() == before + 5);
+  LoopGuard::MarkLoopThread(false);
+  CHECK(ParamsFinite(model.data(), big));
+  CHECK(LoopGuard::passes() == before + 5);
 }
 
 }  // namespace
