@@ -67,6 +67,9 @@ class Mesh:
         self.mixed_total = 0
         self.peer_finished = False  # set by mix(): a finished peer's final model was taken
         self.adoptions = 0  # mix() calls that replaced the parameters (join, finished peer)
+        # The trainer's model lives in mesh.params (meshtrain.torch.share_parameters): report()
+        # with another model puts the shared memory back afterwards.
+        self.shared = False
 
     # ---- framing ----------------------------------------------------------------------------
 
@@ -181,16 +184,26 @@ class Mesh:
 
         A report that meets the target makes the parameters in shared memory the final model
         the agent offers to its peers: pass the evaluated ``model`` (as for :meth:`step`) when it
-        may differ from what the last :meth:`step` left there (e.g. local steps since).
+        may differ from what the last :meth:`step` left there (e.g. local steps since). When
+        the trainer's model lives in the shared memory (``mesh.shared``) and ``model`` is
+        another one (e.g. a moving average), the shared memory is put back after the report.
         """
         loss, accuracy = float(loss), float(accuracy)
         if not (math.isfinite(loss) and loss >= 0 and 0 <= accuracy <= 1):
             raise ValueError("loss must be finite and >= 0, accuracy in [0, 1]")
+        saved = None
         if model is not None and self.params is not None:
-            _View.of(model).store(self.params)
+            view = _View.of(model)
+            if self.shared and not view.aliases(self.params):
+                saved = self.params.copy()
+            view.store(self.params)
         step = self.step_count if step is None else int(step)
-        stop, _ = struct.unpack("<II", self._request(EVAL, struct.pack("<Qdd", step, loss,
-                                                                      accuracy)))
+        try:
+            stop, _ = struct.unpack("<II", self._request(EVAL, struct.pack("<Qdd", step, loss,
+                                                                          accuracy)))
+        finally:
+            if saved is not None and self.params is not None:
+                self.params[:] = saved
         if stop:
             self.training = False
         return bool(stop)
@@ -229,7 +242,8 @@ class Mesh:
         """Publish, barrier and mix for a model that just took ``steps`` local steps.
 
         ``model``: a torch ``nn.Module`` (its parameters), a list of tensors, or a numpy array
-        (float32 is copied in place; ``mesh.params`` itself is not copied at all). On the first
+        (float32 is copied in place; ``mesh.params`` itself is not copied at all, nor are torch
+        parameters placed in it by ``meshtrain.torch.share_parameters``). On the first
         call the trainer attaches; if the agent already had a model (this trainer restarted),
         that model is loaded into ``model`` and nothing is published. Returns the number of
         peer models mixed in. Raises MeshError when the agent goes away.
@@ -253,10 +267,12 @@ class Mesh:
 
 
 class _View:
-    """Copies between a model and the flat shared vector."""
+    """Copies between a model and the flat shared vector; aliases(shm): the model is that
+    vector already (store and load copy nothing)."""
 
-    def __init__(self, size, store, load):
+    def __init__(self, size, store, load, aliases=None):
         self.size, self.store, self.load = size, store, load
+        self.aliases = aliases or (lambda shm: False)
 
     @staticmethod
     def of(model):
@@ -277,7 +293,7 @@ class _View:
             def load(shm):
                 if not same(shm):
                     np.copyto(flat, shm)
-            return _View(flat.size, store, load)
+            return _View(flat.size, store, load, same)
         tensors = list(model.parameters()) if hasattr(model, "parameters") else list(model)
         if not tensors:
             raise TypeError("the model has no parameters")

@@ -1,4 +1,5 @@
-"""PyTorch helpers: copy tensors to and from the mesh's shared memory, and MeshOptimizer.
+"""PyTorch helpers: copy tensors to and from the mesh's shared memory, place them in it, and
+MeshOptimizer.
 
     opt = meshtrain.torch.MeshOptimizer(torch.optim.SGD(model.parameters(), lr=0.05), mesh,
                                         sync_every=4)
@@ -8,6 +9,8 @@
         opt.step()   # a local step; every 4th also publishes, waits for the barrier and mixes
 
 Only parameters are mixed (not buffers such as BatchNorm statistics, nor optimizer state).
+MeshOptimizer places float32 CPU parameters in the agent's shared memory (share_parameters):
+the tensors *are* ``mesh.params`` and a mesh step copies no parameter bytes in Python.
 
     average = meshtrain.torch.ModelAverage(model, decay=0.98, mesh=mesh)
     ...after each opt.step(): average.update()
@@ -19,41 +22,162 @@ import copy
 
 import torch
 
-__all__ = ["MeshOptimizer", "ModelAverage", "tensor_view"]
+__all__ = ["MeshOptimizer", "ModelAverage", "share_parameters", "shared", "tensor_view"]
+
+# Parameter bytes tensor_view copied between tensors and the shared memory (both ways) in this
+# process: stays put while the tensors are placed in the shared memory (share_parameters).
+copied_bytes = 0
+
+
+def _params(model_or_params):
+    if hasattr(model_or_params, "parameters"):
+        return list(model_or_params.parameters())
+    if isinstance(model_or_params, torch.Tensor):
+        return [model_or_params]
+    return list(model_or_params)
+
+
+def _placed(tensors, shm, sizes=None):
+    """Per tensor: True when it is its own span of `shm` (the numpy shared vector) already."""
+    addr = shm.__array_interface__["data"][0]
+    f32 = torch.float32
+    out = []
+    for t, n in zip(tensors, sizes or [t.numel() for t in tensors]):
+        # An address inside the host mapping is a CPU tensor's.
+        out.append(n == 0 or (t.data_ptr() == addr and t.dtype is f32 and t.is_contiguous()))
+        addr += 4 * n
+    return out
 
 
 def tensor_view(tensors):
-    """A view that copies `tensors` (in order) into a flat float32 vector and back."""
+    """A view that copies `tensors` (in order) into a flat float32 vector and back. A tensor
+    that already is its span of the vector (share_parameters) is not copied."""
     from meshtrain import _View
     tensors = list(tensors)
     sizes = [t.numel() for t in tensors]
     total = sum(sizes)
 
     def spans(shm):
-        flat = torch.from_numpy(shm)
+        flat = None
         off = 0
-        for t, n in zip(tensors, sizes):
-            yield t, flat[off:off + n]
+        for t, n, placed in zip(tensors, sizes, _placed(tensors, shm, sizes)):
+            if not placed:
+                if flat is None:
+                    flat = torch.from_numpy(shm)
+                yield t, flat[off:off + n]
             off += n
 
     def store(shm):
+        global copied_bytes
         with torch.no_grad():
             for t, part in spans(shm):
                 part.copy_(t.detach().reshape(-1))
+                copied_bytes += 4 * part.numel()
 
     def load(shm):
+        global copied_bytes
         with torch.no_grad():
             for t, part in spans(shm):
                 t.copy_(part.view_as(t))
-    return _View(total, store, load)
+                copied_bytes += 4 * part.numel()
+
+    def aliases(shm):
+        return shm.size == total and all(_placed(tensors, shm, sizes))
+    return _View(total, store, load, aliases)
+
+
+def _check_placeable(tensors):
+    """None when every tensor can become a view of the shared memory, else why not."""
+    if not tensors:
+        return "the model has no parameters"
+    seen, spans = set(), []
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            return f"parameter {i} is a {type(t).__name__}, not a tensor"
+        if id(t) in seen:
+            return f"parameter {i} ({tuple(t.shape)}) is listed twice"
+        seen.add(id(t))
+        if t.dtype != torch.float32:
+            return f"parameter {i} ({tuple(t.shape)}) is {t.dtype}, not torch.float32"
+        if t.device.type != "cpu" or t.layout != torch.strided:
+            return f"parameter {i} ({tuple(t.shape)}) is not a dense CPU tensor ({t.device})"
+        if not t.is_contiguous():
+            return f"parameter {i} ({tuple(t.shape)}) is not contiguous"
+        if t.numel():
+            spans.append((t.data_ptr(), t.data_ptr() + 4 * t.numel(), i))
+    spans.sort()
+    for (_, end, i), (start, _, j) in zip(spans, spans[1:]):
+        if start < end:
+            return f"parameters {i} and {j} share memory"
+    return None
+
+
+def shared(model_or_params, mesh):
+    """True when every parameter is its span of ``mesh.params`` (placed by share_parameters)."""
+    if mesh.params is None:
+        return False
+    return tensor_view(_params(model_or_params)).aliases(mesh.params)
+
+
+def share_parameters(model_or_params, mesh):
+    """Places the parameters in the agent's shared memory: afterwards each parameter's ``.data``
+    is a view of ``mesh.params`` (in order: a model's ``parameters()``, or the given tensors),
+    so ``mesh.step(model)``, ``MeshOptimizer`` and ``mesh.report(..., model=model)`` copy no
+    parameter bytes in Python and the agent mixes peers' models straight into the tensors (only
+    while the trainer waits in ``mesh.step``). The Parameter objects stay the same, so an
+    optimizer and its state (momentum, Adam moments) remain valid.
+
+    Attaches when the mesh is not attached yet. Values: when the agent has a model for us
+    (``mesh.resumed``: this trainer restarted, or joined with state) the parameters take the
+    agent's values, as ``mesh.step``'s first call does; otherwise the shared memory takes the
+    model's. Every parameter must be a float32, contiguous, dense CPU tensor of its own
+    (TypeError otherwise: use ``MeshOptimizer(share_memory=False)`` or ``mesh.step`` alone for
+    other models, which copy). Moving the model afterwards (``model.to(...)``,
+    ``model.share_memory()``) takes it out of the shared memory again: steps then copy as
+    before (correct, just not free). Returns the list of placed parameters.
+    """
+    tensors = _params(model_or_params)
+    why = _check_placeable(tensors)
+    if why:
+        raise TypeError(f"cannot place the parameters in the mesh's shared memory: {why}")
+    total = sum(t.numel() for t in tensors)
+    from meshtrain import MeshError
+    if mesh.params is None:
+        take_agent = mesh.attach(total)
+    elif mesh.num_params != total:
+        raise MeshError(f"the model has {total} parameters, attached with {mesh.num_params}")
+    else:
+        take_agent = mesh.resumed
+    placed = _placed(tensors, mesh.params)
+    if all(placed):
+        mesh.shared = True
+        return tensors
+    flat = torch.from_numpy(mesh.params)
+    off = 0
+    with torch.no_grad():
+        for t, done in zip(tensors, placed):
+            n = t.numel()
+            if not done:
+                part = flat[off:off + n].view(t.shape)
+                if not take_agent:
+                    part.copy_(t)
+                t.data = part
+            off += n
+    mesh.shared = True
+    return tensors
 
 
 class MeshOptimizer:
     """Wraps a torch optimizer: every `sync_every` local steps, one mesh.step (barrier, publish
     and mix) on the optimizer's parameters. Attaches at construction, so a restarted trainer
-    continues from the agent's model (and `mesh.step_count`) before its first step."""
+    continues from the agent's model (and `mesh.step_count`) before its first step.
 
-    def __init__(self, optimizer, mesh, sync_every=1, params=None):
+    `share_memory`: True places the parameters in the agent's shared memory (share_parameters;
+    TypeError when they cannot be: not float32, not on the CPU, ...), False copies them to and
+    from it at every mesh step, None (default) places them when they can be and copies
+    otherwise. `self.shared` tells which."""
+
+    def __init__(self, optimizer, mesh, sync_every=1, params=None, share_memory=None):
         if sync_every < 1:
             raise ValueError("sync_every must be >= 1")
         self.optimizer = optimizer
@@ -62,6 +186,11 @@ class MeshOptimizer:
         self.params = list(params) if params is not None else [
             p for g in optimizer.param_groups for p in g["params"]]
         self.local_steps = 0
+        self.shared = bool(share_memory) or (
+            share_memory is None and _check_placeable(self.params) is None)
+        if self.shared:
+            share_parameters(self.params, mesh)
+            return
         view = tensor_view(self.params)
         if mesh.params is None and mesh.attach(view.size):
             view.load(mesh.params)
