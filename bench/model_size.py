@@ -146,6 +146,7 @@ def one(binary, py, params, compress, nodes, steps, step_ms, workdir):
         "mixed_per_step": sum(mixed) / len(mixed) / max(1, steps_done),
         "mixed_min": min(mixed), "steps": steps_done, "train_s": train_s,
         "dropped": sum(s["param_streams"]["mix_chunks_dropped"] for s in sts),
+        "loop_passes": sum(s["loop"]["model_passes"] for s in sts),
     }
 
 

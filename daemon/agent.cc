@@ -562,6 +562,9 @@ struct Agent::Impl : RpcBackend {
       return 2;
     }
     trainer = std::move(made).value();
+    // Backpressure (issue 31): while the running sum is behind, incoming parameter chunks wait
+    // in the kernel (TCP holds their senders back) instead of being dropped.
+    if (data_tcp) data_tcp->SetReadGate([this] { return !trainer || !trainer->MixBacklogged(); });
     if (resumed >= 0) metrics.Write("resume", {{"step", resumed}});
     // The protocol RNG is reproducible with --seed; otherwise each run draws its own (gossip
     // targets and probe order should not repeat identically every time a node restarts).

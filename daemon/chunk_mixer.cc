@@ -68,13 +68,16 @@ size_t ChunkMixer::Apply(float* x, size_t n) {
   std::lock_guard<std::mutex> lock(sum_mu_);
   const uint64_t floats = sum_.window_floats();
   const size_t senders = sum_.Apply(x, n);
-  if (senders > 0 && n > 0) models_mixed_ += static_cast<double>(floats) / static_cast<double>(n);
+  if (senders > 0 && n > 0) {
+    // Lock-free for readers: status reads these on the event loop, which must never wait for
+    // this lock (held over a whole model by Apply).
+    models_mixed_ppm_.fetch_add(floats * 1000000 / n, std::memory_order_relaxed);
+  }
   return senders;
 }
 
 double ChunkMixer::models_mixed() const {
-  std::lock_guard<std::mutex> lock(sum_mu_);
-  return models_mixed_;
+  return static_cast<double>(models_mixed_ppm_.load(std::memory_order_relaxed)) / 1e6;
 }
 
 void ChunkMixer::Clear() {
@@ -97,6 +100,11 @@ uint64_t ChunkMixer::dropped() const {
 uint64_t ChunkMixer::folded() const {
   std::lock_guard<std::mutex> lock(q_mu_);
   return folded_;
+}
+
+bool ChunkMixer::backlogged() const {
+  std::lock_guard<std::mutex> lock(q_mu_);
+  return queued_bytes_ * 2 > max_queued_bytes_;
 }
 
 size_t ChunkMixer::queued_bytes() const {

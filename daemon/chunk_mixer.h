@@ -11,6 +11,7 @@
 // Thread-safety: Push from one thread (the loop); Apply, Clear, Drain from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +49,9 @@ class ChunkMixer {
   double models_mixed() const;
   uint64_t folded() const;
   size_t queued_bytes() const;
+  // More than half of max_queued_bytes is queued: the producer should hold back (the agent
+  // stops reading parameter connections; the rest of the room absorbs what was in hand).
+  bool backlogged() const;
 
  private:
   struct Item {
@@ -73,7 +77,7 @@ class ChunkMixer {
 
   mutable std::mutex sum_mu_;
   learn::RunningSum sum_;  // guarded by sum_mu_
-  double models_mixed_ = 0;  // guarded by sum_mu_
+  std::atomic<uint64_t> models_mixed_ppm_{0};  // models mixed, in millionths
 
   std::thread thread_;
 };

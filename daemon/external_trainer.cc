@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -468,22 +469,25 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
                       std::to_string(state_.step));
   }
   // A copy: the trainer overwrites the shared memory with its next step while this one is sent.
-  std::shared_ptr<std::vector<float>> snap = SnapshotBuffer();
-  if (!snap) return FinishPublish(c, seq, p.step, nullptr);
-  // The copy and its finite check run on the thread pool; the trainer waits for the reply.
+  auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
+  if (!*snap && !CanAllocateSnapshot()) return FinishPublish(c, seq, p.step, nullptr);
+  // The copy and its finite check (and a new buffer's allocation: writing a large model's
+  // pages is as costly as the copy) run on the thread pool; the trainer waits for the reply.
   job_ = true;
   auto ok = std::make_shared<bool>(false);
   Offload(
       loop_,
       [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
-        *ok = learn::CopyParamsFinite(data, snap->data(), n);
+        if (!*snap) *snap = std::make_shared<std::vector<float>>(n);
+        *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
       },
       [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step = p.step, snap,
        ok] {
         if (life.expired() || gen != conn_gen_) return;  // gone, or the trainer detached
+        KeepSnapshotBuffer(*snap);
         job_ = false;
         if (!*ok) return Reject(c, "trainer_message", seq, "publish: the parameters are not all finite");
-        FinishPublish(c, seq, step, snap);
+        FinishPublish(c, seq, step, *snap);
         HandleFrames(c);
       });
 }
@@ -514,17 +518,23 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
 }
 
 std::shared_ptr<std::vector<float>> ExternalTrainer::SnapshotBuffer() {
-  constexpr size_t kPool = 3;
   for (auto& b : pool_) {
     // Held by the pool, and by latest_ when it is this buffer: nobody else.
     const long holders = 1 + (latest_.get() == b.get() ? 1 : 0);
     if (b->size() == num_params_ && b.use_count() == holders) return b;
   }
-  if (num_params_ > kOneSnapshotFloats && !pool_.empty()) return nullptr;
-  auto b = std::make_shared<std::vector<float>>(num_params_);
+  return nullptr;
+}
+
+bool ExternalTrainer::CanAllocateSnapshot() const {
+  return num_params_ <= kOneSnapshotFloats || pool_.empty();
+}
+
+void ExternalTrainer::KeepSnapshotBuffer(const std::shared_ptr<std::vector<float>>& b) {
+  constexpr size_t kPool = 3;
+  if (!b || std::find(pool_.begin(), pool_.end(), b) != pool_.end()) return;
   if (pool_.size() >= kPool) pool_.erase(pool_.begin());
   pool_.push_back(b);
-  return b;
 }
 
 void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
@@ -606,19 +616,19 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
     // The final model is the one the trainer just evaluated: the shared memory as it stands
     // (Mesh.step leaves the mixed model there; report(..., model=m) stores m first), not the
     // snapshot published before the last mix. Copied on the thread pool; the trainer waits.
-    std::shared_ptr<std::vector<float>> snap = SnapshotBuffer();
-    if (!snap) snap = std::make_shared<std::vector<float>>(num_params_);
+    auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
     auto ok = std::make_shared<bool>(false);
     job_ = true;
     Offload(
         loop_,
         [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
-          *ok = learn::CopyParamsFinite(data, snap->data(), n);
+          if (!*snap) *snap = std::make_shared<std::vector<float>>(n);
+          *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
         },
         [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, snap, ok] {
           if (life.expired()) return;
           if (*ok) {
-            latest_ = snap;
+            latest_ = *snap;
           } else {
             spdlog::warn("the evaluated parameters are not finite: offering the last published model");
           }

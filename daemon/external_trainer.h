@@ -63,6 +63,7 @@ class ExternalTrainer : public Trainer {
                bool finished = false, std::optional<uint64_t> final_step = std::nullopt) override;
   void DeliverChunk(node::MixChunk chunk) override;
   uint64_t MixChunksDropped() const override { return mixer_->dropped(); }
+  bool MixBacklogged() const override { return mixer_->backlogged(); }
   double ModelsMixed() const override { return mixer_->models_mixed(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   std::optional<Snapshot> TakeSnapshot() override;
@@ -144,7 +145,12 @@ class ExternalTrainer : public Trainer {
   // model above kOneSnapshotFloats keeps one (issue 31: memory is the shared memory, one
   // snapshot in flight and the running sum), so while the node still sends it a PUBLISH makes
   // no new snapshot (nullptr) and the next round takes the first PUBLISH after this one.
+  // SnapshotBuffer: a pooled buffer nobody else holds, or nullptr; CanAllocateSnapshot: whether
+  // a new one may be made (on the thread pool: zeroing a large model's pages costs what a copy
+  // does) and then kept (KeepSnapshotBuffer).
   std::shared_ptr<std::vector<float>> SnapshotBuffer();
+  bool CanAllocateSnapshot() const;
+  void KeepSnapshotBuffer(const std::shared_ptr<std::vector<float>>& b);
   void FinishPublish(Conn* c, uint32_t seq, uint64_t step,
                      std::shared_ptr<std::vector<float>> snap);
   std::vector<std::shared_ptr<std::vector<float>>> pool_;

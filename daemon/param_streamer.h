@@ -31,7 +31,7 @@ class ParamStreamer {
  public:
   static constexpr size_t kHighWaterBytes = size_t{4} << 20;
   static constexpr size_t kMaxCached = 16;
-  static constexpr size_t kEncodesInFlight = 2;
+  static constexpr size_t kEncodesInFlight = 4;
 
   // Installs itself as `tcp`'s drain and close observer.
   ParamStreamer(uv_loop_t* loop, const gossip::Codec* codec, gossip::TcpHub* tcp);

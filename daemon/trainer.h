@@ -252,6 +252,8 @@ class Trainer {
   virtual learn::Status WriteFinalModel(const std::string& path) = 0;
   // Incoming chunks the running sum's queue had no room for (status param_streams).
   virtual uint64_t MixChunksDropped() const { return 0; }
+  // The running sum's queue is past half full: stop reading parameter chunks for a while.
+  virtual bool MixBacklogged() const { return false; }
   // Peer models mixed in chunk by chunk so far, in whole models (ChunkMixer::models_mixed).
   virtual double ModelsMixed() const { return 0; }
   // Inputs of this trainer rejected, by reason (merged into status rejected_by_reason).
@@ -274,6 +276,7 @@ class BuiltinTrainer : public Trainer {
                bool finished = false, std::optional<uint64_t> final_step = std::nullopt) override;
   void DeliverChunk(node::MixChunk chunk) override;
   uint64_t MixChunksDropped() const override { return mixer_.dropped(); }
+  bool MixBacklogged() const override { return mixer_.backlogged(); }
   double ModelsMixed() const override { return mixer_.models_mixed(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   std::optional<Snapshot> TakeSnapshot() override;

@@ -427,6 +427,7 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
       out->encoding > kMaxEncoding || !ExpandChunk(out)) {
     return Fail(Reject::kSemantic, why);
   }
+  out->expanded = true;
   return true;
 }
 

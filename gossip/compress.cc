@@ -289,6 +289,7 @@ bool AllFinite(const std::vector<float>& v) { return ScanFinite(v.data(), nullpt
 }  // namespace
 
 bool ExpandChunk(ParamChunk* c) {
+  if (c->expanded) return c->count == c->data.size();
   if (c->encoding == 0 && c->count == 0 && c->data.size() <= kParamChunkFloats) {
     c->count = static_cast<uint32_t>(c->data.size());  // a plain chunk (no appended fields)
   }

@@ -422,6 +422,13 @@ void TcpHub::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
   if (c->decoder->error()) {
     hub->framing_errors_++;
     hub->Finish(c, kFramingError);
+    return;
+  }
+  if (!c->read_paused && hub->gate_ && !hub->gate_()) {
+    uv_read_stop(s);
+    c->read_paused = true;
+    hub->gate_pauses_++;
+    hub->SchedulePacer(kGateRecheckS);
   }
 }
 
@@ -486,6 +493,8 @@ void TcpHub::OnPacer() {
     if (c->read_paused) {
       if (const double wait = down_.Delay(NowSeconds()); wait > 0) {
         SchedulePacer(wait);  // woke a little early: timers have millisecond granularity
+      } else if (gate_ && !gate_()) {
+        SchedulePacer(kGateRecheckS);  // the consumer is still behind
       } else {
         c->read_paused = false;
         StartReading(c);

@@ -175,6 +175,12 @@ class TcpHub {
   // reading pauses while the downlink bucket is in debt (the sender's TCP window then throttles
   // it). Applies to all connections of the hub.
   void SetRateLimits(double uplink_bytes_per_s, double downlink_bytes_per_s);
+  // A consumer's backpressure: while `open()` is false, connections stop reading after the
+  // frames in hand (the data waits in the kernel's socket buffers and TCP's window holds the
+  // sender back) and look again every kGateRecheckS. Called on the loop thread; keep it cheap.
+  static constexpr double kGateRecheckS = 0.005;
+  void SetReadGate(std::function<bool()> open) { gate_ = std::move(open); }
+  uint64_t gate_pauses() const { return gate_pauses_; }
 
   size_t num_connections() const { return conns_.size(); }
   uint64_t bytes_sent() const { return bytes_sent_; }
@@ -198,6 +204,8 @@ class TcpHub {
 
   TokenBucket up_{0, 0};
   TokenBucket down_{0, 0};
+  std::function<bool()> gate_;
+  uint64_t gate_pauses_ = 0;
   uv_timer_t* pacer_ = nullptr;
   bool pacer_armed_ = false;
   uint64_t pacer_due_ms_ = 0;  // loop time the armed pacer fires at
