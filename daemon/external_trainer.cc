@@ -312,7 +312,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
   conn_gen_++;
   job_ = false;
   wait_.reset();
-  UnmapShm();
+  UnmapShm(/*off_loop=*/true);
   if (!was_attached) return;
   state_.training = false;
   state_.waiting = false;
@@ -364,9 +364,15 @@ void ExternalTrainer::UnlinkShm() {
   shm_.path.clear();
 }
 
-void ExternalTrainer::UnmapShm() {
+void ExternalTrainer::UnmapShm(bool off_loop) {
   UnlinkShm();
-  shm_ = Shm{};  // unmapped when the last job holding the mapping is done
+  // Unmapped when the last job holding the mapping is done; with off_loop (a detach while the
+  // agent runs) on the thread pool: the last unmap of an unlinked segment frees its pages, ~0.3 s
+  // of CPU for a 1 GB model.
+  if (off_loop && shm_.map) {
+    Offload(loop_, [map = std::move(shm_.map)]() mutable { map.reset(); }, [] {});
+  }
+  shm_ = Shm{};
 }
 
 // ---- requests ----------------------------------------------------------------------------------

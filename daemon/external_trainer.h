@@ -109,7 +109,7 @@ class ExternalTrainer : public Trainer {
   void OnTick();
   Status MapShm(size_t floats);
   void UnlinkShm();
-  void UnmapShm();
+  void UnmapShm(bool off_loop = false);
 
   uv_loop_t* loop_;
   const ExternalTrainerOptions options_;
