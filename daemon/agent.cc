@@ -403,6 +403,7 @@ struct Agent::Impl : RpcBackend {
       in.chunks_encoded = streamer->chunks_encoded();
       in.chunks_sent = streamer->chunks_sent();
     }
+    if (data_tcp) in.read_pauses = data_tcp->gate_pauses();
     if (trainer) {
       in.mix_chunks_dropped = trainer->MixChunksDropped();
       in.models_mixed = trainer->ModelsMixed();

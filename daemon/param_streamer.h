@@ -1,10 +1,10 @@
 // Streams parameter snapshots (node::SendParams) on TCP connections chunk by chunk, as each
 // connection drains (issue 31). Memory follows the model once: every receiver of a round reads
 // the one shared snapshot; chunks are encoded (compression, FlatBuffers, sealing) on libuv's
-// thread pool, at most kEncodesInFlight at a time per round, and each encoded chunk is kept only
-// until every stream of its round has queued it (at most kMaxCached), so all receivers get the
-// same bytes from one encoding — a slow receiver that falls further behind than the cache
-// re-encodes its chunks. A connection holds at most about kHighWaterBytes queued in user space;
+// thread pool, at most kEncodesInFlight at a time per round, up to kMaxCached chunks ahead of
+// each stream, and each encoded chunk is kept while some stream of its round will queue it
+// within its next kMaxCached chunks, so receivers that keep pace get the same bytes from one
+// encoding — a receiver that falls further behind than that re-encodes its chunks. A connection holds at most about kHighWaterBytes queued in user space;
 // the loop thread only moves buffers.
 //
 // Frames and a graceful close asked for on a connection while it streams go out after the

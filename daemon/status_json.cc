@@ -199,7 +199,8 @@ json StatusJson(const StatusInputs& in) {
             {"chunks_encoded", in.chunks_encoded},
             {"chunks_sent", in.chunks_sent},
             {"mix_chunks_dropped", in.mix_chunks_dropped},
-            {"models_mixed", in.models_mixed}}}};
+            {"models_mixed", in.models_mixed},
+            {"read_pauses", in.read_pauses}}}};
 }
 
 }  // namespace meshtrain::daemon

@@ -52,6 +52,7 @@ struct StatusInputs {
   uint64_t chunks_sent = 0;        // chunk frames queued on connections
   uint64_t mix_chunks_dropped = 0;  // incoming chunks the mixer's queue had no room for
   double models_mixed = 0;          // streamed peer models mixed, in whole models
+  uint64_t read_pauses = 0;         // parameter connections paused: the running sum was behind
 };
 
 nlohmann::json StatusJson(const StatusInputs& in);
