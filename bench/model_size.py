@@ -13,6 +13,7 @@ Per setting it prints, over the nodes (worst node where it says max):
   rss MB / x      the agents' peak RSS (VmHWM), and as a multiple of the model's size
   budget          3 x model + 100 MB (issue 31)
   status max ms   the slowest `meshtrain status` answer (CLI process included)
+  rpc max ms      the slowest status answer asked straight on the RPC endpoint (the agent's own)
   lag p99/max     the event loop's tick lag from status (loop.lag_p99_ms / lag_max_ever_ms)
   suspicions      SWIM suspicions raised by any agent (all agents stay alive: none is right)
   MB/s/node       parameter bytes sent per second per node (params_bytes_sent / training time)
@@ -26,6 +27,8 @@ import argparse
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -49,8 +52,31 @@ def peak_rss_mb(pid):
     return float("nan")
 
 
+def rpc_status(addr, timeout=30):
+    """One `status` request straight to the agent's RPC endpoint (a length-prefixed JSON frame):
+    the agent's own answer time, without the CLI process's start-up."""
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        body = json.dumps({"cmd": "status"}).encode()
+        s.sendall(struct.pack(">I", len(body)) + body)
+        head = b""
+        while len(head) < 4:
+            part = s.recv(4 - len(head))
+            if not part:
+                raise OSError("closed")
+            head += part
+        n = struct.unpack(">I", head)[0]
+        got = 0
+        while got < n:
+            part = s.recv(min(65536, n - got))
+            if not part:
+                raise OSError("closed")
+            got += len(part)
+
+
 class Poller(threading.Thread):
-    """Times `meshtrain status` on every agent every `interval` s until stopped."""
+    """Every `interval` s, times `meshtrain status` (the CLI, as a user runs it) and a status
+    request straight to the RPC endpoint on every agent, until stopped."""
 
     def __init__(self, run, interval=0.2):
         super().__init__(daemon=True)
@@ -58,6 +84,7 @@ class Poller(threading.Thread):
         self.interval = interval
         self.stop_ = threading.Event()
         self.worst = 0.0
+        self.worst_rpc = 0.0
         self.samples = 0
         self.failures = 0
         self.last = {}
@@ -73,6 +100,12 @@ class Poller(threading.Thread):
                     self.samples += 1
                     self.last[a.name] = json.loads(r.stdout)
                 else:
+                    self.failures += 1
+                t0 = time.monotonic()
+                try:
+                    rpc_status(a.rpc)
+                    self.worst_rpc = max(self.worst_rpc, time.monotonic() - t0)
+                except OSError:
                     self.failures += 1
             self.stop_.wait(self.interval)
 
@@ -136,7 +169,8 @@ def one(binary, py, params, compress, nodes, steps, step_ms, workdir):
         "memcpy_ms": benchlib.median([r["memcpy_ms"] for r in res]),
         "rss_mb": max(rss), "rss_x": max(rss) / model_mb,
         "budget_mb": 3 * model_mb + 100,
-        "status_max_ms": poller.worst * 1000, "status_samples": poller.samples,
+        "status_max_ms": poller.worst * 1000, "rpc_max_ms": poller.worst_rpc * 1000,
+        "status_samples": poller.samples,
         "status_failures": poller.failures,
         "lag_p99_ms": max(s["loop"]["lag_p99_ms"] for s in sts),
         "lag_max_ms": max(s["loop"]["lag_max_ever_ms"] for s in sts),
@@ -172,11 +206,11 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
     headers = ["params", "compress", "overhead ms", "memcpy ms", "rss MB", "rss x", "budget MB",
-               "status max ms", "lag p99/max ms", "suspicions", "MB/s/node", "mixed/step",
+               "status max ms", "rpc max ms", "lag p99/max ms", "suspicions", "MB/s/node", "mixed/step",
                "mixed min"]
     table = [[f"{r['params']:.3g}", r["compress"], f"{r['overhead_ms']:.1f}",
               f"{r['memcpy_ms']:.1f}", f"{r['rss_mb']:.0f}", f"{r['rss_x']:.2f}",
-              f"{r['budget_mb']:.0f}", f"{r['status_max_ms']:.0f}",
+              f"{r['budget_mb']:.0f}", f"{r['status_max_ms']:.0f}", f"{r['rpc_max_ms']:.0f}",
               f"{r['lag_p99_ms']:.1f}/{r['lag_max_ms']:.0f}", r["suspicions"],
               f"{r['mbps_node']:.1f}", f"{r['mixed_per_step']:.2f}", f"{r['mixed_min']:.1f}"]
              for r in rows]
