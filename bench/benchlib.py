@@ -228,9 +228,12 @@ def isolate_text(a):
             else "--slowdown sleeps, shared cores")
 
 
-def thread_cpu(pid):
+def thread_cpu(pid, per_thread=False):
     """CPU seconds (user + system) of each thread of process `pid`, summed by thread name
-    (the agent names its trainer mt-train, its evaluator mt-eval, ...); {} once it is gone."""
+    (the agent names its trainer mt-train, its evaluator mt-eval, ...); {} once it is gone.
+    per_thread: one entry per thread instead, "main" for the process's first thread (the
+    agent's event loop) and "name:tid" for the others (libuv's pool threads keep the process
+    name)."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     try:
@@ -245,6 +248,8 @@ def thread_cpu(pid):
             continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
+        if per_thread:
+            name = "main" if int(tid) == pid else f"{name}:{tid}"
         out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
     return out
 

@@ -206,8 +206,8 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
     headers = ["params", "compress", "overhead ms", "memcpy ms", "rss MB", "rss x", "budget MB",
-               "status max ms", "rpc max ms", "lag p99/max ms", "suspicions", "MB/s/node", "mixed/step",
-               "mixed min"]
+               "status max ms", "rpc max ms", "lag p99/max ms", "suspicions", "MB/s/node",
+               "mixed/step", "mixed min"]
     table = [[f"{r['params']:.3g}", r["compress"], f"{r['overhead_ms']:.1f}",
               f"{r['memcpy_ms']:.1f}", f"{r['rss_mb']:.0f}", f"{r['rss_x']:.2f}",
               f"{r['budget_mb']:.0f}", f"{r['status_max_ms']:.0f}", f"{r['rpc_max_ms']:.0f}",

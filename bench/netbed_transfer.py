@@ -261,26 +261,6 @@ def proc_cpu(pid):
     return (int(v[11]) + int(v[12])) / TICK
 
 
-def threads_cpu(pid):
-    """CPU seconds of each thread of `pid`: "main" (the agent's event loop) and comm:tid for the
-    others (libuv's pool threads keep the process name, meshtrain)."""
-    out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        v = stat[stat.rindex(")") + 2:].split()
-        out["main" if int(tid) == pid else f"{comm}:{tid}"] = (int(v[11]) + int(v[12])) / TICK
-    return out
-
-
 def machine_cpu():
     """/proc/stat totals in seconds: (busy, softirq, total) over all cores."""
     with open("/proc/stat") as f:
@@ -352,7 +332,8 @@ class Sampler(threading.Thread):
     def cpu_sample(self):
         by = {}
         for label, pid in self.procs.items():
-            by[label] = threads_cpu(pid) if label in self.threads else proc_cpu(pid)
+            by[label] = (bl.thread_cpu(pid, per_thread=True) if label in self.threads
+                         else proc_cpu(pid))
         return time.time(), by, machine_cpu()
 
     def run(self):

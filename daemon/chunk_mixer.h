@@ -65,7 +65,7 @@ class ChunkMixer {
 
   const size_t max_queued_bytes_;
   mutable std::mutex q_mu_;
-  std::condition_variable q_cv_;    // items queued, or stop
+  std::condition_variable q_cv_;     // items queued, or stop
   std::condition_variable idle_cv_;  // the queue ran empty and nothing is being folded
   // Guarded by q_mu_:
   std::deque<Item> queue_;
@@ -76,7 +76,7 @@ class ChunkMixer {
   uint64_t folded_ = 0;
 
   mutable std::mutex sum_mu_;
-  learn::RunningSum sum_;  // guarded by sum_mu_
+  learn::RunningSum sum_;                      // guarded by sum_mu_
   std::atomic<uint64_t> models_mixed_ppm_{0};  // models mixed, in millionths
 
   std::thread thread_;

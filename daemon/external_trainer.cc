@@ -370,7 +370,8 @@ void ExternalTrainer::UnmapShm(bool off_loop) {
   // agent runs) on the thread pool: the last unmap of an unlinked segment frees its pages, ~0.3 s
   // of CPU for a 1 GB model.
   if (off_loop && shm_.map) {
-    Offload(loop_, [map = std::move(shm_.map)]() mutable { map.reset(); }, [] {});
+    Offload(
+        loop_, [map = std::move(shm_.map)]() mutable { map.reset(); }, [] {});
   }
   shm_ = Shm{};
 }
@@ -487,12 +488,12 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
         if (!*snap) *snap = std::make_shared<std::vector<float>>(n);
         *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
       },
-      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step = p.step, snap,
-       ok] {
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step = p.step, snap, ok] {
         if (life.expired() || gen != conn_gen_) return;  // gone, or the trainer detached
         KeepSnapshotBuffer(*snap);
         job_ = false;
-        if (!*ok) return Reject(c, "trainer_message", seq, "publish: the parameters are not all finite");
+        if (!*ok)
+          return Reject(c, "trainer_message", seq, "publish: the parameters are not all finite");
         FinishPublish(c, seq, step, *snap);
         HandleFrames(c);
       });
@@ -636,7 +637,8 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
           if (*ok) {
             latest_ = *snap;
           } else {
-            spdlog::warn("the evaluated parameters are not finite: offering the last published model");
+            spdlog::warn(
+                "the evaluated parameters are not finite: offering the last published model");
           }
           if (latest_) outbox_ = Snapshot{latest_step_, latest_, true};
           if (gen != conn_gen_) return notify_();  // the trainer detached meanwhile

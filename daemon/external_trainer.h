@@ -158,7 +158,7 @@ class ExternalTrainer : public Trainer {
   // (issue 31: the loop never blocks); the trainer waits for its reply meanwhile, and a request
   // that arrives before it is refused (one request at a time).
   bool job_ = false;
-  uint64_t conn_gen_ = 0;                              // bumped when the trainer detaches
+  uint64_t conn_gen_ = 0;                                 // bumped when the trainer detaches
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // expired: the trainer is gone
   std::shared_ptr<ChunkMixer> mixer_ = std::make_shared<ChunkMixer>();
   std::shared_ptr<const std::vector<float>> latest_;  // newest published (or adopted) model

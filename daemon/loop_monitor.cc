@@ -21,22 +21,12 @@ template <typename H>
 void CloseAndFree(H*& h) {
   if (h == nullptr) return;
   h->data = nullptr;
-  uv_close(reinterpret_cast<uv_handle_t*>(h), [](uv_handle_t* x) { delete reinterpret_cast<H*>(x); });
+  uv_close(reinterpret_cast<uv_handle_t*>(h),
+           [](uv_handle_t* x) { delete reinterpret_cast<H*>(x); });
   h = nullptr;
 }
 
 }  // namespace
-
-void LagHistogram::Observe(double seconds) {
-  for (size_t i = 0; i < kBounds.size(); ++i) {
-    if (seconds <= kBounds[i]) {
-      counts[i]++;
-      break;
-    }
-  }
-  count++;
-  sum += seconds;
-}
 
 LoopMonitor::LoopMonitor(uv_loop_t* loop) {
   timer_ = new uv_timer_t;
@@ -51,16 +41,13 @@ LoopMonitor::LoopMonitor(uv_loop_t* loop) {
 
 LoopMonitor::~LoopMonitor() { Close(); }
 
-void LoopMonitor::Close() {
-  CloseAndFree(timer_);
-}
+void LoopMonitor::Close() { CloseAndFree(timer_); }
 
 void LoopMonitor::OnTimer(uv_timer_t* t) {
   auto* self = static_cast<LoopMonitor*>(t->data);
   if (self == nullptr) return;
   const uint64_t now = uv_hrtime();
-  const double lag_ms =
-      now > self->due_ns_ ? static_cast<double>(now - self->due_ns_) / 1e6 : 0.0;
+  const double lag_ms = now > self->due_ns_ ? static_cast<double>(now - self->due_ns_) / 1e6 : 0.0;
   // The next tick is due a period after this one fired (a repeating uv timer re-arms from the
   // time it ran), so a stall counts once, not again for every tick it swallowed.
   self->due_ns_ = now + kTickMs * 1000000ULL;
@@ -84,7 +71,8 @@ LoopStats LoopMonitor::Stats() const {
   if (!window_.empty()) {
     std::vector<double> v(window_.begin(), window_.end());
     auto at = [&](double q) {
-      const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
+      const size_t k =
+          std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())));
       std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
       return v[k];
     };

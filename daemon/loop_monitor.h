@@ -16,16 +16,15 @@
 #include <cstdint>
 #include <deque>
 
+#include "daemon/histogram.h"
+
 namespace meshtrain::daemon {
 
-struct LagHistogram {
-  static constexpr std::array<double, 12> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+struct LagBounds {
+  static constexpr std::array<double, 12> kValues = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                                      0.05,   0.1,   0.25,   0.5,   1,    2.5};
-  std::array<uint64_t, kBounds.size()> counts{};  // per bucket (not cumulative); +Inf = rest
-  uint64_t count = 0;
-  double sum = 0;
-  void Observe(double seconds);
 };
+using LagHistogram = BucketHistogram<LagBounds>;
 
 struct LoopStats {
   double lag_p50_ms = 0, lag_p99_ms = 0, lag_max_ms = 0;  // over the last window

@@ -109,9 +109,8 @@ void ParamStreamer::Pump(TcpHub::ConnId hid) {
   // Ask for the chunks this stream needs next, up to kMaxCached ahead of what it queued (so
   // encoding runs ahead of the connection instead of one pool round trip per few chunks: that
   // held a loopback stream to ~100-170 MB/s); the encoders report back through OnEncoded.
-  for (uint32_t i = st.next; i < r->chunks && i < st.next + kMaxCached &&
-                             r->encoding.size() < kEncodesInFlight;
-       ++i) {
+  for (uint32_t i = st.next;
+       i < r->chunks && i < st.next + kMaxCached && r->encoding.size() < kEncodesInFlight; ++i) {
     if (r->cache.count(i) == 0 && r->encoding.count(i) == 0) Encode(r, i);
   }
   Evict(*r);

@@ -4,8 +4,8 @@
 // thread pool, at most kEncodesInFlight at a time per round, up to kMaxCached chunks ahead of
 // each stream, and each encoded chunk is kept while some stream of its round will queue it
 // within its next kMaxCached chunks, so receivers that keep pace get the same bytes from one
-// encoding — a receiver that falls further behind than that re-encodes its chunks. A connection holds at most about kHighWaterBytes queued in user space;
-// the loop thread only moves buffers.
+// encoding — a receiver that falls further behind than that re-encodes its chunks. A connection
+// holds at most about kHighWaterBytes queued in user space; the loop thread only moves buffers.
 //
 // Frames and a graceful close asked for on a connection while it streams go out after the
 // stream (a joiner's state transfer ends with a close). A connection that closes ends its stream.

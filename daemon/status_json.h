@@ -46,10 +46,10 @@ struct StatusInputs {
   uint64_t probe_trains_queued = 0;     // of those, unmeasurable (queued behind a backlog)
   uint64_t probe_rejects = 0;           // probe datagrams dropped (daemon/link_prober.h)
   double uptime_s = 0;
-  std::optional<LoopStats> loop;   // event-loop responsiveness (daemon/loop_monitor.h)
-  uint64_t streams_active = 0;     // parameter snapshots being streamed (daemon/param_streamer.h)
-  uint64_t chunks_encoded = 0;     // chunk encodings (one per chunk per round when shared)
-  uint64_t chunks_sent = 0;        // chunk frames queued on connections
+  std::optional<LoopStats> loop;    // event-loop responsiveness (daemon/loop_monitor.h)
+  uint64_t streams_active = 0;      // parameter snapshots being streamed (daemon/param_streamer.h)
+  uint64_t chunks_encoded = 0;      // chunk encodings (one per chunk per round when shared)
+  uint64_t chunks_sent = 0;         // chunk frames queued on connections
   uint64_t mix_chunks_dropped = 0;  // incoming chunks the mixer's queue had no room for
   double models_mixed = 0;          // streamed peer models mixed, in whole models
   uint64_t read_pauses = 0;         // parameter connections paused: the running sum was behind

@@ -29,6 +29,7 @@
 
 #include "daemon/chunk_mixer.h"
 #include "daemon/config.h"
+#include "daemon/histogram.h"
 #include "learn/checkpoint.h"
 #include "learn/mixing.h"
 #include "learn/model_file.h"
@@ -138,23 +139,11 @@ struct Snapshot {
 };
 
 // Barrier waits per step, for the Prometheus histogram meshtrain_barrier_wait_seconds.
-struct WaitHistogram {
-  static constexpr std::array<double, 12> kBounds = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+struct WaitBounds {
+  static constexpr std::array<double, 12> kValues = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
                                                      0.25,  0.5,   1,    2.5,   5,    10};
-  std::array<uint64_t, kBounds.size()> counts{};  // per bucket (not cumulative); +Inf = rest
-  uint64_t count = 0;
-  double sum = 0;
-  void Observe(double seconds) {
-    for (size_t i = 0; i < kBounds.size(); ++i) {
-      if (seconds <= kBounds[i]) {
-        counts[i]++;
-        break;
-      }
-    }
-    count++;
-    sum += seconds;
-  }
 };
+using WaitHistogram = BucketHistogram<WaitBounds>;
 
 struct TrainerState {
   uint64_t step = 0;

@@ -165,12 +165,11 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
   const auto q = c.q.empty() ? 0 : b.CreateVector(c.q.data(), c.q.size());
   const auto scales = c.scales.empty() ? 0 : b.CreateVector(c.scales.data(), c.scales.size());
   const auto idx = c.idx.empty() ? 0 : b.CreateVector(c.idx.data(), c.idx.size());
-  return {
-      w::Body::ParamChunk,
-      w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
-                          c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx, c.final,
-                          c.keyed)
-          .Union()};
+  return {w::Body::ParamChunk,
+          w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
+                              c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx,
+                              c.final, c.keyed)
+              .Union()};
 }
 
 std::pair<w::Body, fb::Offset<void>> EncodeKeyOp(fb::FlatBufferBuilder& b, const KeyOpMsg& m) {

@@ -87,7 +87,7 @@ struct ParamChunk {
   // The sender keeps a reference of this transfer (top-k); the receiver keeps one too. Unkeyed
   // full snapshots are mixed chunk by chunk (appended field).
   bool keyed = false;
-  uint64_t wire_bytes = 0;     // set by the receiver's codec: payload bytes as received
+  uint64_t wire_bytes = 0;  // set by the receiver's codec: payload bytes as received
   // Not on the wire: the receiver's codec expanded and checked this chunk (ExpandChunk), so a
   // second ExpandChunk returns at once instead of scanning the floats again.
   bool expanded = false;

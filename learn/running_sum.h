@@ -52,7 +52,7 @@ class RunningSum {
   void SplitAt(uint32_t at);
 
   std::vector<float> sum_;
-  std::map<uint32_t, Segment> segments_;  // start -> [start, end) and its summed weight
+  std::map<uint32_t, Segment> segments_;              // start -> [start, end) and its summed weight
   std::map<std::string, std::set<uint32_t>> folded_;  // sender -> offsets folded this window
   uint64_t window_floats_ = 0;
 };

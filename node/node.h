@@ -317,10 +317,10 @@ struct JoinGaveUp {
   int attempts = 0;
 };
 
-using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
-                            MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
-                            MembershipChanged, AdoptState, RetryJoin, JoinGaveUp, ProbeLink,
-                            SendParams, MixChunk>;
+using Output =
+    std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest, MemberEvent,
+                 RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone, MembershipChanged,
+                 AdoptState, RetryJoin, JoinGaveUp, ProbeLink, SendParams, MixChunk>;
 
 // ---- Counters and state for status --------------------------------------------------------------
 
@@ -525,8 +525,7 @@ class Node {
   };
   std::map<std::string, InStream> in_streams_;
   // Handles a chunk of a streamed transfer; false when it is malformed.
-  bool OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
-                     TimeMs now);
+  bool OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk, TimeMs now);
   // The transfer from `sender` on `conn` is complete: acknowledge it, note the sender's progress.
   void CompleteIncoming(ConnId conn, const std::string& sender, uint64_t round, uint64_t step,
                         TimeMs now);

@@ -445,8 +445,8 @@ bool Node::OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamCh
   return true;
 }
 
-void Node::CompleteIncoming(ConnId conn, const std::string& sender, uint64_t round,
-                            uint64_t step, TimeMs now) {
+void Node::CompleteIncoming(ConnId conn, const std::string& sender, uint64_t round, uint64_t step,
+                            TimeMs now) {
   stats_.params_received++;
   EndIncoming(conn, now);  // the sender's next transfer may use this connection again
   gossip::Frame ack;       // the sender's round for this receiver ends with this

@@ -147,11 +147,11 @@ class NodeSim {
   std::vector<std::unique_ptr<node::Node>> nodes_;
   std::vector<Trainer> trainers_;
   std::map<uint32_t, node::WholeModels> wholes_;  // nodes receiving parameter chunks
-  std::vector<uint64_t> steps_;               // trainers' completed steps (for the observer)
-  std::vector<uint8_t> live_;                 // not crashed
-  std::vector<TimeMs> tick_at_;               // the kTick event each node waits for
-  std::vector<node::Output> outputs_;         // Drain's buffer
-  std::vector<std::vector<uint32_t>> views_;  // external membership: each node's peers, sorted
+  std::vector<uint64_t> steps_;                   // trainers' completed steps (for the observer)
+  std::vector<uint8_t> live_;                     // not crashed
+  std::vector<TimeMs> tick_at_;                   // the kTick event each node waits for
+  std::vector<node::Output> outputs_;             // Drain's buffer
+  std::vector<std::vector<uint32_t>> views_;      // external membership: each node's peers, sorted
   std::shared_ptr<const std::vector<float>> no_task_params_;
   std::shared_ptr<const learn::SyntheticData> data_;
   bool classifier_ = false;  // a Fashion-MNIST task: error = 1 - accuracy

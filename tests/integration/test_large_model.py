@@ -10,8 +10,8 @@ its running sum. Run twice: --compress none and --compress int8. Checks that:
   (base/loop_guard.h; tests/learn/mixing_test.cc shows each of them is counted), so this fails
   as soon as one of them moves onto the loop;
 - the mesh still works: every trainer ends its steps with finite parameters and peer models
-  mixed in (trainer `mixed` and status param_streams.models_mixed > 0), no incoming chunk was
-  dropped for lack of queue room beyond a few, nothing rejected, every agent alive.
+  mixed in (trainer `mixed` and status param_streams.models_mixed > 0), nothing rejected,
+  every agent alive.
 Timings (the slowest `status` answer, loop lag, the loop's CPU between ticks) are printed, not
 asserted: the machine is shared (bench/model_size.py measures them).
 """

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "base/loop_guard.h"
-
 #include "learn/optimizer.h"
 #include "learn/running_sum.h"
 
@@ -124,7 +123,6 @@ TEST_CASE("SGD with momentum follows v <- mu v + g, x <- x - lr v", "[learn][opt
   opt.ResetVelocity();
   CHECK(opt.velocity().isZero());
 }
-
 
 TEST_CASE("LoopGuard counts passes over a whole model on the marked thread only", "[learn][loop]") {
   const size_t big = LoopGuard::kLoopFloatsMax + 1;

@@ -169,7 +169,7 @@ class Mesh {
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::map<size_t, node::WholeModels> wholes_;  // per peer: streamed chunks back to whole models
-  std::map<uint64_t, Conn> conns_;  // by connection serial
+  std::map<uint64_t, Conn> conns_;              // by connection serial
   std::map<std::pair<size_t, node::ConnId>, uint64_t> conn_of_;
   node::ConnId next_accept_id_ = 1;
   uint64_t next_conn_ = 1;
