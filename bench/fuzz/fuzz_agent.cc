@@ -33,7 +33,7 @@
 namespace ms = meshtrain::membership;
 namespace node = meshtrain::node;
 namespace gossip = meshtrain::gossip;
-namespace daemon = meshtrain::daemon;
+namespace mtd = meshtrain::daemon;  // not `daemon`: unistd.h declares daemon()
 
 namespace {
 
@@ -53,9 +53,9 @@ class EncodingEndpoint : public node::Endpoint {
   void Close(node::ConnId, bool) override {}
 };
 
-daemon::MetricsLog& Metrics() {
-  static daemon::MetricsLog* log = [] {
-    auto* m = new daemon::MetricsLog();
+mtd::MetricsLog& Metrics() {
+  static mtd::MetricsLog* log = [] {
+    auto* m = new mtd::MetricsLog();
     FUZZ_CHECK(m->Open("/dev/null").ok());
     spdlog::set_default_logger(
         std::make_shared<spdlog::logger>("fuzz", std::make_shared<spdlog::sinks::null_sink_mt>()));
@@ -67,7 +67,7 @@ daemon::MetricsLog& Metrics() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  daemon::MetricsLog& metrics = Metrics();
+  mtd::MetricsLog& metrics = Metrics();
   gossip::Inbound inbound(&Codec());
   node::NodeConfig c;
   c.name = "self";
@@ -84,9 +84,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   int64_t now = 0;
   auto execute = [&] {
     for (auto& o : node::RouteNetwork(n.TakeOutput(), ep)) {
-      if (daemon::RecordEvent(o, &metrics)) continue;
+      if (mtd::RecordEvent(o, &metrics)) continue;
       if (auto* done = std::get_if<node::CommandDone>(&o)) {
-        (void)daemon::JsonText(daemon::CommandReply(*done));
+        (void)mtd::JsonText(mtd::CommandReply(*done));
       }
     }
   };
@@ -117,6 +117,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     execute();
   }
   // What `members` and the metrics file would show of everything that was accepted.
-  (void)daemon::JsonText(daemon::MembersJson(n.Members()));
+  (void)mtd::JsonText(mtd::MembersJson(n.Members()));
   return 0;
 }
