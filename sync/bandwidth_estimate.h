@@ -51,14 +51,16 @@ class BandwidthEstimate {
 };
 
 // Capacity from probe rates (node.cc, link-capacity probes): the largest rate that another one
-// confirms within 25 % (rates[j] >= 0.75 * rates[i]); with none confirmed, the smallest (one
-// rate: itself). A rate can be too high only rarely and not twice alike, so one outlier never
-// sets the estimate. 0 for no rates.
+// confirms within 25 %, i.e. at most 1.25x the confirming rate (rates[j] >= 0.8 * rates[i]);
+// with none confirmed, the smallest (one rate: itself). A rate can be too high only rarely and
+// not twice alike, so one outlier never sets the estimate. (With rates[j] >= 0.75 * rates[i] a
+// squeezed train read 1.33x a 40 Mbit/s uplink, 53 against 40.1, and counted as confirmed.)
+// 0 for no rates.
 inline double ConfirmedRate(std::vector<double> rates) {
   if (rates.empty()) return 0;
   std::sort(rates.begin(), rates.end(), std::greater<double>());
   for (size_t i = 0; i + 1 < rates.size(); ++i) {
-    if (rates[i + 1] >= 0.75 * rates[i]) return rates[i];
+    if (rates[i + 1] * 1.25 >= rates[i]) return rates[i];
   }
   return rates.back();
 }
