@@ -124,7 +124,7 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
   a->add_option("--retry-max", c.retry_max,
                 "Join attempts before the agent gives up and exits (0 = unlimited)")
       ->capture_default_str();
-  // Tests only (hidden from --help; documented in README "Several hosts"): shifts the wall
+  // Tests only (hidden from --help; documented in docs/guide.md "Several hosts"): shifts the wall
   // clock that stamps this agent's messages.
   a->add_option("--test-clock-offset", c.test_clock_offset_s,
                 "TEST ONLY: shift this agent's wall clock by SECONDS")
