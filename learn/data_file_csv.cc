@@ -11,8 +11,6 @@
 namespace meshtrain::learn::data_file_internal {
 namespace {
 
-// Class labels beyond this are surely a wrong column; keeps num_classes() far from overflow.
-constexpr double kMaxLabel = (1 << 24) - 1;
 // Wider rows are surely not a feature table (and would overflow LabeledData::width).
 constexpr size_t kMaxColumns = size_t{1} << 24;
 

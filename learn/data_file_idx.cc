@@ -9,8 +9,6 @@ namespace meshtrain::learn::data_file_internal {
 namespace {
 
 constexpr uint8_t kUnsignedByte = 0x08;
-// One image side; larger is surely a corrupt header (and would overflow LabeledData's ints).
-constexpr uint32_t kMaxSide = uint32_t{1} << 24;
 
 struct IdxArray {
   std::vector<uint32_t> dims;

@@ -12,6 +12,12 @@
 
 namespace meshtrain::learn::data_file_internal {
 
+// Sanity bounds shared by the IDX, CSV and .npy readers: one non-sample dimension (larger is
+// surely a corrupt header and would overflow LabeledData's ints), and class labels (beyond this
+// is surely a wrong column; keeps num_classes() far from overflow).
+inline constexpr uint32_t kMaxSide = uint32_t{1} << 24;
+inline constexpr int64_t kMaxLabel = (1 << 24) - 1;
+
 // Zip record signatures (.npz files: read here, written by learn/model_file.cc).
 inline constexpr uint32_t kEndOfCentralDir = 0x06054b50;
 inline constexpr uint32_t kCentralHeader = 0x02014b50;

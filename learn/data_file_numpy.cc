@@ -20,8 +20,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 
 constexpr size_t kMaxNpyHeader = size_t{1} << 16;
 constexpr size_t kMaxNpyDims = 32;
-constexpr uint64_t kMaxSide = uint64_t{1} << 24;  // one non-sample dimension
-constexpr int64_t kMaxLabel = (1 << 24) - 1;
 
 uint16_t Le16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 uint32_t Le32(const uint8_t* p) {

@@ -1,32 +1,114 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh Debian machine: installs dependencies, builds, and runs
-#   1. every CTest test of the normal build (unit, virtual-time simulation, transport,
-#      multi-process integration and fault-injection tests on loopback);
-#   2. a short bounded run of every libFuzzer target (bench/fuzz, clang + ASan + UBSan);
-#   3. the unit, virtual-time simulation and transport tests again in the AddressSanitizer +
-#      UndefinedBehaviorSanitizer build (skip with MESHTRAIN_SKIP_ASAN=1). The multi-process
-#      tests assert wall-clock bounds and RSS growth, which the sanitizers' slowdown and
-#      quarantine memory distort; run them there by hand with
+#   1. the release build (gcc, -Wall -Wextra -Werror, unity batches, line tables only);
+#   2. every CTest test of that build (unit, virtual-time simulation, transport, multi-process
+#      integration, fault-injection, network-namespace and packaging tests), while the
+#      sanitizer build (clang, ASan + UBSan, with the libFuzzer targets) compiles beside it at
+#      low priority: the multi-process tests mostly wait on agents, the compiler fills the cores;
+#   3. a short bounded run of every libFuzzer target (bench/fuzz) from the sanitizer build;
+#   4. the unit, virtual-time simulation, transport and network-namespace tests again under
+#      ASan + UBSan (skip 3 and 4 with MESHTRAIN_SKIP_ASAN=1). The integration and fault tests
+#      assert wall-clock bounds and RSS growth, which the sanitizers' slowdown and quarantine
+#      memory distort; run them there by hand with
 #      `ctest --test-dir build-asan -L "integration|faults"`.
+# Prints each stage's wall time, and at the end one line "tests: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-stage() { echo; echo "== $* ($(( $(date +%s) - start )) s) =="; }
+last=$start
+last_name=""
+times=()
+stage() {
+  local now
+  now=$(date +%s)
+  [ -n "$last_name" ] && times+=("$(printf '%-58s %5d s' "$last_name" $((now - last)))")
+  last=$now
+  last_name="$*"
+  [ -n "$*" ] && { echo; echo "== $* ($((now - start)) s) =="; }
+  return 0
+}
+summary() {
+  echo
+  echo "== stage times (wall) =="
+  printf '%s\n' "${times[@]}"
+  printf '%-58s %5d s\n' "total" $(($(date +%s) - start))
+}
+bg_pid=""
+cleanup() { [ -n "$bg_pid" ] && kill "$bg_pid" 2>/dev/null || true; }
+trap cleanup EXIT
 
-stage "build (RelWithDebInfo, -Wall -Wextra -Werror)"
-BUILD_DIR=build bash scripts/build.sh -DMESHTRAIN_WERROR=ON
-stage "tests"
-ctest --test-dir build --output-on-failure -j2 --timeout 600
+passed=0
+failed=0
+# Runs ctest with the given arguments, keeps its log, adds its counts; returns ctest's status.
+run_ctest() {
+  local log=$1
+  shift
+  local rc
+  set +e
+  ctest "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  local line
+  line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$log" | tail -n 1 || true)
+  if [ -n "$line" ]; then
+    local total fail
+    total=$(echo "$line" | grep -oE "out of [0-9]+" | grep -oE "[0-9]+")
+    fail=$(echo "$line" | grep -oE "[0-9]+ tests failed" | grep -oE "[0-9]+")
+    passed=$((passed + total - fail))
+    failed=$((failed + fail))
+  elif [ "$rc" != 0 ]; then
+    failed=$((failed + 1))
+  fi
+  return "$rc"
+}
 
-stage "fuzz targets, short run"
-bash bench/fuzz/run.sh --runs 20000 --parallel 2
+asan=1
+[ "${MESHTRAIN_SKIP_ASAN:-0}" = "1" ] && asan=0
 
-if [ "${MESHTRAIN_SKIP_ASAN:-0}" != "1" ]; then
-  stage "sanitizer build (ASan + UBSan)"
-  BUILD_DIR=build-asan bash scripts/build.sh -DMESHTRAIN_SANITIZE=ON
+stage "dependencies"
+bash scripts/install-deps.sh
+
+stage "build (gcc RelWithDebInfo -g1, unity, -Wall -Wextra -Werror)"
+BUILD_DIR=build bash scripts/build.sh -DMESHTRAIN_WERROR=ON -DCMAKE_UNITY_BUILD=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
+
+if [ "$asan" = 1 ]; then
+  # clang, so that the libFuzzer targets build in the same tree; -O1 and line tables only: the
+  # sanitizers need frames and lines, not full debug info.
+  echo "sanitizer build starts in the background (log: build-asan.log)"
+  (CC=clang CXX=clang++ BUILD_DIR=build-asan JOBS=2 nice -n 15 bash scripts/build.sh \
+     -DMESHTRAIN_SANITIZE=ON -DMESHTRAIN_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
+     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+     >build-asan.log 2>&1) &
+  bg_pid=$!
+fi
+
+stage "tests (release build)"
+rc=0
+run_ctest build/ctest.log --test-dir build --output-on-failure -j2 --timeout 600 || rc=1
+
+if [ "$asan" = 1 ]; then
+  stage "sanitizer build (what was left of it after the tests)"
+  if ! wait "$bg_pid"; then
+    bg_pid=""
+    tail -n 60 build-asan.log
+    echo "sanitizer build failed (build-asan.log)"
+    exit 1
+  fi
+  bg_pid=""
+
+  stage "fuzz targets, short run"
+  rm -rf build-asan/seeds
+  build-asan/make_corpus build-asan/seeds >/dev/null
+  bash bench/fuzz/run.sh --no-build --build build-asan --runs 20000 --parallel 2 || rc=1
+
   stage "tests under ASan + UBSan"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE "integration|faults"
+    run_ctest build-asan/ctest.log --test-dir build-asan --output-on-failure -j2 --timeout 900 \
+      -LE "integration|faults|packaging" || rc=1
 fi
-stage "test suite finished"
+stage ""
+summary
+echo "tests: $passed passed, $failed failed"
+exit "$rc"

@@ -25,11 +25,6 @@ constexpr size_t kNoTaskFloats = 4;
 // wbsp: at most this many local steps per barrier wait (the daemon's TrainerOptions value).
 constexpr int kMaxLocalSteps = 16;
 
-bool NeedsFullView(sync::Policy p) {
-  return p == sync::Policy::kBsp || p == sync::Policy::kSsp || p == sync::Policy::kDssp ||
-         p == sync::Policy::kWbsp;
-}
-
 }  // namespace
 
 NodeSim::NodeSim(const PspSimOptions& options)

@@ -9,12 +9,12 @@ namespace {
 // bsp/ssp/dssp need a full view per node: n² entries. Beyond this the run would need gigabytes.
 constexpr size_t kMaxFullViewNodes = 4000;
 
+}  // namespace
+
 bool NeedsFullView(sync::Policy p) {
   return p == sync::Policy::kBsp || p == sync::Policy::kSsp || p == sync::Policy::kDssp ||
          p == sync::Policy::kWbsp;
 }
-
-}  // namespace
 
 std::optional<StepDist> ParseStepDist(const std::string& name) {
   if (name == "gamma") return StepDist::kGamma;

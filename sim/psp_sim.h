@@ -78,6 +78,9 @@ enum class StepDist { kGamma, kExponential, kConstant };
 
 // "gamma" | "exp" | "const"; nullopt for anything else.
 std::optional<StepDist> ParseStepDist(const std::string& name);
+
+// Whether a barrier policy needs every node's full view of the mesh (bsp, ssp, dssp, wbsp).
+bool NeedsFullView(sync::Policy p);
 const char* StepDistName(StepDist dist);
 
 struct ComputeModel {
