@@ -7,7 +7,8 @@ Checks that:
   and cover the package of every shared library the packaged binary needs (readelf NEEDED,
   resolved with ldd); /etc/meshtrain/agent.env is a conffile; the maintainer scripts parse;
 - SCRATCH/usr/bin/meshtrain version prints the version;
-- the installed systemd unit runs SCRATCH's /usr/bin/meshtrain with the installed agent.env;
+- the installed systemd unit runs SCRATCH's /usr/bin/meshtrain with the installed agent.env,
+  and `systemd-analyze verify` (when present) has nothing to say about it;
 - two agents started from the installed binary (the first with the unit's ExecStart command
   line, its data dir moved to the test's) list each other alive; each serves a trainer written
   with the installed Python package (PYTHONPATH=SCRATCH/usr/lib/python3/dist-packages, imported
@@ -35,7 +36,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import free_port_block, wait_until  # noqa: E402
 
 TRAINER = r"""
-import json, os, sys
+import json, os, sys, time
 import numpy as np
 import meshtrain
 sock, target, steps = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
@@ -44,6 +45,7 @@ x = np.zeros(256, np.float32)
 mesh.attach(x.size)
 while mesh.step_count < steps and mesh.training:
     x -= 0.1 * (x - target)
+    time.sleep(0.01)  # "compute": peers' models arrive between steps
     mesh.step(x)
 print(json.dumps({"module": meshtrain.__file__, "step": mesh.step_count,
                   "mixed": mesh.mixed_total, "mean": float(x.mean())}), flush=True)
@@ -214,7 +216,7 @@ def check_control(deb, ctrl):
         run(["sh", "-n", path])
 
 
-def check_unit(root):
+def check_unit(root, work):
     unit = os.path.join(root, "usr/lib/systemd/system/meshtrain-agent.service")
     with open(unit) as f:
         text = f.read()
@@ -229,6 +231,17 @@ def check_unit(root):
     assert keys["EnvironmentFile"] == "/etc/meshtrain/agent.env", keys["EnvironmentFile"]
     assert os.path.exists(root + keys["EnvironmentFile"]), "agent.env not installed"
     print(f"unit: ExecStart={keys['ExecStart']}")
+    if shutil.which("systemd-analyze"):
+        # A copy whose paths point into the scratch root (verify wants ExecStart to exist).
+        copy = os.path.join(work, "meshtrain-agent.service")
+        with open(copy, "w") as f:
+            f.write(text.replace("ExecStart=/usr/bin/", f"ExecStart={root}/usr/bin/")
+                    .replace("EnvironmentFile=/", f"EnvironmentFile={root}/"))
+        r = subprocess.run(["systemd-analyze", "verify", copy], capture_output=True, text=True,
+                           timeout=60, stdin=subprocess.DEVNULL)
+        notes = [ln for ln in (r.stdout + r.stderr).splitlines() if "meshtrain-agent" in ln]
+        assert r.returncode == 0 and not notes, f"systemd-analyze verify: {r.stdout}{r.stderr}"
+        print("unit: systemd-analyze verify: no complaints")
     return exec_start
 
 
@@ -281,7 +294,7 @@ def run_mesh(root, work, exec_start, env, py, procs):
     if py is None:
         print("python trainers: skipped (no python3 with numpy; install python3-numpy)")
     else:
-        steps, targets = 30, [0.0, 4.0]
+        steps, targets = 40, [0.0, 4.0]
         wait_until(lambda: all(os.path.exists(s) for s in socks), 10, what="trainer sockets")
         trainers = [procs.start([py, "-c", TRAINER, socks[i], str(targets[i]), str(steps)],
                                 os.path.join(work, f"{n}-trainer.out"), env=env, cwd=work)
@@ -338,7 +351,7 @@ def main():
         out = run([binary, "version"]).strip()
         assert out.startswith(f"meshtrain {version}"), out
         print(f"version: {out}")
-        exec_start = check_unit(root)
+        exec_start = check_unit(root, work)
         py = numpy_python()
         env = check_python_import(root, work, py)
         run_mesh(root, work, exec_start, env, py, procs)
