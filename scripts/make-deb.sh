@@ -12,7 +12,10 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMESHTRAIN_NATIVE=
   -DMESHTRAIN_TESTS=OFF "$@" >/dev/null
 cmake --build "$BUILD_DIR" -j"$(nproc)" --target meshtrain
 mkdir -p "$OUT_DIR"
-cpack -G DEB --config "$BUILD_DIR/CPackConfig.cmake" -B "$OUT_DIR" >/dev/null
+if ! log=$(cpack -G DEB --config "$BUILD_DIR/CPackConfig.cmake" -B "$OUT_DIR" 2>&1); then
+  echo "$log" >&2
+  exit 1
+fi
 rm -rf "$OUT_DIR/_CPack_Packages"
 deb=$(ls -t "$OUT_DIR"/meshtrain_*.deb | head -n 1)
 echo "$(cd "$(dirname "$deb")" && pwd)/$(basename "$deb")"
