@@ -10,6 +10,7 @@
 #include "gossip/framing.h"
 #include "tests/gossip/crafted.h"
 #include "tests/gossip/messages.h"
+#include "tests/gossip/test_keys.h"
 
 namespace meshtrain::gossip {
 namespace {
@@ -18,9 +19,7 @@ using testing::CheckSame;
 using testing::Gen;
 namespace ms = ::meshtrain::membership;
 
-std::shared_ptr<Keyring> MakeKeyring() {
-  return std::make_shared<Keyring>(*ParseKeyBase64(GenerateKeyBase64()));
-}
+using testing::MakeKeyring;
 
 template <typename T>
 std::optional<T> Decode(const Codec& c, const std::vector<uint8_t>& b, Reject* why);

@@ -5,12 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/gossip/test_keys.h"
+
 namespace meshtrain::gossip {
 namespace {
 
-Key NewKey() { return *ParseKeyBase64(GenerateKeyBase64()); }
+using testing::NewKey;
 
-std::vector<uint8_t> Bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::vector<uint8_t> BytesOf(const std::string& s) { return {s.begin(), s.end()}; }
 
 TEST_CASE("crypto: base64 keys", "[gossip][crypto]") {
   const std::string text = GenerateKeyBase64();
@@ -37,7 +39,7 @@ TEST_CASE("crypto: base64 keys", "[gossip][crypto]") {
 
 TEST_CASE("crypto: seal and open", "[gossip][crypto]") {
   Keyring ring(NewKey());
-  const auto msg = Bytes("hello, mesh");
+  const auto msg = BytesOf("hello, mesh");
   const auto sealed = ring.Seal(msg.data(), msg.size(), "default");
   REQUIRE(sealed.size() == msg.size() + kSealOverhead);
   CHECK(sealed[0] == kSealedMarker);
@@ -80,7 +82,7 @@ TEST_CASE("crypto: keyring install, use, remove and rotation", "[gossip][crypto]
   CHECK_FALSE(ring.Remove(k2));
   CHECK_FALSE(ring.Remove(k1));  // the primary cannot be removed
 
-  const auto msg = Bytes("rotate me");
+  const auto msg = BytesOf("rotate me");
   const auto old_sealed = ring.Seal(msg.data(), msg.size(), "c");
 
   ring.Install(k2);

@@ -9,13 +9,14 @@
 #include "gossip/codec.h"
 #include "gossip/crypto.h"
 #include "tests/gossip/messages.h"
+#include "tests/gossip/test_keys.h"
 
 namespace meshtrain::gossip {
 namespace {
 
 using testing::CheckSame;
 
-Key NewKey() { return *ParseKeyBase64(GenerateKeyBase64()); }
+using testing::NewKey;
 
 TEST_CASE("keys: fingerprints are short, stable and one-way", "[gossip][keys]") {
   const Key k = NewKey();

@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "gossip/crypto.h"
+#include "tests/gossip/test_keys.h"
 
 namespace meshtrain::gossip {
 namespace {
 
-Key NewKey() { return *ParseKeyBase64(GenerateKeyBase64()); }
+using testing::NewKey;
 
 ProbeHeader Train(uint64_t id, uint16_t seq, uint16_t count) {
   ProbeHeader h;

@@ -15,6 +15,7 @@
 
 #include "gossip/codec.h"
 #include "gossip/crypto.h"
+#include "tests/gossip/test_keys.h"
 
 namespace meshtrain::gossip {
 namespace {
@@ -23,9 +24,7 @@ using Verdict = ReplayGuard::Verdict;
 constexpr uint64_t kT0 = 1700000000000;  // a plausible wall clock, ms since the epoch
 constexpr uint64_t kMinute = 60 * 1000;
 
-std::shared_ptr<Keyring> MakeKeyring() {
-  return std::make_shared<Keyring>(*ParseKeyBase64(GenerateKeyBase64()));
-}
+using testing::MakeKeyring;
 
 TEST_CASE("replay: a captured and replayed datagram is rejected", "[gossip][replay]") {
   for (const bool sealed : {false, true}) {

@@ -15,6 +15,7 @@
 namespace meshtrain::learn {
 namespace {
 
+using testing::Contains;
 using testing::TempDir;
 
 CheckpointData Sample(int64_t step, float base) {
@@ -35,10 +36,6 @@ std::vector<char> Read(const std::string& path) {
 void Write(const std::string& path, const std::vector<char>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-bool Contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 TEST_CASE("checkpoint round trip", "[learn][checkpoint]") {

@@ -16,6 +16,7 @@
 namespace meshtrain::learn {
 namespace {
 
+using testing::Contains;
 using testing::PutBe32;
 using testing::SharedFashionMnist;
 using testing::TempDir;
@@ -44,10 +45,6 @@ std::vector<uint8_t> LabelsIdx(uint32_t count, uint32_t magic = 2049) {
 std::vector<uint8_t> ReadRaw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
-bool Contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
 }
 
 TEST_CASE("fashion-mnist loads the real Debian files", "[learn][dataset]") {

@@ -51,6 +51,10 @@ class TempDir {
   std::string path_;
 };
 
+inline bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
 // Appends v as 4 big-endian bytes (IDX headers).
 inline void PutBe32(std::vector<uint8_t>* out, uint32_t v) {
   for (int i = 3; i >= 0; --i) out->push_back(static_cast<uint8_t>(v >> (8 * i)));
