@@ -150,6 +150,10 @@ def average_models(paths, out):
 class Agent:
     def __init__(self, name, role, port, rpc_port, cmd, workdir):
         self.name = name
+        self.metrics_path = os.path.join(workdir, f"{name}.metrics.jsonl")
+        self.metrics_offset = 0
+        self.eval = None  # (step, accuracy) of the evaluation at the highest step so far
+        self.stopped_at = None  # when status first said the agent no longer trains
         self.role = role  # "mesh", "alone" or "pooled"
         self.label = name
         self.rpc = f"127.0.0.1:{rpc_port}"
@@ -177,14 +181,49 @@ class Agent:
         self.status = cli(binary, self.rpc, "status", "--format", "json")
         if self.status is not None:
             self.last_good = self.status
+            if self.stopped_at is None and self.status.get("step", 0) > 0 and \
+                    not self.status.get("training"):
+                self.stopped_at = time.monotonic()
+        self.read_evals()
         if self.want_members:
             self.members = cli(binary, self.rpc, "members", "--format", "json")
         if self.histogram is None:
             self.histogram = read_histogram(self.log_path)
 
+    def read_evals(self):
+        """Reads the evaluations the agent appended to its metrics file since the last call.
+
+        The comparison takes accuracies from here rather than from `status`: status may say
+        that training stopped before the evaluation of the last step is recorded, and an
+        earlier step's evaluation, run on the evaluator thread, may land after a later one."""
+        try:
+            with open(self.metrics_path, "rb") as f:
+                f.seek(self.metrics_offset)
+                data = f.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n") + 1  # complete lines only
+        self.metrics_offset += end
+        for line in data[:end].splitlines():
+            if b'"event":"eval"' not in line:
+                continue
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            if self.eval is None or e["step"] >= self.eval[0]:
+                self.eval = (e["step"], e["accuracy"])
+
+    def accuracy(self):
+        return None if self.eval is None else self.eval[1]
+
     def finished(self):
+        """Training over and its last step evaluated (or 10 s have passed since it stopped)."""
         st = self.last_good
-        return st is not None and st.get("step", 0) > 0 and not st.get("training")
+        if st is None or st.get("step", 0) == 0 or st.get("training"):
+            return False
+        return ((self.eval is not None and self.eval[0] >= st["step"]) or
+                time.monotonic() - self.stopped_at > 10)
 
     def log_tail(self, lines=5):
         try:
@@ -268,22 +307,32 @@ class Mixer:
         self._thread = None
 
     def measure(self, tag):
-        paths, steps = [], []
-        for a in self.mesh:
-            path = os.path.join(self.workdir, f"{a.name}.{tag}.npz")
+        # The exports run at once (a model is ~1 MB over the RPC port); every one is bounded.
+        self.error = None
+        paths = [os.path.join(self.workdir, f"{a.name}.{tag}.npz") for a in self.mesh]
+        procs = [subprocess.Popen([self.binary, "export", "--rpc", a.rpc, "--out", path],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  stdin=subprocess.DEVNULL) for a, path in zip(self.mesh, paths)]
+        steps, errors = [], []
+        deadline = time.monotonic() + 30
+        for a, proc in zip(self.mesh, procs):
             try:
-                r = subprocess.run([self.binary, "export", "--rpc", a.rpc, "--out", path],
-                                   capture_output=True, text=True, timeout=30,
-                                   stdin=subprocess.DEVNULL)
+                out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                self.error = f"export of {a.name} timed out"
-                return None
-            if r.returncode != 0:
-                self.error = f"export of {a.name} failed: {r.stderr.strip()}"
-                return None
-            m = re.search(r"at step (\d+)", r.stdout)
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                errors.append(f"export of {a.name} timed out")
+                continue
+            if proc.returncode != 0:
+                errors.append(f"export of {a.name} failed: {err.strip()}")
+                continue
+            m = re.search(r"at step (\d+)", out)
             steps.append(int(m.group(1)) if m else 0)
-            paths.append(path)
+        if errors:
+            self.error = "; ".join(errors)
+            return None
+        if not steps:
+            return None
         out = os.path.join(self.workdir, f"mixed.{tag}.npz")
         average_models(paths, out)
         try:
@@ -300,11 +349,9 @@ class Mixer:
         return self.result
 
     def _run(self):
-        n = 0
         while not self._stop.wait(self.interval):
             if all((a.last_good or {}).get("step", 0) > 0 for a in self.mesh):
                 self.measure("live")
-                n += 1
 
     def start(self):
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -368,7 +415,7 @@ def agent_row(a):
     st = a.status or a.last_good
     if st is None:
         return f"  {a.label:<21} (starting)"
-    acc = st.get("accuracy") if st.get("step", 0) > 0 else None
+    acc = a.accuracy()
     note = []
     if a.role == "mesh":
         note.append(f"peers {st.get('peers_alive')}")
@@ -409,7 +456,7 @@ def main():
                    help="single processes run in the same run, joined to nobody: 'all' (default) "
                         "one alone on each mesh node's shard plus one on all the data; 'node1' "
                         "alone on node1's shard plus all the data; 'off' none")
-    p.add_argument("--mix-every", type=float, default=4.0,
+    p.add_argument("--mix-every", type=float, default=2.0,
                    help="seconds between live evaluations of the mesh's mixed model (0: only at "
                         "the end)")
     p.add_argument("--duration", type=float, default=0,
@@ -539,11 +586,15 @@ def main():
             if elapsed >= args.timeout:
                 print(f"demo: --timeout {args.timeout:g} s reached; stopping", flush=True)
                 break
-        if mixer is not None:
-            mixer.stop()
-            mixer.measure("final")
+        if training_task:
+            mixed = None
+            if mixer is not None:
+                mixer.stop()
+                mixer.result = None  # the live figure is not the final one
+                mixed = mixer.measure("final")
             view.show(render(agents, mixer, time.monotonic() - start, args, training_task))
-            final_line, summary = compare(args, workdir, mesh, alone, pooled, mixer)
+            final_line, summary = compare(args, workdir, mesh, alone, pooled, mixed,
+                                          mixer.error if mixer else None)
     except KeyboardInterrupt:
         failed = True
         print("\ninterrupted; stopping the agents", flush=True)
@@ -576,23 +627,26 @@ def main():
     return 0
 
 
-def compare(args, workdir, mesh, alone, pooled, mixer):
-    """Returns (the one-line comparison, the lines of detail before it)."""
-    def acc(a):
-        st = a.last_good or {}
-        return st.get("accuracy") if st.get("step", 0) > 0 else None
-
-    summary = ["final state (accuracy on the 10 000 Fashion-MNIST test images):"]
+def compare(args, workdir, mesh, alone, pooled, mixed, mix_error):
+    """Returns (the one-line comparison, the lines of detail before it). `mixed`: (min step, max
+    step, accuracy) of the mesh's mixed model, or None."""
+    for a in mesh + alone + ([pooled] if pooled else []):
+        a.read_evals()
+    acc = Agent.accuracy
+    summary = ["final state (test accuracy at each agent's last evaluation):"]
     for a in mesh + alone + ([pooled] if pooled else []):
         st = a.last_good or {}
         summary.append(f"  {a.label:<21} step {st.get('step', 0):>5}  accuracy {fmt_acc(acc(a))}"
                        + (f"  label histogram {a.histogram}" if a.histogram else ""))
-    if mixer.result is not None:
-        summary.append(f"  {'mesh: mixed model':<21} step {mixer.result[1]:>5}  accuracy "
-                       f"{mixer.result[2]:.3f}  (the mean of the {len(mesh)} nodes' models: what "
-                       f"the next mixing round gives each node)")
-    elif mixer.error:
-        summary.append(f"  mesh: mixed model: {mixer.error}")
+    if mixed is not None:
+        # With at most fanout + 1 nodes (default fanout 3), every node mixes every other's model
+        # each round: at equal steps all weigh 1 and the mean is what each node then holds.
+        every = len(mesh) <= 4 and option_value(shlex.split(args.extra), "--fanout") is None
+        summary.append(f"  {'mesh: mixed model':<21} step {mixed[1]:>5}  accuracy "
+                       f"{mixed[2]:.3f}  (the mean of the {len(mesh)} nodes' models"
+                       + (": what the next mixing round gives each node)" if every else ")"))
+    elif mix_error:
+        summary.append(f"  mesh: mixed model: {mix_error}")
     summary.append(f"logs, metrics and models: {workdir}")
 
     held = [len(main_classes(a.histogram)) for a in mesh if a.histogram]
@@ -602,8 +656,8 @@ def compare(args, workdir, mesh, alone, pooled, mixer):
         held_text = f", each holding mostly {lo if lo == hi else f'{lo}-{hi}'} of the 10 classes"
     own = [v for v in (acc(a) for a in mesh) if v is not None]
     mesh_text = f"mesh of {len(mesh)} nodes{held_text}: "
-    if mixer.result is not None:
-        mesh_text += f"{mixer.result[2]:.2f} (mixed model"
+    if mixed is not None:
+        mesh_text += f"{mixed[2]:.2f} (mixed model"
         if own:
             mesh_text += f"; each node's own last evaluation {span(own)}"
         mesh_text += ")"
