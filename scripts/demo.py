@@ -483,10 +483,13 @@ def main():
         print(f"demo: {e}", file=sys.stderr)
         return 2
 
-    # SIGTERM (e.g. from a CI runner) ends the demo like Ctrl-C: through the `finally` below.
-    def on_term(signum, frame):
+    # Ctrl-C and SIGTERM (e.g. from a CI runner) end the demo through the `finally` below. SIGINT
+    # is caught even where the shell started us ignoring it (a background job): the agents
+    # always catch it, so the demo must too, rather than find them gone.
+    def on_signal(signum, frame):
         raise KeyboardInterrupt
-    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
 
     baselines = args.baselines if training_task else "off"
     alone_shards = {"all": list(range(args.nodes)), "node1": [0], "off": []}[baselines]
@@ -611,6 +614,9 @@ def main():
             a.reap()
         if mixer is not None:
             mixer.stop()  # its exports fail at once now; bounded by their timeouts anyway
+            for name in os.listdir(workdir):
+                if name.endswith(".live.npz"):  # the final models stay
+                    os.unlink(os.path.join(workdir, name))
 
     if failed:
         return 1

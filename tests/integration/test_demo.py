@@ -9,6 +9,7 @@
 import array
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,6 +78,8 @@ def run_to_the_end(binary):
     worst = max(abs(m - (a + b) / 2) for m, a, b in zip(mean, *nodes))
     assert worst < 1e-5, f"the mixed model is not the nodes' mean (off by {worst})"
     assert processes_naming(workdir) == [], f"processes left: {processes_naming(workdir)}"
+    assert not [n for n in os.listdir(workdir) if n.endswith(".live.npz")]
+    shutil.rmtree(workdir)
     print(f"ok: {last}")
 
 
@@ -102,6 +105,7 @@ def stopped_by_sigterm(binary):
         assert proc.returncode == 1, f"demo exited with {proc.returncode} after SIGTERM"
         assert "interrupted; stopping the agents" in read()
         assert processes_naming(workdir) == [], f"processes left: {processes_naming(workdir)}"
+        shutil.rmtree(workdir)
         print("ok: SIGTERM ends the demo and every agent it started")
     finally:
         if proc.poll() is None:
