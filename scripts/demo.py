@@ -575,8 +575,11 @@ def main():
                 last_print = elapsed
             if dead:
                 a = dead[0]
+                tail = a.log_tail()
+                hint = ("\n(another dashboard port: --http 127.0.0.1:PORT; none: --http '')"
+                        if "cannot serve HTTP" in tail else "")
                 raise DemoError(f"{a.name} exited with {a.proc.returncode}; the end of its log "
-                                f"({a.log_path}):\n{a.log_tail()}")
+                                f"({a.log_path}):\n{tail}{hint}")
             if args.duration and elapsed >= args.duration:
                 break
             if training_task and not args.duration and all(a.finished() for a in mesh):
