@@ -222,6 +222,15 @@ struct PspSimResult {
   uint64_t datagrams_lost = 0;
   uint64_t membership_messages = 0;
   uint64_t false_failures = 0;  // membership marked a live node failed (with membership on)
+  // Issue 33, the cost of the run. `work`: work units of the node cores, deterministic: inputs
+  // and ticks handled during training, plus view entries visited by walks over a view at any
+  // time (setup included; node::NodeStats, sync::BarrierStats::visited). The setup's PeerView
+  // inputs, which build the views, are `view_entries` (the views' total size, memory).
+  uint64_t work = 0;
+  uint64_t view_entries = 0;
+  uint64_t peer_visits = 0;       // of `work`: view entries visited by walks
+  double node_core_s = 0;         // measured time in node-core Step/Tick calls during training
+  double mem_bytes_per_node = 0;  // measured: resident memory growth of the run / nodes
 };
 
 // Checks the options (nodes ≥ 1, duration > 0, known task, sane rates).
