@@ -503,6 +503,9 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
   const bool membership_changed =
       known == nullptr || known->alive != v.alive || known->training != v.training ||
       known->uplink_mbps != v.uplink_mbps || known->downlink_mbps != v.downlink_mbps;
+  const bool was_eligible = known != nullptr && known->alive && known->training;
+  external_eligible_ += (v.alive && v.training ? 1 : 0);
+  external_eligible_ -= (was_eligible ? 1 : 0);
   if (known == nullptr) {
     external_.push_back(v);
     external_index_.Insert(v.name, external_.size() - 1, external_.size(), name_at);

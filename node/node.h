@@ -438,9 +438,15 @@ class Node {
   void OnPeerChanged(const PeerRef& p, bool membership_changed, TimeMs now);
   // Alive, training peers' largest step (Joining), raised as steps arrive and recomputed by one
   // walk only when a peer holding it leaves that set (and Joining asks).
+  uint64_t PeersMaxStep() const;
   mutable uint64_t peers_max_step_ = 0;
   mutable bool peers_max_stale_ = false;
-  uint64_t peers_version_ = 0;  // counts membership changes other than steps (SELMCAST view)
+  uint64_t peers_version_ = 0;    // counts membership changes other than steps (SELMCAST view)
+  size_t external_eligible_ = 0;  // external membership: alive, training peers
+  // `fanout` distinct alive, training peers of the external view, drawn by index with rejection
+  // (memberlist's kRandomNodes): O(fanout), no candidate list. Empty when most of the view is
+  // ineligible (then the caller walks).
+  std::vector<std::string> SampleExternal();
   void SetOwnMeta(TimeMs now);
 
   // Barrier driving.

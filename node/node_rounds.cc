@@ -113,8 +113,37 @@ std::vector<std::string> Node::RandomReceivers(const std::vector<std::string>& c
   return out;
 }
 
+std::vector<std::string> Node::SampleExternal() {
+  std::vector<std::string> out;
+  const size_t n = external_.size();
+  if (n == 0 || 2 * external_eligible_ < n) return out;
+  const size_t k = std::min(config_.fanout, external_eligible_);
+  std::vector<size_t> picked;
+  picked.reserve(k);
+  // At most 3n draws (memberlist): with at least half the view eligible, about 2k suffice.
+  for (size_t draws = 0; picked.size() < k && draws < 3 * n; ++draws) {
+    const size_t c = std::uniform_int_distribution<size_t>(0, n - 1)(rng_);
+    ++stats_.peer_visits;
+    const PeerView& v = external_[c];
+    if (!v.alive || !v.training) continue;
+    if (std::find(picked.begin(), picked.end(), c) == picked.end()) picked.push_back(c);
+  }
+  if (picked.size() < k) return out;
+  out.reserve(k);
+  for (size_t i : picked) out.push_back(external_[i].name);
+  return out;
+}
+
 void Node::StartRound(TimeMs now) {
   if (!pending_ || round_ || awaiting_plan_ != 0 || leaving_) return;
+  if (!swim_ && !pending_->final && config_.select == sync::SelectPolicy::kRandom) {
+    if (external_eligible_ == 0) {
+      pending_.reset();
+      return ReleaseSnapshot();
+    }
+    std::vector<std::string> receivers = SampleExternal();
+    if (!receivers.empty()) return SendRound(std::move(receivers), now);
+  }
   if (pending_->final || config_.select != sync::SelectPolicy::kSelmcast) {
     // all and random need no bandwidth view.
     const std::vector<std::string>& candidates = Candidates();

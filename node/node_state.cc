@@ -28,6 +28,14 @@ namespace meshtrain::node {
 bool Node::Joining() const {
   if (fetch_.phase == Fetch::kDone || !config_.join_state) return false;
   if (fetch_.phase == Fetch::kWaiting) return true;
+  // An upper bound: exact, unless a peer's step went down (it restarted from an older
+  // checkpoint) while it held the largest; then we hold back until that peer leaves the set.
+  if (PeersMaxStep() > progress_.step + config_.join_state_min_lead) return true;
+  const size_t peers = swim_ ? swim_->NumMembers() - 1 : external_.size();
+  return peers == 0 && !config_.join.empty();
+}
+
+uint64_t Node::PeersMaxStep() const {
   if (peers_max_stale_) {
     peers_max_step_ = 0;
     ForEachPeer([&](const PeerRef& p) {
@@ -35,11 +43,7 @@ bool Node::Joining() const {
     });
     peers_max_stale_ = false;
   }
-  // An upper bound: exact, unless a peer's step went down (it restarted from an older
-  // checkpoint) while it held the largest; then we hold back until that peer leaves the set.
-  if (peers_max_step_ > progress_.step + config_.join_state_min_lead) return true;
-  const size_t peers = swim_ ? swim_->NumMembers() - 1 : external_.size();
-  return peers == 0 && !config_.join.empty();
+  return peers_max_step_;
 }
 
 void Node::PublishTraining(TimeMs now) {
@@ -65,6 +69,11 @@ bool Node::StateReady(TimeMs now) {
     if (now < fetch_.retry_at) {  // the last attempt failed; another one shortly
       barrier_deadline_ = fetch_.retry_at;
       return false;
+    }
+    // Nobody is further on than the lead (the usual case: a fresh mesh): no walk needed.
+    if ((config_.join.empty() || now >= fetch_.deadline) &&
+        PeersMaxStep() <= progress_.step + config_.join_state_min_lead) {
+      return keep_own();
     }
     std::string best, best_addr;
     uint64_t best_step = 0, min_step = ~uint64_t{0};
