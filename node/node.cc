@@ -227,11 +227,11 @@ Node::PeerRef Node::RefOf(const ms::Member& m) {
   return r;
 }
 
-Node::PeerRef Node::RefOf(const PeerView& v) {
+Node::PeerRef Node::RefOf(const ExternalPeer& v) const {
   PeerRef r;
   r.name = &v.name;
-  r.addr = &v.addr;
-  r.data_addr = &v.addr;
+  r.addr = &AddrOf(v);
+  r.data_addr = r.addr;
   r.live = r.alive = v.alive;
   r.training = v.training;
   r.step = v.step;
@@ -246,7 +246,7 @@ std::optional<Node::PeerRef> Node::FindPeer(const std::string& name) const {
     if (m == nullptr || name == config_.name) return std::nullopt;
     return RefOf(*m);
   }
-  const PeerView* found = FindExternal(name);
+  const ExternalPeer* found = FindExternal(name);
   if (found == nullptr) return std::nullopt;
   return RefOf(*found);
 }
@@ -283,10 +283,10 @@ std::vector<ms::Member> Node::Members() const {
   self.step = progress_.step;
   self.meta.training = training();
   out.push_back(self);
-  for (const PeerView& v : external_) {
+  for (const ExternalPeer& v : external_) {
     ms::Member m;
     m.name = v.name;
-    m.addr = v.addr;
+    m.addr = AddrOf(v);
     m.status = v.alive ? ms::Status::kAlive : ms::Status::kFailed;
     m.step = v.step;
     m.meta.training = v.training;
@@ -302,7 +302,7 @@ std::vector<ms::Member> Node::Members() const {
 size_t Node::PeersAlive() const {
   if (swim_) return swim_->NumAlive() - (swim_->HasLeft() ? 0 : 1);
   size_t n = 0;
-  for (const PeerView& v : external_) n += v.alive ? 1 : 0;
+  for (const ExternalPeer& v : external_) n += v.alive ? 1 : 0;
   return n;
 }
 
@@ -488,7 +488,7 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
   if (swim_ || v.name == config_.name) return;
   const auto name_at = [this](size_t pos) -> const std::string& { return external_[pos].name; };
   const size_t pos = external_index_.Find(v.name, name_at);
-  PeerView* known = pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
+  ExternalPeer* known = pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
   const bool was_alive = known != nullptr && known->alive;
   ms::Member m;
   m.name = v.name;
@@ -507,11 +507,25 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
   external_eligible_ += (v.alive && v.training ? 1 : 0);
   external_eligible_ -= (was_eligible ? 1 : 0);
   if (known == nullptr) {
-    external_.push_back(v);
+    external_.push_back(ExternalPeer{v.name});
     external_index_.Insert(v.name, external_.size() - 1, external_.size(), name_at);
     known = &external_.back();
-  } else {
-    *known = v;
+  }
+  known->step = v.step;
+  known->uplink_mbps = v.uplink_mbps;
+  known->downlink_mbps = v.downlink_mbps;
+  known->alive = v.alive;
+  known->training = v.training;
+  if (v.addr != v.name) {
+    if (known->addr == 0) {
+      external_addrs_.push_back(v.addr);
+      known->addr = static_cast<uint32_t>(external_addrs_.size());
+    } else {
+      external_addrs_[known->addr - 1] = v.addr;
+    }
+  } else if (known->addr != 0) {
+    external_addrs_[known->addr - 1].clear();  // the slot stays (no compaction: rare)
+    known->addr = 0;
   }
   OnPeerChanged(RefOf(*known), membership_changed, now);
   progress_dirty_ = true;

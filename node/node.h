@@ -421,7 +421,6 @@ class Node {
     float step_ms = 0;  // published compute time per step (SWIM only)
   };
   static PeerRef RefOf(const membership::Member& m);
-  static PeerRef RefOf(const PeerView& v);
   // Visits every peer but self, in the source's own order (not sorted), copying nothing. Each
   // visit counts in NodeStats::peer_visits: such walks are for rare events (a node's first
   // step, a probe, a membership change seen by a SELMCAST round), never per step or message.
@@ -502,9 +501,25 @@ class Node {
   std::unique_ptr<membership::Swim> swim_;
   // External membership. Hashed: with thousands of simulated nodes of 500 peers each, a tree
   // lookup per query and per transfer is a chain of cache misses.
-  std::vector<PeerView> external_;  // external membership: peers in the order first seen
-  sync::NameIndex external_index_;  // name -> position in external_
-  const PeerView* FindExternal(const std::string& name) const;
+  // One peer of the external view, compact (simulated meshes hold millions of these): the
+  // address is the name unless `addr` says otherwise (1 + its place in external_addrs_).
+  struct ExternalPeer {
+    std::string name;
+    uint64_t step = 0;
+    float uplink_mbps = 0;
+    float downlink_mbps = 0;
+    uint32_t addr = 0;
+    bool alive = true;
+    bool training = true;
+  };
+  std::vector<ExternalPeer> external_;       // external membership: peers in the order first seen
+  std::vector<std::string> external_addrs_;  // addresses that differ from the name
+  sync::NameIndex external_index_;           // name -> position in external_
+  const ExternalPeer* FindExternal(const std::string& name) const;
+  const std::string& AddrOf(const ExternalPeer& v) const {
+    return v.addr == 0 ? v.name : external_addrs_[v.addr - 1];
+  }
+  PeerRef RefOf(const ExternalPeer& v) const;
   std::vector<std::string> candidates_;  // Candidates()
   bool candidates_stale_ = true;
   sync::Rng rng_;

@@ -73,7 +73,7 @@ void Node::ForEachPeer(F&& fn) const {
     });
     return;
   }
-  for (const PeerView& v : external_) {
+  for (const ExternalPeer& v : external_) {
     ++stats_.peer_visits;
     fn(RefOf(v));
   }

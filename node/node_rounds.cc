@@ -56,8 +56,8 @@ const std::string* Node::PeerAddr(const std::string& name) const {
     const ms::Member* m = swim_->Find(name);
     return m == nullptr ? nullptr : &m->addr;
   }
-  const PeerView* v = FindExternal(name);
-  return v == nullptr ? nullptr : &v->addr;
+  const ExternalPeer* v = FindExternal(name);
+  return v == nullptr ? nullptr : &AddrOf(*v);
 }
 
 bool Node::PeerLive(const std::string& name) const {
@@ -65,11 +65,11 @@ bool Node::PeerLive(const std::string& name) const {
     const ms::Member* m = swim_->Find(name);
     return m != nullptr && name != config_.name && internal::IsLive(m->status);
   }
-  const PeerView* v = FindExternal(name);
+  const ExternalPeer* v = FindExternal(name);
   return v != nullptr && v->alive;
 }
 
-const PeerView* Node::FindExternal(const std::string& name) const {
+const Node::ExternalPeer* Node::FindExternal(const std::string& name) const {
   const size_t pos = external_index_.Find(
       name, [this](size_t i) -> const std::string& { return external_[i].name; });
   return pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
@@ -124,7 +124,7 @@ std::vector<std::string> Node::SampleExternal() {
   for (size_t draws = 0; picked.size() < k && draws < 3 * n; ++draws) {
     const size_t c = std::uniform_int_distribution<size_t>(0, n - 1)(rng_);
     ++stats_.peer_visits;
-    const PeerView& v = external_[c];
+    const ExternalPeer& v = external_[c];
     if (!v.alive || !v.training) continue;
     if (std::find(picked.begin(), picked.end(), c) == picked.end()) picked.push_back(c);
   }

@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <limits>
 #include <utility>
 
@@ -32,8 +35,14 @@ bool NeedsFullView(sync::Policy p) {
          p == sync::Policy::kWbsp;
 }
 
-// Resident set size of this process, bytes (0 where /proc is unavailable).
-uint64_t ResidentBytes() {
+// Resident set size of this process, bytes (0 where /proc is unavailable). `trim`: first hand
+// memory freed by an earlier run back to the system, so that a run's growth is its own.
+uint64_t ResidentBytes(bool trim = false) {
+#ifdef __GLIBC__
+  if (trim) malloc_trim(0);
+#else
+  (void)trim;
+#endif
   std::FILE* f = std::fopen("/proc/self/statm", "r");
   if (f == nullptr) return 0;
   unsigned long long size = 0, resident = 0;
@@ -59,7 +68,7 @@ NodeSim::NodeSim(const PspSimOptions& options)
     : o_(options),
       n_(options.nodes),
       crash_rng_(SubSeed(options.seed, 4)),
-      rss_at_start_(ResidentBytes()) {}
+      rss_at_start_(ResidentBytes(true)) {}
 
 NodeSim::~NodeSim() = default;
 
