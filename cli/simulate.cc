@@ -453,7 +453,22 @@ int RunSimulateCommand() {
                 {"time_to_target_s", OptionalNumber(r.time_to_target_s, 3)},
                 {"time_to_target_all_s", OptionalNumber(r.time_to_target_all_s, 3)},
                 {"view", r.view},
-                {"live_nodes", r.live_nodes}};
+                {"live_nodes", r.live_nodes},
+                {"work", r.work},
+                {"peer_visits", r.peer_visits},
+                {"view_entries", r.view_entries},
+                {"work_per_node", Round(static_cast<double>(r.work) /
+                                            static_cast<double>(std::max<size_t>(1, r.nodes)),
+                                        1)}};
+      if (!a.no_wall) {
+        // Measured (not reproducible bit for bit): resident memory per node and the node
+        // cores' time per trainer step.
+        p["mem_bytes_per_node"] = Round(r.mem_bytes_per_node, 0);
+        uint64_t steps = 0;
+        for (uint64_t s : r.final_steps) steps += s;
+        p["node_us_per_step"] =
+            Round(r.node_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, steps)), 2);
+      }
       if (!r.crashes.empty()) {
         json crashes = json::array();
         for (const sim::CrashReport& c : r.crashes) {
@@ -535,7 +550,20 @@ int RunSimulateCommand() {
                 "unaware", "false_failures"},
                crows);
   }
-  if (!a.no_wall) std::printf("\nwall time %.2f s\n", wall_s);
+  if (!a.no_wall) {
+    std::printf("\n");
+    for (const sim::PspSimResult& r : results) {
+      uint64_t steps = 0;
+      for (uint64_t s : r.final_steps) steps += s;
+      std::printf(
+          "%s: %.0f bytes of memory per node, %.2f us of node core per step, %.1f work "
+          "units per node\n",
+          sim::PolicyLabel(r.policy, r.sample, r.staleness).c_str(), r.mem_bytes_per_node,
+          r.node_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, steps)),
+          static_cast<double>(r.work) / static_cast<double>(std::max<size_t>(1, r.nodes)));
+    }
+    std::printf("wall time %.2f s\n", wall_s);
+  }
   return 0;
 }
 

@@ -272,10 +272,7 @@ void Swim::Impl::OnProgress(const ProgressMsg& p) {
   const bool newer_step = p.step > st->m.step;
   const bool newer_eval = p.eval.valid() && (!st->m.eval.valid() || p.eval.step > st->m.eval.step);
   if (!newer_step && !newer_eval) return;
-  if (newer_step) {
-    st->m.step = p.step;
-    st->m.step_learned = now_;
-  }
+  if (newer_step) NoteStep(st, p.step, now_);
   if (newer_eval) st->m.eval = p.eval;
   if (newer_step && p.step_ms > 0) st->m.step_ms = p.step_ms;
   queue_.Queue(p);  // new to us: pass it on, so progress spreads transitively
@@ -320,10 +317,7 @@ void Swim::Impl::MergeState(const std::vector<MemberState>& remote, bool spread)
         break;
     }
     NodeState* st = FindState(r.name);
-    if (st != nullptr && st != self_ && r.step > st->m.step) {
-      st->m.step = r.step;
-      st->m.step_learned = now_;
-    }
+    if (st != nullptr && st != self_ && r.step > st->m.step) NoteStep(st, r.step, now_);
   }
 }
 
@@ -358,8 +352,12 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   s.now_ = now;
   NodeState* sender = s.FindState(packet.from);
   if (sender != nullptr && sender != s.self_) {
-    sender->m.step = packet.from_step;  // straight from the source: authoritative
-    sender->m.step_learned = now;
+    // Straight from the source: authoritative.
+    if (packet.from_step != sender->m.step) {
+      s.NoteStep(sender, packet.from_step, now);
+    } else {
+      sender->m.step_learned = now;
+    }
   } else if (sender == nullptr && !packet.from.empty() && !s.left_ &&
              s.unknown_senders_.size() < kMaxUnknownSenders) {
     s.unknown_senders_.emplace(
@@ -617,6 +615,21 @@ std::vector<OutPacket> Swim::TakePackets() { return std::exchange(impl_->out_pac
 std::vector<OutPushPull> Swim::TakePushPulls() { return std::exchange(impl_->out_push_pulls_, {}); }
 
 std::vector<Event> Swim::TakeEvents() { return std::exchange(impl_->events_, {}); }
+
+void Swim::TrackProgress(bool on) {
+  impl_->track_progress_ = on;
+  if (!on) impl_->progress_news_.clear();
+}
+
+std::vector<std::string> Swim::TakeProgressNews() {
+  return std::exchange(impl_->progress_news_, {});
+}
+
+void Swim::ForEachMember(const std::function<void(const Member&)>& fn) const {
+  for (const NodeState* st : impl_->nodes_) fn(st->m);
+}
+
+size_t Swim::NumMembers() const { return impl_->nodes_.size(); }
 
 std::vector<Member> Swim::Members() const {
   std::vector<Member> out;

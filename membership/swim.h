@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -137,9 +138,16 @@ class Swim {
   std::vector<OutPacket> TakePackets();
   std::vector<OutPushPull> TakePushPulls();
   std::vector<Event> TakeEvents();
+  // Progress news: with tracking on, the names of members whose step rose (drained here), so a
+  // driver keeps its own per-member state incrementally instead of re-reading Members().
+  void TrackProgress(bool on);
+  std::vector<std::string> TakeProgressNews();
 
   // Views.
   std::vector<Member> Members() const;  // includes self, sorted by name
+  // Visits every member (self included) in no particular order, without copying.
+  void ForEachMember(const std::function<void(const Member&)>& fn) const;
+  size_t NumMembers() const;  // every member known, any status, self included
   const Member* Find(const std::string& name) const;
   size_t NumAlive() const;  // alive or suspect, including self
   int HealthScore() const;  // Lifeguard awareness score (0 = healthy)

@@ -219,6 +219,13 @@ struct Swim::Impl {
   std::vector<OutPacket> out_packets_;
   std::vector<OutPushPull> out_push_pulls_;
   std::vector<Event> events_;
+  bool track_progress_ = false;
+  std::vector<std::string> progress_news_;
+  void NoteStep(NodeState* st, uint64_t step, TimeMs now) {
+    st->m.step = step;
+    st->m.step_learned = now;
+    if (track_progress_) progress_news_.push_back(st->m.name);
+  }
   Stats stats_;
 };
 

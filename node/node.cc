@@ -58,6 +58,7 @@ Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(con
     m.name = config_.name;
     m.addr = config_.addr;
     swim_ = std::make_unique<ms::Swim>(m, rng_(), now);
+    swim_->TrackProgress(true);
   }
   progress_.step = config_.start_step;
   progress_.training = config_.training && config_.trainer_attached;
@@ -116,6 +117,7 @@ void Node::SetOwnMeta(TimeMs now) {
 }
 
 void Node::Step(Input input, TimeMs now) {
+  ++stats_.inputs;
   std::visit(
       [&](auto& in) {
         using T = std::decay_t<decltype(in)>;
@@ -149,6 +151,7 @@ void Node::Step(Input input, TimeMs now) {
 }
 
 void Node::Tick(TimeMs now) {
+  ++stats_.inputs;
   if (swim_ && now >= swim_->NextDeadline()) swim_->Tick(now);
   if (now >= bandwidth_at_) {
     bandwidth_at_ = now + config_.bandwidth_interval_ms;
@@ -209,46 +212,64 @@ void Node::Reject() { stats_.rejected++; }
 
 // ---- membership ---------------------------------------------------------------------------------
 
-std::vector<Node::PeerInfo> Node::PeerList() const {
-  std::vector<PeerInfo> out;
-  auto add = [&](const std::string& name, const std::string& addr, const std::string& data_addr,
-                 bool live, bool alive, bool training, uint64_t step, float up, float down) {
-    out.push_back(PeerInfo{name, addr, data_addr.empty() ? addr : data_addr, live, alive, training,
-                           step, up, down});
-  };
-  if (swim_) {
-    for (const auto& m : swim_->Members()) {
-      if (m.name == config_.name) continue;
-      add(m.name, m.addr, m.meta.data_addr, IsLive(m.status), m.status == ms::Status::kAlive,
-          m.meta.training, m.step, m.meta.uplink_mbps, m.meta.downlink_mbps);
-    }
-  } else {
-    for (const PeerView& v : external_) {
-      add(v.name, v.addr, "", v.alive, v.alive, v.training, v.step, v.uplink_mbps, v.downlink_mbps);
-    }
-  }
-  return out;
+Node::PeerRef Node::RefOf(const ms::Member& m) {
+  PeerRef r;
+  r.name = &m.name;
+  r.addr = &m.addr;
+  r.data_addr = m.meta.data_addr.empty() ? &m.addr : &m.meta.data_addr;
+  r.live = IsLive(m.status);
+  r.alive = m.status == ms::Status::kAlive;
+  r.training = m.meta.training;
+  r.step = m.step;
+  r.uplink_mbps = m.meta.uplink_mbps;
+  r.downlink_mbps = m.meta.downlink_mbps;
+  r.step_ms = m.step_ms;
+  return r;
 }
 
-std::optional<Node::PeerInfo> Node::FindPeer(const std::string& name) const {
+Node::PeerRef Node::RefOf(const ExternalPeer& v) const {
+  PeerRef r;
+  r.name = &v.name;
+  r.addr = &AddrOf(v);
+  r.data_addr = r.addr;
+  r.live = r.alive = v.alive;
+  r.training = v.training;
+  r.step = v.step;
+  r.uplink_mbps = v.uplink_mbps;
+  r.downlink_mbps = v.downlink_mbps;
+  return r;
+}
+
+std::optional<Node::PeerRef> Node::FindPeer(const std::string& name) const {
   if (swim_) {
     const ms::Member* m = swim_->Find(name);
     if (m == nullptr || name == config_.name) return std::nullopt;
-    return PeerInfo{m->name,
-                    m->addr,
-                    m->meta.data_addr.empty() ? m->addr : m->meta.data_addr,
-                    IsLive(m->status),
-                    m->status == ms::Status::kAlive,
-                    m->meta.training,
-                    m->step,
-                    m->meta.uplink_mbps,
-                    m->meta.downlink_mbps};
+    return RefOf(*m);
   }
-  const PeerView* found = FindExternal(name);
+  const ExternalPeer* found = FindExternal(name);
   if (found == nullptr) return std::nullopt;
-  const PeerView& v = *found;
-  return PeerInfo{v.name,     v.addr, v.addr,        v.alive,        v.alive,
-                  v.training, v.step, v.uplink_mbps, v.downlink_mbps};
+  return RefOf(*found);
+}
+
+void Node::OnPeerChanged(const PeerRef& p, bool membership_changed, TimeMs now) {
+  if (membership_changed) {
+    candidates_stale_ = true;
+    ++peers_version_;
+  }
+  // Joining's largest step: a peer that leaves the alive-training set while holding it (its
+  // step now is at least what it was) makes it unknown until the next walk.
+  if (p.alive && p.training) {
+    peers_max_step_ = std::max(peers_max_step_, p.step);
+  } else if (p.step >= peers_max_step_ && peers_max_step_ > 0) {
+    peers_max_stale_ = true;  // (a largest step of 0 never makes anyone join: nothing to lose)
+  }
+  if (barrier_) {
+    // The barrier follows membership as it changes: live, training peers with their steps; the
+    // others leave it at once (SPEC §6). No walk over the view per barrier run.
+    const bool changed = p.live && p.training ? barrier_->OnProgress(*p.name, p.step, now)
+                                              : barrier_->OnPeerRemoved(*p.name);
+    if (changed) progress_dirty_ = true;
+  }
 }
 
 ms::Stats Node::MembershipStats() const { return swim_ ? swim_->stats() : ms::Stats{}; }
@@ -262,10 +283,10 @@ std::vector<ms::Member> Node::Members() const {
   self.step = progress_.step;
   self.meta.training = training();
   out.push_back(self);
-  for (const PeerView& v : external_) {
+  for (const ExternalPeer& v : external_) {
     ms::Member m;
     m.name = v.name;
-    m.addr = v.addr;
+    m.addr = AddrOf(v);
     m.status = v.alive ? ms::Status::kAlive : ms::Status::kFailed;
     m.step = v.step;
     m.meta.training = v.training;
@@ -281,7 +302,7 @@ std::vector<ms::Member> Node::Members() const {
 size_t Node::PeersAlive() const {
   if (swim_) return swim_->NumAlive() - (swim_->HasLeft() ? 0 : 1);
   size_t n = 0;
-  for (const PeerView& v : external_) n += v.alive ? 1 : 0;
+  for (const ExternalPeer& v : external_) n += v.alive ? 1 : 0;
   return n;
 }
 
@@ -343,23 +364,25 @@ void Node::SendProbe(TimeMs now) {
   }
   probe_defer_from_ = -1;
   probe_id_ = 0;
-  std::vector<PeerInfo> peers = PeerList();
   const auto loopback = [](const std::string& a) {
     return a.rfind("127.", 0) == 0 || a.rfind("[::1]", 0) == 0;
   };
-  peers.erase(std::remove_if(peers.begin(), peers.end(),
-                             [&](const PeerInfo& p) {
-                               return !p.alive || p.addr.empty() ||
-                                      (!config_.probe_loopback && loopback(p.addr));
-                             }),
-              peers.end());
+  std::vector<PeerRef> peers;
+  ForEachPeer([&](const PeerRef& p) {
+    if (p.alive && !p.addr->empty() && (config_.probe_loopback || !loopback(*p.addr))) {
+      peers.push_back(p);
+    }
+  });
+  // The order SWIM's sorted member list gave (the shuffle below draws the same numbers).
+  std::sort(peers.begin(), peers.end(),
+            [](const PeerRef& a, const PeerRef& b) { return *a.name < *b.name; });
   if (peers.empty()) return;
   std::shuffle(peers.begin(), peers.end(), rng_);
   size_t pick = 0;
   const auto unprobed = std::find_if(peers.begin(), peers.end(),
-                                     [&](const PeerInfo& p) { return probed_.count(p.name) == 0; });
+                                     [&](const PeerRef& p) { return probed_.count(*p.name) == 0; });
   const auto recheck = std::find_if(peers.begin(), peers.end(),
-                                    [&](const PeerInfo& p) { return p.name == probe_confirm_; });
+                                    [&](const PeerRef& p) { return *p.name == probe_confirm_; });
   if (recheck != peers.end()) {
     // Our highest figure is unconfirmed: probe that path again to confirm or refute it.
     pick = static_cast<size_t>(recheck - peers.begin());
@@ -375,7 +398,7 @@ void Node::SendProbe(TimeMs now) {
     // two 160 Mbit/s peers did, probed one of those every other time for a minute, never the
     // fast one again, and published 160).
     const auto usable = [&](size_t i) {
-      return peers.size() == 1 || peers[i].name != probe_last_peer_;
+      return peers.size() == 1 || *peers[i].name != probe_last_peer_;
     };
     double best = 0;
     for (size_t i = 0; i < peers.size(); ++i) {
@@ -399,13 +422,13 @@ void Node::SendProbe(TimeMs now) {
   const int packets =
       static_cast<int>(std::clamp(std::ceil(size_mbps * 1e6 * 0.020 / 1242.0), 256.0, 1024.0));
   probe_id_ = rng_() | 1;
-  probe_peer_ = peers[pick].name;
+  probe_peer_ = *peers[pick].name;
   probe_confirm_.clear();
   probed_.insert(probe_peer_);
   if (probed_.size() > 4096) probed_.clear();
   probe_sent_at_ = now;
   stats_.probes_sent++;
-  Emit(ProbeLink{probe_id_, peers[pick].addr, packets});
+  Emit(ProbeLink{probe_id_, *peers[pick].addr, packets});
   const TimeMs base = stats_.probes_sent <= static_cast<uint64_t>(kProbeFastProbes)
                           ? 2000
                           : config_.capacity_probe_interval_ms;
@@ -465,7 +488,7 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
   if (swim_ || v.name == config_.name) return;
   const auto name_at = [this](size_t pos) -> const std::string& { return external_[pos].name; };
   const size_t pos = external_index_.Find(v.name, name_at);
-  PeerView* known = pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
+  ExternalPeer* known = pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
   const bool was_alive = known != nullptr && known->alive;
   ms::Member m;
   m.name = v.name;
@@ -477,24 +500,34 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
     Emit(MemberEvent{ms::Event::Kind::kFailed, std::move(m)});
     AbortTransfersTo(v.name);
   }
-  if (known == nullptr || known->alive != v.alive || known->training != v.training) {
-    candidates_stale_ = true;
-  }
+  const bool membership_changed =
+      known == nullptr || known->alive != v.alive || known->training != v.training ||
+      known->uplink_mbps != v.uplink_mbps || known->downlink_mbps != v.downlink_mbps;
+  const bool was_eligible = known != nullptr && known->alive && known->training;
+  external_eligible_ += (v.alive && v.training ? 1 : 0);
+  external_eligible_ -= (was_eligible ? 1 : 0);
   if (known == nullptr) {
-    external_.push_back(v);
+    external_.push_back(ExternalPeer{v.name});
     external_index_.Insert(v.name, external_.size() - 1, external_.size(), name_at);
-  } else {
-    *known = v;
+    known = &external_.back();
   }
-  if (barrier_) {
-    // Incremental where SWIM's view is re-read per barrier run: meshes of thousands of nodes
-    // use external membership, and a pass over the whole view per run would dominate.
-    if (v.alive && v.training) {
-      barrier_->OnProgress(v.name, v.step, now);
+  known->step = v.step;
+  known->uplink_mbps = v.uplink_mbps;
+  known->downlink_mbps = v.downlink_mbps;
+  known->alive = v.alive;
+  known->training = v.training;
+  if (v.addr != v.name) {
+    if (known->addr == 0) {
+      external_addrs_.push_back(v.addr);
+      known->addr = static_cast<uint32_t>(external_addrs_.size());
     } else {
-      barrier_->OnPeerRemoved(v.name);
+      external_addrs_[known->addr - 1] = v.addr;
     }
+  } else if (known->addr != 0) {
+    external_addrs_[known->addr - 1].clear();  // the slot stays (no compaction: rare)
+    known->addr = 0;
   }
+  OnPeerChanged(RefOf(*known), membership_changed, now);
   progress_dirty_ = true;
   Pump(now, 0);
 }
@@ -511,7 +544,17 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
       Emit(SendDatagram{std::move(p.to_addr), std::move(dg)});
     }
     for (auto& pp : swim_->TakePushPulls()) StartPushPull(pp, join_tag, now);
+    for (const std::string& name : swim_->TakeProgressNews()) {
+      const ms::Member* m = swim_->Find(name);
+      if (m != nullptr && name != config_.name) OnPeerChanged(RefOf(*m), false, now);
+    }
     for (auto& ev : swim_->TakeEvents()) {
+      if (ev.member.name != config_.name) {
+        // The event carries a copy; the record may have changed since (and a reaped member is
+        // gone: the copy says how it left).
+        const ms::Member* m = swim_->Find(ev.member.name);
+        OnPeerChanged(RefOf(m != nullptr ? *m : ev.member), true, now);
+      }
       if (ev.kind == ms::Event::Kind::kUpdated) continue;
       changed = true;
       if (ev.kind == ms::Event::Kind::kFailed || ev.kind == ms::Event::Kind::kLeft) {
@@ -700,34 +743,23 @@ void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
   Pump(now, 0);
 }
 
-// Feeds the barrier with what membership knows: every live, training peer's step; everyone
-// else leaves the barrier set at once.
-void Node::RefreshProgress(TimeMs now) {
-  if (!swim_) return;  // external membership: OnPeerView feeds the barrier as views arrive
-  for (const PeerInfo& p : PeerList()) {
-    if (p.live && p.training) {
-      barrier_->OnProgress(p.name, p.step, now);
-    } else {
-      barrier_->OnPeerRemoved(p.name);
-    }
-  }
-}
-
 // The median of the compute times per step that live training peers publish (their step
-// intervals would not do: a barrier makes everyone's interval the straggler's).
-double Node::MeshStepMs() const {
-  std::vector<double> intervals;
+// intervals would not do: a barrier makes everyone's interval the straggler's). A walk over the
+// view, so it is recomputed at most once a second: the mesh's pace changes slowly.
+double Node::MeshStepMs(TimeMs now) {
   if (!swim_) return 0;
-  for (const ms::Member& m : swim_->Members()) {
-    if (m.name != config_.name && m.status == ms::Status::kAlive && m.meta.training &&
-        m.step_ms > 0) {
-      intervals.push_back(m.step_ms);
-    }
-  }
+  if (now - mesh_step_at_ < 1000) return mesh_step_ms_;
+  mesh_step_at_ = now;
+  std::vector<double> intervals;
+  ForEachPeer([&](const PeerRef& p) {
+    if (p.alive && p.training && p.step_ms > 0) intervals.push_back(p.step_ms);
+  });
+  mesh_step_ms_ = 0;
   if (intervals.empty()) return 0;
   auto mid = intervals.begin() + static_cast<std::ptrdiff_t>(intervals.size() / 2);
   std::nth_element(intervals.begin(), mid, intervals.end());
-  return *mid;
+  mesh_step_ms_ = *mid;
+  return mesh_step_ms_;
 }
 
 // Sends the barrier's queries for passing from `step` (completed steps) to step + 1.
@@ -757,11 +789,10 @@ void Node::TryEarlyPermit(TimeMs now) {
       !training() || fetch_.phase != Fetch::kDone || early_permit_ >= progress_.step + 2) {
     return;
   }
-  RefreshProgress(now);
   if (!barrier_->PassesAhead(progress_.step + 1)) return;
   early_permit_ = progress_.step + 2;
   ++stats_.early_permits;
-  Emit(Permit{early_permit_, MeshStepMs()});
+  Emit(Permit{early_permit_, MeshStepMs(now)});
 }
 
 // New progress news for the barrier: a waiting Check runs again; otherwise an early permit may
@@ -776,7 +807,6 @@ void Node::OnBarrierNews(TimeMs now) {
 
 void Node::RunBarrier(TimeMs now) {
   if (!barrier_waiting_ || !barrier_) return;
-  RefreshProgress(now);
   barrier_deadline_ = sync::kNoDeadline;
   if (!min_peers_reached_) {
     // --min-peers: the mesh forms before anyone trains, so no node races ahead alone.
@@ -797,7 +827,7 @@ void Node::RunBarrier(TimeMs now) {
   SendBarrierQueries(progress_.step);
   if (d == sync::Decision::kPass) {
     barrier_waiting_ = false;
-    Emit(Permit{progress_.step + 1, MeshStepMs()});
+    Emit(Permit{progress_.step + 1, MeshStepMs(now)});
     if (config_.overlap_barrier) {
       // OSP: the queries for the next step go out while this one computes.
       barrier_->Prefetch(progress_.step + 1, now, rng_);

@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -336,6 +337,11 @@ struct NodeStats {
   uint64_t oversize_drops = 0;   // unused by the node; the driver counts encoder refusals
   uint64_t probes_sent = 0;      // capacity probe trains asked for (ProbeLink)
   uint64_t probes_measured = 0;  // their reports with a rate
+  // Work units (issue 33): inputs and ticks handled, and peers visited by walks over the view
+  // (ForEachPeer; the barrier counts its own in BarrierStats::visited). With nothing walking
+  // per step or per message, peer_visits stays a small multiple of the view size.
+  uint64_t inputs = 0;
+  mutable uint64_t peer_visits = 0;
 };
 
 class Node {
@@ -373,6 +379,8 @@ class Node {
   int HealthScore() const;
   uint64_t Incarnation() const;
   bool leaving() const { return leaving_; }
+  // Whether `name` is a live (alive or suspect) member other than self, by one lookup.
+  bool KnowsLive(const std::string& name) const { return PeerLive(name); }
   const sync::BarrierCore* barrier() const { return barrier_.get(); }
   double uplink_estimate_mbps() const;
   double downlink_estimate_mbps() const;
@@ -398,32 +406,53 @@ class Node {
   void OnForceLeave(const ForceLeaveCmd& c, TimeMs now);
   void OnPeerView(const PeerView& v, TimeMs now);
 
-  // Membership queries over either source.
-  struct PeerInfo {
-    std::string name;
-    std::string addr;       // membership address
-    std::string data_addr;  // where parameters go
-    bool live = false;      // alive or suspect
-    bool alive = false;     // alive only
+  // Membership queries over either source. A PeerRef points into the membership core's (or the
+  // external view's) own records: nothing is copied, and it is valid until the next input.
+  struct PeerRef {
+    const std::string* name = nullptr;
+    const std::string* addr = nullptr;       // membership address
+    const std::string* data_addr = nullptr;  // where parameters go
+    bool live = false;                       // alive or suspect
+    bool alive = false;                      // alive only
     bool training = false;
     uint64_t step = 0;
     float uplink_mbps = 0;
     float downlink_mbps = 0;
+    float step_ms = 0;  // published compute time per step (SWIM only)
   };
-  std::vector<PeerInfo> PeerList() const;  // everyone but self
-  std::optional<PeerInfo> FindPeer(const std::string& name) const;
+  static PeerRef RefOf(const membership::Member& m);
+  // Visits every peer but self, in the source's own order (not sorted), copying nothing. Each
+  // visit counts in NodeStats::peer_visits: such walks are for rare events (a node's first
+  // step, a probe, a membership change seen by a SELMCAST round), never per step or message.
+  template <typename F>
+  void ForEachPeer(F&& fn) const;
+  std::optional<PeerRef> FindPeer(const std::string& name) const;
   const std::string* PeerAddr(const std::string& name) const;  // membership address, or null
-  // FindPeer(name)->live without building a PeerInfo (per received chunk).
   bool PeerLive(const std::string& name) const;
-  // Alive, training peers: the receivers a round may choose from. Cached between PeerViews with
-  // external membership, rebuilt per call with SWIM.
+  // Alive, training peers: the receivers a round may choose from. Kept between membership
+  // changes (PeerView inputs, SWIM events), sorted by name.
   const std::vector<std::string>& Candidates();
+  // A peer's membership record changed (joined, status, metadata, step): the incremental state
+  // (barrier view with SWIM, candidates, the largest peer step for Joining) follows it.
+  void OnPeerChanged(const PeerRef& p, bool membership_changed, TimeMs now);
+  // Alive, training peers' largest step (Joining), raised as steps arrive and recomputed by one
+  // walk only when a peer holding it leaves that set (and Joining asks).
+  uint64_t PeersMaxStep() const;
+  mutable uint64_t peers_max_step_ = 0;
+  mutable bool peers_max_stale_ = false;
+  uint64_t peers_version_ = 0;    // counts membership changes other than steps (SELMCAST view)
+  size_t external_eligible_ = 0;  // external membership: alive, training peers
+  // `fanout` distinct alive, training peers of the external view, drawn by index with rejection
+  // (memberlist's kRandomNodes): O(fanout), no candidate list. Empty when most of the view is
+  // ineligible (then the caller walks).
+  std::vector<std::string> SampleExternal();
   void SetOwnMeta(TimeMs now);
 
   // Barrier driving.
-  void RefreshProgress(TimeMs now);
   void SendBarrierQueries(uint64_t step);
-  double MeshStepMs() const;
+  double MeshStepMs(TimeMs now);  // recomputed at most once per second
+  double mesh_step_ms_ = 0;
+  TimeMs mesh_step_at_ = std::numeric_limits<TimeMs>::min();
   void RunBarrier(TimeMs now);
   void TryEarlyPermit(TimeMs now);
   void OnBarrierNews(TimeMs now);
@@ -472,9 +501,25 @@ class Node {
   std::unique_ptr<membership::Swim> swim_;
   // External membership. Hashed: with thousands of simulated nodes of 500 peers each, a tree
   // lookup per query and per transfer is a chain of cache misses.
-  std::vector<PeerView> external_;  // external membership: peers in the order first seen
-  sync::NameIndex external_index_;  // name -> position in external_
-  const PeerView* FindExternal(const std::string& name) const;
+  // One peer of the external view, compact (simulated meshes hold millions of these): the
+  // address is the name unless `addr` says otherwise (1 + its place in external_addrs_).
+  struct ExternalPeer {
+    std::string name;
+    uint64_t step = 0;
+    float uplink_mbps = 0;
+    float downlink_mbps = 0;
+    uint32_t addr = 0;
+    bool alive = true;
+    bool training = true;
+  };
+  std::vector<ExternalPeer> external_;       // external membership: peers in the order first seen
+  std::vector<std::string> external_addrs_;  // addresses that differ from the name
+  sync::NameIndex external_index_;           // name -> position in external_
+  const ExternalPeer* FindExternal(const std::string& name) const;
+  const std::string& AddrOf(const ExternalPeer& v) const {
+    return v.addr == 0 ? v.name : external_addrs_[v.addr - 1];
+  }
+  PeerRef RefOf(const ExternalPeer& v) const;
   std::vector<std::string> candidates_;  // Candidates()
   bool candidates_stale_ = true;
   sync::Rng rng_;
@@ -509,10 +554,20 @@ class Node {
   uint64_t awaiting_plan_ = 0;  // id of the PlanRequest a round waits for (0 = none)
   struct PlanCache {
     uint64_t epoch = ~uint64_t{0};
-    std::string view;
+    uint64_t view_hash = 0;
     std::vector<std::string> receivers;
   } plan_cache_;
-  std::string awaiting_view_;
+  // The SELMCAST inputs (candidates, published bandwidth, the canonical view text and its hash),
+  // rebuilt only when membership or a published figure changed (peers_version_, own figures).
+  struct PlanView {
+    uint64_t version = ~uint64_t{0};
+    float self_up = -1, self_down = -1;
+    std::vector<std::string> candidates;
+    sync::BandwidthView bw;
+    std::string text;
+    uint64_t hash = 0;
+  } plan_view_;
+  uint64_t awaiting_hash_ = 0;
   uint64_t awaiting_epoch_ = 0;
   std::map<std::string, gossip::ParamAssembler> assemblers_;  // final models, top-k transfers
   // Streamed (unkeyed, not final) transfers being received, per sender: which chunks came.

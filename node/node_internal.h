@@ -10,6 +10,7 @@
 #include "node/node.h"
 
 namespace meshtrain::node {
+namespace ms = ::meshtrain::membership;
 namespace internal {
 
 namespace ms = ::meshtrain::membership;
@@ -61,6 +62,22 @@ struct Node::Reference {
   uint32_t since_full = 0;  // changes sent on top of the last full snapshot
   std::shared_ptr<const std::vector<float>> values;
 };
+
+template <typename F>
+void Node::ForEachPeer(F&& fn) const {
+  if (swim_) {
+    swim_->ForEachMember([&](const ms::Member& m) {
+      if (m.name == config_.name) return;
+      ++stats_.peer_visits;
+      fn(RefOf(m));
+    });
+    return;
+  }
+  for (const ExternalPeer& v : external_) {
+    ++stats_.peer_visits;
+    fn(RefOf(v));
+  }
+}
 
 struct Node::PushPull {
   std::string addr;

@@ -34,10 +34,18 @@ void Node::OnSnapshot(SnapshotIn s, TimeMs now) {
 // view and a logical epoch — the slowest live training node's step divided by plan_epoch_steps —
 // which every node learns from gossip, with no clock agreement between hosts. The plan is cached
 // per (epoch, view) and changes with the epoch (ties randomized per epoch).
+//
+// The slowest step is the barrier's: its view holds every live training peer's step as this node
+// knows it (membership's, or fresher from queries and acknowledgements), with the minimum kept
+// in O(1). Without a barrier (or with --max-peers, whose observers it leaves out) one walk.
 uint64_t Node::PlanEpoch() const {
   uint64_t min_step = progress_.step;
-  for (const PeerInfo& p : PeerList()) {
-    if (p.alive && p.training) min_step = std::min(min_step, p.step);
+  if (barrier_ && barrier_->config().max_peers == 0) {
+    if (auto m = barrier_->view().MinStep()) min_step = std::min(min_step, *m);
+  } else {
+    ForEachPeer([&](const PeerRef& p) {
+      if (p.alive && p.training) min_step = std::min(min_step, p.step);
+    });
   }
   return min_step / std::max<uint64_t>(1, config_.plan_epoch_steps);
 }
@@ -48,8 +56,8 @@ const std::string* Node::PeerAddr(const std::string& name) const {
     const ms::Member* m = swim_->Find(name);
     return m == nullptr ? nullptr : &m->addr;
   }
-  const PeerView* v = FindExternal(name);
-  return v == nullptr ? nullptr : &v->addr;
+  const ExternalPeer* v = FindExternal(name);
+  return v == nullptr ? nullptr : &AddrOf(*v);
 }
 
 bool Node::PeerLive(const std::string& name) const {
@@ -57,29 +65,22 @@ bool Node::PeerLive(const std::string& name) const {
     const ms::Member* m = swim_->Find(name);
     return m != nullptr && name != config_.name && internal::IsLive(m->status);
   }
-  const PeerView* v = FindExternal(name);
+  const ExternalPeer* v = FindExternal(name);
   return v != nullptr && v->alive;
 }
 
-const PeerView* Node::FindExternal(const std::string& name) const {
+const Node::ExternalPeer* Node::FindExternal(const std::string& name) const {
   const size_t pos = external_index_.Find(
       name, [this](size_t i) -> const std::string& { return external_[i].name; });
   return pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
 }
 
 const std::vector<std::string>& Node::Candidates() {
-  if (swim_ || candidates_stale_) {
+  if (candidates_stale_) {
     candidates_.clear();
-    if (swim_) {
-      for (const PeerInfo& p : PeerList()) {
-        if (p.alive && p.training) candidates_.push_back(p.name);
-      }
-    } else {
-      candidates_.reserve(external_.size());
-      for (const PeerView& v : external_) {
-        if (v.alive && v.training) candidates_.push_back(v.name);
-      }
-    }
+    ForEachPeer([&](const PeerRef& p) {
+      if (p.alive && p.training) candidates_.push_back(*p.name);
+    });
     std::sort(candidates_.begin(), candidates_.end());  // independent of the hash order
     candidates_stale_ = false;
   }
@@ -112,8 +113,37 @@ std::vector<std::string> Node::RandomReceivers(const std::vector<std::string>& c
   return out;
 }
 
+std::vector<std::string> Node::SampleExternal() {
+  std::vector<std::string> out;
+  const size_t n = external_.size();
+  if (n == 0 || 2 * external_eligible_ < n) return out;
+  const size_t k = std::min(config_.fanout, external_eligible_);
+  std::vector<size_t> picked;
+  picked.reserve(k);
+  // At most 3n draws (memberlist): with at least half the view eligible, about 2k suffice.
+  for (size_t draws = 0; picked.size() < k && draws < 3 * n; ++draws) {
+    const size_t c = std::uniform_int_distribution<size_t>(0, n - 1)(rng_);
+    ++stats_.peer_visits;
+    const ExternalPeer& v = external_[c];
+    if (!v.alive || !v.training) continue;
+    if (std::find(picked.begin(), picked.end(), c) == picked.end()) picked.push_back(c);
+  }
+  if (picked.size() < k) return out;
+  out.reserve(k);
+  for (size_t i : picked) out.push_back(external_[i].name);
+  return out;
+}
+
 void Node::StartRound(TimeMs now) {
   if (!pending_ || round_ || awaiting_plan_ != 0 || leaving_) return;
+  if (!swim_ && !pending_->final && config_.select == sync::SelectPolicy::kRandom) {
+    if (external_eligible_ == 0) {
+      pending_.reset();
+      return ReleaseSnapshot();
+    }
+    std::vector<std::string> receivers = SampleExternal();
+    if (!receivers.empty()) return SendRound(std::move(receivers), now);
+  }
   if (pending_->final || config_.select != sync::SelectPolicy::kSelmcast) {
     // all and random need no bandwidth view.
     const std::vector<std::string>& candidates = Candidates();
@@ -126,43 +156,57 @@ void Node::StartRound(TimeMs now) {
     }
     return SendRound(RandomReceivers(candidates), now);
   }
-  std::vector<std::string> candidates;
-  sync::BandwidthView bw;
-  for (const PeerInfo& p : PeerList()) {
-    if (!p.alive || !p.training) continue;
-    bw[p.name] = sync::NodeBandwidth{p.uplink_mbps, p.downlink_mbps, 0};
-    candidates.push_back(p.name);
+  // The sender is part of the global plan, with the figures its peers see (published ones).
+  const ms::Member* self = swim_ ? swim_->Find(config_.name) : nullptr;
+  const sync::NodeBandwidth own =
+      self ? sync::NodeBandwidth{self->meta.uplink_mbps, self->meta.downlink_mbps, 0}
+           : sync::NodeBandwidth{static_cast<float>(uplink_estimate_mbps()),
+                                 static_cast<float>(downlink_estimate_mbps()), 0};
+  PlanView& pv = plan_view_;
+  if (pv.version != peers_version_ || pv.self_up != own.uplink_mbps ||
+      pv.self_down != own.downlink_mbps) {
+    // Membership or a published figure changed since the last round: one walk.
+    pv.version = peers_version_;
+    pv.self_up = own.uplink_mbps;
+    pv.self_down = own.downlink_mbps;
+    pv.candidates.clear();
+    pv.bw.clear();
+    ForEachPeer([&](const PeerRef& p) {
+      if (!p.alive || !p.training) return;
+      pv.bw[*p.name] = sync::NodeBandwidth{p.uplink_mbps, p.downlink_mbps, 0};
+      pv.candidates.push_back(*p.name);
+    });
+    std::sort(pv.candidates.begin(), pv.candidates.end());
+    pv.text.clear();
+    if (!pv.candidates.empty()) {
+      pv.bw[config_.name] = own;
+      for (const auto& [name, b] : pv.bw) {  // std::map: sorted, so the text is canonical
+        char buf[64];
+        std::snprintf(buf, sizeof(buf), "=%.3g/%.3g;", b.uplink_mbps, b.downlink_mbps);
+        pv.text += name;
+        pv.text += buf;
+      }
+    }
+    pv.hash = StableHash(pv.text);
   }
-  if (candidates.empty()) {
+  if (pv.candidates.empty()) {
     pending_.reset();
     return ReleaseSnapshot();
   }
-  // The sender is part of the global plan, with the figures its peers see (published ones).
-  const ms::Member* self = swim_ ? swim_->Find(config_.name) : nullptr;
-  bw[config_.name] = self ? sync::NodeBandwidth{self->meta.uplink_mbps, self->meta.downlink_mbps, 0}
-                          : sync::NodeBandwidth{static_cast<float>(uplink_estimate_mbps()),
-                                                static_cast<float>(downlink_estimate_mbps()), 0};
   const uint64_t epoch = PlanEpoch();
-  std::string view;
-  for (const auto& [name, b] : bw) {  // std::map: sorted, so the text is canonical
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "=%.3g/%.3g;", b.uplink_mbps, b.downlink_mbps);
-    view += name;
-    view += buf;
-  }
-  if (epoch == plan_cache_.epoch && view == plan_cache_.view) {
+  if (epoch == plan_cache_.epoch && pv.hash == plan_cache_.view_hash) {
     return SendRound(plan_cache_.receivers, now);
   }
   PlanRequest req;
   req.id = next_plan_++;
   req.self = config_.name;
-  req.candidates = std::move(candidates);
-  req.bandwidth = std::move(bw);
+  req.candidates = pv.candidates;
+  req.bandwidth = pv.bw;
   req.fanout = config_.fanout;
-  req.seed = StableHash(view, epoch * 0x9E3779B97F4A7C15ULL ^ StableHash(config_.cluster));
+  req.seed = StableHash(pv.text, epoch * 0x9E3779B97F4A7C15ULL ^ StableHash(config_.cluster));
   awaiting_plan_ = req.id;
   awaiting_epoch_ = epoch;
-  awaiting_view_ = std::move(view);
+  awaiting_hash_ = pv.hash;
   Emit(std::move(req));
 }
 
@@ -170,7 +214,7 @@ void Node::OnPlan(PlanResult p, TimeMs now) {
   if (p.id != awaiting_plan_ || awaiting_plan_ == 0) return;
   awaiting_plan_ = 0;
   plan_cache_.epoch = awaiting_epoch_;
-  plan_cache_.view = std::move(awaiting_view_);
+  plan_cache_.view_hash = awaiting_hash_;
   // Receivers that died while the plan was being solved are left out.
   std::vector<std::string> live;
   for (auto& r : p.receivers) {
@@ -212,7 +256,7 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
   for (const auto& name : receivers) {
     auto peer = FindPeer(name);
     if (!peer) continue;
-    const ConnId conn = DataConnTo(name, peer->data_addr);
+    const ConnId conn = DataConnTo(name, *peer->data_addr);
     Transfer t;
     t.receiver = name;
     // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck); a

@@ -28,13 +28,22 @@ namespace meshtrain::node {
 bool Node::Joining() const {
   if (fetch_.phase == Fetch::kDone || !config_.join_state) return false;
   if (fetch_.phase == Fetch::kWaiting) return true;
-  const std::vector<PeerInfo> peers = PeerList();
-  for (const PeerInfo& p : peers) {
-    if (p.alive && p.training && p.step > progress_.step + config_.join_state_min_lead) {
-      return true;
-    }
+  // An upper bound: exact, unless a peer's step went down (it restarted from an older
+  // checkpoint) while it held the largest; then we hold back until that peer leaves the set.
+  if (PeersMaxStep() > progress_.step + config_.join_state_min_lead) return true;
+  const size_t peers = swim_ ? swim_->NumMembers() - 1 : external_.size();
+  return peers == 0 && !config_.join.empty();
+}
+
+uint64_t Node::PeersMaxStep() const {
+  if (peers_max_stale_) {
+    peers_max_step_ = 0;
+    ForEachPeer([&](const PeerRef& p) {
+      if (p.alive && p.training) peers_max_step_ = std::max(peers_max_step_, p.step);
+    });
+    peers_max_stale_ = false;
   }
-  return peers.empty() && !config_.join.empty();
+  return peers_max_step_;
 }
 
 void Node::PublishTraining(TimeMs now) {
@@ -61,17 +70,23 @@ bool Node::StateReady(TimeMs now) {
       barrier_deadline_ = fetch_.retry_at;
       return false;
     }
+    // Nobody is further on than the lead (the usual case: a fresh mesh): no walk needed.
+    if ((config_.join.empty() || now >= fetch_.deadline) &&
+        PeersMaxStep() <= progress_.step + config_.join_state_min_lead) {
+      return keep_own();
+    }
     std::string best, best_addr;
     uint64_t best_step = 0, min_step = ~uint64_t{0};
-    for (const PeerInfo& p : PeerList()) {
-      if (!p.alive || !p.training) continue;
+    ForEachPeer([&](const PeerRef& p) {
+      if (!p.alive || !p.training) return;
       min_step = std::min(min_step, p.step);
-      if (best.empty() || p.step > best_step) {
-        best = p.name;
-        best_addr = p.data_addr;
+      // Ties go to the first by name (the order a sorted member list gave).
+      if (best.empty() || p.step > best_step || (p.step == best_step && *p.name < best)) {
+        best = *p.name;
+        best_addr = *p.data_addr;
         best_step = p.step;
       }
-    }
+    });
     if (best.empty() && !config_.join.empty() && now < fetch_.deadline) {
       barrier_deadline_ = now + config_.min_peers_poll_ms;  // still joining: learn the mesh first
       return false;

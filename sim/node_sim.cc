@@ -1,7 +1,12 @@
 #include "sim/node_sim.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <limits>
 #include <utility>
 
@@ -25,10 +30,40 @@ constexpr size_t kNoTaskFloats = 4;
 // wbsp: at most this many local steps per barrier wait (the daemon's TrainerOptions value).
 constexpr int kMaxLocalSteps = 16;
 
+// Resident set size of this process, bytes (0 where /proc is unavailable). `trim`: first hand
+// memory freed by an earlier run back to the system, so that a run's growth is its own.
+uint64_t ResidentBytes(bool trim = false) {
+#ifdef __GLIBC__
+  if (trim) malloc_trim(0);
+#else
+  (void)trim;
+#endif
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * 4096ULL : 0;
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
+NodeSim::CoreTimer::CoreTimer(NodeSim* s) : sim(s), start_ns(s->started_ ? NowNs() : 0) {}
+NodeSim::CoreTimer::~CoreTimer() {
+  if (start_ns != 0) sim->core_ns_ += NowNs() - start_ns;
+}
+
 NodeSim::NodeSim(const PspSimOptions& options)
-    : o_(options), n_(options.nodes), crash_rng_(SubSeed(options.seed, 4)) {}
+    : o_(options),
+      n_(options.nodes),
+      crash_rng_(SubSeed(options.seed, 4)),
+      rss_at_start_(ResidentBytes(true)) {}
 
 NodeSim::~NodeSim() = default;
 
@@ -163,7 +198,6 @@ void NodeSim::SetupNodes() {
 
   // External membership: every node learns its view, every peer at step 0.
   learn::Rng view_rng(SubSeed(o_.seed, 6));
-  if (!full_view_) views_.resize(n_);
   node::PeerView pv;
   pv.uplink_mbps = static_cast<float>(o_.net.bandwidth_mbps);
   pv.downlink_mbps = pv.uplink_mbps;
@@ -179,7 +213,6 @@ void NodeSim::SetupNodes() {
            SampleDistinct(view_rng, static_cast<uint32_t>(n_ - 1), static_cast<uint32_t>(view_))) {
         peers.push_back(j >= i ? j + 1 : j);
       }
-      views_[i] = peers;
     }
     for (uint32_t j : peers) {
       pv.name = net_->name(j);
@@ -501,8 +534,11 @@ void NodeSim::FinishStep(uint32_t i) {
 void NodeSim::HandOver(uint32_t i, uint64_t step, std::shared_ptr<const std::vector<float>> params,
                        double step_ms) {
   node::Node& nd = *nodes_[i];
-  nd.Step(node::SnapshotIn{step, std::move(params), false}, now_);
-  nd.Step(node::TrainerProgress{step, true, true, {}, static_cast<float>(step_ms)}, now_);
+  {
+    CoreTimer timer(this);
+    nd.Step(node::SnapshotIn{step, std::move(params), false}, now_);
+    nd.Step(node::TrainerProgress{step, true, true, {}, static_cast<float>(step_ms)}, now_);
+  }
   Drain(i);
 }
 
@@ -551,14 +587,20 @@ void NodeSim::Handle(const SimEvent& ev) {
     case SimEvent::kInput: {
       node::Input in = net_->TakeInput(ev.slot);
       if (!live_[i] || !net_->Admit(i, in)) break;
-      nodes_[i]->Step(std::move(in), now_);
+      {
+        CoreTimer timer(this);
+        nodes_[i]->Step(std::move(in), now_);
+      }
       Drain(i);
       break;
     }
     case SimEvent::kTick:
       if (!live_[i] || ev.at != tick_at_[i]) break;
       tick_at_[i] = kNever;
-      if (now_ >= nodes_[i]->NextDeadline()) nodes_[i]->Tick(now_);
+      if (now_ >= nodes_[i]->NextDeadline()) {
+        CoreTimer timer(this);
+        nodes_[i]->Tick(now_);
+      }
       Drain(i);
       break;
     case SimEvent::kStepDone:
@@ -593,19 +635,8 @@ void NodeSim::Crash(uint32_t spec) {
     const std::string& name = net_->name(victim);
     CrashTrack track{victim, now_, std::vector<TimeMs>(n_, -1), std::vector<bool>(n_, false)};
     for (uint32_t j = 0; j < n_; ++j) {
-      if (j == victim || !live_[j]) continue;
-      if (o_.membership) {
-        for (const membership::Member& m : nodes_[j]->Members()) {
-          if (m.name == name) {
-            track.knew[j] =
-                m.status == membership::Status::kAlive || m.status == membership::Status::kSuspect;
-            break;
-          }
-        }
-      } else {
-        track.knew[j] =
-            full_view_ || std::binary_search(views_[j].begin(), views_[j].end(), victim);
-      }
+      // One lookup in j's view (SWIM's member table, or the PeerViews it was fed).
+      if (j != victim && live_[j]) track.knew[j] = nodes_[j]->KnowsLive(name);
     }
     crash_tracks_.push_back(std::move(track));
     if (o_.membership) continue;  // SWIM has to notice
@@ -673,6 +704,7 @@ PspSimResult NodeSim::Run() {
   membership_at_t0_ = net_->membership_datagrams();
   const uint64_t lost_at_t0 = net_->datagrams_lost();
   const uint64_t events_at_t0 = events_;
+  for (const auto& nd : nodes_) inputs_at_t0_ += nd->stats().inputs;
   started_ = true;
   for (uint32_t i = 0; i < n_; ++i) {
     nodes_[i]->Step(node::TrainerProgress{0, true, true, {}, 0}, now_);
@@ -778,6 +810,21 @@ PspSimResult NodeSim::Collect() {
   }
   r.param_messages = net_->param_frames();
   r.false_failures = false_failures_;
+  for (uint32_t i = 0; i < n_; ++i) {
+    const node::NodeStats& st = nodes_[i]->stats();
+    r.work += st.inputs + st.peer_visits;
+    r.peer_visits += st.peer_visits;
+    if (const sync::BarrierCore* b = nodes_[i]->barrier()) {
+      r.work += b->stats().visited;
+      r.peer_visits += b->stats().visited;
+    }
+  }
+  r.work -= inputs_at_t0_;
+  r.view_entries = o_.membership ? 0 : static_cast<uint64_t>(n_) * view_;
+  r.node_core_s = static_cast<double>(core_ns_) / 1e9;
+  const uint64_t rss = ResidentBytes();
+  r.mem_bytes_per_node =
+      rss > rss_at_start_ ? static_cast<double>(rss - rss_at_start_) / static_cast<double>(n_) : 0;
   return std::move(result_);
 }
 

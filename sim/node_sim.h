@@ -151,7 +151,6 @@ class NodeSim {
   std::vector<uint8_t> live_;                     // not crashed
   std::vector<TimeMs> tick_at_;                   // the kTick event each node waits for
   std::vector<node::Output> outputs_;             // Drain's buffer
-  std::vector<std::vector<uint32_t>> views_;      // external membership: each node's peers, sorted
   std::shared_ptr<const std::vector<float>> no_task_params_;
   std::shared_ptr<const learn::SyntheticData> data_;
   bool classifier_ = false;  // a Fashion-MNIST task: error = 1 - accuracy
@@ -169,6 +168,18 @@ class NodeSim {
   uint64_t membership_at_t0_ = 0;
   std::vector<CrashTrack> crash_tracks_;
   PspSimResult result_;
+
+  // Issue 33: what the run costs. Node-core time (Step/Tick calls during training, measured),
+  // and resident memory (RSS growth from construction to the end of the run, over n_).
+  struct CoreTimer {
+    explicit CoreTimer(NodeSim* sim);
+    ~CoreTimer();
+    NodeSim* sim;
+    int64_t start_ns;
+  };
+  int64_t core_ns_ = 0;
+  uint64_t rss_at_start_ = 0;
+  uint64_t inputs_at_t0_ = 0;
 };
 
 }  // namespace meshtrain::sim

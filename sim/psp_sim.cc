@@ -8,6 +8,10 @@ namespace {
 
 // bsp/ssp/dssp need a full view per node: n² entries. Beyond this the run would need gigabytes.
 constexpr size_t kMaxFullViewNodes = 4000;
+// --membership runs SWIM in every node, and SWIM's view is the whole mesh: n² member records
+// (about 1.2 KB per pair with the runs' state: 1000 nodes take 1.2 GB). Beyond this bound the
+// run would need tens of gigabytes; larger meshes use the simulator's membership (partial views).
+constexpr size_t kMaxSwimNodes = 2000;
 
 }  // namespace
 
@@ -56,6 +60,13 @@ learn::Status ValidatePspSimOptions(const PspSimOptions& o) {
                                    " needs every node to track every peer (" +
                                    "n² progress entries); use at most " +
                                    std::to_string(kMaxFullViewNodes) + " nodes, or pbsp/pssp");
+  }
+  if (o.membership && o.nodes > kMaxSwimNodes) {
+    return Status::InvalidArgument(
+        "--membership runs SWIM in every node, whose view is the whole mesh (n² member "
+        "records); use at most " +
+        std::to_string(kMaxSwimNodes) +
+        " nodes with it, or leave it off (partial views fed by the simulator)");
   }
   if (!(o.compute.step_ms >= 1)) return Status::InvalidArgument("--step-time must be >= 1 ms");
   if (!(o.compute.step_cv >= 0) || !(o.compute.node_cv >= 0) || o.compute.step_cv > 10 ||

@@ -31,7 +31,8 @@
 //   View. Without `membership` the simulator feeds every node its membership (PeerView inputs):
 //     bsp/ssp/dssp nodes know everyone; pbsp/pssp/asp nodes know `view` random peers (0 =
 //     everyone up to 2000 nodes, else 500), a peer-sampling partial view, so 10 000 nodes do not
-//     need 10^8 view entries. With `membership` every node runs SWIM and knows everyone.
+//     need 10^8 view entries. With `membership` every node runs SWIM and knows everyone (at most
+//     2000 nodes: n² member records).
 //   Failures. `crashes` stop nodes at given times. With membership off an oracle tells every
 //     node that knows a crashed node at once (PeerView alive = false); with membership on, SWIM
 //     must detect it, and the result reports when the first and the last live node marked it
@@ -225,6 +226,15 @@ struct PspSimResult {
   uint64_t datagrams_lost = 0;
   uint64_t membership_messages = 0;
   uint64_t false_failures = 0;  // membership marked a live node failed (with membership on)
+  // Issue 33, the cost of the run. `work`: work units of the node cores, deterministic: inputs
+  // and ticks handled during training, plus view entries visited by walks over a view at any
+  // time (setup included; node::NodeStats, sync::BarrierStats::visited). The setup's PeerView
+  // inputs, which build the views, are `view_entries` (the views' total size, memory).
+  uint64_t work = 0;
+  uint64_t view_entries = 0;
+  uint64_t peer_visits = 0;       // of `work`: view entries visited by walks
+  double node_core_s = 0;         // measured time in node-core Step/Tick calls during training
+  double mem_bytes_per_node = 0;  // measured: resident memory growth of the run / nodes
 };
 
 // Checks the options (nodes ≥ 1, duration > 0, known task, sane rates).

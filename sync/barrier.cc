@@ -259,11 +259,12 @@ bool BarrierCore::DsspGrant(uint64_t my_step, uint64_t min, uint64_t max, TimeMs
   return true;
 }
 
-uint64_t BarrierCore::ChooseDsspExtra(TimeMs now, uint64_t min) const {
+uint64_t BarrierCore::ChooseDsspExtra(TimeMs now, uint64_t min) {
   const double t_self = own_interval_ms_;
   if (t_self <= 0 || config_.r_max == 0) return 0;
   double t_slow = -1;
   bool any = false;
+  stats_.visited += view_.size();
   for (const ProgressView::Entry& e : view_.entries()) {
     if (e.progress.step != min) continue;
     if (e.progress.interval_ms <= 0) return 0;  // cannot project the straggler
@@ -373,6 +374,7 @@ void BarrierCore::NewRound(Rng& rng) {
   } else {
     // Silent peers are replaced by others; they fill the sample only when too few others live.
     std::vector<size_t> fresh, silent;
+    stats_.visited += entries.size();
     for (size_t i = 0; i < entries.size(); ++i) {
       (silent_.count(entries[i].name) ? silent : fresh).push_back(i);
     }
@@ -383,6 +385,7 @@ void BarrierCore::NewRound(Rng& rng) {
       }
     }
   }
+  stats_.visited += picked.size();
   for (size_t i : picked) {
     Slot slot{entries[i].name};
     slot.pos = i;
@@ -396,6 +399,7 @@ void BarrierCore::Refill(Rng& rng) {
   if (slots_.size() >= want) return;
   // Replacements come from live peers not yet sampled in this round, non-silent ones first.
   std::vector<std::string> fresh, silent;
+  stats_.visited += view_.size();
   for (const ProgressView::Entry& e : view_.entries()) {
     if (round_tried_.count(e.name)) continue;
     (silent_.count(e.name) ? silent : fresh).push_back(e.name);

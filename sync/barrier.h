@@ -130,6 +130,9 @@ struct BarrierStats {
   // Sampled policies: the largest c_i − c_j over the peers of the sample at a pass (how far
   // the node ever ran ahead of the slowest sampled peer's known step; 0 if never ahead).
   uint64_t max_sampled_lead = 0;
+  // Work units (issue 33): view entries visited by walks over the view (a sample drawn while
+  // some peers are silent, a refill, dssp's projection) and sampled peers drawn.
+  uint64_t visited = 0;
 };
 
 class BarrierCore {
@@ -211,7 +214,7 @@ class BarrierCore {
   // The DSSP controller over the peers in `steps` (their known steps): may the node pass beyond
   // s_L? `min` and `max` are the smallest and largest of them.
   bool DsspGrant(uint64_t my_step, uint64_t min, uint64_t max, TimeMs now);
-  uint64_t ChooseDsspExtra(TimeMs now, uint64_t min) const;
+  uint64_t ChooseDsspExtra(TimeMs now, uint64_t min);
   bool EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng);
   void NewRound(Rng& rng);
   void Refill(Rng& rng);

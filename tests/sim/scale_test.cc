@@ -1,0 +1,79 @@
+// The simulator and the node core scale linearly with the mesh (issue 33), checked without
+// timing anything: PspSimResult::work counts the node cores' work units — inputs and ticks
+// handled during training, plus every view entry visited by a walk over a view at any time,
+// setup included (node::NodeStats, sync::BarrierStats::visited). Runs at N and 2N nodes with full
+// views (every node knows every other, so a walk per input or per step costs O(N) and the total
+// O(N²) or worse) must differ by at most 2.2x in work. The node core before issue 33 walked its
+// whole view on every PeerView input (Joining through PeerList), O(view²) per node: on these
+// runs its ratio is about 7 (docs/simulator.md).
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "sim/psp_sim.h"
+#include "tests/sim/sim_test_util.h"
+
+namespace meshtrain::sim {
+namespace {
+
+PspSimOptions Mesh(size_t nodes, sync::Policy policy) {
+  PspSimOptions o;
+  o.nodes = nodes;
+  o.duration_s = 10;
+  o.seed = 3;
+  o.barrier.policy = policy;
+  o.barrier.sample = 10;
+  o.barrier.staleness = 4;
+  o.compute.step_ms = 500;
+  o.fanout = 2;
+  return o;
+}
+
+struct Pair {
+  PspSimResult small, large;
+  double work_ratio() const {
+    return static_cast<double>(large.work) / static_cast<double>(small.work);
+  }
+  double visit_ratio() const {
+    return static_cast<double>(large.peer_visits) /
+           static_cast<double>(std::max<uint64_t>(1, small.peer_visits));
+  }
+  double message_ratio() const {
+    return large.messages_per_node * static_cast<double>(large.nodes) /
+           (small.messages_per_node * static_cast<double>(small.nodes));
+  }
+};
+
+Pair RunPair(size_t n, sync::Policy policy) {
+  Pair p{Run(Mesh(n, policy)), Run(Mesh(2 * n, policy))};
+  REQUIRE(p.small.view == n - 1);  // full views: the view doubles with the mesh
+  REQUIRE(p.large.view == 2 * n - 1);
+  std::printf(
+      "%s %zu vs %zu nodes: work %llu vs %llu (%.3fx), walks %llu vs %llu (%.3fx), "
+      "messages %.3fx\n",
+      sync::PolicyName(policy), n, 2 * n, static_cast<unsigned long long>(p.small.work),
+      static_cast<unsigned long long>(p.large.work), p.work_ratio(),
+      static_cast<unsigned long long>(p.small.peer_visits),
+      static_cast<unsigned long long>(p.large.peer_visits), p.visit_ratio(), p.message_ratio());
+  return p;
+}
+
+TEST_CASE("asp: the node cores' work doubles with the mesh", "[sim][scale]") {
+  // asp never waits: every node takes the same steps and sends the same rounds at any size, so
+  // the inputs double exactly; anything walking a view per input or per step would show.
+  const Pair p = RunPair(100, sync::Policy::kAsp);
+  CHECK(p.small.steps_median > 10);
+  CHECK(p.work_ratio() <= 2.2);
+  CHECK(p.visit_ratio() <= 2.2);
+}
+
+TEST_CASE("pssp: work per message stays flat and no walk grows with the view", "[sim][scale]") {
+  // PSP's own traffic per node grows a little with the mesh (its slowest nodes fall further
+  // behind, and blocked samples are queried again), so the work is compared per message.
+  const Pair p = RunPair(100, sync::Policy::kPssp);
+  CHECK(p.small.queries > 0);
+  CHECK(p.work_ratio() <= 2.2 * p.message_ratio() / 2.0);
+  CHECK(p.visit_ratio() <= 2.2);
+}
+
+}  // namespace
+}  // namespace meshtrain::sim
