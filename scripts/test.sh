@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh Debian machine: installs dependencies, builds, and runs
 #   1. the release build (gcc, -Wall -Wextra -Werror, unity batches, line tables only);
-#   2. every CTest test of that build (unit, virtual-time simulation, transport, multi-process
-#      integration, fault-injection, network-namespace and packaging tests), while the
-#      sanitizer build (clang, ASan + UBSan, with the libFuzzer targets) compiles beside it at
-#      low priority: the multi-process tests mostly wait on agents, the compiler fills the cores;
+#   2. every CTest test of that build but the network-namespace ones (unit, virtual-time
+#      simulation, transport, multi-process integration, fault-injection and packaging tests),
+#      while the sanitizer build (clang, ASan + UBSan, with the libFuzzer targets) compiles beside
+#      them at low priority: the multi-process tests mostly wait on agents, the compiler fills
+#      the cores;
 #   3. a short bounded run of every libFuzzer target (bench/fuzz) from the sanitizer build;
-#   4. the unit, virtual-time simulation, transport and network-namespace tests again under
-#      ASan + UBSan (skip 3 and 4 with MESHTRAIN_SKIP_ASAN=1). The integration and fault tests
-#      assert wall-clock bounds and RSS growth, which the sanitizers' slowdown and quarantine
-#      memory distort; run them there by hand with
-#      `ctest --test-dir build-asan -L "integration|faults"`.
+#   4. the network-namespace tests (netbed) of the release build, with the unit, simulation and
+#      transport tests under ASan + UBSan beside them at low priority (the netbed links are
+#      emulated in user space and want the CPU first);
+#   5. the network-namespace tests with the sanitizer build's agents.
+# MESHTRAIN_SKIP_ASAN=1 skips the sanitizer build and its stages. The integration and fault
+# tests assert wall-clock bounds and RSS growth, which the sanitizers' slowdown and quarantine
+# memory distort; run them there by hand with `ctest --test-dir build-asan -L "integration|faults"`.
 # Prints each stage's wall time, and at the end one line "tests: N passed, N failed".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,25 +36,19 @@ summary() {
   printf '%s\n' "${times[@]}"
   printf '%-58s %5d s\n' "total" $(($(date +%s) - start))
 }
+# One background job at a time, in its own process group, which an early exit ends by its id.
 bg_pid=""
-cleanup() { [ -n "$bg_pid" ] && kill "$bg_pid" 2>/dev/null || true; }
+cleanup() { [ -n "$bg_pid" ] && kill -- "-$bg_pid" 2>/dev/null || true; }
 trap cleanup EXIT
 
 passed=0
 failed=0
-# Runs ctest with the given arguments, keeps its log, adds its counts; returns ctest's status.
-run_ctest() {
-  local log=$1
-  shift
-  local rc
-  set +e
-  ctest "$@" 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  set -e
-  local line
+# Adds the counts of a ctest log to passed/failed (a ctest that printed none counts as one failure
+# when its status was not 0).
+count_ctest() {
+  local log=$1 rc=$2 line total fail
   line=$(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$log" | tail -n 1 || true)
   if [ -n "$line" ]; then
-    local total fail
     total=$(echo "$line" | grep -oE "out of [0-9]+" | grep -oE "[0-9]+")
     fail=$(echo "$line" | grep -oE "[0-9]+ tests failed" | grep -oE "[0-9]+")
     passed=$((passed + total - fail))
@@ -59,6 +56,16 @@ run_ctest() {
   elif [ "$rc" != 0 ]; then
     failed=$((failed + 1))
   fi
+}
+# Runs ctest with the given arguments, shown live and kept in LOG; returns ctest's status.
+run_ctest() {
+  local log=$1 rc
+  shift
+  set +e
+  ctest "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  count_ctest "$log" "$rc"
   return "$rc"
 }
 
@@ -76,16 +83,15 @@ if [ "$asan" = 1 ]; then
   # clang, so that the libFuzzer targets build in the same tree; -O1 and line tables only: the
   # sanitizers need frames and lines, not full debug info.
   echo "sanitizer build starts in the background (log: build-asan.log)"
-  (CC=clang CXX=clang++ BUILD_DIR=build-asan JOBS=2 nice -n 15 bash scripts/build.sh \
-     -DMESHTRAIN_SANITIZE=ON -DMESHTRAIN_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
-     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-     >build-asan.log 2>&1) &
+  CC=clang CXX=clang++ BUILD_DIR=build-asan JOBS=2 setsid nice -n 15 bash scripts/build.sh \
+    -DMESHTRAIN_SANITIZE=ON -DMESHTRAIN_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" >build-asan.log 2>&1 &
   bg_pid=$!
 fi
 
-stage "tests (release build)"
+stage "tests (release build) but netbed"
 rc=0
-run_ctest build/ctest.log --test-dir build --output-on-failure -j2 --timeout 600 || rc=1
+run_ctest build/ctest.log --test-dir build --output-on-failure -j2 --timeout 600 -LE netbed || rc=1
 
 if [ "$asan" = 1 ]; then
   stage "sanitizer build (what was left of it after the tests)"
@@ -102,11 +108,31 @@ if [ "$asan" = 1 ]; then
   build-asan/make_corpus build-asan/seeds >/dev/null
   bash bench/fuzz/run.sh --no-build --build build-asan --runs 20000 --parallel 2 || rc=1
 
-  stage "tests under ASan + UBSan"
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    run_ctest build-asan/ctest.log --test-dir build-asan --output-on-failure -j2 --timeout 900 \
-      -LE "integration|faults|packaging" || rc=1
+  stage "netbed tests (release build), ASan + UBSan unit tests beside them at low priority"
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  setsid bash -c 'nice -n 15 ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 \
+    -LE "integration|faults|packaging|netbed" >build-asan/ctest-unit.log 2>&1
+    echo $? >build-asan/ctest-unit.rc' &
+  bg_pid=$!
+  run_ctest build/ctest-netbed.log --test-dir build --output-on-failure --timeout 600 -L netbed ||
+    rc=1
+  wait "$bg_pid" || true
+  bg_pid=""
+  echo
+  echo "-- ASan + UBSan: unit, simulation and transport tests --"
+  cat build-asan/ctest-unit.log
+  asan_rc=$(cat build-asan/ctest-unit.rc)
+  count_ctest build-asan/ctest-unit.log "$asan_rc"
+  [ "$asan_rc" = 0 ] || rc=1
+
+  stage "netbed tests under ASan + UBSan"
+  run_ctest build-asan/ctest-netbed.log --test-dir build-asan --output-on-failure --timeout 900 \
+    -L netbed || rc=1
+else
+  stage "netbed tests (release build)"
+  run_ctest build/ctest-netbed.log --test-dir build --output-on-failure --timeout 600 -L netbed ||
+    rc=1
 fi
 stage ""
 summary
