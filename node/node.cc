@@ -748,7 +748,7 @@ void Node::OnTrainer(const TrainerProgress& p, TimeMs now) {
 // view, so it is recomputed at most once a second: the mesh's pace changes slowly.
 double Node::MeshStepMs(TimeMs now) {
   if (!swim_) return 0;
-  if (now - mesh_step_at_ < 1000) return mesh_step_ms_;
+  if (mesh_step_at_ && now - *mesh_step_at_ < 1000) return mesh_step_ms_;
   mesh_step_at_ = now;
   std::vector<double> intervals;
   ForEachPeer([&](const PeerRef& p) {

@@ -452,7 +452,7 @@ class Node {
   void SendBarrierQueries(uint64_t step);
   double MeshStepMs(TimeMs now);  // recomputed at most once per second
   double mesh_step_ms_ = 0;
-  TimeMs mesh_step_at_ = std::numeric_limits<TimeMs>::min();
+  std::optional<TimeMs> mesh_step_at_;  // when MeshStepMs last walked the view
   void RunBarrier(TimeMs now);
   void TryEarlyPermit(TimeMs now);
   void OnBarrierNews(TimeMs now);
