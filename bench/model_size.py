@@ -150,6 +150,8 @@ def one(binary, py, params, compress, nodes, steps, step_ms, workdir):
         poller.stop_.set()
         poller.join(timeout=40)
         statuses = {a.name: a.status() for a in run.agents}
+        with open(os.path.join(workdir, "status.json"), "w") as f:
+            json.dump(statuses, f, indent=1)
         rss = [peak_rss_mb(a.proc.pid) for a in run.agents]
     res = []
     for i in range(nodes):
@@ -181,6 +183,8 @@ def one(binary, py, params, compress, nodes, steps, step_ms, workdir):
         "mixed_min": min(mixed), "steps": steps_done, "train_s": train_s,
         "dropped": sum(s["param_streams"]["mix_chunks_dropped"] for s in sts),
         "loop_passes": sum(s["loop"]["model_passes"] for s in sts),
+        "encoded_per_sent": sum(s["param_streams"]["chunks_encoded"] for s in sts) /
+        max(1, sum(s["param_streams"]["chunks_sent"] for s in sts)),
     }
 
 

@@ -1,6 +1,7 @@
 #include "daemon/chunk_mixer.h"
 
 #include "daemon/trainer.h"
+#include "gossip/compress.h"
 
 namespace meshtrain::daemon {
 
@@ -19,7 +20,19 @@ ChunkMixer::~ChunkMixer() {
 
 bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data,
                       double w) {
-  const size_t bytes = data.size() * sizeof(float);
+  return Queue(Item{std::move(from), total, offset, std::move(data), {}, {}, w});
+}
+
+bool ChunkMixer::PushInt8(std::string from, uint32_t total, uint32_t offset, std::vector<int8_t> q,
+                          std::vector<float> scales, double w) {
+  if (q.empty() || scales.size() != (q.size() + gossip::kInt8Block - 1) / gossip::kInt8Block) {
+    return false;  // the codec checked the geometry; defence in depth
+  }
+  return Queue(Item{std::move(from), total, offset, {}, std::move(q), std::move(scales), w});
+}
+
+bool ChunkMixer::Queue(Item item) {
+  const size_t bytes = item.bytes();
   {
     std::lock_guard<std::mutex> lock(q_mu_);
     if (stop_ || queued_bytes_ + bytes > max_queued_bytes_) {
@@ -27,7 +40,7 @@ bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::ve
       return false;
     }
     queued_bytes_ += bytes;
-    queue_.push_back(Item{std::move(from), total, offset, std::move(data), w});
+    queue_.push_back(std::move(item));
   }
   q_cv_.notify_one();
   return true;
@@ -35,6 +48,7 @@ bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::ve
 
 void ChunkMixer::Run() {
   NameThisThread("mt-mix");
+  BulkThread();
   while (true) {
     Item item;
     {
@@ -47,11 +61,16 @@ void ChunkMixer::Run() {
     }
     {
       std::lock_guard<std::mutex> lock(sum_mu_);
-      sum_.Fold(item.from, item.total, item.offset, item.data.data(), item.data.size(), item.w);
+      if (item.q.empty()) {
+        sum_.Fold(item.from, item.total, item.offset, item.data.data(), item.data.size(), item.w);
+      } else {
+        sum_.FoldInt8(item.from, item.total, item.offset, item.q.data(), item.scales.data(),
+                      gossip::kInt8Block, item.q.size(), item.w);
+      }
     }
     {
       std::lock_guard<std::mutex> lock(q_mu_);
-      queued_bytes_ -= item.data.size() * sizeof(float);
+      queued_bytes_ -= item.bytes();
       folded_++;
       busy_ = false;
       if (queue_.empty()) idle_cv_.notify_all();
@@ -83,7 +102,7 @@ double ChunkMixer::models_mixed() const {
 void ChunkMixer::Clear() {
   {
     std::unique_lock<std::mutex> lock(q_mu_);
-    for (const Item& item : queue_) queued_bytes_ -= item.data.size() * sizeof(float);
+    for (const Item& item : queue_) queued_bytes_ -= item.bytes();
     queue_.clear();
     // The item being folded goes in first, then the sum is cleared.
     idle_cv_.wait(lock, [&] { return stop_ || !busy_; });

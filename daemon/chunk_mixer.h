@@ -35,6 +35,10 @@ class ChunkMixer {
   // Queues floats [offset, offset + data.size()) of `from`'s model of `total` floats, to fold
   // with weight w. False when dropped (queue full, or stopped).
   bool Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data, double w);
+  // The same for an int8 chunk the codec checked: values q[i] * scales[i / gossip::kInt8Block],
+  // folded from that form (a quarter of the bytes queued and read).
+  bool PushInt8(std::string from, uint32_t total, uint32_t offset, std::vector<int8_t> q,
+                std::vector<float> scales, double w);
   // Waits until every queued chunk has been folded (tests, and a MIX that must see all of a
   // transfer that has been acknowledged).
   void Drain();
@@ -59,8 +63,12 @@ class ChunkMixer {
     uint32_t total = 0;
     uint32_t offset = 0;
     std::vector<float> data;
+    std::vector<int8_t> q;  // int8 chunks: q and scales instead of data
+    std::vector<float> scales;
     double w = 0;
+    size_t bytes() const { return (data.size() + scales.size()) * sizeof(float) + q.size(); }
   };
+  bool Queue(Item item);
   void Run();
 
   const size_t max_queued_bytes_;

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <random>
 
+#include "base/huge_pages.h"
 #include "daemon/metrics.h"
 #include "daemon/offload.h"
 #include "learn/mixing.h"
@@ -21,6 +22,15 @@
 namespace meshtrain::daemon {
 
 namespace {
+
+// A snapshot buffer of n floats, with huge pages advised before its pages are first touched.
+std::shared_ptr<std::vector<float>> NewSnapshotBuffer(size_t n) {
+  auto b = std::make_shared<std::vector<float>>();
+  b->reserve(n);
+  AdviseHugePages(b->data(), n * sizeof(float));
+  b->resize(n);
+  return b;
+}
 
 constexpr const char* kCleanDetach = "the trainer detached";
 
@@ -485,7 +495,7 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
   Offload(
       loop_,
       [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
-        if (!*snap) *snap = std::make_shared<std::vector<float>>(n);
+        if (!*snap) *snap = NewSnapshotBuffer(n);
         *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
       },
       [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step = p.step, snap, ok] {
@@ -629,7 +639,7 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
     Offload(
         loop_,
         [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
-          if (!*snap) *snap = std::make_shared<std::vector<float>>(n);
+          if (!*snap) *snap = NewSnapshotBuffer(n);
           *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
         },
         [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, snap, ok] {
@@ -664,6 +674,11 @@ void ExternalTrainer::Deliver(const std::string& from, std::vector<float> params
 void ExternalTrainer::DeliverChunk(node::MixChunk chunk) {
   if (num_params_ == 0 || chunk.total != num_params_) return;
   const double w = learn::MixWeight(state_.step, chunk.step);
+  if (!chunk.q.empty()) {
+    mixer_->PushInt8(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.q),
+                     std::move(chunk.scales), w);
+    return;
+  }
   mixer_->Push(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.data), w);
 }
 

@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "daemon/trainer.h"
+
 namespace meshtrain::daemon {
 namespace {
 
@@ -19,7 +21,11 @@ void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> 
   job->done = std::move(done);
   job->req.data = job.get();
   const int rc = uv_queue_work(
-      loop, &job->req, [](uv_work_t* r) { static_cast<Job*>(r->data)->work(); },
+      loop, &job->req,
+      [](uv_work_t* r) {
+        BulkThread();  // a pool thread: bulk work yields to the loop (daemon/trainer.h)
+        static_cast<Job*>(r->data)->work();
+      },
       [](uv_work_t* r, int) {
         std::unique_ptr<Job> owned(static_cast<Job*>(r->data));
         owned->done();

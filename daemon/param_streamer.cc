@@ -15,6 +15,7 @@ using gossip::TcpHub;
 struct ParamStreamer::Round {
   node::SendParams s;  // holds the snapshot
   uint32_t chunks = 0;
+  uint32_t keep = kMaxCached;  // chunks a stream keeps cached ahead of it (kCacheBytes of them)
   std::map<uint32_t, std::shared_ptr<const Bytes>> cache;  // encoded chunks not yet sent by all
   std::set<uint32_t> encoding;                             // chunks being encoded
   std::set<TcpHub::ConnId> streams;
@@ -47,7 +48,11 @@ std::shared_ptr<ParamStreamer::Round> ParamStreamer::RoundFor(const node::SendPa
   }
   auto r = std::make_shared<Round>();
   r->s = s;
-  r->chunks = gossip::StreamChunks(static_cast<uint32_t>(s.params->size()), s.chunk_floats);
+  const auto total = static_cast<uint32_t>(s.params->size());
+  r->chunks = gossip::StreamChunks(total, s.chunk_floats);
+  const uint64_t per_chunk =
+      std::max<uint64_t>(1, gossip::StreamWireBytes(total, s.spec, s.chunk_floats) / r->chunks);
+  r->keep = static_cast<uint32_t>(std::max<uint64_t>(kMaxCached, kCacheBytes / per_chunk));
   rounds_.push_back(r);
   return r;
 }
@@ -126,11 +131,13 @@ void ParamStreamer::Finish(Stream& st) {
 }
 
 void ParamStreamer::Evict(Round& r) {
-  // A chunk stays while some stream will queue it within its next kMaxCached chunks (so the
-  // cache holds at most kMaxCached per stream). A chunk that a fast stream already passed and a
-  // slow one is not near yet is encoded again when the slow one gets there: evicting by index
-  // instead (the lowest first) threw away the slow stream's next chunk whenever the fast one's
-  // arrived, and both re-encoded each other's chunks (13x the encodings at fanout 2).
+  // A chunk stays while some stream will queue it within its next r.keep chunks (about
+  // kCacheBytes of them), so a receiver up to that far behind another sends the same encoding.
+  // A chunk that a fast stream already passed and a slow one is not near yet is encoded again
+  // when the slow one gets there: evicting by index instead (the lowest first) threw away the
+  // slow stream's next chunk whenever the fast one's arrived, and both re-encoded each other's
+  // chunks (13x the encodings at fanout 2); a window of 16 chunks still re-encoded 0.6 of an
+  // int8 round's chunks at fanout 2 (250 M parameters, bench/model_size.py).
   std::vector<uint32_t> starts;
   for (TcpHub::ConnId hid : r.streams) {
     auto it = streams_.find(hid);
@@ -139,7 +146,7 @@ void ParamStreamer::Evict(Round& r) {
   for (auto it = r.cache.begin(); it != r.cache.end();) {
     const uint32_t i = it->first;
     const bool wanted = std::any_of(starts.begin(), starts.end(),
-                                    [&](uint32_t s) { return i >= s && i - s < kMaxCached; });
+                                    [&](uint32_t s) { return i >= s && i - s < r.keep; });
     it = wanted ? std::next(it) : r.cache.erase(it);
   }
 }

@@ -3,8 +3,8 @@
 // the one shared snapshot; chunks are encoded (compression, FlatBuffers, sealing) on libuv's
 // thread pool, at most kEncodesInFlight at a time per round, up to kMaxCached chunks ahead of
 // each stream, and each encoded chunk is kept while some stream of its round will queue it
-// within its next kMaxCached chunks, so receivers that keep pace get the same bytes from one
-// encoding — a receiver that falls further behind than that re-encodes its chunks. A connection
+// within its next kCacheBytes of chunks, so receivers that keep within that of each other get
+// the same bytes from one encoding — a receiver further behind re-encodes its chunks. A connection
 // holds at most about kHighWaterBytes queued in user space; the loop thread only moves buffers.
 //
 // Frames and a graceful close asked for on a connection while it streams go out after the
@@ -31,6 +31,7 @@ class ParamStreamer {
  public:
   static constexpr size_t kHighWaterBytes = size_t{4} << 20;
   static constexpr size_t kMaxCached = 16;
+  static constexpr uint64_t kCacheBytes = uint64_t{16} << 20;  // per round, see Evict
   static constexpr size_t kEncodesInFlight = 4;
 
   // Installs itself as `tcp`'s drain and close observer.

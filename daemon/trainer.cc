@@ -3,9 +3,13 @@
 #include <fmt/ranges.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 
@@ -102,6 +106,11 @@ void BuiltinTrainer::DeliverChunk(node::MixChunk chunk) {
     ours = state_.step;
   }
   const double w = learn::MixWeight(ours, chunk.step);
+  if (!chunk.q.empty()) {
+    mixer_.PushInt8(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.q),
+                    std::move(chunk.scales), w);
+    return;
+  }
   mixer_.Push(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.data), w);
 }
 
@@ -301,6 +310,16 @@ void BuiltinTrainer::SetParams(const std::vector<float>& params) {
 }
 
 void NameThisThread(const char* name) { pthread_setname_np(pthread_self(), name); }
+
+void BulkThread() {
+  thread_local bool done = false;
+  if (done) return;
+  done = true;
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, tid);
+  if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, now + kBulkNice));
+}
 
 void BuiltinTrainer::Run() {
   NameThisThread("mt-train");

@@ -418,12 +418,12 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   const uint64_t len = out->count;
   // Chunk geometry: a non-empty slice inside a model of `total` floats, and the model size the
   // local trainer uses (a different architecture must never be mixed in). Then the encoded values:
-  // counts that match, finite scales and values, indices in range (ExpandChunk); afterwards `data`
-  // holds `count` dense floats.
+  // counts that match, finite scales and values, indices in range (CheckChunk); afterwards `data`
+  // holds `count` dense floats, or an int8 chunk stays in `q` and `scales`.
   if (len == 0 || len > kParamChunkFloats || out->total == 0 || out->chunks == 0 ||
       out->chunk >= out->chunks || out->chunks > out->total ||
       uint64_t{out->offset} + len > out->total || (expected != 0 && out->total != expected) ||
-      out->encoding > kMaxEncoding || !ExpandChunk(out)) {
+      out->encoding > kMaxEncoding || !CheckChunk(out)) {
     return Fail(Reject::kSemantic, why);
   }
   out->expanded = true;

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "base/finite.h"
+#include "base/kernels.h"
 #include "base/loop_guard.h"
 
 namespace meshtrain::gossip {
@@ -144,18 +145,12 @@ void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float
       c->q.resize(n);
       c->scales.resize(Blocks(n));
       for (uint32_t b = 0; b < c->scales.size(); ++b) {
-        const uint32_t lo = b * kInt8Block, hi = std::min(n, lo + kInt8Block);
-        float amax = 0;
-        for (uint32_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(v[i]));
-        const float scale = amax / 127.0f;
+        const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
+        const float scale = kernels::MaxAbs(v + lo, len) / 127.0f;
         c->scales[b] = scale;
         const float inv = scale > 0 ? 1.0f / scale : 0.0f;
-        for (uint32_t i = lo; i < hi; ++i) {
-          const float r = std::nearbyint(v[i] * inv);
-          const int8_t qv = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
-          c->q[i] = qv;
-          if (decoded != nullptr) decoded[i] = static_cast<float>(qv) * scale;
-        }
+        kernels::QuantizeInt8(v + lo, len, inv, scale, c->q.data() + lo,
+                              decoded != nullptr ? decoded + lo : nullptr);
       }
       return;
     }
@@ -288,8 +283,47 @@ bool AllFinite(const std::vector<float>& v) { return ScanFinite(v.data(), nullpt
 
 }  // namespace
 
+void DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
+                         float* out) {
+  const auto n = static_cast<uint32_t>(q.size());
+  for (uint32_t b = 0; b < scales.size() && b * kInt8Block < n; ++b) {
+    const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
+    kernels::DequantizeInt8(q.data() + lo, len, scales[b], out + lo);
+  }
+}
+
+bool CheckChunk(ParamChunk* c) {
+  if (c->expanded) return c->q.empty() ? c->count == c->data.size() : c->count == c->q.size();
+  const uint32_t n = c->count;
+  const bool compact = c->encoding == static_cast<uint8_t>(Encoding::kInt8) && n > 0 &&
+                       n <= kParamChunkFloats && uint64_t{c->offset} + n <= c->total &&
+                       c->q.size() == n && c->scales.size() == Blocks(n) && c->data.empty() &&
+                       c->half.empty() && c->idx.empty();
+  if (!compact) {
+    if (!ExpandChunk(c)) return false;
+    c->expanded = true;
+    return true;
+  }
+  bool small = true;
+  for (float s : c->scales) {
+    if (!std::isfinite(s) || s < 0) return false;
+    small &= s <= kMaxCompactScale;
+  }
+  if (!small) {  // values near FLT_MAX: expand, and scan what the products give
+    if (!ExpandChunk(c)) return false;
+    c->expanded = true;
+    return true;
+  }
+  // The encoder uses [-127, 127]: -128 is refused. The products are then finite.
+  uint32_t bad = 0;
+  for (uint32_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>(c->q[i] == -128);
+  if (bad != 0) return false;
+  c->expanded = true;
+  return true;
+}
+
 bool ExpandChunk(ParamChunk* c) {
-  if (c->expanded) return c->count == c->data.size();
+  if (c->expanded && c->q.empty()) return c->count == c->data.size();
   if (c->encoding == 0 && c->count == 0 && c->data.size() <= kParamChunkFloats) {
     c->count = static_cast<uint32_t>(c->data.size());  // a plain chunk (no appended fields)
   }
@@ -328,18 +362,25 @@ bool ExpandChunk(ParamChunk* c) {
           !c->half.empty() || !c->idx.empty()) {
         return false;
       }
+      // A scale of at most kMaxCompactScale (every honest one short of values within 1 % of
+      // FLT_MAX) cannot overflow times 127, so the decoded floats need no second scan.
+      bool scan = false;
       for (float s : c->scales) {
         if (!std::isfinite(s) || s < 0) return false;
+        scan |= s > kMaxCompactScale;
       }
       c->data.resize(n);
-      for (uint32_t i = 0; i < n; ++i) {
-        if (c->q[i] == -128) return false;  // the encoder uses [-127, 127]
-        c->data[i] = static_cast<float>(c->q[i]) * c->scales[i / kInt8Block];
+      for (uint32_t b = 0; b < c->scales.size(); ++b) {
+        const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
+        // The encoder uses [-127, 127]: -128 is refused.
+        if (!kernels::DequantizeInt8(c->q.data() + lo, len, c->scales[b], c->data.data() + lo)) {
+          return false;
+        }
       }
-      if (!AllFinite(c->data)) return false;  // a huge scale times 127 can overflow
+      if (scan && !AllFinite(c->data)) return false;
       c->q.clear();
       c->scales.clear();
-      break;
+      return true;
     }
     case Encoding::kTopK: {
       if (c->idx.size() != c->data.size() || c->idx.size() > n || !c->half.empty() ||

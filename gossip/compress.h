@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -85,5 +86,14 @@ uint64_t ChunkWireBytes(const ParamChunk& c);
 // `count` dense floats in `data`; `encoding` stays as a record. A chunk that is already dense is
 // only checked, so calling it twice is harmless. False: the chunk is malformed.
 bool ExpandChunk(ParamChunk* c);
+// The same checks, but an int8 chunk whose every scale is at most kMaxCompactScale (so that no
+// value q * scale can overflow) stays int8 in `q` and `scales`: the receiver folds it from its
+// quarter-size form (learn::RunningSum::FoldInt8) instead of writing and reading four bytes a
+// value. Other chunks are expanded as by ExpandChunk. Sets `expanded` when true.
+constexpr float kMaxCompactScale = std::numeric_limits<float>::max() / 128;  // exact
+bool CheckChunk(ParamChunk* c);
+// out[i] = q[i] * scales[i / kInt8Block] for i < q.size(): a checked int8 chunk's values.
+void DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
+                         float* out);
 
 }  // namespace meshtrain::gossip

@@ -88,8 +88,9 @@ struct ParamChunk {
   // full snapshots are mixed chunk by chunk (appended field).
   bool keyed = false;
   uint64_t wire_bytes = 0;  // set by the receiver's codec: payload bytes as received
-  // Not on the wire: the receiver's codec expanded and checked this chunk (ExpandChunk), so a
-  // second ExpandChunk returns at once instead of scanning the floats again.
+  // Not on the wire: the receiver's codec checked this chunk (CheckChunk) and left it dense in
+  // `data`, or int8 in `q` and `scales` with every value known finite; a second CheckChunk or
+  // ExpandChunk does not scan the values again.
   bool expanded = false;
 };
 

@@ -3,28 +3,85 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/huge_pages.h"
+#include "base/kernels.h"
 #include "base/loop_guard.h"
 
 namespace meshtrain::learn {
 
-bool RunningSum::Fold(const std::string& from, uint32_t total, uint32_t offset, const float* data,
-                      size_t n, double w) {
+template <typename F>
+bool RunningSum::FoldWith(const std::string& from, uint32_t total, uint32_t offset, size_t n,
+                          double w, F fold) {
   if (total == 0 || n == 0 || uint64_t{offset} + n > total || !(w > 0) || !std::isfinite(w)) {
     return false;
   }
-  if (sum_.empty()) {
-    sum_.assign(total, 0.0f);
-  } else if (sum_.size() != total) {
+  if (total_ == 0) {
+    // Not zero-filled: a range's first fold in a window writes it (below), so nothing reads a
+    // value no fold wrote, and the pages are touched only as chunks arrive.
+    sum_.reset(new float[total]);
+    AdviseHugePages(sum_.get(), size_t{total} * sizeof(float));
+    total_ = total;
+  } else if (total_ != total) {
     return false;
   }
   if (!folded_[from].insert(offset).second) return false;
   LoopGuard::Note(n);
-  const auto wf = static_cast<float>(w);
-  float* s = sum_.data() + offset;
-  for (size_t i = 0; i < n; ++i) s[i] += wf * data[i];
-  AddWeight(offset, static_cast<uint32_t>(offset + n), w);
+  // Where no segment of this window covers [offset, end) the sum holds an earlier window's
+  // values: set it; where one does, add. (Apply and Clear then never have to zero the sum.)
+  const auto end = static_cast<uint32_t>(offset + n);
+  uint32_t pos = offset;
+  auto it = segments_.upper_bound(pos);
+  if (it != segments_.begin() && std::prev(it)->second.end > pos) --it;
+  while (pos < end) {
+    if (it == segments_.end() || it->first >= end) {
+      fold(pos, end - pos, false);
+      break;
+    }
+    if (it->first > pos) {
+      fold(pos, it->first - pos, false);
+      pos = it->first;
+    }
+    const uint32_t stop = std::min(end, it->second.end);
+    fold(pos, stop - pos, true);
+    pos = stop;
+    ++it;
+  }
+  AddWeight(offset, end, w);
   window_floats_ += n;
   return true;
+}
+
+bool RunningSum::Fold(const std::string& from, uint32_t total, uint32_t offset, const float* data,
+                      size_t n, double w) {
+  const auto wf = static_cast<float>(w);
+  return FoldWith(from, total, offset, n, w, [&](uint32_t pos, uint32_t len, bool add) {
+    float* s = sum_.get() + pos;
+    const float* x = data + (pos - offset);
+    if (add) {
+      kernels::AddScaled(s, x, wf, len);
+    } else {
+      kernels::SetScaled(s, x, wf, len);
+    }
+  });
+}
+
+bool RunningSum::FoldInt8(const std::string& from, uint32_t total, uint32_t offset, const int8_t* q,
+                          const float* scales, uint32_t block, size_t n, double w) {
+  if (block == 0) return false;
+  const auto wf = static_cast<float>(w);
+  return FoldWith(from, total, offset, n, w, [&](uint32_t pos, uint32_t len, bool add) {
+    // Piece [pos, pos + len) of the model is values [i, i + len) of the chunk: block by block.
+    for (uint32_t i = pos - offset, stop = i + len; i < stop;) {
+      const uint32_t b = i / block, next = std::min(stop, (b + 1) * block);
+      float* s = sum_.get() + offset + i;
+      if (add) {
+        kernels::FoldInt8<true>(s, q + i, scales[b], wf, next - i);
+      } else {
+        kernels::FoldInt8<false>(s, q + i, scales[b], wf, next - i);
+      }
+      i = next;
+    }
+  });
 }
 
 void RunningSum::SplitAt(uint32_t at) {
@@ -57,31 +114,20 @@ void RunningSum::AddWeight(uint32_t a, uint32_t b, double w) {
 size_t RunningSum::Apply(float* x, size_t n) {
   LoopGuard::Note(n);
   const size_t senders = folded_.size();
-  if (n == sum_.size()) {
-    for (const auto& [start, seg] : segments_) {
-      const auto inv = static_cast<float>(1.0 / (1.0 + seg.weight));
-      float* xi = x + start;
-      float* si = sum_.data() + start;
-      const size_t len = seg.end - start;
-      for (size_t i = 0; i < len; ++i) xi[i] = (xi[i] + si[i]) * inv;
-      std::fill(si, si + len, 0.0f);
-    }
-  }
-  if (n != sum_.size()) {
+  if (n != total_) {
     Clear();
     return 0;
   }
+  for (const auto& [start, seg] : segments_) {
+    const auto inv = static_cast<float>(1.0 / (1.0 + seg.weight));
+    kernels::MixInto(x + start, sum_.get() + start, inv, seg.end - start);
+  }
   const bool mixed = !segments_.empty();
-  segments_.clear();  // the loop above zeroed their sums
-  folded_.clear();
-  window_floats_ = 0;
+  Clear();
   return mixed ? senders : 0;
 }
 
 void RunningSum::Clear() {
-  for (const auto& [start, seg] : segments_) {
-    std::fill(sum_.begin() + start, sum_.begin() + seg.end, 0.0f);
-  }
   segments_.clear();
   folded_.clear();
   window_floats_ = 0;

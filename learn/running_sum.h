@@ -6,7 +6,8 @@
 // of learn::MixWeight), then starts over. Ranges no chunk covered keep x. A transfer broken off
 // half-way leaves only its chunks' ranges mixed, which is still an average per coordinate.
 //
-// Memory: one vector of the model's size (allocated at the first fold) plus one segment per
+// Memory: one array of the model's size (allocated at the first fold, never zero-filled: the
+// first fold of a range in a window sets it, later ones add) plus one segment per
 // distinct covered range; never a model per sender. Within one window (between two Apply()s) a
 // sender's range is folded once: a second snapshot of the same sender before the step boundary
 // would count that sender twice, so its chunks are dropped (the newer snapshot goes out again in
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,6 +33,10 @@ class RunningSum {
   // positive and finite, or `from` already had that offset folded in this window.
   bool Fold(const std::string& from, uint32_t total, uint32_t offset, const float* data, size_t n,
             double w);
+  // The same for an int8 chunk of n values: q[i] * scales[i / block] (gossip's int8 encoding,
+  // checked by the codec: |q| <= 127 and scales small enough that every product is finite).
+  bool FoldInt8(const std::string& from, uint32_t total, uint32_t offset, const int8_t* q,
+                const float* scales, uint32_t block, size_t n, double w);
   // Mixes into x[0, n) (n must be the folded models' total; otherwise nothing is mixed) and
   // starts a new window. Returns how many senders contributed.
   size_t Apply(float* x, size_t n);
@@ -38,7 +44,7 @@ class RunningSum {
   void Clear();
   bool empty() const { return segments_.empty(); }
   size_t senders() const { return folded_.size(); }
-  size_t total() const { return sum_.size(); }
+  size_t total() const { return total_; }
   // Floats folded in so far in this window (a whole model from one sender: total()).
   uint64_t window_floats() const { return window_floats_; }
 
@@ -47,11 +53,18 @@ class RunningSum {
     uint32_t end = 0;
     double weight = 0;
   };
+  // Checks, then calls fold(pos, len, add) over [offset, offset + n) in pieces: add is false
+  // where no segment of this window covers the piece (the sum holds an older window's values
+  // there and is set), true where one does.
+  template <typename F>
+  bool FoldWith(const std::string& from, uint32_t total, uint32_t offset, size_t n, double w,
+                F fold);
   // Adds w to the weight of [a, b), splitting segments at a and b.
   void AddWeight(uint32_t a, uint32_t b, double w);
   void SplitAt(uint32_t at);
 
-  std::vector<float> sum_;
+  std::unique_ptr<float[]> sum_;  // total_ floats; only ranges in segments_ are meaningful
+  uint32_t total_ = 0;
   std::map<uint32_t, Segment> segments_;              // start -> [start, end) and its summed weight
   std::map<std::string, std::set<uint32_t>> folded_;  // sender -> offsets folded this window
   uint64_t window_floats_ = 0;

@@ -1,5 +1,7 @@
 #include "node/endpoint.h"
 
+#include "gossip/compress.h"
+
 namespace meshtrain::node {
 
 std::vector<Output> RouteNetwork(std::vector<Output> outputs, Endpoint& endpoint) {
@@ -51,9 +53,13 @@ std::optional<Mix> WholeModels::Add(MixChunk& m) {
   if (p.params.size() != m.total || p.round != m.round) {
     p = Partial{m.round, 0, std::vector<float>(m.total, 0.0f)};
   }
-  if (uint64_t{m.offset} + m.data.size() > p.params.size()) return std::nullopt;
-  std::copy(m.data.begin(), m.data.end(), p.params.begin() + m.offset);
-  p.covered += m.data.size();
+  if (uint64_t{m.offset} + m.count() > p.params.size()) return std::nullopt;
+  if (m.q.empty()) {
+    std::copy(m.data.begin(), m.data.end(), p.params.begin() + m.offset);
+  } else {
+    gossip::DequantizeInt8Chunk(m.q, m.scales, p.params.data() + m.offset);
+  }
+  p.covered += m.count();
   if (p.covered < p.params.size()) return std::nullopt;
   Mix mix{m.from, m.step, std::move(p.params), m.finished, false, 0};
   partial_.erase(m.from);

@@ -241,12 +241,13 @@ struct Mix {
   bool final_model = false;
   uint64_t sender_step = 0;
 };
-// One chunk of a peer's snapshot, floats [offset, offset + data.size()) of a model of `total`,
-// to fold into the trainer's running sum as it arrives (issue 31: no whole model per sender is
-// ever assembled). `step` is the weight step as in Mix (ours when the sender finished). The
-// transfer's ParamsReceived follows its last chunk; a transfer broken off leaves the chunks that
-// came mixed, which is still an average per coordinate. Final models and top-k transfers come
-// whole, as Mix.
+// One chunk of a peer's snapshot, floats [offset, offset + count()) of a model of `total`, to
+// fold into the trainer's running sum as it arrives (issue 31: no whole model per sender is ever
+// assembled). The values are `data`, or, for an int8 chunk the codec checked
+// (gossip::CheckChunk), q[i] * scales[i / gossip::kInt8Block] (gossip::DequantizeInt8Chunk). `step`
+// is the weight step as in Mix (ours when the sender finished). The transfer's ParamsReceived
+// follows its last chunk; a transfer broken off leaves the chunks that came mixed, which is still
+// an average per coordinate. Final models and top-k transfers come whole, as Mix.
 struct MixChunk {
   std::string from;
   uint64_t round = 0;  // the sender's transfer
@@ -255,6 +256,9 @@ struct MixChunk {
   uint32_t total = 0;
   uint32_t offset = 0;
   std::vector<float> data;
+  std::vector<int8_t> q;      // int8: one value a byte, with
+  std::vector<float> scales;  // one scale a block
+  size_t count() const { return q.empty() ? data.size() : q.size(); }
 };
 // Solve a SELMCAST plan (off the loop thread in the daemon) and answer with PlanResult{id}.
 struct PlanRequest {

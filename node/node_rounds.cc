@@ -402,9 +402,9 @@ void Node::DropDataConn(ConnId conn) {
 void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
                         TimeMs now) {
   const bool size_ok = config_.expected_params == 0 || chunk.total == config_.expected_params;
-  // The codec expands compressed chunks as it verifies them; a simulated network hands them over
-  // as built, so expand (or just check) here too.
-  if (!config_.training || !size_ok || !PeerLive(sender) || !gossip::ExpandChunk(&chunk)) {
+  // The codec checks chunks (and expands all but int8 ones); a simulated network hands them over
+  // as built, so check here too (at once when the codec did).
+  if (!config_.training || !size_ok || !PeerLive(sender) || !gossip::CheckChunk(&chunk)) {
     // Parameters only from live members of this mesh, for a model of our size.
     Reject();
     Emit(Close{conn, true});
@@ -422,6 +422,11 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
     return;
   }
   const uint64_t chunk_round = chunk.round;
+  if (!gossip::ExpandChunk(&chunk)) {  // an assembled model is floats (int8 came compact)
+    Reject();
+    Emit(Close{conn, true});
+    return;
+  }
   auto model = assemblers_[sender].Add(chunk);
   if (!model) return;
   if (model->base != 0) {
@@ -483,7 +488,15 @@ bool Node::OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamCh
   const bool finished = peer && !peer->training;
   const uint64_t weight_step = finished ? std::max(c.step, progress_.step) : c.step;
   const uint64_t round = c.round, step = c.step;
-  MixChunk m{sender, round, weight_step, finished, c.total, c.offset, std::move(c.data)};
+  MixChunk m{sender,
+             round,
+             weight_step,
+             finished,
+             c.total,
+             c.offset,
+             std::move(c.data),
+             std::move(c.q),
+             std::move(c.scales)};
   if (complete) CompleteIncoming(conn, sender, round, step, now);
   Emit(std::move(m));
   return true;

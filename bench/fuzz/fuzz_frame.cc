@@ -2,10 +2,13 @@
 // push-pull, parameter chunks and their acknowledgements, key operations and their replies.
 // Input: as fuzz_datagram.cc, for one frame payload (no length prefix).
 // Oracles: a rejection names a valid reason; an accepted frame satisfies the semantic rules the
-// decoder promises and re-encodes to one that decodes to the same sender, time and body kind.
+// decoder promises (a parameter chunk's values, dense or int8, all finite) and re-encodes to one
+// that decodes to the same sender, time and body kind.
+#include <cmath>
 #include <variant>
 
 #include "bench/fuzz/fuzz_common.h"
+#include "gossip/compress.h"
 
 namespace g = meshtrain::gossip;
 
@@ -20,8 +23,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   FUZZ_CHECK(g::ValidNodeName(f->sender));
   if (const auto* c = std::get_if<g::ParamChunk>(&f->body)) {
-    FUZZ_CHECK(!c->data.empty() && c->chunk < c->chunks);
-    FUZZ_CHECK(uint64_t{c->offset} + c->data.size() <= c->total);
+    // Dense floats, or an int8 chunk kept compact whose every value is finite.
+    const size_t n = c->q.empty() ? c->data.size() : c->q.size();
+    FUZZ_CHECK(n == c->count && n != 0 && c->chunk < c->chunks);
+    FUZZ_CHECK(c->q.empty() || c->data.empty());
+    FUZZ_CHECK(uint64_t{c->offset} + n <= c->total);
+    g::ParamChunk dense = *c;
+    FUZZ_CHECK(g::ExpandChunk(&dense) && dense.data.size() == n);
+    for (float v : dense.data) FUZZ_CHECK(std::isfinite(v));
   } else if (const auto* op = std::get_if<g::KeyOpMsg>(&f->body)) {
     FUZZ_CHECK(g::ValidKeyOp(*op));
   } else if (const auto* r = std::get_if<g::KeyOpReplyMsg>(&f->body)) {

@@ -152,7 +152,7 @@ struct Checker {
           (void)PlainCodec().EncodeFrame(frame);
         }
       } else if (auto* mc = std::get_if<node::MixChunk>(&o)) {
-        FUZZ_CHECK(mc->total == kParams && mc->offset + mc->data.size() <= kParams);
+        FUZZ_CHECK(mc->total == kParams && mc->offset + mc->count() <= kParams);
       } else if (auto* cl = std::get_if<node::Close>(&o)) {
         FUZZ_CHECK(Known(cl->conn));
       } else if (auto* p = std::get_if<node::Permit>(&o)) {

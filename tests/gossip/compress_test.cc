@@ -192,20 +192,37 @@ TEST_CASE("compress: compressed frames round-trip through the codec", "[gossip][
       CHECK(d.base == 2);
       CHECK(d.encoding == c.encoding);
       CHECK(d.wire_bytes == ChunkWireBytes(c));
-      REQUIRE(d.data.size() == c.count);
-      CHECK(std::equal(d.data.begin(), d.data.end(), t.decoded.begin() + c.offset));
-      // The node expands what a simulated network hands over; what the codec expanded already
-      // passes unchanged.
+      // int8 stays compact (folded from q and scales), the rest arrives dense.
+      ParamChunk dense = d;
+      if (c.encoding == static_cast<uint8_t>(Encoding::kInt8)) {
+        CHECK(d.data.empty());
+        CHECK(d.q == c.q);
+        CHECK(d.scales == c.scales);
+        std::vector<float> values(d.q.size());
+        DequantizeInt8Chunk(d.q, d.scales, values.data());
+        CHECK(std::equal(values.begin(), values.end(), t.decoded.begin() + c.offset));
+        REQUIRE(ExpandChunk(&dense));
+        CHECK(dense.q.empty());
+      }
+      REQUIRE(dense.data.size() == c.count);
+      CHECK(std::equal(dense.data.begin(), dense.data.end(), t.decoded.begin() + c.offset));
+      // The node checks what a simulated network hands over; what the codec checked already
+      // passes unchanged, and expands to the same values.
       ParamChunk again = d;
-      REQUIRE(ExpandChunk(&again));
+      REQUIRE(CheckChunk(&again));
       CHECK(again.data == d.data);
-      // A decoded chunk re-encodes (as dense floats, its encoding kept) to the same values
-      // (found by fuzz_frame_plain's re-encoding oracle).
+      CHECK(again.q == d.q);
+      REQUIRE(ExpandChunk(&again));
+      CHECK(again.data == dense.data);
+      // A decoded chunk re-encodes (its encoding kept) to the same values (found by
+      // fuzz_frame_plain's re-encoding oracle).
       const auto bytes2 = codec.EncodeFrame(*f);
       REQUIRE_FALSE(bytes2.empty());
       auto f2 = codec.DecodeFrame(bytes2.data(), bytes2.size(), nullptr);
       REQUIRE(f2);
-      CHECK(std::get<ParamChunk>(f2->body).data == d.data);
+      ParamChunk back = std::get<ParamChunk>(f2->body);
+      REQUIRE(ExpandChunk(&back));
+      CHECK(back.data == dense.data);
     }
   }
 }
