@@ -158,7 +158,8 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
   const bool plain = c.encoding == 0 && c.base == 0;
   // data: the values of a none chunk, the picked values of a top-k chunk; a chunk decoded
   // earlier (expanded to dense floats, its encoding kept as a record) re-encodes as such.
-  const auto data = c.data.empty() && c.encoding != static_cast<uint8_t>(Encoding::kNone)
+  const auto data = c.view != nullptr ? b.CreateVector(c.view, c.count)
+                    : c.data.empty() && c.encoding != static_cast<uint8_t>(Encoding::kNone)
                         ? fb::Offset<fb::Vector<float>>()
                         : b.CreateVector(c.data.data(), c.data.size());
   const auto half = c.half.empty() ? 0 : b.CreateVector(c.half.data(), c.half.size());

@@ -165,7 +165,8 @@ void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float
 }  // namespace
 
 uint64_t ChunkWireBytes(const ParamChunk& c) {
-  return c.data.size() * sizeof(float) + c.half.size() * sizeof(uint16_t) + c.q.size() +
+  const size_t floats = c.view != nullptr ? c.count : c.data.size();
+  return floats * sizeof(float) + c.half.size() * sizeof(uint16_t) + c.q.size() +
          c.scales.size() * sizeof(float) + c.idx.size() * sizeof(uint32_t);
 }
 
@@ -252,6 +253,12 @@ ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index
   uint32_t n = 0;
   ParamChunk c = ParamChunkHeader(round, step, index, total, chunk_floats, &n);
   const Encoding kind = Streamable(spec) ? spec.kind : Encoding::kInt8;
+  if (kind == Encoding::kNone) {  // floats as they are: the codec reads them from the snapshot
+    c.encoding = static_cast<uint8_t>(Encoding::kNone);
+    c.count = n;
+    c.view = params + c.offset;
+    return c;
+  }
   EncodeDense(params + c.offset, n, kind, &c, nullptr);
   if (c.encoding == static_cast<uint8_t>(Encoding::kNone)) c.count = n;
   return c;

@@ -70,7 +70,8 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
 // the whole model rather than a change.
 bool Streamable(const CompressSpec& spec);
 uint32_t StreamChunks(uint32_t total, uint32_t chunk_floats = kParamChunkFloats);
-// Chunk `index` of the snapshot `params[0, total)`, encoded with spec (top-k: int8).
+// Chunk `index` of the snapshot `params[0, total)`, encoded with spec (top-k: int8). A plain
+// (none) chunk points into `params` (ParamChunk::view): encode it while they live.
 ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index,
                              const CompressSpec& spec, uint64_t round, uint64_t step,
                              uint32_t chunk_floats = kParamChunkFloats);

@@ -29,6 +29,14 @@ FrameDecoder::FrameDecoder(size_t max_frame) : max_frame_(max_frame) {}
 
 void FrameDecoder::Feed(const uint8_t* data, size_t len) {
   if (error_ || len == 0) return;
+  if (big_have_ < big_.size()) {  // the rest of a large frame first
+    const size_t n = std::min(len, big_.size() - big_have_);
+    std::copy(data, data + n, big_.begin() + static_cast<std::ptrdiff_t>(big_have_));
+    big_have_ += n;
+    data += n;
+    len -= n;
+    if (len == 0) return;
+  }
   // Reclaim the consumed prefix once it dominates the buffer, so a long-lived connection keeps
   // at most about two frames of memory.
   if (start_ > 0 && start_ >= buf_.size() / 2) {
@@ -38,8 +46,24 @@ void FrameDecoder::Feed(const uint8_t* data, size_t len) {
   buf_.insert(buf_.end(), data, data + len);
 }
 
+uint8_t* FrameDecoder::Space(size_t* len) {
+  if (error_ || big_have_ >= big_.size()) return nullptr;
+  *len = big_.size() - big_have_;
+  return big_.data() + big_have_;
+}
+
+void FrameDecoder::Commit(size_t n) { big_have_ = std::min(big_.size(), big_have_ + n); }
+
 std::optional<std::vector<uint8_t>> FrameDecoder::Next() {
-  if (error_ || buffered() < kFrameHeaderBytes) return std::nullopt;
+  if (error_) return std::nullopt;
+  if (!big_.empty()) {
+    if (big_have_ < big_.size()) return std::nullopt;
+    std::vector<uint8_t> payload = std::move(big_);
+    big_ = std::vector<uint8_t>();
+    big_have_ = 0;
+    return payload;
+  }
+  if (buffered() < kFrameHeaderBytes) return std::nullopt;
   const uint8_t* p = buf_.data() + start_;
   const size_t len = (size_t{p[0]} << 24) | (size_t{p[1]} << 16) | (size_t{p[2]} << 8) | p[3];
   if (len == 0 || len > max_frame_) {
@@ -50,7 +74,21 @@ std::optional<std::vector<uint8_t>> FrameDecoder::Next() {
     start_ = 0;
     return std::nullopt;
   }
-  if (buffered() < kFrameHeaderBytes + len) return std::nullopt;
+  if (buffered() < kFrameHeaderBytes + len) {
+    // A large frame whose sender has sent a fair part of it (so that a header alone cannot make
+    // us allocate the frame): its own buffer from now on. What came of it moves there (less
+    // than one read), the rest arrives there (Feed, or a reader's direct read into Space()).
+    if (len < kDirectBytes || buffered() - kFrameHeaderBytes < kDirectBytes / 4) {
+      return std::nullopt;
+    }
+    big_.resize(len);
+    const auto first = buf_.begin() + static_cast<std::ptrdiff_t>(start_ + kFrameHeaderBytes);
+    big_have_ = static_cast<size_t>(buf_.end() - first);
+    std::copy(first, buf_.end(), big_.begin());
+    buf_.clear();
+    start_ = 0;
+    return std::nullopt;
+  }
   const auto first = buf_.begin() + static_cast<std::ptrdiff_t>(start_ + kFrameHeaderBytes);
   std::vector<uint8_t> payload(first, first + static_cast<std::ptrdiff_t>(len));
   start_ += kFrameHeaderBytes + len;

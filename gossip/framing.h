@@ -28,13 +28,19 @@ class FrameDecoder {
 
   // Appends bytes read from the stream. Ignored once error() is set.
   void Feed(const uint8_t* data, size_t len);
+  // A frame of at least kDirectBytes is assembled in a buffer of its own, which Next() hands over
+  // without copying; while one is incomplete, Space() is where the rest of its payload goes (a
+  // reader may read straight into it, then Commit() what it wrote: no copy at all), else null.
+  static constexpr size_t kDirectBytes = 64 * 1024;
+  uint8_t* Space(size_t* len);
+  void Commit(size_t n);
   void Feed(const std::vector<uint8_t>& data) { Feed(data.data(), data.size()); }
   // The next complete payload, or nullopt if more bytes are needed or the stream is in error.
   std::optional<std::vector<uint8_t>> Next();
   // Sticky: a length prefix was 0 or exceeded max_frame. The connection must be closed.
   bool error() const { return error_; }
   // Bytes received but not yet returned by Next().
-  size_t buffered() const { return buf_.size() - start_; }
+  size_t buffered() const { return buf_.size() - start_ + big_have_; }
   size_t max_frame() const { return max_frame_; }
 
  private:
@@ -42,6 +48,8 @@ class FrameDecoder {
   std::vector<uint8_t> buf_;
   size_t start_ = 0;  // first unconsumed byte of buf_
   bool error_ = false;
+  std::vector<uint8_t> big_;  // a large frame's payload (size: its length) while it arrives
+  size_t big_have_ = 0;       // bytes of big_ received
 };
 
 }  // namespace meshtrain::gossip

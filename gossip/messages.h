@@ -88,6 +88,9 @@ struct ParamChunk {
   // full snapshots are mixed chunk by chunk (appended field).
   bool keyed = false;
   uint64_t wire_bytes = 0;  // set by the receiver's codec: payload bytes as received
+  // Not on the wire: a sender's plain chunk may point at its values in a snapshot it holds until
+  // the frame is encoded, instead of copying them into `data` (view[0, count); `data` empty).
+  const float* view = nullptr;
   // Not on the wire: the receiver's codec checked this chunk (CheckChunk) and left it dense in
   // `data`, or int8 in `q` and `scales` with every value known finite; a second CheckChunk or
   // ExpandChunk does not scan the values again.

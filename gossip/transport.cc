@@ -254,6 +254,7 @@ struct TcpHub::Conn {
   size_t queued_bytes = 0;  // pending plus written but not yet completed
   bool connected = false;
   bool read_paused = false;  // downlink limit in debt
+  bool direct_read = false;  // the read in progress goes into the decoder's frame buffer
   bool closing = false;
   bool close_when_flushed = false;
   size_t writes_in_flight = 0;
@@ -377,12 +378,29 @@ TcpHub::ConnId TcpHub::Connect(const NetAddr& addr, FrameFn on_frame, CloseFn on
 }
 
 void TcpHub::StartReading(Conn* c) {
-  uv_read_start(reinterpret_cast<uv_stream_t*>(c->tcp), AllocBuffer, &TcpHub::OnRead);
+  uv_read_start(reinterpret_cast<uv_stream_t*>(c->tcp), &TcpHub::AllocRead, &TcpHub::OnRead);
+}
+
+void TcpHub::AllocRead(uv_handle_t* h, size_t suggested, uv_buf_t* buf) {
+  // libuv calls the read callback right after this one, with nothing in between.
+  auto* c = static_cast<Conn*>(h->data);
+  size_t len = 0;
+  uint8_t* space = c != nullptr && !c->closing ? c->decoder->Space(&len) : nullptr;
+  if (space != nullptr) {
+    c->direct_read = true;
+    buf->base = reinterpret_cast<char*>(space);
+    buf->len = len;
+    return;
+  }
+  if (c != nullptr) c->direct_read = false;
+  AllocBuffer(h, suggested, buf);
 }
 
 void TcpHub::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
-  std::unique_ptr<char[]> owned(buf->base);
   auto* c = static_cast<Conn*>(s->data);
+  const bool direct = c != nullptr && c->direct_read;
+  if (c != nullptr) c->direct_read = false;
+  std::unique_ptr<char[]> owned(direct ? nullptr : buf->base);  // the decoder owns a direct one
   if (c == nullptr || c->closing) return;
   TcpHub* hub = c->hub;
   if (nread == 0) return;  // EAGAIN: nothing read
@@ -401,7 +419,11 @@ void TcpHub::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
       hub->SchedulePacer(wait);
     }
   }
-  c->decoder->Feed(reinterpret_cast<const uint8_t*>(owned.get()), static_cast<size_t>(nread));
+  if (direct) {
+    c->decoder->Commit(static_cast<size_t>(nread));
+  } else {
+    c->decoder->Feed(reinterpret_cast<const uint8_t*>(owned.get()), static_cast<size_t>(nread));
+  }
   const ConnId id = c->id;
   while (true) {
     auto frame = c->decoder->Next();

@@ -200,6 +200,8 @@ class TcpHub {
   void SchedulePacer(double delay_s);
   void OnPacer();
   double NowSeconds() const;
+  // A large frame's payload is read straight into its buffer (FrameDecoder::Space).
+  static void AllocRead(uv_handle_t* h, size_t suggested, uv_buf_t* buf);
   static void OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
 
   TokenBucket up_{0, 0};

@@ -37,6 +37,10 @@ std::vector<gossip::Frame> Endpoint::ParamFrames(const node::SendParams& s) {
     f.sender = s.sender;
     gossip::ParamChunk c = gossip::EncodeStreamChunk(s.params->data(), total, i, s.spec, s.round,
                                                      s.step, s.chunk_floats);
+    if (c.view != nullptr) {  // the frame goes out as a struct: it carries its values
+      c.data.assign(c.view, c.view + c.count);
+      c.view = nullptr;
+    }
     c.final = s.final;
     f.body = std::move(c);
     frames.push_back(std::move(f));

@@ -53,6 +53,57 @@ TEST_CASE("framing: payloads survive arbitrary read boundaries", "[gossip][frami
   }
 }
 
+TEST_CASE("framing: large frames take direct reads into their own buffer", "[gossip][framing]") {
+  std::mt19937 rng(99);
+  std::vector<std::vector<uint8_t>> sent;
+  std::vector<uint8_t> stream;
+  for (int i = 0; i < 40; ++i) {
+    const size_t n =
+        i % 3 == 0 ? 50
+                   : std::uniform_int_distribution<size_t>(FrameDecoder::kDirectBytes, 300000)(rng);
+    sent.push_back(Payload(n, static_cast<uint8_t>(i)));
+    const auto framed = EncodeFramed(sent.back());
+    stream.insert(stream.end(), framed.begin(), framed.end());
+  }
+  FrameDecoder dec(1 << 20);
+  std::vector<std::vector<uint8_t>> got;
+  size_t pos = 0, direct = 0;
+  while (pos < stream.size()) {
+    // A reader as TcpHub's: into the frame's buffer when the decoder offers it (at most what
+    // the frame still needs), else a staging buffer fed in.
+    size_t room = 0;
+    uint8_t* space = dec.Space(&room);
+    const size_t want = std::uniform_int_distribution<size_t>(1, 65536)(rng);
+    const size_t n = std::min({stream.size() - pos, want, space != nullptr ? room : want});
+    if (space != nullptr) {
+      std::copy(stream.begin() + static_cast<std::ptrdiff_t>(pos),
+                stream.begin() + static_cast<std::ptrdiff_t>(pos + n), space);
+      dec.Commit(n);
+      direct += n;
+    } else {
+      dec.Feed(stream.data() + pos, n);
+    }
+    pos += n;
+    while (auto p = dec.Next()) got.push_back(std::move(*p));
+  }
+  CHECK_FALSE(dec.error());
+  CHECK(dec.buffered() == 0);
+  CHECK(got == sent);
+  CHECK(direct > stream.size() / 2);  // most of the large frames' bytes went straight in
+  // A header alone does not make the decoder allocate the frame: a quarter of kDirectBytes of
+  // its payload must have come first.
+  FrameDecoder lazy(1 << 20);
+  const auto framed = EncodeFramed(Payload(500000, 1));
+  size_t room = 0;
+  lazy.Feed(framed.data(), 4 + FrameDecoder::kDirectBytes / 4 - 1);
+  CHECK_FALSE(lazy.Next());
+  CHECK(lazy.Space(&room) == nullptr);
+  lazy.Feed(framed.data() + 4 + FrameDecoder::kDirectBytes / 4 - 1, 1);
+  CHECK_FALSE(lazy.Next());
+  REQUIRE(lazy.Space(&room) != nullptr);
+  CHECK(room == 500000 - FrameDecoder::kDirectBytes / 4);
+}
+
 TEST_CASE("framing: oversized and zero length prefixes are sticky errors", "[gossip][framing]") {
   SECTION("oversized") {
     FrameDecoder dec(1000);
