@@ -113,6 +113,19 @@ inline void QuantizeInt8(const float* __restrict v, size_t n, float inv, float s
   }
 }
 
+// True iff no q[i] (i < n) is -128, the one int8 value the encoder never makes.
+inline bool NoInt8Min(const int8_t* q, size_t n) {
+  uint8_t bad[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t k = 0; k < kLanes; ++k) bad[k] |= static_cast<uint8_t>(q[i + k] == -128);
+  }
+  uint8_t any = 0;
+  for (size_t k = 0; k < kLanes; ++k) any |= bad[k];
+  for (; i < n; ++i) any |= static_cast<uint8_t>(q[i] == -128);
+  return any == 0;
+}
+
 // out[i] = q[i] * scale for i < n; false if some q[i] is -128 (outside what the encoder makes).
 // q and out must not overlap.
 inline bool DequantizeInt8(const int8_t* __restrict q, size_t n, float scale,

@@ -111,6 +111,11 @@ void ChunkMixer::Clear() {
   sum_.Clear();
 }
 
+void ChunkMixer::Reserve(uint32_t total) {
+  std::lock_guard<std::mutex> lock(sum_mu_);
+  sum_.Reserve(total);
+}
+
 uint64_t ChunkMixer::dropped() const {
   std::lock_guard<std::mutex> lock(q_mu_);
   return dropped_;

@@ -46,6 +46,9 @@ class ChunkMixer {
   size_t Apply(float* x, size_t n);
   // Forgets queued and folded chunks (the model was replaced).
   void Clear();
+  // Makes the running sum for a model of `total` floats now, its pages touched (the first
+  // chunks then fold at full speed). Runs as long as a pass over the model: not on the loop.
+  void Reserve(uint32_t total);
 
   uint64_t dropped() const;
   // Peer models mixed in so far, counted in whole models: the floats of every Apply's window over

@@ -434,6 +434,7 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
 
 void ExternalTrainer::FinishAttach(Conn* c, uint32_t seq, uint64_t step, bool have_params) {
   train_start_ = last_publish_ = Clock::now();
+  PrepareBuffers();
   Reply(c, tp::kAttach | tp::kReplyBit, seq,
         tp::Writer()
             .U64(step)
@@ -543,8 +544,25 @@ std::shared_ptr<std::vector<float>> ExternalTrainer::SnapshotBuffer() {
   return nullptr;
 }
 
+void ExternalTrainer::PrepareBuffers() {
+  if (num_params_ <= kOneSnapshotFloats || preparing_ || !pool_.empty()) return;
+  preparing_ = true;
+  auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>();
+  Offload(
+      loop_,
+      [snap, n = num_params_, mixer = mixer_] {
+        *snap = NewSnapshotBuffer(n);  // zero-filled: every page touched
+        mixer->Reserve(n);
+      },
+      [this, life = std::weak_ptr<int>(life_), snap] {
+        if (life.expired()) return;
+        preparing_ = false;
+        if (*snap && (*snap)->size() == num_params_) KeepSnapshotBuffer(*snap);
+      });
+}
+
 bool ExternalTrainer::CanAllocateSnapshot() const {
-  return num_params_ <= kOneSnapshotFloats || pool_.empty();
+  return num_params_ <= kOneSnapshotFloats || (pool_.empty() && !preparing_);
 }
 
 void ExternalTrainer::KeepSnapshotBuffer(const std::shared_ptr<std::vector<float>>& b) {

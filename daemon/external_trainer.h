@@ -154,6 +154,12 @@ class ExternalTrainer : public Trainer {
   void FinishPublish(Conn* c, uint32_t seq, uint64_t step,
                      std::shared_ptr<std::vector<float>> snap);
   std::vector<std::shared_ptr<std::vector<float>>> pool_;
+  // At attach, a large model's snapshot buffer and the mixer's running sum are made and their
+  // pages touched on the thread pool while the trainer starts (PrepareBuffers), so that the first
+  // round does not pay ~2 GB of page faults per agent (1 GB model) inside the transfer. Meanwhile
+  // no other snapshot buffer is made (a PUBLISH sends nothing new until it is there).
+  void PrepareBuffers();
+  bool preparing_ = false;
   // Work proportional to the model (the PUBLISH copy, the MIX) runs on libuv's thread pool
   // (issue 31: the loop never blocks); the trainer waits for its reply meanwhile, and a request
   // that arrives before it is refused (one request at a time).

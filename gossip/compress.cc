@@ -322,9 +322,7 @@ bool CheckChunk(ParamChunk* c) {
     return true;
   }
   // The encoder uses [-127, 127]: -128 is refused. The products are then finite.
-  uint32_t bad = 0;
-  for (uint32_t i = 0; i < n; ++i) bad |= static_cast<uint32_t>(c->q[i] == -128);
-  if (bad != 0) return false;
+  if (!kernels::NoInt8Min(c->q.data(), n)) return false;
   c->expanded = true;
   return true;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "base/huge_pages.h"
 #include "base/kernels.h"
@@ -125,6 +126,15 @@ size_t RunningSum::Apply(float* x, size_t n) {
   const bool mixed = !segments_.empty();
   Clear();
   return mixed ? senders : 0;
+}
+
+void RunningSum::Reserve(uint32_t total) {
+  if (total == 0 || total_ == total) return;
+  Clear();
+  sum_.reset(new float[total]);
+  AdviseHugePages(sum_.get(), size_t{total} * sizeof(float));
+  std::memset(sum_.get(), 0, size_t{total} * sizeof(float));
+  total_ = total;
 }
 
 void RunningSum::Clear() {

@@ -42,6 +42,9 @@ class RunningSum {
   size_t Apply(float* x, size_t n);
   // Drops what was folded (the model was replaced: a join, a finished peer's model).
   void Clear();
+  // Allocates the sum for a model of `total` floats now (if it has no sum of that size) and
+  // touches its pages, so that the first folds do not take the page faults.
+  void Reserve(uint32_t total);
   bool empty() const { return segments_.empty(); }
   size_t senders() const { return folded_.size(); }
   size_t total() const { return total_; }

@@ -176,6 +176,13 @@ TEST_CASE("kernels: each matches its plain loop, tails included", "[learn][kerne
   bad[37] = -128;
   std::vector<float> out(40);
   CHECK_FALSE(kernels::DequantizeInt8(bad.data(), bad.size(), 1.0f, out.data()));
+  CHECK_FALSE(kernels::NoInt8Min(bad.data(), bad.size()));
+  CHECK_FALSE(kernels::NoInt8Min(bad.data(), 38));  // in the tail
+  CHECK(kernels::NoInt8Min(bad.data(), 37));
+  bad[37] = 3;
+  bad[3] = -128;
+  CHECK_FALSE(kernels::NoInt8Min(bad.data(), 16));  // in the vector part
+  CHECK(kernels::NoInt8Min(bad.data() + 4, 36));
 }
 
 }  // namespace
