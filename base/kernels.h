@@ -86,18 +86,25 @@ inline float MaxAbs(const float* v, size_t n) {
   return out;
 }
 
+// round(x * inv) clamped to [-127, 127], for |x * inv| < 2^22. Adding 1.5 * 2^23 rounds to an
+// integer (to nearest even, the current mode, as nearbyint) and leaves it in the low mantissa
+// bits, so the integer comes from the bits without a float-to-int conversion, and the clamp is
+// an integer one: both vectorize where the float forms did not. (The product may be fused into
+// the addition where the target has FMA: the rounding is then of the exact product.)
 inline int8_t QuantizeOne(float x, float inv) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  float r = x * inv;
-  r = r < -127.0f ? -127.0f : r;
-  r = r > 127.0f ? 127.0f : r;
-  return static_cast<int8_t>(static_cast<int32_t>((r + kMagic) - kMagic));
+  constexpr float kMagic = 12582912.0f;       // 1.5 * 2^23
+  constexpr int32_t kMagicBits = 0x4B400000;  // its bit pattern
+  const float t = x * inv + kMagic;
+  int32_t b;
+  std::memcpy(&b, &t, sizeof b);
+  b -= kMagicBits;
+  b = std::min(127, std::max(-127, b));
+  return static_cast<int8_t>(b);
 }
 
-// q[i] = round-to-nearest-even(v[i] * inv) clamped to [-127, 127], and with `decoded`, also
-// decoded[i] = q[i] * scale. Rounding adds and subtracts 1.5 * 2^23, which rounds any |x| < 2^22
-// to an integer in the current (nearest-even) mode exactly as nearbyint does; values beyond are
-// clamped first. v, q and decoded must not overlap.
+// q[i] = QuantizeOne(v[i], inv), and with `decoded`, also decoded[i] = q[i] * scale. The caller
+// picks inv = 127 / max|v| (or 0), so |v[i] * inv| <= 127 up to rounding. v, q and decoded must
+// not overlap.
 inline void QuantizeInt8(const float* __restrict v, size_t n, float inv, float scale,
                          int8_t* __restrict q, float* __restrict decoded) {
   size_t i = 0;

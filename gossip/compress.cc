@@ -148,7 +148,8 @@ void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float
         const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
         const float scale = kernels::MaxAbs(v + lo, len) / 127.0f;
         c->scales[b] = scale;
-        const float inv = scale > 0 ? 1.0f / scale : 0.0f;
+        // A scale so small that its inverse overflows (values below ~1e-36): all zeros.
+        const float inv = scale > 0 && std::isfinite(1.0f / scale) ? 1.0f / scale : 0.0f;
         kernels::QuantizeInt8(v + lo, len, inv, scale, c->q.data() + lo,
                               decoded != nullptr ? decoded + lo : nullptr);
       }
