@@ -136,8 +136,8 @@ void ParamStreamer::Evict(Round& r) {
   // A chunk that a fast stream already passed and a slow one is not near yet is encoded again
   // when the slow one gets there: evicting by index instead (the lowest first) threw away the
   // slow stream's next chunk whenever the fast one's arrived, and both re-encoded each other's
-  // chunks (13x the encodings at fanout 2); a window of 16 chunks still re-encoded 0.6 of an
-  // int8 round's chunks at fanout 2 (250 M parameters, bench/model_size.py).
+  // chunks (13x the encodings at fanout 2); a window of 16 chunks still re-encoded 0.5-0.6 of
+  // an int8 round's chunks at fanout 2, 32 MB about 0.04 (250 M parameters, model_size.py).
   std::vector<uint32_t> starts;
   for (TcpHub::ConnId hid : r.streams) {
     auto it = streams_.find(hid);

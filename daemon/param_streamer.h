@@ -31,7 +31,7 @@ class ParamStreamer {
  public:
   static constexpr size_t kHighWaterBytes = size_t{4} << 20;
   static constexpr size_t kMaxCached = 16;
-  static constexpr uint64_t kCacheBytes = uint64_t{16} << 20;  // per round, see Evict
+  static constexpr uint64_t kCacheBytes = uint64_t{32} << 20;  // per round, see Evict
   static constexpr size_t kEncodesInFlight = 4;
 
   // Installs itself as `tcp`'s drain and close observer.
