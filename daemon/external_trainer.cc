@@ -253,8 +253,10 @@ void ExternalTrainer::Handle(Conn* c, uint32_t seq, tp::Request req) {
   }
   if (!c->attached) return Reject(c, "trainer_message", seq, "the first request must be attach");
   if (auto* w = std::get_if<tp::WaitPermit>(&req)) return HandleWait(c, seq, *w);
+  const bool unsent = unsent_publish_;
+  unsent_publish_ = false;  // anything but WAIT_PERMIT may change the shared memory after it
   if (auto* p = std::get_if<tp::Publish>(&req)) return HandlePublish(c, seq, *p);
-  if (std::holds_alternative<tp::MixReq>(req)) return HandleMix(c, seq);
+  if (std::holds_alternative<tp::MixReq>(req)) return HandleMix(c, seq, unsent);
   if (auto* e = std::get_if<tp::EvalReport>(&req)) return HandleEval(c, seq, *e);
   Reply(c, tp::kDetach | tp::kReplyBit, seq, {});
   Close(c, kCleanDetach);
@@ -526,6 +528,7 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
   state_.train_s = Seconds(now - train_start_);
   state_.step = step;
   state_.waiting = false;
+  unsent_publish_ = !snap && num_params_ > kOneSnapshotFloats;
   if (snap) {
     latest_ = snap;
     latest_step_ = step;
@@ -572,13 +575,15 @@ void ExternalTrainer::KeepSnapshotBuffer(const std::shared_ptr<std::vector<float
   pool_.push_back(b);
 }
 
-void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
+void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
   // Decided here, carried out on the thread pool (the trainer waits for the reply meanwhile).
   struct Work {
     std::optional<Incoming> take;  // a model that replaces the trainer's
     std::vector<Incoming> whole;   // whole models to average in (final models, top-k)
     std::vector<double> weights;
     size_t mixed = 0;
+    std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
+    bool snap_ok = false;
   };
   auto work = std::make_shared<Work>();
   uint32_t flags = 0;
@@ -603,6 +608,7 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
     }
     inbox_.clear();
   }
+  if (unsent && !work->take && !preparing_) work->snap = SnapshotBuffer();
   job_ = true;
   Offload(
       loop_,
@@ -618,10 +624,17 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq) {
           learn::MixWeighted(data, n, others, work->weights);
         }
         work->mixed = work->whole.size() + mixer->Apply(data, n);
+        if (work->snap) work->snap_ok = learn::CopyParamsFinite(data, work->snap->data(), n);
       },
       [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, flags, work] {
         if (life.expired() || gen != conn_gen_) return;
         job_ = false;
+        if (work->snap_ok) {
+          latest_ = work->snap;
+          latest_step_ = state_.step;
+          outbox_ = Snapshot{state_.step, work->snap};
+          notify_();
+        }
         const auto mixed = static_cast<uint32_t>(work->mixed);
         state_.mixes += mixed;
         Reply(c, tp::kMix | tp::kReplyBit, seq,

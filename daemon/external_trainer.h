@@ -99,7 +99,9 @@ class ExternalTrainer : public Trainer {
   void FinishAttach(Conn* c, uint32_t seq, uint64_t step, bool have_params);
   void HandleWait(Conn* c, uint32_t seq, const tp::WaitPermit& w);
   void HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p);
-  void HandleMix(Conn* c, uint32_t seq);
+  // unsent: the last PUBLISH made no snapshot (its buffer was being sent); if the buffer is free
+  // now, the mixed model becomes the snapshot of that step, copied after the mix.
+  void HandleMix(Conn* c, uint32_t seq, bool unsent);
   void HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e);
   void Reply(Conn* c, uint16_t type, uint32_t seq, std::vector<uint8_t> body);
   // Counts the reject under `reason`, answers ERROR with `why` and closes the connection.
@@ -160,6 +162,11 @@ class ExternalTrainer : public Trainer {
   // no other snapshot buffer is made (a PUBLISH sends nothing new until it is there).
   void PrepareBuffers();
   bool preparing_ = false;
+  // A PUBLISH that found the snapshot buffer still being sent published nothing new; if the
+  // buffer is free by the MIX of that step, the mixed model is copied into it after the mix and
+  // becomes that step's snapshot (HandleMix), so a large model's next round starts then rather
+  // than at the next PUBLISH.
+  bool unsent_publish_ = false;
   // Work proportional to the model (the PUBLISH copy, the MIX) runs on libuv's thread pool
   // (issue 31: the loop never blocks); the trainer waits for its reply meanwhile, and a request
   // that arrives before it is refused (one request at a time).
