@@ -47,8 +47,10 @@ bool ChunkMixer::Queue(Item item) {
 }
 
 void ChunkMixer::Run() {
+  // Not a bulk thread (daemon/trainer.h): at nice +5 it fell behind under load and its queue
+  // held the senders back (bench/model_size.py, 250 M int8: 9-10 peer models mixed in 40 steps
+  // against 10-12 at the agent's priority).
   NameThisThread("mt-mix");
-  BulkThread();
   while (true) {
     Item item;
     {

@@ -45,9 +45,10 @@ class MetricsLog;
 // /proc/<pid>/task/*/comm tell the agent's threads apart (bench/benchlib.py finds the trainer
 // by its name, "mt-train").
 void NameThisThread(const char* name);
-// Bulk work (libuv's pool threads, the chunk mixer) runs at nice +kBulkNice relative to the
-// process, so that the event loop (membership, RPC), the trainer, and a user's `meshtrain status`
-// get a core first when a large model's copies and folds keep both busy. Linux applies nice per
+// Bulk work (libuv's pool threads: encoding, snapshot copies, mixes) runs at nice +kBulkNice
+// relative to the process, so that the event loop (membership, RPC), the chunk mixer, the
+// trainer and a user's `meshtrain status` get a core first when a large model's copies keep both
+// busy. Linux applies nice per
 // thread (setpriority on the thread id). Once per thread; errors are ignored (never fatal).
 constexpr int kBulkNice = 5;
 void BulkThread();
