@@ -46,20 +46,29 @@ inline void MixInto(float* __restrict x, const float* __restrict s, float inv, s
 }
 
 // s[i] = w * (q[i] * scale), or with kAdd s[i] += w * (q[i] * scale), for i < n: an int8 block
-// folded as its dequantized values would be (the same operations, the same rounding).
+// folded as its dequantized values would be by SetScaled / AddScaled (the same expressions, so
+// the same rounding, also where the compiler fuses a multiply and an add).
 template <bool kAdd>
 inline void FoldInt8(float* __restrict s, const int8_t* __restrict q, float scale, float w,
                      size_t n) {
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (size_t k = 0; k < kLanes; ++k) {
-      const float v = w * (static_cast<float>(q[i + k]) * scale);
-      s[i + k] = kAdd ? s[i + k] + v : v;
+      const float x = static_cast<float>(q[i + k]) * scale;
+      if constexpr (kAdd) {
+        s[i + k] += w * x;
+      } else {
+        s[i + k] = w * x;
+      }
     }
   }
   for (; i < n; ++i) {
-    const float v = w * (static_cast<float>(q[i]) * scale);
-    s[i] = kAdd ? s[i] + v : v;
+    const float x = static_cast<float>(q[i]) * scale;
+    if constexpr (kAdd) {
+      s[i] += w * x;
+    } else {
+      s[i] = w * x;
+    }
   }
 }
 

@@ -19,6 +19,9 @@ Per setting it prints, over the nodes (worst node where it says max):
   MB/s/node       parameter bytes sent per second per node (params_bytes_sent / training time)
   mixed/step      peer models mixed per step, in whole models (status models_mixed / steps)
   mixed           the least models_mixed of any node (issue 31: >= 10 in 40 steps)
+The JSON lines add encoded_per_sent (chunks encoded per chunk sent: 0.5 at fanout 2 when both
+receivers of a round share every encoding); each agent's final status is kept in the log
+directory (status.json).
 
 Memory-heavy: 250 M parameters need ~3 GB per agent plus 1 GB per trainer.
 Example: python3 bench/model_size.py --params 1e6,1e7,1e8,2.5e8 --compress none,int8
