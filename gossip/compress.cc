@@ -291,13 +291,15 @@ bool AllFinite(const std::vector<float>& v) { return ScanFinite(v.data(), nullpt
 
 }  // namespace
 
-void DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
+bool DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
                          float* out) {
   const auto n = static_cast<uint32_t>(q.size());
+  bool ok = true;
   for (uint32_t b = 0; b < scales.size() && b * kInt8Block < n; ++b) {
     const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
-    kernels::DequantizeInt8(q.data() + lo, len, scales[b], out + lo);
+    ok &= kernels::DequantizeInt8(q.data() + lo, len, scales[b], out + lo);
   }
+  return ok;
 }
 
 bool CheckChunk(ParamChunk* c) {
@@ -376,13 +378,8 @@ bool ExpandChunk(ParamChunk* c) {
         scan |= s > kMaxCompactScale;
       }
       c->data.resize(n);
-      for (uint32_t b = 0; b < c->scales.size(); ++b) {
-        const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
-        // The encoder uses [-127, 127]: -128 is refused.
-        if (!kernels::DequantizeInt8(c->q.data() + lo, len, c->scales[b], c->data.data() + lo)) {
-          return false;
-        }
-      }
+      // The encoder uses [-127, 127]: -128 is refused.
+      if (!DequantizeInt8Chunk(c->q, c->scales, c->data.data())) return false;
       if (scan && !AllFinite(c->data)) return false;
       c->q.clear();
       c->scales.clear();

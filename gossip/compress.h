@@ -93,8 +93,9 @@ bool ExpandChunk(ParamChunk* c);
 // value. Other chunks are expanded as by ExpandChunk. Sets `expanded` when true.
 constexpr float kMaxCompactScale = std::numeric_limits<float>::max() / 128;  // exact
 bool CheckChunk(ParamChunk* c);
-// out[i] = q[i] * scales[i / kInt8Block] for i < q.size(): a checked int8 chunk's values.
-void DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
+// out[i] = q[i] * scales[i / kInt8Block] for i < q.size(): an int8 chunk's values; false if
+// some q[i] is -128 (outside what the encoder makes; a checked chunk has none).
+bool DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
                          float* out);
 
 }  // namespace meshtrain::gossip
