@@ -252,7 +252,15 @@ struct Agent::Impl : RpcBackend {
   }
 
   void OnIncomingFrame(TcpHub::ConnId id, Bytes&& payload) {
-    auto frame = inbound->OnFrame(payload.data(), payload.size());
+    OnIncoming(id, inbound->OnFrame(payload.data(), payload.size()));
+  }
+
+  // A large frame (a parameter chunk) as read: its values are not copied (Codec::DecodeFrameHeld).
+  void OnIncomingBigFrame(TcpHub::ConnId id, gossip::BigFrame&& f) {
+    OnIncoming(id, inbound->OnFrameHeld(f.storage, f.data(), f.len));
+  }
+
+  void OnIncoming(TcpHub::ConnId id, std::optional<gossip::Frame> frame) {
     if (!frame) {
       data_tcp->Abort(id);
       return;
@@ -527,6 +535,9 @@ struct Agent::Impl : RpcBackend {
               bind, [this](TcpHub::ConnId id, Bytes&&f) { OnIncomingFrame(id, std::move(f)); },
               [this](TcpHub::ConnId id, int status) {
                 if (!net->IsOutgoing(id)) Feed(node::ConnClosed{id, status == 0});
+              },
+              [this](TcpHub::ConnId id, gossip::BigFrame&&f) {
+                OnIncomingBigFrame(id, std::move(f));
               }),
           rpc->Listen(rpc_addr)}) {
       if (!st.ok()) {

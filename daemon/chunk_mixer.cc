@@ -20,7 +20,7 @@ ChunkMixer::~ChunkMixer() {
 
 bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data,
                       double w) {
-  return Queue(Item{std::move(from), total, offset, std::move(data), {}, {}, w});
+  return Queue(Item{std::move(from), total, offset, std::move(data), {}, {}, w, {}});
 }
 
 bool ChunkMixer::PushInt8(std::string from, uint32_t total, uint32_t offset, std::vector<int8_t> q,
@@ -28,7 +28,16 @@ bool ChunkMixer::PushInt8(std::string from, uint32_t total, uint32_t offset, std
   if (q.empty() || scales.size() != (q.size() + gossip::kInt8Block - 1) / gossip::kInt8Block) {
     return false;  // the codec checked the geometry; defence in depth
   }
-  return Queue(Item{std::move(from), total, offset, {}, std::move(q), std::move(scales), w});
+  return Queue(Item{std::move(from), total, offset, {}, std::move(q), std::move(scales), w, {}});
+}
+
+bool ChunkMixer::PushHeld(std::string from, uint32_t total, uint32_t offset,
+                          gossip::HeldValues held, double w) {
+  if (!held || held.n == 0 || (held.f == nullptr) == (held.q == nullptr) ||
+      (held.q != nullptr && held.ns != (held.n + gossip::kInt8Block - 1) / gossip::kInt8Block)) {
+    return false;  // the codec checked the geometry; defence in depth
+  }
+  return Queue(Item{std::move(from), total, offset, {}, {}, {}, w, std::move(held)});
 }
 
 bool ChunkMixer::Queue(Item item) {
@@ -51,6 +60,7 @@ void ChunkMixer::Run() {
   // held the senders back (bench/model_size.py, 250 M int8: 9-10 peer models mixed in 40 steps
   // against 10-12 at the agent's priority).
   NameThisThread("mt-mix");
+  ThroughputThread();
   while (true) {
     Item item;
     {
@@ -63,11 +73,13 @@ void ChunkMixer::Run() {
     }
     {
       std::lock_guard<std::mutex> lock(sum_mu_);
-      if (item.q.empty()) {
-        sum_.Fold(item.from, item.total, item.offset, item.data.data(), item.data.size(), item.w);
+      const gossip::HeldValues& h = item.held;
+      if (!item.int8()) {
+        sum_.Fold(item.from, item.total, item.offset, h ? h.f : item.data.data(), item.count(),
+                  item.w);
       } else {
-        sum_.FoldInt8(item.from, item.total, item.offset, item.q.data(), item.scales.data(),
-                      gossip::kInt8Block, item.q.size(), item.w);
+        sum_.FoldInt8(item.from, item.total, item.offset, h ? h.q : item.q.data(),
+                      h ? h.s : item.scales.data(), gossip::kInt8Block, item.count(), item.w);
       }
     }
     {

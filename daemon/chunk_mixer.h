@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "gossip/messages.h"
 #include "learn/running_sum.h"
 
 namespace meshtrain::daemon {
@@ -39,6 +40,10 @@ class ChunkMixer {
   // folded from that form (a quarter of the bytes queued and read).
   bool PushInt8(std::string from, uint32_t total, uint32_t offset, std::vector<int8_t> q,
                 std::vector<float> scales, double w);
+  // Either, for values the codec left in their frame (gossip::HeldValues: floats at f, or int8
+  // at q with their scales at s, the geometry checked); the frame is kept until folded.
+  bool PushHeld(std::string from, uint32_t total, uint32_t offset, gossip::HeldValues held,
+                double w);
   // Waits until every queued chunk has been folded (tests, and a MIX that must see all of a
   // transfer that has been acknowledged).
   void Drain();
@@ -69,7 +74,14 @@ class ChunkMixer {
     std::vector<int8_t> q;  // int8 chunks: q and scales instead of data
     std::vector<float> scales;
     double w = 0;
-    size_t bytes() const { return (data.size() + scales.size()) * sizeof(float) + q.size(); }
+    gossip::HeldValues held;  // or the values in their frame
+    size_t bytes() const {
+      if (held)
+        return held.f != nullptr ? held.n * sizeof(float) : held.n + held.ns * sizeof(float);
+      return (data.size() + scales.size()) * sizeof(float) + q.size();
+    }
+    bool int8() const { return held ? held.q != nullptr : !q.empty(); }
+    size_t count() const { return held ? held.n : int8() ? q.size() : data.size(); }
   };
   bool Queue(Item item);
   void Run();

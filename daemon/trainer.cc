@@ -106,6 +106,10 @@ void BuiltinTrainer::DeliverChunk(node::MixChunk chunk) {
     ours = state_.step;
   }
   const double w = learn::MixWeight(ours, chunk.step);
+  if (chunk.held) {
+    mixer_.PushHeld(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.held), w);
+    return;
+  }
   if (!chunk.q.empty()) {
     mixer_.PushInt8(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.q),
                     std::move(chunk.scales), w);
@@ -319,6 +323,13 @@ void BulkThread() {
   errno = 0;
   const int now = getpriority(PRIO_PROCESS, tid);
   if (errno == 0) setpriority(PRIO_PROCESS, tid, std::min(19, now + kBulkNice));
+  ThroughputThread();
+}
+
+void ThroughputThread() {
+  sched_param param{};
+  param.sched_priority = 0;
+  pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
 }
 
 void BuiltinTrainer::Run() {

@@ -49,9 +49,15 @@ void NameThisThread(const char* name);
 // relative to the process, so that the event loop (membership, RPC), the chunk mixer, the
 // trainer and a user's `meshtrain status` get a core first when a large model's copies keep both
 // busy. Linux applies nice per
-// thread (setpriority on the thread id). Once per thread; errors are ignored (never fatal).
+// thread (setpriority on the thread id). They are also SCHED_BATCH (ThroughputThread). Once per
+// thread; errors are ignored (never fatal).
 constexpr int kBulkNice = 5;
 void BulkThread();
+// SCHED_BATCH for the calling thread, at its priority: the scheduler treats it as a CPU-bound
+// thread whose wake-ups never preempt a running task, so a short interactive task (the event
+// loop's callbacks, a `meshtrain status` process) that wakes gets the core first. For threads
+// whose work is throughput, not latency (the chunk mixer, the bulk pool). Errors are ignored.
+void ThroughputThread();
 
 // A worker thread with a one-slot mailbox, for work kept off the trainer's critical path
 // (evaluations, checkpoint writes): Post() hands a job over and replaces one not started yet

@@ -394,7 +394,15 @@ void CopyVector(const fb::Vector<V>* v, std::vector<T>* out) {
   for (fb::uoffset_t i = 0; i < v->size(); ++i) (*out)[i] = static_cast<T>(v->Get(i));
 }
 
-bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out, Reject* why) {
+template <typename V>
+size_t SizeOf(const fb::Vector<V>* v) {
+  return v == nullptr ? 0 : v->size();
+}
+
+// `hold` (the buffer `c` lies in) non-null: plain floats, or an int8 chunk's q and scales, are
+// left there (ParamChunk::held) instead of copied out.
+bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out, Reject* why,
+                      std::shared_ptr<const void> hold = nullptr) {
   out->round = c->round();
   out->step = c->step();
   out->chunk = c->chunk();
@@ -403,18 +411,37 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   out->offset = c->offset();
   out->encoding = c->encoding();
   out->base = c->base();
-  CopyVector(c->data(), &out->data);
-  CopyVector(c->half(), &out->half);
-  CopyVector(c->q(), &out->q);
-  CopyVector(c->scales(), &out->scales);
-  CopyVector(c->idx(), &out->idx);
+  const bool others = SizeOf(c->half()) != 0 || SizeOf(c->idx()) != 0;
+  const bool plain = !others && SizeOf(c->q()) == 0 && SizeOf(c->scales()) == 0 &&
+                     SizeOf(c->data()) != 0 && SizeOf(c->data()) <= kParamChunkFloats;
+  const bool int8 = !others && SizeOf(c->data()) == 0 && SizeOf(c->q()) != 0 &&
+                    SizeOf(c->q()) <= kParamChunkFloats && SizeOf(c->scales()) != 0;
+  if (hold != nullptr && (plain || int8)) {
+    out->held.hold = std::move(hold);
+    out->held.n = static_cast<uint32_t>(plain ? c->data()->size() : c->q()->size());
+    if (plain) {
+      out->held.f = c->data()->data();
+    } else {
+      out->held.q = c->q()->data();
+      out->held.s = c->scales()->data();
+      out->held.ns = static_cast<uint32_t>(std::min<size_t>(c->scales()->size(), UINT32_MAX));
+    }
+  } else {
+    CopyVector(c->data(), &out->data);
+    CopyVector(c->half(), &out->half);
+    CopyVector(c->q(), &out->q);
+    CopyVector(c->scales(), &out->scales);
+    CopyVector(c->idx(), &out->idx);
+  }
   out->final = c->final();
   out->keyed = c->keyed();
-  out->wire_bytes = ChunkWireBytes(*out);
+  out->wire_bytes = SizeOf(c->data()) * sizeof(float) + SizeOf(c->half()) * sizeof(uint16_t) +
+                    SizeOf(c->q()) + SizeOf(c->scales()) * sizeof(float) +
+                    SizeOf(c->idx()) * sizeof(uint32_t);
   out->count = c->count();
   if (out->count == 0 && out->encoding == 0) {
     if (c->data() == nullptr) return Fail(Reject::kVerify, why);
-    out->count = static_cast<uint32_t>(std::min<size_t>(out->data.size(), UINT32_MAX));
+    out->count = static_cast<uint32_t>(std::min<size_t>(SizeOf(c->data()), UINT32_MAX));
   }
   const uint64_t len = out->count;
   // Chunk geometry: a non-empty slice inside a model of `total` floats, and the model size the
@@ -475,19 +502,19 @@ bool DecodeKeyOpReply(const w::KeyOpReply* r, KeyOpReplyMsg* out, Reject* why) {
 
 // Verifies `buf` and checks the envelope fields every message shares. On success returns the
 // envelope; `buf` must stay alive while it is used.
-const w::Envelope* CheckEnvelope(const std::vector<uint8_t>& buf, fb::uoffset_t max_tables,
+const w::Envelope* CheckEnvelope(const uint8_t* buf, size_t len, fb::uoffset_t max_tables,
                                  const std::string& cluster, Reject* why) {
   fb::Verifier::Options opts;
   opts.max_depth = kMaxDepth;
   opts.max_tables = max_tables;
   opts.check_alignment = true;
   opts.check_nested_flatbuffers = false;  // the schema has none
-  fb::Verifier verifier(buf.data(), buf.size(), opts);
+  fb::Verifier verifier(buf, len, opts);
   if (!w::VerifyEnvelopeBuffer(verifier)) {
     Fail(Reject::kVerify, why);
     return nullptr;
   }
-  const w::Envelope* env = w::GetEnvelope(buf.data());
+  const w::Envelope* env = w::GetEnvelope(buf);
   if (env->cluster() == nullptr || env->sender() == nullptr || env->body() == nullptr) {
     Fail(Reject::kVerify, why);
     return nullptr;
@@ -631,7 +658,7 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
 std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, Reject* why) const {
   std::vector<uint8_t> buf;
   if (!Unwrap(data, len, kMaxDatagramBytes, &buf, why)) return std::nullopt;
-  const w::Envelope* env = CheckEnvelope(buf, kMaxDatagramTables, cluster_, why);
+  const w::Envelope* env = CheckEnvelope(buf.data(), buf.size(), kMaxDatagramTables, cluster_, why);
   if (env == nullptr) return std::nullopt;
   Datagram out;
   out.sender = ToString(env->sender());
@@ -668,7 +695,27 @@ std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, R
 std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject* why) const {
   std::vector<uint8_t> buf;
   if (!Unwrap(data, len, max_frame_bytes(), &buf, why)) return std::nullopt;
-  const w::Envelope* env = CheckEnvelope(buf, kMaxFrameTables, cluster_, why);
+  return DecodeEnvelope(buf.data(), buf.size(), nullptr, why);
+}
+
+std::optional<Frame> Codec::DecodeFrameHeld(std::shared_ptr<const void> owner, uint8_t* data,
+                                            size_t len, Reject* why) const {
+  if (keyring_ == nullptr && owner != nullptr && data != nullptr && len <= max_frame_bytes() &&
+      len >= kPlainOverhead + kMinEnvelopeBytes && data[0] == kPlainMarker &&
+      reinterpret_cast<uintptr_t>(data + kPlainOverhead) % 8 == 0) {
+    // As Unwrap, but read where it lies: the envelope is aligned there.
+    return DecodeEnvelope(data + kPlainOverhead, len - kPlainOverhead, std::move(owner), why);
+  }
+  auto buf = std::make_shared<std::vector<uint8_t>>();
+  if (!Unwrap(data, len, max_frame_bytes(), buf.get(), why)) return std::nullopt;
+  uint8_t* env = buf->data();
+  const size_t env_len = buf->size();
+  return DecodeEnvelope(env, env_len, std::move(buf), why);
+}
+
+std::optional<Frame> Codec::DecodeEnvelope(uint8_t* buf, size_t len,
+                                           std::shared_ptr<const void> owner, Reject* why) const {
+  const w::Envelope* env = CheckEnvelope(buf, len, kMaxFrameTables, cluster_, why);
   if (env == nullptr) return std::nullopt;
   Frame out;
   out.sender = ToString(env->sender());
@@ -684,7 +731,8 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
     }
     case w::Body::ParamChunk: {
       ParamChunk c;
-      if (!DecodeParamChunk(env->body_as_ParamChunk(), expected_params(), &c, why)) {
+      if (!DecodeParamChunk(env->body_as_ParamChunk(), expected_params(), &c, why,
+                            std::move(owner))) {
         return std::nullopt;
       }
       out.body = std::move(c);
@@ -694,7 +742,7 @@ std::optional<Frame> Codec::DecodeFrame(const uint8_t* data, size_t len, Reject*
       KeyOpMsg m;
       const bool ok = DecodeKeyOp(env->body_as_KeyOp(), &m, why);
       // The plaintext envelope holds a cluster key: wipe it whatever the verdict.
-      sodium_memzero(buf.data(), buf.size());
+      sodium_memzero(buf, len);
       if (!ok) return std::nullopt;
       out.body = std::move(m);
       break;

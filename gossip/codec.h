@@ -59,6 +59,12 @@ class Codec {
   // Nullopt and *why (if non-null) set when the buffer is rejected. `data` need not be aligned.
   std::optional<Datagram> DecodeDatagram(const uint8_t* data, size_t len, Reject* why) const;
   std::optional<Frame> DecodeFrame(const uint8_t* data, size_t len, Reject* why) const;
+  // The same for a payload in a buffer `owner` keeps alive: a plaintext envelope suitably
+  // aligned there (data + 1 at 8 bytes) is read in place, and a ParamChunk's plain floats or int8
+  // values stay in the buffer (ParamChunk::held shares `owner`) instead of being copied out.
+  // `data` is wiped where it held a cluster key (a KeyOp).
+  std::optional<Frame> DecodeFrameHeld(std::shared_ptr<const void> owner, uint8_t* data, size_t len,
+                                       Reject* why) const;
 
   // Number of floats of the local model; 0 = unknown. When set, a ParamChunk whose total
   // differs is rejected (SPEC §4: tensor sizes must match the local model).
@@ -103,6 +109,10 @@ class Codec {
   // suitably aligned for FlatBuffers accessors.
   bool Unwrap(const uint8_t* data, size_t len, size_t max_len, std::vector<uint8_t>* storage,
               Reject* why) const;
+  // The frame in the envelope at `env` (len bytes; checked, aligned). `owner` non-null: it keeps
+  // the envelope alive and a ParamChunk's values stay there (see DecodeFrameHeld).
+  std::optional<Frame> DecodeEnvelope(uint8_t* env, size_t len, std::shared_ptr<const void> owner,
+                                      Reject* why) const;
 
   std::string cluster_;
   std::shared_ptr<Keyring> keyring_;

@@ -166,9 +166,23 @@ void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float
 }  // namespace
 
 uint64_t ChunkWireBytes(const ParamChunk& c) {
-  const size_t floats = c.view != nullptr ? c.count : c.data.size();
-  return floats * sizeof(float) + c.half.size() * sizeof(uint16_t) + c.q.size() +
-         c.scales.size() * sizeof(float) + c.idx.size() * sizeof(uint32_t);
+  const HeldValues& h = c.held;
+  const size_t floats = c.view != nullptr ? c.count : h.f != nullptr ? h.n : c.data.size();
+  const size_t q = h.q != nullptr ? h.n : c.q.size();
+  const size_t scales = h.q != nullptr ? h.ns : c.scales.size();
+  return floats * sizeof(float) + c.half.size() * sizeof(uint16_t) + q + scales * sizeof(float) +
+         c.idx.size() * sizeof(uint32_t);
+}
+
+void MaterializeChunk(ParamChunk* c) {
+  if (!c->held) return;
+  const HeldValues h = std::move(c->held);
+  c->held = HeldValues{};
+  if (h.f != nullptr) c->data.assign(h.f, h.f + h.n);
+  if (h.q != nullptr) {
+    c->q.assign(h.q, h.q + h.n);
+    c->scales.assign(h.s, h.s + h.ns);
+  }
 }
 
 EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressSpec& spec,
@@ -291,18 +305,59 @@ bool AllFinite(const std::vector<float>& v) { return ScanFinite(v.data(), nullpt
 
 }  // namespace
 
-bool DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
-                         float* out) {
-  const auto n = static_cast<uint32_t>(q.size());
+bool DequantizeInt8Chunk(const int8_t* q, const float* scales, uint32_t n, float* out) {
   bool ok = true;
-  for (uint32_t b = 0; b < scales.size() && b * kInt8Block < n; ++b) {
+  for (uint32_t b = 0; b * kInt8Block < n; ++b) {
     const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
-    ok &= kernels::DequantizeInt8(q.data() + lo, len, scales[b], out + lo);
+    ok &= kernels::DequantizeInt8(q + lo, len, scales[b], out + lo);
   }
   return ok;
 }
 
+bool DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
+                         float* out) {
+  const auto n = static_cast<uint32_t>(
+      std::min<size_t>(q.size(), std::min<size_t>(scales.size() * size_t{kInt8Block}, UINT32_MAX)));
+  return DequantizeInt8Chunk(q.data(), scales.data(), n, out);
+}
+
+namespace {
+
+// CheckChunk of a chunk whose values the codec left in the frame (ParamChunk::held): plain
+// floats, or int8 with scales that cannot overflow, are checked where they are; anything else is
+// copied out and checked as usual.
+bool CheckHeld(ParamChunk* c) {
+  const HeldValues& h = c->held;
+  const uint32_t n = c->count;
+  const bool geometry = n > 0 && n == h.n && n <= kParamChunkFloats &&
+                        uint64_t{c->offset} + n <= c->total && c->half.empty() && c->idx.empty() &&
+                        c->data.empty() && c->q.empty() && c->scales.empty();
+  bool fast = false;
+  if (geometry && h.f != nullptr && c->encoding == static_cast<uint8_t>(Encoding::kNone)) {
+    if (!ScanFinite(h.f, nullptr, n)) return false;
+    fast = true;
+  } else if (geometry && h.q != nullptr && c->encoding == static_cast<uint8_t>(Encoding::kInt8) &&
+             h.ns == Blocks(n)) {
+    bool small = true;
+    for (uint32_t b = 0; b < h.ns; ++b) {
+      if (!std::isfinite(h.s[b]) || h.s[b] < 0) return false;
+      small &= h.s[b] <= kMaxCompactScale;
+    }
+    if (small && !kernels::NoInt8Min(h.q, n)) return false;
+    fast = small;
+  }
+  if (!fast) {
+    MaterializeChunk(c);
+    return CheckChunk(c);
+  }
+  c->expanded = true;
+  return true;
+}
+
+}  // namespace
+
 bool CheckChunk(ParamChunk* c) {
+  if (c->held) return c->expanded ? c->count == c->held.n : CheckHeld(c);
   if (c->expanded) return c->q.empty() ? c->count == c->data.size() : c->count == c->q.size();
   const uint32_t n = c->count;
   const bool compact = c->encoding == static_cast<uint8_t>(Encoding::kInt8) && n > 0 &&
@@ -331,6 +386,7 @@ bool CheckChunk(ParamChunk* c) {
 }
 
 bool ExpandChunk(ParamChunk* c) {
+  MaterializeChunk(c);
   if (c->expanded && c->q.empty()) return c->count == c->data.size();
   if (c->encoding == 0 && c->count == 0 && c->data.size() <= kParamChunkFloats) {
     c->count = static_cast<uint32_t>(c->data.size());  // a plain chunk (no appended fields)

@@ -81,6 +81,9 @@ uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec,
 
 // Payload bytes of one chunk as sent (what the codec writes besides the fixed header fields).
 uint64_t ChunkWireBytes(const ParamChunk& c);
+// Copies values the codec left in their frame (ParamChunk::held) into the chunk's vectors and
+// drops the frame; nothing for a chunk without held values.
+void MaterializeChunk(ParamChunk* c);
 
 // Checks a received chunk's encoded fields (counts, block scales finite and >= 0, fp16 values
 // finite, top-k indices strictly ascending and below `count`, values finite) and replaces them by
@@ -97,5 +100,7 @@ bool CheckChunk(ParamChunk* c);
 // some q[i] is -128 (outside what the encoder makes; a checked chunk has none).
 bool DequantizeInt8Chunk(const std::vector<int8_t>& q, const std::vector<float>& scales,
                          float* out);
+// The same for n values at q with (n + kInt8Block - 1) / kInt8Block scales at `scales`.
+bool DequantizeInt8Chunk(const int8_t* q, const float* scales, uint32_t n, float* out);
 
 }  // namespace meshtrain::gossip

@@ -29,9 +29,9 @@ FrameDecoder::FrameDecoder(size_t max_frame) : max_frame_(max_frame) {}
 
 void FrameDecoder::Feed(const uint8_t* data, size_t len) {
   if (error_ || len == 0) return;
-  if (big_have_ < big_.size()) {  // the rest of a large frame first
-    const size_t n = std::min(len, big_.size() - big_have_);
-    std::copy(data, data + n, big_.begin() + static_cast<std::ptrdiff_t>(big_have_));
+  if (big_ && big_have_ < big_len_) {  // the rest of a large frame first
+    const size_t n = std::min(len, big_len_ - big_have_);
+    std::copy(data, data + n, big_.get() + BigFrame::kLead + big_have_);
     big_have_ += n;
     data += n;
     len -= n;
@@ -47,21 +47,28 @@ void FrameDecoder::Feed(const uint8_t* data, size_t len) {
 }
 
 uint8_t* FrameDecoder::Space(size_t* len) {
-  if (error_ || big_have_ >= big_.size()) return nullptr;
-  *len = big_.size() - big_have_;
-  return big_.data() + big_have_;
+  if (error_ || !big_ || big_have_ >= big_len_) return nullptr;
+  *len = big_len_ - big_have_;
+  return big_.get() + BigFrame::kLead + big_have_;
 }
 
-void FrameDecoder::Commit(size_t n) { big_have_ = std::min(big_.size(), big_have_ + n); }
+void FrameDecoder::Commit(size_t n) { big_have_ = std::min(big_len_, big_have_ + n); }
+
+BigFrame FrameDecoder::TakeBig() {
+  if (!BigReady()) return {};
+  BigFrame f{std::move(big_), big_len_};
+  big_ = nullptr;
+  big_len_ = 0;
+  big_have_ = 0;
+  return f;
+}
 
 std::optional<std::vector<uint8_t>> FrameDecoder::Next() {
   if (error_) return std::nullopt;
-  if (!big_.empty()) {
-    if (big_have_ < big_.size()) return std::nullopt;
-    std::vector<uint8_t> payload = std::move(big_);
-    big_ = std::vector<uint8_t>();
-    big_have_ = 0;
-    return payload;
+  if (big_) {
+    if (big_have_ < big_len_) return std::nullopt;
+    const BigFrame f = TakeBig();
+    return std::vector<uint8_t>(f.data(), f.data() + f.len);
   }
   if (buffered() < kFrameHeaderBytes) return std::nullopt;
   const uint8_t* p = buf_.data() + start_;
@@ -81,10 +88,11 @@ std::optional<std::vector<uint8_t>> FrameDecoder::Next() {
     if (len < kDirectBytes || buffered() - kFrameHeaderBytes < kDirectBytes / 4) {
       return std::nullopt;
     }
-    big_.resize(len);
+    big_.reset(new uint8_t[BigFrame::kLead + len]);  // not zero-filled: it is read into
+    big_len_ = len;
     const auto first = buf_.begin() + static_cast<std::ptrdiff_t>(start_ + kFrameHeaderBytes);
     big_have_ = static_cast<size_t>(buf_.end() - first);
-    std::copy(first, buf_.end(), big_.begin());
+    std::copy(first, buf_.end(), big_.get() + BigFrame::kLead);
     buf_.clear();
     start_ = 0;
     return std::nullopt;

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -21,6 +22,16 @@ void EncodeFrameHeader(size_t len, uint8_t* header);
 // Length prefix + payload. The payload must be non-empty and shorter than 4 GiB.
 std::vector<uint8_t> EncodeFramed(const uint8_t* payload, size_t len);
 std::vector<uint8_t> EncodeFramed(const std::vector<uint8_t>& payload);
+
+// A large frame's payload in the buffer it was read into (never zero-filled, never copied). The
+// payload starts kLead bytes in, so that payload + 1 (a plaintext envelope after the codec's
+// marker byte) is 16-byte aligned.
+struct BigFrame {
+  static constexpr size_t kLead = 15;
+  std::shared_ptr<uint8_t[]> storage;
+  size_t len = 0;
+  uint8_t* data() const { return storage.get() + kLead; }
+};
 
 class FrameDecoder {
  public:
@@ -36,7 +47,11 @@ class FrameDecoder {
   void Commit(size_t n);
   void Feed(const std::vector<uint8_t>& data) { Feed(data.data(), data.size()); }
   // The next complete payload, or nullopt if more bytes are needed or the stream is in error.
+  // A large frame is copied out of its buffer here: a reader that can take it as is asks
+  // BigReady() first and takes it with TakeBig().
   std::optional<std::vector<uint8_t>> Next();
+  bool BigReady() const { return !error_ && big_ && big_have_ == big_len_; }
+  BigFrame TakeBig();
   // Sticky: a length prefix was 0 or exceeded max_frame. The connection must be closed.
   bool error() const { return error_; }
   // Bytes received but not yet returned by Next().
@@ -48,8 +63,9 @@ class FrameDecoder {
   std::vector<uint8_t> buf_;
   size_t start_ = 0;  // first unconsumed byte of buf_
   bool error_ = false;
-  std::vector<uint8_t> big_;  // a large frame's payload (size: its length) while it arrives
-  size_t big_have_ = 0;       // bytes of big_ received
+  std::shared_ptr<uint8_t[]> big_;  // a large frame (BigFrame layout) while it arrives
+  size_t big_len_ = 0;              // its payload's length
+  size_t big_have_ = 0;             // bytes of it received
 };
 
 }  // namespace meshtrain::gossip

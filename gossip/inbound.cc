@@ -39,10 +39,19 @@ std::optional<Frame> Inbound::OnFrame(const uint8_t* data, size_t len) {
   }
   Reject why = Reject::kVerify;
   auto f = codec_->DecodeFrame(data, len, &why);
-  if (!f) {
-    rejects_.add(why);
+  if (!f) rejects_.add(why);
+  return f;
+}
+
+std::optional<Frame> Inbound::OnFrameHeld(std::shared_ptr<const void> owner, uint8_t* data,
+                                          size_t len) {
+  if (len > options_.max_frame_bytes) {
+    rejects_.add(Reject::kTooLarge);
     return std::nullopt;
   }
+  Reject why = Reject::kVerify;
+  auto f = codec_->DecodeFrameHeld(std::move(owner), data, len, &why);
+  if (!f) rejects_.add(why);
   return f;
 }
 

@@ -43,6 +43,9 @@ class Inbound {
                                      double now_s);
   // One frame payload (without its length prefix). Nullopt, counted, when refused.
   std::optional<Frame> OnFrame(const uint8_t* data, size_t len);
+  // The same for a payload in a buffer `owner` keeps alive (Codec::DecodeFrameHeld: a parameter
+  // chunk's values stay there instead of being copied).
+  std::optional<Frame> OnFrameHeld(std::shared_ptr<const void> owner, uint8_t* data, size_t len);
 
   // Counts a rejection decided by the caller after decoding.
   void Count(Reject why) { rejects_.add(why); }

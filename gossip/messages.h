@@ -9,6 +9,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,6 +68,19 @@ struct ProgressReply {
 };
 
 // Floats [offset, offset + data.size()) of a model of `total` floats, chunk `chunk` of `chunks`.
+// A received chunk's values left in the frame buffer they arrived in (not on the wire): `hold`
+// keeps that buffer alive; `f` points at `n` floats, or `q` at `n` int8 values with `ns` scales
+// (one a block, once checked) at `s`. Empty (no hold) when the values are in the owner's vectors.
+struct HeldValues {
+  std::shared_ptr<const void> hold;
+  const float* f = nullptr;
+  const int8_t* q = nullptr;
+  const float* s = nullptr;
+  uint32_t n = 0;
+  uint32_t ns = 0;
+  explicit operator bool() const { return hold != nullptr; }
+};
+
 struct ParamChunk {
   uint64_t round = 0;  // sender's transfer counter; all chunks of one snapshot share it
   uint64_t step = 0;   // sender's step when it snapshotted the parameters
@@ -91,6 +105,9 @@ struct ParamChunk {
   // Not on the wire: a sender's plain chunk may point at its values in a snapshot it holds until
   // the frame is encoded, instead of copying them into `data` (view[0, count); `data` empty).
   const float* view = nullptr;
+  // Not on the wire: a receiver's codec that was handed the frame buffer leaves a plain chunk's
+  // floats, or an int8 chunk's q and scales, there (`data`, `q` and `scales` then stay empty).
+  HeldValues held;
   // Not on the wire: the receiver's codec checked this chunk (CheckChunk) and left it dense in
   // `data`, or int8 in `q` and `scales` with every value known finite; a second CheckChunk or
   // ExpandChunk does not scan the values again.

@@ -247,6 +247,7 @@ struct TcpHub::Conn {
   uv_timer_t* idle = nullptr;
   FrameFn on_frame;
   CloseFn on_close;
+  BigFrameFn on_big;
   std::unique_ptr<FrameDecoder> decoder;
   // Frame payloads queued (the header is added at write time); shared, so one encoded parameter
   // chunk can go to every receiver of a round without a copy per receiver.
@@ -265,6 +266,7 @@ struct TcpHub::Listener {
   uv_tcp_t* tcp = nullptr;
   FrameFn on_frame;
   CloseFn on_close;
+  BigFrameFn on_big;
 };
 
 namespace {
@@ -309,12 +311,13 @@ void TcpHub::Touch(Conn* c) {
       static_cast<uint64_t>(options_.idle_timeout_ms), 0);
 }
 
-Status TcpHub::Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close) {
+Status TcpHub::Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close, BigFrameFn on_big) {
   auto* l = new Listener;
   l->hub = this;
   l->tcp = new uv_tcp_t;
   l->on_frame = std::move(on_frame);
   l->on_close = std::move(on_close);
+  l->on_big = std::move(on_big);
   uv_tcp_init(loop_, l->tcp);
   l->tcp->data = l;
   listeners_.push_back(l);
@@ -325,6 +328,7 @@ Status TcpHub::Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close) {
       if (lst == nullptr || st < 0) return;
       TcpHub* hub = lst->hub;
       Conn* c = hub->NewConn(lst->on_frame, lst->on_close);
+      c->on_big = lst->on_big;
       if (uv_accept(server, reinterpret_cast<uv_stream_t*>(c->tcp)) != 0) {
         hub->Finish(c, UV_ECONNABORTED);
         return;
@@ -426,12 +430,17 @@ void TcpHub::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf) {
   }
   const ConnId id = c->id;
   while (true) {
-    auto frame = c->decoder->Next();
-    if (!frame) break;
     bool ok = true;
-    if (c->on_frame) {
+    if (c->on_big && c->decoder->BigReady()) {
       ok = Guarded("tcp frame", &hub->callback_exceptions_,
-                   [&] { c->on_frame(id, std::move(*frame)); });
+                   [&] { c->on_big(id, c->decoder->TakeBig()); });
+    } else {
+      auto frame = c->decoder->Next();
+      if (!frame) break;
+      if (c->on_frame) {
+        ok = Guarded("tcp frame", &hub->callback_exceptions_,
+                     [&] { c->on_frame(id, std::move(*frame)); });
+      }
     }
     // The callback may have closed this connection.
     auto it = hub->conns_.find(id);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "gossip/framing.h"
 #include "gossip/net_addr.h"
 #include "gossip/rate_limit.h"
 
@@ -139,6 +140,8 @@ class TcpHub {
  public:
   using ConnId = uint64_t;
   using FrameFn = std::function<void(ConnId, Bytes&& payload)>;
+  // Takes a large frame (FrameDecoder::kDirectBytes or more) in the buffer it was read into.
+  using BigFrameFn = std::function<void(ConnId, BigFrame&& frame)>;
   // status 0 = orderly close (ours or the peer's EOF); otherwise a libuv error code, or
   // kFramingError / kIdleTimeout / kTooManyConnections.
   using CloseFn = std::function<void(ConnId, int status)>;
@@ -153,7 +156,9 @@ class TcpHub {
   TcpHub& operator=(const TcpHub&) = delete;
 
   // Listens on addr; frames from accepted connections go to on_frame. Returns 0 or a uv error.
-  Status Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close = nullptr);
+  // With on_big, large frames go there as read instead of being copied out for on_frame.
+  Status Listen(const NetAddr& addr, FrameFn on_frame, CloseFn on_close = nullptr,
+                BigFrameFn on_big = nullptr);
   // Starts a connection; Send() may be called at once (writes queue until connected).
   ConnId Connect(const NetAddr& addr, FrameFn on_frame, CloseFn on_close);
   // Queues one frame. False if the connection is unknown or closing.

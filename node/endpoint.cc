@@ -58,10 +58,10 @@ std::optional<Mix> WholeModels::Add(MixChunk& m) {
     p = Partial{m.round, 0, std::vector<float>(m.total, 0.0f)};
   }
   if (uint64_t{m.offset} + m.count() > p.params.size()) return std::nullopt;
-  if (m.q.empty()) {
-    std::copy(m.data.begin(), m.data.end(), p.params.begin() + m.offset);
+  if (!m.int8()) {
+    std::copy(m.values(), m.values() + m.count(), p.params.begin() + m.offset);
   } else {
-    gossip::DequantizeInt8Chunk(m.q, m.scales, p.params.data() + m.offset);
+    gossip::DequantizeInt8Chunk(m.qvalues(), m.qscales(), m.count(), p.params.data() + m.offset);
   }
   p.covered += m.count();
   if (p.covered < p.params.size()) return std::nullopt;

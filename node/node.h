@@ -258,7 +258,13 @@ struct MixChunk {
   std::vector<float> data;
   std::vector<int8_t> q;      // int8: one value a byte, with
   std::vector<float> scales;  // one scale a block
-  size_t count() const { return q.empty() ? data.size() : q.size(); }
+  // Or the values left in the frame they came in (the vectors above then stay empty).
+  gossip::HeldValues held;
+  bool int8() const { return held ? held.q != nullptr : !q.empty(); }
+  size_t count() const { return held ? held.n : q.empty() ? data.size() : q.size(); }
+  const float* values() const { return held ? held.f : data.data(); }
+  const int8_t* qvalues() const { return held ? held.q : q.data(); }
+  const float* qscales() const { return held ? held.s : scales.data(); }
 };
 // Solve a SELMCAST plan (off the loop thread in the daemon) and answer with PlanResult{id}.
 struct PlanRequest {

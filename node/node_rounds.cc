@@ -496,7 +496,8 @@ bool Node::OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamCh
              c.offset,
              std::move(c.data),
              std::move(c.q),
-             std::move(c.scales)};
+             std::move(c.scales),
+             std::move(c.held)};
   if (complete) CompleteIncoming(conn, sender, round, step, now);
   Emit(std::move(m));
   return true;

@@ -1,14 +1,19 @@
 // libFuzzer target: Codec::DecodeFrame (plaintext codec, or the sealed one when FUZZ_SEALED):
 // push-pull, parameter chunks and their acknowledgements, key operations and their replies.
 // Input: as fuzz_datagram.cc, for one frame payload (no length prefix).
-// Oracles: a rejection names a valid reason; an accepted frame satisfies the semantic rules the
-// decoder promises (a parameter chunk's values, dense or int8, all finite) and re-encodes to one
-// that decodes to the same sender, time and body kind.
+// Oracles: the in-place decoding the agent uses for large frames (DecodeFrameHeld) agrees with
+// the copying one; a rejection names a valid reason; an accepted frame satisfies the semantic rules
+// the decoder promises (a parameter chunk's values, dense or int8, all finite) and re-encodes to
+// one that decodes to the same sender, time and body kind.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <variant>
 
 #include "bench/fuzz/fuzz_common.h"
 #include "gossip/compress.h"
+#include "gossip/framing.h"
 
 namespace g = meshtrain::gossip;
 
@@ -17,6 +22,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::vector<uint8_t> wire = meshtrain::fuzz::TargetWire(FUZZ_SEALED, data, size);
   auto why = static_cast<g::Reject>(0xFF);
   const auto f = codec.DecodeFrame(wire.data(), wire.size(), &why);
+  {
+    // The agent's path for large frames (Codec::DecodeFrameHeld, read in place in the buffer
+    // TcpHub read it into): the same verdict, and for a parameter chunk the same values.
+    std::shared_ptr<uint8_t[]> buf(new uint8_t[g::BigFrame::kLead + wire.size() + 1]);
+    std::copy(wire.begin(), wire.end(), buf.get() + g::BigFrame::kLead);
+    auto held_why = static_cast<g::Reject>(0xFF);
+    auto h = codec.DecodeFrameHeld(buf, buf.get() + g::BigFrame::kLead, wire.size(), &held_why);
+    FUZZ_CHECK(h.has_value() == f.has_value());
+    if (!f) FUZZ_CHECK(held_why == why);
+    const auto* hc = h ? std::get_if<g::ParamChunk>(&h->body) : nullptr;
+    const auto* fc = f ? std::get_if<g::ParamChunk>(&f->body) : nullptr;
+    FUZZ_CHECK((hc == nullptr) == (fc == nullptr));
+    if (hc != nullptr) {
+      g::ParamChunk a = *hc, b = *fc;
+      FUZZ_CHECK(g::ExpandChunk(&a) && g::ExpandChunk(&b));
+      FUZZ_CHECK(a.data.size() == b.data.size() &&
+                 std::equal(a.data.begin(), a.data.end(), b.data.begin(),
+                            [](float x, float y) { return std::memcmp(&x, &y, 4) == 0; }));
+    }
+  }
   if (!f) {
     FUZZ_CHECK(static_cast<size_t>(why) < g::kNumRejects);
     return 0;

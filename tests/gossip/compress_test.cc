@@ -10,6 +10,8 @@
 #include <random>
 
 #include "gossip/codec.h"
+#include "gossip/framing.h"
+#include "tests/gossip/test_keys.h"
 
 namespace meshtrain::gossip {
 namespace {
@@ -31,6 +33,17 @@ std::vector<float> Receive(const EncodedTransfer& t, uint32_t total) {
     std::copy(c.data.begin(), c.data.end(), out.begin() + c.offset);
   }
   return out;
+}
+
+// A frame as TcpHub hands a large one over (gossip::BigFrame: the payload kLead bytes into a
+// buffer of its own), decoded in place. `lead` other than kLead misaligns the envelope.
+std::optional<Frame> DecodeHeld(const Codec& codec, const std::vector<uint8_t>& bytes,
+                                std::weak_ptr<uint8_t[]>* owner = nullptr,
+                                size_t lead = BigFrame::kLead, Reject* why = nullptr) {
+  std::shared_ptr<uint8_t[]> buf(new uint8_t[lead + bytes.size()]);
+  std::copy(bytes.begin(), bytes.end(), buf.get() + lead);
+  if (owner != nullptr) *owner = buf;
+  return codec.DecodeFrameHeld(buf, buf.get() + lead, bytes.size(), why);
 }
 
 }  // namespace
@@ -176,6 +189,63 @@ TEST_CASE("compress: error feedback sends what top-k left out in later rounds",
   }
 }
 
+TEST_CASE("compress: plain and int8 chunks stay in the frame they came in", "[gossip][compress]") {
+  for (bool sealed : {false, true}) {
+    Codec codec("default", sealed ? testing::MakeKeyring() : nullptr);
+    const auto v = RandomParams(5000, 17);
+    for (const char* spec : {"none", "int8"}) {
+      INFO(spec << (sealed ? " sealed" : ""));
+      const auto t = EncodeTransfer(v, *ParseCompress(spec), 4, 9, 0, 2048);
+      for (const auto& c : t.chunks) {
+        const auto bytes = codec.EncodeFrame(Frame{"n1", c, 1});
+        REQUIRE_FALSE(bytes.empty());
+        auto copied = codec.DecodeFrame(bytes.data(), bytes.size(), nullptr);
+        REQUIRE(copied);
+        ParamChunk want = std::get<ParamChunk>(copied->body);
+        REQUIRE(ExpandChunk(&want));
+        for (size_t lead : {BigFrame::kLead, size_t{0}}) {
+          INFO("lead " << lead);
+          std::weak_ptr<uint8_t[]> owner;
+          auto f = DecodeHeld(codec, bytes, &owner, lead);
+          REQUIRE(f);
+          ParamChunk d = std::get<ParamChunk>(f->body);
+          f.reset();
+          const HeldValues& h = d.held;
+          REQUIRE(h);
+          // In place only where the envelope is aligned in the reader's buffer (plaintext).
+          CHECK(owner.expired() == (sealed || lead != BigFrame::kLead));
+          CHECK(d.data.empty());
+          CHECK(d.q.empty());
+          CHECK(d.scales.empty());
+          CHECK(d.expanded);
+          CHECK(h.n == c.count);
+          CHECK(d.wire_bytes == ChunkWireBytes(c));
+          CHECK(ChunkWireBytes(d) == ChunkWireBytes(c));
+          std::vector<float> values(h.n);
+          if (c.encoding == static_cast<uint8_t>(Encoding::kInt8)) {
+            REQUIRE(h.q != nullptr);
+            CHECK(h.f == nullptr);
+            CHECK(h.ns == c.scales.size());
+            REQUIRE(DequantizeInt8Chunk(h.q, h.s, h.n, values.data()));
+          } else {
+            REQUIRE(h.f != nullptr);
+            std::copy(h.f, h.f + h.n, values.begin());
+          }
+          CHECK(values == want.data);
+          ParamChunk again = d;
+          REQUIRE(CheckChunk(&again));   // checked already: not scanned again
+          REQUIRE(ExpandChunk(&again));  // copies the values out and lets the frame go
+          CHECK_FALSE(again.held);
+          CHECK(again.data == want.data);
+          d = ParamChunk{};
+          again = ParamChunk{};
+          CHECK(owner.expired());
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("compress: compressed frames round-trip through the codec", "[gossip][compress]") {
   Codec codec("default", nullptr);
   const auto v = RandomParams(3000, 9);
@@ -264,12 +334,22 @@ TEST_CASE("compress: malformed compressed frames are rejected", "[gossip][compre
   add("unknown encoding", int8, [](ParamChunk& c) { c.encoding = 9; });
   add("count beyond the model", int8, [](ParamChunk& c) { c.offset = c.total - 10; });
   add("mixed fields", fp16, [](ParamChunk& c) { c.scales = {1.0f, 1.0f, 1.0f}; });
+  ParamChunk plain = EncodeTransfer(v, *ParseCompress("none"), 4, 9, 0).chunks.at(0);
+  REQUIRE(plain.data.size() == plain.count);
+  add("plain NaN", plain, [](ParamChunk& c) { c.data[5] = std::nanf(""); });
+  add("plain infinite", plain, [](ParamChunk& c) { c.data.back() = -INFINITY; });
+  add("int8 called plain", int8, [](ParamChunk& c) { c.encoding = 0; });
+  add("int8 with floats", int8, [](ParamChunk& c) { c.data = {1.0f}; });
   for (auto& b : bad) {
     INFO(b.what);
     const auto bytes = codec.EncodeFrame(Frame{"n1", b.c, 1});
     REQUIRE_FALSE(bytes.empty());
     Reject why = Reject::kTooLarge;
     CHECK_FALSE(codec.DecodeFrame(bytes.data(), bytes.size(), &why).has_value());
+    CHECK(why == Reject::kSemantic);
+    // The same where the values would stay in the frame.
+    why = Reject::kTooLarge;
+    CHECK_FALSE(DecodeHeld(codec, bytes, nullptr, BigFrame::kLead, &why).has_value());
     CHECK(why == Reject::kSemantic);
     ParamChunk c = b.c;
     CHECK_FALSE(ExpandChunk(&c));
