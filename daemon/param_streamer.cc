@@ -16,8 +16,8 @@ struct ParamStreamer::Round {
   node::SendParams s;  // holds the snapshot
   uint32_t chunks = 0;
   uint32_t keep = kMaxCached;  // chunks a stream keeps cached ahead of it (kCacheBytes of them)
-  std::map<uint32_t, std::shared_ptr<const Bytes>> cache;  // encoded chunks not yet sent by all
-  std::set<uint32_t> encoding;                             // chunks being encoded
+  std::map<uint32_t, gossip::OutFrame> cache;  // encoded chunks not yet sent by all
+  std::set<uint32_t> encoding;                 // chunks being encoded
   std::set<TcpHub::ConnId> streams;
 };
 
@@ -100,25 +100,59 @@ void ParamStreamer::Pump(TcpHub::ConnId hid) {
   if (it == streams_.end()) return;
   Stream& st = it->second;
   std::shared_ptr<Round> r = st.round;
-  while (st.next < r->chunks && tcp_->QueuedBytes(hid) < kHighWaterBytes) {
-    auto c = r->cache.find(st.next);
-    if (c == r->cache.end()) break;
-    if (!tcp_->Send(hid, c->second)) return Cancel(hid);  // closing under us
-    st.next++;
-    sent_++;
+  // Twice at most: heads built on the loop (EncodeHead) are ready at once and go out in the
+  // second pass.
+  for (int pass = 0; pass < 2; ++pass) {
+    while (st.next < r->chunks && tcp_->QueuedBytes(hid) < kHighWaterBytes) {
+      auto c = r->cache.find(st.next);
+      if (c == r->cache.end()) break;
+      if (!tcp_->Send(hid, c->second)) return Cancel(hid);  // closing under us
+      st.next++;
+      sent_++;
+    }
+    if (st.next == r->chunks) {
+      Finish(st);
+      return;
+    }
+    // Ask for the chunks this stream needs next, up to kMaxCached ahead of what it queued (so
+    // encoding runs ahead of the connection instead of one pool round trip per few chunks: that
+    // held a loopback stream to ~100-170 MB/s); the encoders report back through OnEncoded.
+    bool ready = false;
+    for (uint32_t i = st.next;
+         i < r->chunks && i < st.next + kMaxCached && r->encoding.size() < kEncodesInFlight; ++i) {
+      if (r->cache.count(i) != 0 || r->encoding.count(i) != 0) continue;
+      if (EncodeHead(r, i)) {
+        ready = true;
+      } else {
+        Encode(r, i);
+      }
+    }
+    Evict(*r);
+    if (!ready || tcp_->QueuedBytes(hid) >= kHighWaterBytes) return;
   }
-  if (st.next == r->chunks) {
-    Finish(st);
-    return;
-  }
-  // Ask for the chunks this stream needs next, up to kMaxCached ahead of what it queued (so
-  // encoding runs ahead of the connection instead of one pool round trip per few chunks: that
-  // held a loopback stream to ~100-170 MB/s); the encoders report back through OnEncoded.
-  for (uint32_t i = st.next;
-       i < r->chunks && i < st.next + kMaxCached && r->encoding.size() < kEncodesInFlight; ++i) {
-    if (r->cache.count(i) == 0 && r->encoding.count(i) == 0) Encode(r, i);
-  }
-  Evict(*r);
+}
+
+bool ParamStreamer::EncodeHead(const std::shared_ptr<Round>& r, uint32_t index) {
+  const node::SendParams& s = r->s;
+  if (codec_->encrypted() || s.spec.kind != gossip::Encoding::kNone) return false;
+  gossip::ParamChunk c =
+      gossip::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()), index,
+                                s.spec, s.round, s.step, s.chunk_floats);
+  if (c.view == nullptr) return false;
+  c.final = s.final;
+  gossip::OutFrame f;
+  f.tail = reinterpret_cast<const uint8_t*>(c.view);
+  f.tail_len = size_t{c.count} * sizeof(float);
+  f.tail_owner = s.params;
+  gossip::Frame frame;
+  frame.sender = s.sender;
+  frame.body = std::move(c);
+  auto head = codec_->EncodeChunkHead(frame);
+  if (head.empty()) return false;
+  f.head = std::make_shared<const Bytes>(std::move(head));
+  encoded_++;
+  r->cache[index] = std::move(f);
+  return true;
 }
 
 void ParamStreamer::Finish(Stream& st) {
@@ -153,7 +187,7 @@ void ParamStreamer::Evict(Round& r) {
 
 void ParamStreamer::Encode(const std::shared_ptr<Round>& round, uint32_t index) {
   round->encoding.insert(index);
-  auto out = std::make_shared<std::shared_ptr<const Bytes>>();
+  auto out = std::make_shared<gossip::OutFrame>();
   Offload(
       loop_,
       [round, index, codec = codec_, out] {
@@ -165,7 +199,7 @@ void ParamStreamer::Encode(const std::shared_ptr<Round>& round, uint32_t index) 
         gossip::Frame f;
         f.sender = s.sender;
         f.body = std::move(c);
-        *out = std::make_shared<const Bytes>(codec->EncodeFrame(f));
+        out->head = std::make_shared<const Bytes>(codec->EncodeFrame(f));
       },
       [this, life = std::weak_ptr<int>(life_), round, index, out] {
         if (life.expired()) return;
@@ -174,11 +208,11 @@ void ParamStreamer::Encode(const std::shared_ptr<Round>& round, uint32_t index) 
 }
 
 void ParamStreamer::OnEncoded(const std::shared_ptr<Round>& round, uint32_t index,
-                              std::shared_ptr<const Bytes> bytes) {
+                              gossip::OutFrame frame) {
   round->encoding.erase(index);
   encoded_++;
   const std::vector<TcpHub::ConnId> hids(round->streams.begin(), round->streams.end());
-  if (!bytes || bytes->empty()) {
+  if (!frame.head || frame.head->empty()) {
     // Cannot happen for a model the codec accepts; end the transfers rather than stall them.
     failures_++;
     for (TcpHub::ConnId hid : hids) {
@@ -188,7 +222,7 @@ void ParamStreamer::OnEncoded(const std::shared_ptr<Round>& round, uint32_t inde
     return;
   }
   if (round->streams.empty()) return;
-  round->cache[index] = std::move(bytes);
+  round->cache[index] = std::move(frame);
   for (TcpHub::ConnId hid : hids) Pump(hid);
 }
 

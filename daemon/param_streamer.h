@@ -65,8 +65,10 @@ class ParamStreamer {
   std::shared_ptr<Round> RoundFor(const node::SendParams& s);
   void Pump(gossip::TcpHub::ConnId hid);
   void Encode(const std::shared_ptr<Round>& round, uint32_t index);
-  void OnEncoded(const std::shared_ptr<Round>& round, uint32_t index,
-                 std::shared_ptr<const gossip::Bytes> bytes);
+  void OnEncoded(const std::shared_ptr<Round>& round, uint32_t index, gossip::OutFrame frame);
+  // A plain chunk of a plaintext codec: its frame's head, built here on the loop (a few hundred
+  // bytes; the floats are sent from the snapshot). False: encode it on the pool instead.
+  bool EncodeHead(const std::shared_ptr<Round>& round, uint32_t index);
   void Evict(Round& round);
   void Finish(Stream& s);
 

@@ -152,13 +152,17 @@ std::pair<w::Body, fb::Offset<void>> EncodePushPull(fb::FlatBufferBuilder& b,
   return {w::Body::PushPull, w::CreatePushPull(b, m.response, m.state.join, vec).Union()};
 }
 
-std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b,
-                                                      const ParamChunk& c) {
+// `slot` non-null (a chunk with a view): its floats are left uninitialized in the builder, and
+// *slot points at them (Codec::EncodeChunkHead sends them from the view instead).
+std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b, const ParamChunk& c,
+                                                      float** slot = nullptr) {
   // Plain float chunks of a full model keep the original layout (no appended fields).
   const bool plain = c.encoding == 0 && c.base == 0;
   // data: the values of a none chunk, the picked values of a top-k chunk; a chunk decoded
   // earlier (expanded to dense floats, its encoding kept as a record) re-encodes as such.
-  const auto data = c.view != nullptr ? b.CreateVector(c.view, c.count)
+  const auto data = c.view != nullptr && slot != nullptr
+                        ? b.CreateUninitializedVector(c.count, slot)
+                    : c.view != nullptr ? b.CreateVector(c.view, c.count)
                     : c.data.empty() && c.encoding != static_cast<uint8_t>(Encoding::kNone)
                         ? fb::Offset<fb::Vector<float>>()
                         : b.CreateVector(c.data.data(), c.data.size());
@@ -653,6 +657,28 @@ std::vector<uint8_t> Codec::EncodeFrame(const Frame& f) const {
   // A KeyOp carries a cluster key in the clear inside the builder: wipe it.
   if (op != nullptr) sodium_memzero(b.GetBufferPointer(), b.GetSize());
   return out;
+}
+
+std::vector<uint8_t> Codec::EncodeChunkHead(const Frame& f) const {
+  const auto* chunk = std::get_if<ParamChunk>(&f.body);
+  if (keyring_ != nullptr || chunk == nullptr || chunk->view == nullptr || chunk->count == 0 ||
+      chunk->count > kParamChunkFloats || !chunk->data.empty()) {
+    return {};
+  }
+  fb::FlatBufferBuilder b(1024);
+  float* slot = nullptr;
+  const auto body = EncodeParamChunk(b, *chunk, &slot);  // the first object: it ends the buffer
+  const Stamps stamps{Stamp(f.sent_ms), f.session != 0 ? f.session : session_, 0};
+  FinishEnvelope(b, send_version_, cluster_, f.sender, stamps, body.first, body.second);
+  const size_t floats = size_t{chunk->count} * sizeof(float);
+  const uint8_t* buf = b.GetBufferPointer();
+  const size_t size = b.GetSize();
+  if (slot == nullptr || size < floats ||
+      reinterpret_cast<const uint8_t*>(slot) != buf + size - floats ||
+      size + kPlainOverhead > max_frame_bytes()) {
+    return {};
+  }
+  return Wrap(buf, size - floats);
 }
 
 std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, Reject* why) const {

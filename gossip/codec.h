@@ -55,6 +55,11 @@ class Codec {
   // One frame payload (without the length prefix), sealed when a keyring is set; empty if the
   // result would exceed max_frame_bytes() or a KeyOp/KeyOpReply fails ValidKeyOp/ValidKeyOpReply.
   std::vector<uint8_t> EncodeFrame(const Frame& f) const;
+  // For a plaintext codec and a ParamChunk whose values are a view (ParamChunk::view): the
+  // frame's bytes up to those values, so that head + the view's count floats (as bytes) ==
+  // EncodeFrame(f); the values are then sent from where they are. Empty otherwise (sealed, no
+  // view): use EncodeFrame.
+  std::vector<uint8_t> EncodeChunkHead(const Frame& f) const;
 
   // Nullopt and *why (if non-null) set when the buffer is rejected. `data` need not be aligned.
   std::optional<Datagram> DecodeDatagram(const uint8_t* data, size_t len, Reject* why) const;

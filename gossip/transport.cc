@@ -251,7 +251,7 @@ struct TcpHub::Conn {
   std::unique_ptr<FrameDecoder> decoder;
   // Frame payloads queued (the header is added at write time); shared, so one encoded parameter
   // chunk can go to every receiver of a round without a copy per receiver.
-  std::deque<std::shared_ptr<const Bytes>> pending;
+  std::deque<OutFrame> pending;
   size_t queued_bytes = 0;  // pending plus written but not yet completed
   bool connected = false;
   bool read_paused = false;  // downlink limit in debt
@@ -273,7 +273,7 @@ namespace {
 struct TcpWrite {
   uv_write_t req;
   uint8_t header[kFrameHeaderBytes];  // the frame's length prefix, written before `data`
-  std::shared_ptr<const Bytes> data;
+  OutFrame data;
   TcpHub* hub;
   TcpHub::ConnId id;
 };
@@ -468,13 +468,21 @@ bool TcpHub::Send(ConnId id, Bytes payload) {
 }
 
 bool TcpHub::Send(ConnId id, std::shared_ptr<const Bytes> payload) {
+  if (!payload) return false;
+  OutFrame f;
+  f.head = std::move(payload);
+  return Send(id, std::move(f));
+}
+
+bool TcpHub::Send(ConnId id, OutFrame frame) {
   auto it = conns_.find(id);
-  if (it == conns_.end() || it->second->closing || it->second->close_when_flushed || !payload) {
+  if (it == conns_.end() || it->second->closing || it->second->close_when_flushed || !frame.head ||
+      frame.size() == 0 || (frame.tail == nullptr && frame.tail_len != 0)) {
     return false;
   }
   Conn* c = it->second;
-  c->queued_bytes += kFrameHeaderBytes + payload->size();
-  c->pending.push_back(std::move(payload));
+  c->queued_bytes += kFrameHeaderBytes + frame.size();
+  c->pending.push_back(std::move(frame));
   if (c->connected) Flush(c);
   return true;
 }
@@ -544,29 +552,33 @@ void TcpHub::Flush(Conn* c) {
       SchedulePacer(wait);
       return;
     }
-    up_.Charge(NowSeconds(), static_cast<double>(kFrameHeaderBytes + c->pending.front()->size()));
+    up_.Charge(NowSeconds(), static_cast<double>(kFrameHeaderBytes + c->pending.front().size()));
     auto* w = new TcpWrite;
     w->data = std::move(c->pending.front());
     c->pending.pop_front();
     w->hub = this;
     w->id = c->id;
-    // Header and payload go out as two buffers of one write: the payload (a parameter chunk is
-    // ~1 MB) is not copied into a framed buffer first.
-    EncodeFrameHeader(w->data->size(), w->header);
+    // Header, payload (and its tail) go out as buffers of one write: the payload (a parameter
+    // chunk is ~1 MB) is not copied into a framed buffer first.
+    const OutFrame& out = w->data;
+    EncodeFrameHeader(out.size(), w->header);
     // libuv only reads the buffers it is given.
-    uv_buf_t b[2] = {uv_buf_init(reinterpret_cast<char*>(w->header), kFrameHeaderBytes),
-                     uv_buf_init(reinterpret_cast<char*>(const_cast<uint8_t*>(w->data->data())),
-                                 static_cast<unsigned>(w->data->size()))};
-    const size_t n = kFrameHeaderBytes + w->data->size();
+    uv_buf_t b[3] = {uv_buf_init(reinterpret_cast<char*>(w->header), kFrameHeaderBytes),
+                     uv_buf_init(reinterpret_cast<char*>(const_cast<uint8_t*>(out.head->data())),
+                                 static_cast<unsigned>(out.head->size())),
+                     uv_buf_init(reinterpret_cast<char*>(const_cast<uint8_t*>(out.tail)),
+                                 static_cast<unsigned>(out.tail_len))};
+    const size_t n = kFrameHeaderBytes + out.size();
     int rc = uv_write(
-        &w->req, reinterpret_cast<uv_stream_t*>(c->tcp), b, 2, [](uv_write_t* r, int status) {
+        &w->req, reinterpret_cast<uv_stream_t*>(c->tcp), b, out.tail_len != 0 ? 3 : 2,
+        [](uv_write_t* r, int status) {
           std::unique_ptr<TcpWrite> wr(reinterpret_cast<TcpWrite*>(r));
           if (status == UV_ECANCELED) return;  // connection closed under it
           auto it = wr->hub->conns_.find(wr->id);
           if (it == wr->hub->conns_.end()) return;
           Conn* conn = it->second;
           conn->writes_in_flight--;
-          conn->queued_bytes -= kFrameHeaderBytes + wr->data->size();
+          conn->queued_bytes -= kFrameHeaderBytes + wr->data.size();
           if (status != 0) {
             conn->hub->Finish(conn, status);
             return;

@@ -134,6 +134,16 @@ struct TcpOptions {
   int64_t idle_timeout_ms = 30000;   // no bytes in either direction for this long: close
 };
 
+// A frame payload to send: `head`, then `tail_len` bytes at `tail` that `tail_owner` keeps alive
+// (a plain parameter chunk's floats, sent from the snapshot they lie in without a copy).
+struct OutFrame {
+  std::shared_ptr<const Bytes> head;
+  const uint8_t* tail = nullptr;
+  size_t tail_len = 0;
+  std::shared_ptr<const void> tail_owner;
+  size_t size() const { return (head ? head->size() : 0) + tail_len; }
+};
+
 // A set of TCP connections speaking length-prefixed frames (4-byte big-endian length).
 // Connections are identified by ConnId (never reused); a closed id is simply ignored.
 class TcpHub {
@@ -165,6 +175,8 @@ class TcpHub {
   bool Send(ConnId id, Bytes payload);
   // The same for a payload shared with other connections (sent as is, never copied).
   bool Send(ConnId id, std::shared_ptr<const Bytes> payload);
+  // The same for a payload in two pieces (OutFrame: neither is copied).
+  bool Send(ConnId id, OutFrame frame);
   // Bytes queued on `id` and not yet handed to the kernel (frames and their headers).
   size_t QueuedBytes(ConnId id) const;
   // Called after every completed write of a connection that stays open (a producer that keeps

@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 
+#include "gossip/compress.h"
 #include "gossip/crypto.h"
 #include "gossip/framing.h"
 #include "tests/gossip/crafted.h"
@@ -367,6 +368,40 @@ TEST_CASE("codec: the largest parameter chunk fits in a sealed frame", "[gossip]
   CHECK(model->step == 100);
   CHECK(model->params == params);
   CHECK(kMaxParamFrameBytes <= kMaxFrameBytes);
+}
+
+TEST_CASE("codec: a plain chunk's head and its floats make the frame", "[gossip][codec]") {
+  // EncodeChunkHead: the frame up to a view chunk's floats, which then go out from the view.
+  std::vector<float> params(300000);
+  for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i) * 0.25f - 7.0f;
+  Codec codec("default", nullptr);
+  const auto total = static_cast<uint32_t>(params.size());
+  for (uint32_t floats : {1u, 3u, 1000u, kParamChunkFloats}) {
+    for (uint32_t index : {0u, StreamChunks(total, floats) - 1}) {
+      INFO(floats << " floats a chunk, chunk " << index);
+      ParamChunk c = EncodeStreamChunk(params.data(), total, index, CompressSpec{}, 5, 9, floats);
+      REQUIRE(c.view != nullptr);
+      c.final = index == 0;
+      const Frame f{"n1", c, 1};
+      const auto whole = codec.EncodeFrame(f);
+      const auto head = codec.EncodeChunkHead(f);
+      REQUIRE_FALSE(head.empty());
+      std::vector<uint8_t> joined = head;
+      const auto* tail = reinterpret_cast<const uint8_t*>(c.view);
+      joined.insert(joined.end(), tail, tail + size_t{c.count} * sizeof(float));
+      CHECK(joined == whole);
+      auto back = codec.DecodeFrame(joined.data(), joined.size(), nullptr);
+      REQUIRE(back);
+      CHECK(std::get<ParamChunk>(back->body).data == std::vector<float>(c.view, c.view + c.count));
+    }
+  }
+  // No head where the values cannot be sent as they are: sealed, or no view.
+  Codec sealed("default", MakeKeyring());
+  ParamChunk c = EncodeStreamChunk(params.data(), total, 0, CompressSpec{}, 5, 9, 1000);
+  CHECK(sealed.EncodeChunkHead(Frame{"n1", c, 1}).empty());
+  c.data.assign(c.view, c.view + c.count);
+  c.view = nullptr;
+  CHECK(codec.EncodeChunkHead(Frame{"n1", c, 1}).empty());
 }
 
 TEST_CASE("codec: parameter reassembly ignores stale, duplicate and overlapping chunks",

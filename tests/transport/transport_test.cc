@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -103,8 +104,8 @@ TEST_CASE("UDP endpoint sends and receives datagrams", "[transport]") {
   uint16_t port = 0;
   for (uint16_t p = 23500; p < 23600 && port == 0; ++p) {
     if (b.Bind(Loopback(p), [&](const uint8_t* d, size_t n, const NetAddr&) {
-          got.emplace_back(d, d + n);
-        }).ok()) {
+           got.emplace_back(d, d + n);
+         }).ok()) {
       port = p;
     }
   }
@@ -142,6 +143,57 @@ TEST_CASE("TCP hub: frames both ways, graceful close after flush", "[transport]"
   REQUIRE(at_server.size() == 1);
   REQUIRE(at_client.size() == 1);
   CHECK(at_client[0] == Bytes({4, 3, 2, 1}));
+  server.CloseAll();
+  client.CloseAll();
+}
+
+TEST_CASE("TCP hub: a frame in two pieces, and large frames taken as read", "[transport]") {
+  // OutFrame: a head and a tail sent from where they lie (a plain chunk's floats in the
+  // snapshot) make one frame; a listener with a BigFrameFn takes frames of kDirectBytes or more
+  // in the buffer they were read into, smaller ones through its FrameFn.
+  LoopFixture f;
+  TcpHub server(&f.loop, TcpOptions{});
+  TcpHub client(&f.loop, TcpOptions{});
+  std::vector<Bytes> small, big;
+  uint16_t port = 0;
+  for (uint16_t p = 23400; p < 23800 && port == 0; ++p) {
+    if (server
+            .Listen(
+                Loopback(p), [&](TcpHub::ConnId, Bytes&& b) { small.push_back(std::move(b)); },
+                nullptr,
+                [&](TcpHub::ConnId, BigFrame&& fr) {
+                  CHECK(reinterpret_cast<uintptr_t>(fr.data() + 1) % 16 == 0);
+                  big.emplace_back(fr.data(), fr.data() + fr.len);
+                })
+            .ok()) {
+      port = p;
+    }
+  }
+  REQUIRE(port != 0);
+  auto id = client.Connect(Loopback(port), nullptr, nullptr);
+  auto tail = std::make_shared<Bytes>(300000);
+  for (size_t i = 0; i < tail->size(); ++i) (*tail)[i] = static_cast<uint8_t>(i * 7);
+  std::weak_ptr<Bytes> tail_alive = tail;
+  Bytes whole = {9, 8, 7};
+  whole.insert(whole.end(), tail->begin(), tail->end());
+  OutFrame two;
+  two.head = std::make_shared<const Bytes>(Bytes{9, 8, 7});
+  two.tail = tail->data();
+  two.tail_len = tail->size();
+  two.tail_owner = tail;
+  tail.reset();
+  REQUIRE(client.Send(id, two));
+  two = OutFrame{};
+  REQUIRE(client.Send(id, Bytes{1, 2, 3}));
+  REQUIRE(client.Send(id, whole));
+  REQUIRE(f.RunUntil([&] { return small.size() + big.size() == 3; }, 10));
+  CHECK(small == std::vector<Bytes>{Bytes{1, 2, 3}});
+  CHECK(big == std::vector<Bytes>{whole, whole});
+  CHECK(tail_alive.expired());  // written, then let go
+  OutFrame bad;
+  bad.head = std::make_shared<const Bytes>(Bytes{1});
+  bad.tail_len = 5;  // a length without bytes
+  CHECK_FALSE(client.Send(id, bad));
   server.CloseAll();
   client.CloseAll();
 }
@@ -249,10 +301,10 @@ TEST_CASE("a throwing handler does not stop the loop", "[transport][exceptions]"
   uint16_t port = 0;
   for (uint16_t p = 24000; p < 24400 && port == 0; ++p) {
     if (rx.Bind(Loopback(p), [&received](const uint8_t* data, size_t len, const NetAddr&) {
-          ++received;
-          if (len > 0 && data[0] == 'x') throw std::runtime_error("bad datagram");
-          if (len > 0 && data[0] == 'y') throw 42;  // not even a std::exception
-        }).ok()) {
+            ++received;
+            if (len > 0 && data[0] == 'x') throw std::runtime_error("bad datagram");
+            if (len > 0 && data[0] == 'y') throw 42;  // not even a std::exception
+          }).ok()) {
       port = p;
     }
   }
