@@ -382,7 +382,7 @@ void ExternalTrainer::UnmapShm(bool off_loop) {
   // agent runs) on the thread pool: the last unmap of an unlinked segment frees its pages, ~0.3 s
   // of CPU for a 1 GB model.
   if (off_loop && shm_.map) {
-    Offload(
+    OffloadBulk(
         loop_, [map = std::move(shm_.map)]() mutable { map.reset(); }, [] {});
   }
   shm_ = Shm{};
@@ -421,7 +421,7 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
   // The agent's model goes into the shared memory on the thread pool (a copy of the whole model:
   // never on the loop); the trainer waits for the reply meanwhile.
   job_ = true;
-  Offload(
+  OffloadBulk(
       loop_,
       [map = shm_.map, data = shm_.data, resume] {
         std::memcpy(data, resume->data(), resume->size() * sizeof(float));
@@ -495,7 +495,7 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
   // pages is as costly as the copy) run on the thread pool; the trainer waits for the reply.
   job_ = true;
   auto ok = std::make_shared<bool>(false);
-  Offload(
+  OffloadBulk(
       loop_,
       [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
         if (!*snap) *snap = NewSnapshotBuffer(n);
@@ -551,7 +551,7 @@ void ExternalTrainer::PrepareBuffers() {
   if (num_params_ <= kOneSnapshotFloats || preparing_ || !pool_.empty()) return;
   preparing_ = true;
   auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>();
-  Offload(
+  OffloadBulk(
       loop_,
       [snap, n = num_params_, mixer = mixer_] {
         *snap = NewSnapshotBuffer(n);  // zero-filled: every page touched
@@ -610,7 +610,7 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
   }
   if (unsent && !work->take && !preparing_) work->snap = SnapshotBuffer();
   job_ = true;
-  Offload(
+  OffloadBulk(
       loop_,
       [map = shm_.map, data = shm_.data, n = num_params_, mixer = mixer_, work] {
         if (work->take) {
@@ -667,7 +667,7 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
     auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
     auto ok = std::make_shared<bool>(false);
     job_ = true;
-    Offload(
+    OffloadBulk(
         loop_,
         [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
           if (!*snap) *snap = NewSnapshotBuffer(n);

@@ -1,6 +1,11 @@
 #include "daemon/offload.h"
 
+#include <condition_variable>
+#include <deque>
+#include <future>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "daemon/trainer.h"
 
@@ -13,6 +18,61 @@ struct Job {
   std::function<void()> done;
 };
 
+// The bulk thread: runs what OffloadBulk hands it, one job at a time, at nice +kBulkNice. (A
+// thread's nice can only go up without privileges, so bulk work gets a thread of its own rather
+// than lowering a pool thread for a while.)
+class BulkExecutor {
+ public:
+  BulkExecutor() : thread_([this] { Run(); }) {}
+  ~BulkExecutor() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  // Runs `work` there and waits for it.
+  void RunAndWait(const std::function<void()>& work) {
+    std::packaged_task<void()> task(work);
+    auto finished = task.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+    finished.get();
+  }
+
+ private:
+  void Run() {
+    NameThisThread("mt-bulk");
+    BulkThread();
+    while (true) {
+      std::packaged_task<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, nothing left
+        task = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> jobs_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+BulkExecutor& Bulk() {
+  static BulkExecutor executor;
+  return executor;
+}
+
 }  // namespace
 
 void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> done) {
@@ -23,7 +83,7 @@ void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> 
   const int rc = uv_queue_work(
       loop, &job->req,
       [](uv_work_t* r) {
-        BulkThread();  // a pool thread: bulk work yields to the loop (daemon/trainer.h)
+        ThroughputThread();  // a pool thread: its wake-ups do not preempt (daemon/trainer.h)
         static_cast<Job*>(r->data)->work();
       },
       [](uv_work_t* r, int) {
@@ -36,6 +96,11 @@ void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> 
   }
   job->work();
   job->done();
+}
+
+void OffloadBulk(uv_loop_t* loop, std::function<void()> work, std::function<void()> done) {
+  Offload(
+      loop, [work = std::move(work)] { Bulk().RunAndWait(work); }, std::move(done));
 }
 
 void SolvePlanOffLoop(uv_loop_t* loop, node::PlanRequest req,

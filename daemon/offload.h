@@ -15,8 +15,14 @@
 namespace meshtrain::daemon {
 
 // Runs `work` on the thread pool, then `done` on the loop thread. If the request cannot be
-// queued, both run at once on the calling thread.
+// queued, both run at once on the calling thread. The pool's threads are SCHED_BATCH at the
+// agent's priority (daemon::ThroughputThread): a round's chunk encodings run there, on the
+// transfer's critical path.
 void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> done);
+// The same for bulk work (a trainer's snapshot copy and mix, buffers made or freed at attach and
+// detach): `work` runs on the agent's one bulk thread, at nice +kBulkNice (daemon::BulkThread),
+// in the order given, while a pool thread waits for it; `done` on the loop thread.
+void OffloadBulk(uv_loop_t* loop, std::function<void()> work, std::function<void()> done);
 
 // One sender -> receiver flow of a global plan, at the sender's max-min fair rate (dashboard).
 struct PlanEdge {
