@@ -595,10 +595,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
-    if (training() && q->need > progress_.step &&
-        (watchers_.size() < kMaxWatchers || watchers_.count(dg.sender) > 0)) {
-      watchers_[dg.sender] = Watcher{in.from, q->seq, q->need};
-    }
+    if (training() && q->need > progress_.step) AddWatcher(dg.sender, in.from, q->seq, q->need);
     // The query carries the querier's step: progress news, but only about a peer the barrier
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
@@ -707,17 +704,53 @@ void Node::OnClosed(const ConnClosed& in, TimeMs now) {
 
 // Peers that wait for our step (their ProgressQuery.need) hear it when we get there, or that we
 // stopped training: one ProgressReply each, with the seq of their query.
+void Node::AddWatcher(const std::string& name, const std::string& addr, uint32_t seq,
+                      uint64_t need) {
+  const auto name_at = [this](size_t i) -> const std::string& { return watchers_[i].name; };
+  const size_t pos = watcher_index_.Find(name, name_at);
+  if (pos != sync::NameIndex::kNone) {
+    Watcher& w = watchers_[pos];
+    w.addr = addr;
+    w.seq = seq;
+    w.need = need;
+  } else {
+    if (watchers_.size() >= kMaxWatchers) return;
+    watchers_.push_back(Watcher{name, addr, seq, need});
+    watcher_index_.Insert(name, watchers_.size() - 1, watchers_.size(), name_at);
+  }
+  // The smallest need only falls here (a replaced watcher's larger need is caught by the walk).
+  watchers_min_need_ = watchers_.size() == 1 ? need : std::min(watchers_min_need_, need);
+}
+
 void Node::NotifyWatchers() {
-  for (auto it = watchers_.begin(); it != watchers_.end();) {
-    if (training() && progress_.step < it->second.need) {
-      ++it;
+  if (training() && progress_.step < watchers_min_need_) return;  // nobody is due
+  const auto name_at = [this](size_t i) -> const std::string& { return watchers_[i].name; };
+  // The due watchers leave the vector (the last one fills each hole) and are answered in name
+  // order, as the sorted map this replaced did.
+  std::vector<Watcher> due;
+  uint64_t min_need = std::numeric_limits<uint64_t>::max();
+  for (size_t i = 0; i < watchers_.size();) {
+    if (training() && progress_.step < watchers_[i].need) {
+      min_need = std::min(min_need, watchers_[i].need);
+      ++i;
       continue;
     }
+    watcher_index_.Erase(watchers_[i].name, name_at);
+    due.push_back(std::move(watchers_[i]));
+    if (i + 1 != watchers_.size()) {
+      watcher_index_.Relocate(watchers_.back().name, i, name_at);
+      watchers_[i] = std::move(watchers_.back());
+    }
+    watchers_.pop_back();
+  }
+  watchers_min_need_ = min_need;
+  std::sort(due.begin(), due.end(),
+            [](const Watcher& a, const Watcher& b) { return a.name < b.name; });
+  for (Watcher& w : due) {
     gossip::Datagram reply;
     reply.sender = config_.name;
-    reply.body = gossip::ProgressReply{it->second.seq, progress_.step, training()};
-    Emit(SendDatagram{it->second.addr, std::move(reply)});
-    it = watchers_.erase(it);
+    reply.body = gossip::ProgressReply{w.seq, progress_.step, training()};
+    Emit(SendDatagram{std::move(w.addr), std::move(reply)});
   }
 }
 

@@ -542,13 +542,19 @@ class Node {
   TimeMs barrier_deadline_ = sync::kNoDeadline;
   bool progress_dirty_ = false;
   // Peers waiting for our step (ProgressQuery.need): answered again when we reach it.
+  // A flat vector with a hashed index (one lookup per query instead of a walk down a tree of
+  // strings) and the smallest `need`, so a step that satisfies nobody costs no walk.
   struct Watcher {
+    std::string name;
     std::string addr;
     uint32_t seq = 0;
     uint64_t need = 0;
   };
   static constexpr size_t kMaxWatchers = 1024;
-  std::map<std::string, Watcher> watchers_;
+  std::vector<Watcher> watchers_;
+  sync::NameIndex watcher_index_;  // name -> position in watchers_
+  uint64_t watchers_min_need_ = 0;
+  void AddWatcher(const std::string& name, const std::string& addr, uint32_t seq, uint64_t need);
 
   // Rounds: one in flight; a newer snapshot replaces a pending one.
   std::unique_ptr<Round> round_;

@@ -254,8 +254,7 @@ class BarrierCore {
   TimeMs round_deadline_ = kNoDeadline;
   TimeMs requery_at_ = kNoDeadline;  // earliest re-query of a sampled peer that still blocks
   std::vector<Slot> slots_;
-  std::set<std::string> round_tried_;  // sampled in this round (refills pick others)
-  std::set<std::string> silent_;       // did not answer a query; sampled last
+  std::set<std::string> silent_;  // did not answer a query; sampled last
   uint32_t next_seq_ = 1;
   std::vector<ProgressQuery> queries_;
 
