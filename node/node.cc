@@ -210,6 +210,21 @@ void Node::TakeOutput(std::vector<Output>* out) {
 
 void Node::Reject() { stats_.rejected++; }
 
+void Node::Prefetch(int stage) const {
+  if (stage == 0) {
+    const void* hot[] = {this,       &config_.training, &swim_,    &external_index_,
+                         &out_,      &stats_,           &barrier_, &progress_,
+                         &watchers_, &round_,           &fetch_,   &bandwidth_at_,
+                         &probe_at_, &retry_join_at_,   &leaving_, &final_serve_at_};
+    for (const void* p : hot) __builtin_prefetch(p);
+    return;
+  }
+  if (barrier_) {
+    const char* b = reinterpret_cast<const char*>(barrier_.get());
+    for (size_t off = 0; off < sizeof(sync::BarrierCore); off += 64) __builtin_prefetch(b + off);
+  }
+}
+
 // ---- membership ---------------------------------------------------------------------------------
 
 Node::PeerRef Node::RefOf(const ms::Member& m) {

@@ -73,6 +73,18 @@ class NodeNet {
   // The earliest event if it is due at or before `until`; false otherwise. After false, events
   // may still be pushed for any time >= `until`.
   bool PopUntil(TimeMs until, SimEvent* ev);
+  // The event `k` places after the next one in the current millisecond, if the queue knows it
+  // already (for prefetching; may miss events of the far heap).
+  const SimEvent* PeekAhead(size_t k) const {
+    const std::vector<SimEvent>& bucket = wheel_[static_cast<size_t>(cur_ & (kWheelMs - 1))];
+    return pos_ + k < bucket.size() ? &bucket[pos_ + k] : nullptr;
+  }
+  // Prefetches the input of a kInput event (a hint; no effect on behaviour).
+  void PrefetchInput(uint32_t slot) const {
+    if (slot >= slots_.size()) return;
+    const char* p = reinterpret_cast<const char*>(&slots_[slot]);
+    for (size_t off = 0; off < sizeof(node::Input); off += 64) __builtin_prefetch(p + off);
+  }
   // Delivers `in` to `node` at `at` (a kInput event).
   void Deliver(TimeMs at, uint32_t node, node::Input in);
   // The input of a kInput event (once).
