@@ -147,8 +147,10 @@ class NodeNet {
 
   static constexpr TimeMs kWheelMs = TimeMs{1} << 14;
   std::vector<std::vector<SimEvent>> wheel_;  // bucket at & (kWheelMs - 1), for [cur_, +kWheelMs)
-  TimeMs cur_ = 0;                            // the bucket being drained
-  size_t pos_ = 0;                            // next event in it
+  std::vector<std::vector<SimEvent>> spare_;  // drained buckets' storage, for reuse
+  static constexpr size_t kSpareBuckets = 64;
+  TimeMs cur_ = 0;  // the bucket being drained
+  size_t pos_ = 0;  // next event in it
   size_t in_wheel_ = 0;
   std::vector<SimEvent> far_;  // a binary heap (std::push_heap), earliest on top
   uint64_t seq_ = 0;
