@@ -370,7 +370,9 @@ class Node {
   // Stage 0 fetches lines of this object; stage 1 (later, when those had time to arrive) the
   // objects it points to. The simulator calls it for the next events' nodes: with thousands of
   // nodes every node's state is a cache miss otherwise.
-  void Prefetch(int stage) const;
+  // Stages 2 and 3 follow the input's sender into the views (their index buckets, then their
+  // entries).
+  void Prefetch(int stage, const Input* in = nullptr) const;
 
   // ---- Read-only views (status, members, tests) ----
   const NodeConfig& config() const { return config_; }

@@ -85,6 +85,10 @@ class NodeNet {
     const char* p = reinterpret_cast<const char*>(&slots_[slot]);
     for (size_t off = 0; off < sizeof(node::Input); off += 64) __builtin_prefetch(p + off);
   }
+  // The input of a kInput event still in flight (for prefetching), or null.
+  const node::Input* PeekInput(uint32_t slot) const {
+    return slot < slots_.size() ? &slots_[slot] : nullptr;
+  }
   // Delivers `in` to `node` at `at` (a kInput event).
   void Deliver(TimeMs at, uint32_t node, node::Input in);
   // The input of a kInput event (once).

@@ -253,18 +253,23 @@ void NodeSim::RunUntil(TimeMs until) {
 }
 
 void NodeSim::Prefetch() const {
-  // The queue's next events touch other nodes' state, each a cache miss at thousands of nodes:
-  // the node two events ahead is requested now, what it points to one event ahead.
-  if (const SimEvent* far = net_->PeekAhead(1)) {
-    if (far->kind == SimEvent::kInput || far->kind == SimEvent::kTick) {
-      nodes_[far->node]->Prefetch(0);
-    }
+  // The queue's next events touch other nodes' state, each a chain of cache misses at thousands
+  // of nodes. A pipeline over the next four events: the node object of the fourth, what it
+  // points to and its input for the third, the views' index buckets for the input's sender for
+  // the second, the views' entries for the next one. Each stage reads only lines the previous
+  // stage requested an event earlier.
+  const auto node_event = [](const SimEvent* e) {
+    return e != nullptr && (e->kind == SimEvent::kInput || e->kind == SimEvent::kTick);
+  };
+  if (const SimEvent* e = net_->PeekAhead(3); node_event(e)) nodes_[e->node]->Prefetch(0);
+  if (const SimEvent* e = net_->PeekAhead(2); node_event(e)) {
+    if (e->kind == SimEvent::kInput) net_->PrefetchInput(e->slot);
+    nodes_[e->node]->Prefetch(1);
   }
-  if (const SimEvent* near = net_->PeekAhead(0)) {
-    if (near->kind == SimEvent::kInput) net_->PrefetchInput(near->slot);
-    if (near->kind == SimEvent::kInput || near->kind == SimEvent::kTick) {
-      nodes_[near->node]->Prefetch(1);
-    }
+  for (size_t k = 0; k < 2; ++k) {
+    const SimEvent* e = net_->PeekAhead(1 - k);
+    if (e == nullptr || e->kind != SimEvent::kInput) continue;
+    nodes_[e->node]->Prefetch(static_cast<int>(2 + k), net_->PeekInput(e->slot));
   }
 }
 
