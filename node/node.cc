@@ -53,7 +53,9 @@ void Node::BusyMeter::Sample() {
 }
 
 Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(config_.seed) {
-  if (!config_.external_membership) {
+  if (config_.external_membership) {
+    names_ = config_.names ? config_.names : std::make_shared<sync::NameTable>();
+  } else {
     ms::Config m = config_.membership;
     m.name = config_.name;
     m.addr = config_.addr;
@@ -267,7 +269,7 @@ Node::PeerRef Node::RefOf(const ms::Member& m) {
 
 Node::PeerRef Node::RefOf(const ExternalPeer& v) const {
   PeerRef r;
-  r.name = &v.name;
+  r.name = &NameOf(v);
   r.addr = &AddrOf(v);
   r.data_addr = r.addr;
   r.live = r.alive = v.alive;
@@ -323,7 +325,7 @@ std::vector<ms::Member> Node::Members() const {
   out.push_back(self);
   for (const ExternalPeer& v : external_) {
     ms::Member m;
-    m.name = v.name;
+    m.name = NameOf(v);
     m.addr = AddrOf(v);
     m.status = v.alive ? ms::Status::kAlive : ms::Status::kFailed;
     m.step = v.step;
@@ -524,7 +526,7 @@ void Node::AgeProbes(TimeMs now) {
 
 void Node::OnPeerView(const PeerView& v, TimeMs now) {
   if (swim_ || v.name == config_.name) return;
-  const auto name_at = [this](size_t pos) -> const std::string& { return external_[pos].name; };
+  const auto name_at = [this](size_t pos) -> const std::string& { return NameOf(external_[pos]); };
   const size_t pos = external_index_.Find(v.name, name_at);
   ExternalPeer* known = pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
   const bool was_alive = known != nullptr && known->alive;
@@ -545,7 +547,9 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
   external_eligible_ += (v.alive && v.training ? 1 : 0);
   external_eligible_ -= (was_eligible ? 1 : 0);
   if (known == nullptr) {
-    external_.push_back(ExternalPeer{v.name});
+    ExternalPeer peer;
+    peer.name = names_->Intern(v.name);
+    external_.push_back(peer);
     external_index_.Insert(v.name, external_.size() - 1, external_.size(), name_at);
     known = &external_.back();
   }

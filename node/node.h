@@ -45,6 +45,7 @@
 #include "sync/bandwidth_estimate.h"
 #include "sync/barrier.h"
 #include "sync/name_index.h"
+#include "sync/name_table.h"
 #include "sync/selection.h"
 
 namespace meshtrain::node {
@@ -61,7 +62,10 @@ struct NodeConfig {
   std::vector<std::pair<std::string, std::string>> tags;  // operator tags, sorted (issue 19)
   membership::Config membership;
   bool external_membership = false;  // the driver supplies PeerView inputs instead of SWIM
-  uint64_t seed = 1;                 // the node's only source of randomness
+  // External membership: where peer names are interned. The simulator shares one table between
+  // all its nodes; null: the node keeps its own.
+  std::shared_ptr<sync::NameTable> names;
+  uint64_t seed = 1;  // the node's only source of randomness
 
   // Training (absent: the node is a member only).
   bool training = false;
@@ -516,20 +520,22 @@ class Node {
   // One peer of the external view, compact (simulated meshes hold millions of these): the
   // address is the name unless `addr` says otherwise (1 + its place in external_addrs_).
   struct ExternalPeer {
-    std::string name;
+    uint32_t name = 0;  // in names_
+    uint32_t addr = 0;
     uint64_t step = 0;
     float uplink_mbps = 0;
     float downlink_mbps = 0;
-    uint32_t addr = 0;
     bool alive = true;
     bool training = true;
   };
+  std::shared_ptr<sync::NameTable> names_;  // external membership: interned peer names
+  const std::string& NameOf(const ExternalPeer& v) const { return (*names_)[v.name]; }
   std::vector<ExternalPeer> external_;       // external membership: peers in the order first seen
   std::vector<std::string> external_addrs_;  // addresses that differ from the name
   sync::NameIndex external_index_;           // name -> position in external_
   const ExternalPeer* FindExternal(const std::string& name) const;
   const std::string& AddrOf(const ExternalPeer& v) const {
-    return v.addr == 0 ? v.name : external_addrs_[v.addr - 1];
+    return v.addr == 0 ? NameOf(v) : external_addrs_[v.addr - 1];
   }
   PeerRef RefOf(const ExternalPeer& v) const;
   std::vector<std::string> candidates_;  // Candidates()

@@ -167,6 +167,9 @@ void NodeSim::SetupNodes() {
   const membership::Config profile =
       membership::Config::Profile(o_.profile).value_or(membership::Config::Lan());
   nodes_.reserve(n_);
+  // One table of names for every node's view: node j's name has id j.
+  auto names = std::make_shared<sync::NameTable>();
+  for (size_t i = 0; i < n_; ++i) names->Intern(net_->name(static_cast<uint32_t>(i)));
   for (size_t i = 0; i < n_; ++i) {
     node::NodeConfig cfg;
     cfg.name = net_->name(static_cast<uint32_t>(i));
@@ -174,6 +177,7 @@ void NodeSim::SetupNodes() {
     cfg.data_addr = cfg.name;
     cfg.membership = profile;
     cfg.external_membership = !o_.membership;
+    if (cfg.external_membership) cfg.names = names;
     // The node runs the barrier with membership's probe timeout (one --probe-timeout in the
     // daemon). Without SWIM that timeout is the simulator's --probe-timeout; with SWIM, the
     // profile's, so that failure detection keeps its timing.
