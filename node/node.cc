@@ -53,7 +53,9 @@ void Node::BusyMeter::Sample() {
 }
 
 Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(config_.seed) {
-  if (!config_.external_membership) {
+  if (config_.external_membership) {
+    names_ = config_.names ? config_.names : std::make_shared<sync::NameTable>();
+  } else {
     ms::Config m = config_.membership;
     m.name = config_.name;
     m.addr = config_.addr;
@@ -210,6 +212,44 @@ void Node::TakeOutput(std::vector<Output>* out) {
 
 void Node::Reject() { stats_.rejected++; }
 
+void Node::Prefetch(int stage, const Input* in) const {
+  if (stage == 0) {
+    const void* hot[] = {this,       &config_.training, &swim_,    &external_index_,
+                         &out_,      &stats_,           &barrier_, &progress_,
+                         &watchers_, &round_,           &fetch_,   &bandwidth_at_,
+                         &probe_at_, &retry_join_at_,   &leaving_, &final_serve_at_};
+    for (const void* p : hot) __builtin_prefetch(p);
+    return;
+  }
+  if (stage == 1) {
+    if (barrier_) {
+      const char* b = reinterpret_cast<const char*>(barrier_.get());
+      for (size_t off = 0; off < sizeof(sync::BarrierCore); off += 64) __builtin_prefetch(b + off);
+    }
+    return;
+  }
+  // Stages 2 and 3: the sender of a datagram (progress news for the barrier) or of a frame
+  // (parameter chunks and acknowledgements: the external view and the barrier).
+  const std::string* sender = nullptr;
+  bool frame = false;
+  if (const auto* d = std::get_if<DatagramIn>(in)) {
+    sender = &d->msg.sender;
+  } else if (const auto* f = std::get_if<FrameIn>(in)) {
+    sender = &f->msg.sender;
+    frame = true;
+  }
+  if (sender == nullptr || sender->empty()) return;
+  if (barrier_) barrier_->Prefetch(*sender, stage - 2);
+  if (frame && !swim_) {
+    if (stage == 2) {
+      external_index_.PrefetchBucket(*sender);
+    } else {
+      const size_t pos = external_index_.Probe(*sender);
+      if (pos < external_.size()) __builtin_prefetch(&external_[pos]);
+    }
+  }
+}
+
 // ---- membership ---------------------------------------------------------------------------------
 
 Node::PeerRef Node::RefOf(const ms::Member& m) {
@@ -229,7 +269,7 @@ Node::PeerRef Node::RefOf(const ms::Member& m) {
 
 Node::PeerRef Node::RefOf(const ExternalPeer& v) const {
   PeerRef r;
-  r.name = &v.name;
+  r.name = &NameOf(v);
   r.addr = &AddrOf(v);
   r.data_addr = r.addr;
   r.live = r.alive = v.alive;
@@ -285,7 +325,7 @@ std::vector<ms::Member> Node::Members() const {
   out.push_back(self);
   for (const ExternalPeer& v : external_) {
     ms::Member m;
-    m.name = v.name;
+    m.name = NameOf(v);
     m.addr = AddrOf(v);
     m.status = v.alive ? ms::Status::kAlive : ms::Status::kFailed;
     m.step = v.step;
@@ -486,7 +526,7 @@ void Node::AgeProbes(TimeMs now) {
 
 void Node::OnPeerView(const PeerView& v, TimeMs now) {
   if (swim_ || v.name == config_.name) return;
-  const auto name_at = [this](size_t pos) -> const std::string& { return external_[pos].name; };
+  const auto name_at = [this](size_t pos) -> const std::string& { return NameOf(external_[pos]); };
   const size_t pos = external_index_.Find(v.name, name_at);
   ExternalPeer* known = pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
   const bool was_alive = known != nullptr && known->alive;
@@ -507,7 +547,9 @@ void Node::OnPeerView(const PeerView& v, TimeMs now) {
   external_eligible_ += (v.alive && v.training ? 1 : 0);
   external_eligible_ -= (was_eligible ? 1 : 0);
   if (known == nullptr) {
-    external_.push_back(ExternalPeer{v.name});
+    ExternalPeer peer;
+    peer.name = names_->Intern(v.name);
+    external_.push_back(peer);
     external_index_.Insert(v.name, external_.size() - 1, external_.size(), name_at);
     known = &external_.back();
   }
@@ -595,10 +637,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
-    if (training() && q->need > progress_.step &&
-        (watchers_.size() < kMaxWatchers || watchers_.count(dg.sender) > 0)) {
-      watchers_[dg.sender] = Watcher{in.from, q->seq, q->need};
-    }
+    if (training() && q->need > progress_.step) AddWatcher(dg.sender, in.from, q->seq, q->need);
     // The query carries the querier's step: progress news, but only about a peer the barrier
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
@@ -707,17 +746,53 @@ void Node::OnClosed(const ConnClosed& in, TimeMs now) {
 
 // Peers that wait for our step (their ProgressQuery.need) hear it when we get there, or that we
 // stopped training: one ProgressReply each, with the seq of their query.
+void Node::AddWatcher(const std::string& name, const std::string& addr, uint32_t seq,
+                      uint64_t need) {
+  const auto name_at = [this](size_t i) -> const std::string& { return watchers_[i].name; };
+  const size_t pos = watcher_index_.Find(name, name_at);
+  if (pos != sync::NameIndex::kNone) {
+    Watcher& w = watchers_[pos];
+    w.addr = addr;
+    w.seq = seq;
+    w.need = need;
+  } else {
+    if (watchers_.size() >= kMaxWatchers) return;
+    watchers_.push_back(Watcher{name, addr, seq, need});
+    watcher_index_.Insert(name, watchers_.size() - 1, watchers_.size(), name_at);
+  }
+  // The smallest need only falls here (a replaced watcher's larger need is caught by the walk).
+  watchers_min_need_ = watchers_.size() == 1 ? need : std::min(watchers_min_need_, need);
+}
+
 void Node::NotifyWatchers() {
-  for (auto it = watchers_.begin(); it != watchers_.end();) {
-    if (training() && progress_.step < it->second.need) {
-      ++it;
+  if (training() && progress_.step < watchers_min_need_) return;  // nobody is due
+  const auto name_at = [this](size_t i) -> const std::string& { return watchers_[i].name; };
+  // The due watchers leave the vector (the last one fills each hole) and are answered in name
+  // order, as the sorted map this replaced did.
+  std::vector<Watcher> due;
+  uint64_t min_need = std::numeric_limits<uint64_t>::max();
+  for (size_t i = 0; i < watchers_.size();) {
+    if (training() && progress_.step < watchers_[i].need) {
+      min_need = std::min(min_need, watchers_[i].need);
+      ++i;
       continue;
     }
+    watcher_index_.Erase(watchers_[i].name, name_at);
+    due.push_back(std::move(watchers_[i]));
+    if (i + 1 != watchers_.size()) {
+      watcher_index_.Relocate(watchers_.back().name, i, name_at);
+      watchers_[i] = std::move(watchers_.back());
+    }
+    watchers_.pop_back();
+  }
+  watchers_min_need_ = min_need;
+  std::sort(due.begin(), due.end(),
+            [](const Watcher& a, const Watcher& b) { return a.name < b.name; });
+  for (Watcher& w : due) {
     gossip::Datagram reply;
     reply.sender = config_.name;
-    reply.body = gossip::ProgressReply{it->second.seq, progress_.step, training()};
-    Emit(SendDatagram{it->second.addr, std::move(reply)});
-    it = watchers_.erase(it);
+    reply.body = gossip::ProgressReply{w.seq, progress_.step, training()};
+    Emit(SendDatagram{std::move(w.addr), std::move(reply)});
   }
 }
 

@@ -45,6 +45,7 @@
 #include "sync/bandwidth_estimate.h"
 #include "sync/barrier.h"
 #include "sync/name_index.h"
+#include "sync/name_table.h"
 #include "sync/selection.h"
 
 namespace meshtrain::node {
@@ -61,7 +62,10 @@ struct NodeConfig {
   std::vector<std::pair<std::string, std::string>> tags;  // operator tags, sorted (issue 19)
   membership::Config membership;
   bool external_membership = false;  // the driver supplies PeerView inputs instead of SWIM
-  uint64_t seed = 1;                 // the node's only source of randomness
+  // External membership: where peer names are interned. The simulator shares one table between
+  // all its nodes; null: the node keeps its own.
+  std::shared_ptr<sync::NameTable> names;
+  uint64_t seed = 1;  // the node's only source of randomness
 
   // Training (absent: the node is a member only).
   bool training = false;
@@ -372,6 +376,14 @@ class Node {
   // reuses its buffer allocates nothing per input (the simulator runs millions of them).
   void TakeOutput(std::vector<Output>* out);
 
+  // A hint for the processor, no effect on behaviour: loads what handling an input touches first.
+  // Stage 0 fetches lines of this object; stage 1 (later, when those had time to arrive) the
+  // objects it points to. The simulator calls it for the next events' nodes: with thousands of
+  // nodes every node's state is a cache miss otherwise.
+  // Stages 2 and 3 follow the input's sender into the views (their index buckets, then their
+  // entries).
+  void Prefetch(int stage, const Input* in = nullptr) const;
+
   // ---- Read-only views (status, members, tests) ----
   const NodeConfig& config() const { return config_; }
   // The local model's size once an external trainer attaches (0 = any size accepted).
@@ -514,20 +526,22 @@ class Node {
   // One peer of the external view, compact (simulated meshes hold millions of these): the
   // address is the name unless `addr` says otherwise (1 + its place in external_addrs_).
   struct ExternalPeer {
-    std::string name;
+    uint32_t name = 0;  // in names_
+    uint32_t addr = 0;
     uint64_t step = 0;
     float uplink_mbps = 0;
     float downlink_mbps = 0;
-    uint32_t addr = 0;
     bool alive = true;
     bool training = true;
   };
+  std::shared_ptr<sync::NameTable> names_;  // external membership: interned peer names
+  const std::string& NameOf(const ExternalPeer& v) const { return (*names_)[v.name]; }
   std::vector<ExternalPeer> external_;       // external membership: peers in the order first seen
   std::vector<std::string> external_addrs_;  // addresses that differ from the name
   sync::NameIndex external_index_;           // name -> position in external_
   const ExternalPeer* FindExternal(const std::string& name) const;
   const std::string& AddrOf(const ExternalPeer& v) const {
-    return v.addr == 0 ? v.name : external_addrs_[v.addr - 1];
+    return v.addr == 0 ? NameOf(v) : external_addrs_[v.addr - 1];
   }
   PeerRef RefOf(const ExternalPeer& v) const;
   std::vector<std::string> candidates_;  // Candidates()
@@ -548,13 +562,19 @@ class Node {
   TimeMs barrier_deadline_ = sync::kNoDeadline;
   bool progress_dirty_ = false;
   // Peers waiting for our step (ProgressQuery.need): answered again when we reach it.
+  // A flat vector with a hashed index (one lookup per query instead of a walk down a tree of
+  // strings) and the smallest `need`, so a step that satisfies nobody costs no walk.
   struct Watcher {
+    std::string name;
     std::string addr;
     uint32_t seq = 0;
     uint64_t need = 0;
   };
   static constexpr size_t kMaxWatchers = 1024;
-  std::map<std::string, Watcher> watchers_;
+  std::vector<Watcher> watchers_;
+  sync::NameIndex watcher_index_;  // name -> position in watchers_
+  uint64_t watchers_min_need_ = 0;
+  void AddWatcher(const std::string& name, const std::string& addr, uint32_t seq, uint64_t need);
 
   // Rounds: one in flight; a newer snapshot replaces a pending one.
   std::unique_ptr<Round> round_;

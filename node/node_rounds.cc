@@ -71,7 +71,7 @@ bool Node::PeerLive(const std::string& name) const {
 
 const Node::ExternalPeer* Node::FindExternal(const std::string& name) const {
   const size_t pos = external_index_.Find(
-      name, [this](size_t i) -> const std::string& { return external_[i].name; });
+      name, [this](size_t i) -> const std::string& { return NameOf(external_[i]); });
   return pos == sync::NameIndex::kNone ? nullptr : &external_[pos];
 }
 
@@ -130,7 +130,7 @@ std::vector<std::string> Node::SampleExternal() {
   }
   if (picked.size() < k) return out;
   out.reserve(k);
-  for (size_t i : picked) out.push_back(external_[i].name);
+  for (size_t i : picked) out.push_back(NameOf(external_[i]));
   return out;
 }
 

@@ -73,6 +73,22 @@ class NodeNet {
   // The earliest event if it is due at or before `until`; false otherwise. After false, events
   // may still be pushed for any time >= `until`.
   bool PopUntil(TimeMs until, SimEvent* ev);
+  // The event `k` places after the next one in the current millisecond, if the queue knows it
+  // already (for prefetching; may miss events of the far heap).
+  const SimEvent* PeekAhead(size_t k) const {
+    const std::vector<SimEvent>& bucket = wheel_[static_cast<size_t>(cur_ & (kWheelMs - 1))];
+    return pos_ + k < bucket.size() ? &bucket[pos_ + k] : nullptr;
+  }
+  // Prefetches the input of a kInput event (a hint; no effect on behaviour).
+  void PrefetchInput(uint32_t slot) const {
+    if (slot >= slots_.size()) return;
+    const char* p = reinterpret_cast<const char*>(&slots_[slot]);
+    for (size_t off = 0; off < sizeof(node::Input); off += 64) __builtin_prefetch(p + off);
+  }
+  // The input of a kInput event still in flight (for prefetching), or null.
+  const node::Input* PeekInput(uint32_t slot) const {
+    return slot < slots_.size() ? &slots_[slot] : nullptr;
+  }
   // Delivers `in` to `node` at `at` (a kInput event).
   void Deliver(TimeMs at, uint32_t node, node::Input in);
   // The input of a kInput event (once).
@@ -135,8 +151,10 @@ class NodeNet {
 
   static constexpr TimeMs kWheelMs = TimeMs{1} << 14;
   std::vector<std::vector<SimEvent>> wheel_;  // bucket at & (kWheelMs - 1), for [cur_, +kWheelMs)
-  TimeMs cur_ = 0;                            // the bucket being drained
-  size_t pos_ = 0;                            // next event in it
+  std::vector<std::vector<SimEvent>> spare_;  // drained buckets' storage, for reuse
+  static constexpr size_t kSpareBuckets = 64;
+  TimeMs cur_ = 0;  // the bucket being drained
+  size_t pos_ = 0;  // next event in it
   size_t in_wheel_ = 0;
   std::vector<SimEvent> far_;  // a binary heap (std::push_heap), earliest on top
   uint64_t seq_ = 0;

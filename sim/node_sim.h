@@ -107,6 +107,8 @@ class NodeSim {
   void Drain(uint32_t i);
   void Dispatch(uint32_t i, node::Output& out);
   void Arm(uint32_t i);
+  // Cache hints for the next events (no effect on behaviour).
+  void Prefetch() const;
   void Handle(const SimEvent& ev);
   void RunUntil(TimeMs until);
   void TryCompute(uint32_t i);

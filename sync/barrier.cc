@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 #include <utility>
 
 namespace meshtrain::sync {
@@ -22,7 +23,17 @@ std::vector<size_t> SampleIndices(size_t n, size_t k, Rng& rng) {
     for (size_t i = 0; i < n; ++i) out[i] = i;
     return out;
   }
-  // Floyd's algorithm: k draws, no O(n) scratch space.
+  // Floyd's algorithm: k draws, no O(n) scratch space. A small sample (β) is kept in a flat
+  // vector (no allocation per element), a large one in a set.
+  if (k <= 64) {
+    out.reserve(k);
+    for (size_t j = n - k; j < n; ++j) {
+      const size_t t = std::uniform_int_distribution<size_t>(0, j)(rng);
+      out.push_back(std::find(out.begin(), out.end(), t) == out.end() ? t : j);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
   std::set<size_t> chosen;
   for (size_t j = n - k; j < n; ++j) {
     const size_t t = std::uniform_int_distribution<size_t>(0, j)(rng);
@@ -199,7 +210,6 @@ void BarrierCore::EndEpisode() {
   round_deadline_ = kNoDeadline;
   requery_at_ = kNoDeadline;
   slots_.clear();
-  round_tried_.clear();
   queries_.clear();  // unsent queries of a passed step are useless
 }
 
@@ -364,7 +374,6 @@ void BarrierCore::NewRound(Rng& rng) {
   round_deadline_ = kNoDeadline;
   requery_at_ = kNoDeadline;
   slots_.clear();
-  round_tried_.clear();
 
   const std::vector<ProgressView::Entry>& entries = view_.entries();
   const size_t k = std::min(config_.sample, entries.size());
@@ -390,7 +399,6 @@ void BarrierCore::NewRound(Rng& rng) {
     Slot slot{entries[i].name};
     slot.pos = i;
     slots_.push_back(std::move(slot));
-    round_tried_.insert(entries[i].name);
   }
 }
 
@@ -398,17 +406,20 @@ void BarrierCore::Refill(Rng& rng) {
   const size_t want = std::min(config_.sample, view_.size());
   if (slots_.size() >= want) return;
   // Replacements come from live peers not yet sampled in this round, non-silent ones first.
+  // Sampled in this round: the peers in the sample (a removed peer leaves it, so it may be
+  // sampled again should it rejoin).
+  std::unordered_set<std::string> tried;
+  for (const Slot& slot : slots_) tried.insert(slot.name);
   std::vector<std::string> fresh, silent;
   stats_.visited += view_.size();
   for (const ProgressView::Entry& e : view_.entries()) {
-    if (round_tried_.count(e.name)) continue;
+    if (tried.count(e.name)) continue;
     (silent_.count(e.name) ? silent : fresh).push_back(e.name);
   }
   for (std::vector<std::string>* pool : {&fresh, &silent}) {
     const size_t need = want - slots_.size();
     for (size_t i : SampleIndices(pool->size(), need, rng)) {
       slots_.push_back(Slot{(*pool)[i]});
-      round_tried_.insert((*pool)[i]);
     }
   }
 }
@@ -483,7 +494,6 @@ bool BarrierCore::OnPeerRemoved(const std::string& name) {
     view_.Update(o.name, o.step, o.learned);
   }
   silent_.erase(name);
-  round_tried_.erase(name);  // should it rejoin this round, it may be sampled again
   const auto it =
       std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.name == name; });
   if (it != slots_.end()) {

@@ -189,6 +189,12 @@ class BarrierCore {
   // answer only inside the episode Prefetch opened for `next_step`, with a full sample.
   bool PassesAhead(uint64_t next_step) const;
   const BarrierConfig& config() const { return config_; }
+  // Cache hints for news about `name` (no effect on behaviour): stage 0 the view's index bucket
+  // and the sample, stage 1 the view's entry.
+  void Prefetch(const std::string& name, int stage) const {
+    view_.Prefetch(name, stage);
+    if (stage == 0 && !slots_.empty()) __builtin_prefetch(slots_.data());
+  }
   const BarrierStats& stats() const { return stats_; }
   // Peers in the current pbsp/pssp sample (empty when not waiting on a sample).
   std::vector<std::string> sample() const;
@@ -254,8 +260,7 @@ class BarrierCore {
   TimeMs round_deadline_ = kNoDeadline;
   TimeMs requery_at_ = kNoDeadline;  // earliest re-query of a sampled peer that still blocks
   std::vector<Slot> slots_;
-  std::set<std::string> round_tried_;  // sampled in this round (refills pick others)
-  std::set<std::string> silent_;       // did not answer a query; sampled last
+  std::set<std::string> silent_;  // did not answer a query; sampled last
   uint32_t next_seq_ = 1;
   std::vector<ProgressQuery> queries_;
 

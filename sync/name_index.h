@@ -78,6 +78,23 @@ class NameIndex {
 
   void Clear() { table_.clear(); }
 
+  // Cache hints (no effect on behaviour). PrefetchBucket requests the bucket `name` hashes to;
+  // once it has arrived, Probe returns the position of the first bucket on its probe path whose
+  // tag matches (the name is not compared: almost always the right one), or kNone.
+  void PrefetchBucket(const std::string& name) const {
+    if (!table_.empty()) __builtin_prefetch(&table_[Hash(name) & (table_.size() - 1)]);
+  }
+  size_t Probe(const std::string& name) const {
+    if (table_.empty()) return kNone;
+    const uint32_t tag = Hash(name);
+    const size_t mask = table_.size() - 1;
+    for (size_t b = tag & mask;; b = (b + 1) & mask) {
+      const Bucket& k = table_[b];
+      if (k.pos1 == 0) return kNone;
+      if (k.tag == tag) return k.pos1 - 1;
+    }
+  }
+
  private:
   struct Bucket {
     uint32_t pos1 = 0;  // position + 1; 0 = empty
