@@ -32,9 +32,10 @@ class BulkExecutor {
     cv_.notify_one();
     thread_.join();
   }
-  // Runs `work` there and waits for it.
-  void RunAndWait(const std::function<void()>& work) {
-    std::packaged_task<void()> task(work);
+  // Runs `work` there and waits for it. `work` (and what it holds: a model's memory) is destroyed
+  // there too.
+  void RunAndWait(std::function<void()> work) {
+    std::packaged_task<void()> task(std::move(work));
     auto finished = task.get_future();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -99,8 +100,10 @@ void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> 
 }
 
 void OffloadBulk(uv_loop_t* loop, std::function<void()> work, std::function<void()> done) {
+  // Moved on, so that nothing the work holds is freed with the pool's job on the loop thread.
   Offload(
-      loop, [work = std::move(work)] { Bulk().RunAndWait(work); }, std::move(done));
+      loop, [work = std::move(work)]() mutable { Bulk().RunAndWait(std::move(work)); },
+      std::move(done));
 }
 
 void SolvePlanOffLoop(uv_loop_t* loop, node::PlanRequest req,
