@@ -20,24 +20,47 @@ ChunkMixer::~ChunkMixer() {
 
 bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data,
                       double w) {
-  return Queue(Item{std::move(from), total, offset, std::move(data), {}, {}, w, {}});
+  node::MixChunk c;
+  c.from = std::move(from);
+  c.total = total;
+  c.offset = offset;
+  c.data = std::move(data);
+  return Push(std::move(c), w);
 }
 
 bool ChunkMixer::PushInt8(std::string from, uint32_t total, uint32_t offset, std::vector<int8_t> q,
                           std::vector<float> scales, double w) {
-  if (q.empty() || scales.size() != (q.size() + gossip::kInt8Block - 1) / gossip::kInt8Block) {
-    return false;  // the codec checked the geometry; defence in depth
-  }
-  return Queue(Item{std::move(from), total, offset, {}, std::move(q), std::move(scales), w, {}});
+  if (q.empty()) return false;
+  node::MixChunk c;
+  c.from = std::move(from);
+  c.total = total;
+  c.offset = offset;
+  c.q = std::move(q);
+  c.scales = std::move(scales);
+  return Push(std::move(c), w);
 }
 
 bool ChunkMixer::PushHeld(std::string from, uint32_t total, uint32_t offset,
                           gossip::HeldValues held, double w) {
-  if (!held || held.n == 0 || (held.f == nullptr) == (held.q == nullptr) ||
-      (held.q != nullptr && held.ns != (held.n + gossip::kInt8Block - 1) / gossip::kInt8Block)) {
-    return false;  // the codec checked the geometry; defence in depth
+  if (!held) return false;
+  node::MixChunk c;
+  c.from = std::move(from);
+  c.total = total;
+  c.offset = offset;
+  c.held = std::move(held);
+  return Push(std::move(c), w);
+}
+
+bool ChunkMixer::Push(node::MixChunk chunk, double w) {
+  // The codec checked the geometry; defence in depth.
+  const gossip::HeldValues& h = chunk.held;
+  if (h && (h.n == 0 || (h.f == nullptr) == (h.q == nullptr))) return false;
+  const size_t scales = h ? h.ns : chunk.scales.size();
+  if (chunk.int8() && (chunk.count() == 0 ||
+                       scales != (chunk.count() + gossip::kInt8Block - 1) / gossip::kInt8Block)) {
+    return false;
   }
-  return Queue(Item{std::move(from), total, offset, {}, {}, {}, w, std::move(held)});
+  return Queue(Item{std::move(chunk), w});
 }
 
 bool ChunkMixer::Queue(Item item) {
@@ -73,13 +96,12 @@ void ChunkMixer::Run() {
     }
     {
       std::lock_guard<std::mutex> lock(sum_mu_);
-      const gossip::HeldValues& h = item.held;
-      if (!item.int8()) {
-        sum_.Fold(item.from, item.total, item.offset, h ? h.f : item.data.data(), item.count(),
-                  item.w);
+      const node::MixChunk& c = item.chunk;
+      if (!c.int8()) {
+        sum_.Fold(c.from, c.total, c.offset, c.values(), c.count(), item.w);
       } else {
-        sum_.FoldInt8(item.from, item.total, item.offset, h ? h.q : item.q.data(),
-                      h ? h.s : item.scales.data(), gossip::kInt8Block, item.count(), item.w);
+        sum_.FoldInt8(c.from, c.total, c.offset, c.qvalues(), c.qscales(), gossip::kInt8Block,
+                      c.count(), item.w);
       }
     }
     {

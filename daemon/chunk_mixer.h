@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "gossip/messages.h"
 #include "learn/running_sum.h"
+#include "node/node.h"
 
 namespace meshtrain::daemon {
 
@@ -44,6 +44,8 @@ class ChunkMixer {
   // at q with their scales at s, the geometry checked); the frame is kept until folded.
   bool PushHeld(std::string from, uint32_t total, uint32_t offset, gossip::HeldValues held,
                 double w);
+  // Any of these, as the node emits it (the three above build one).
+  bool Push(node::MixChunk chunk, double w);
   // Waits until every queued chunk has been folded (tests, and a MIX that must see all of a
   // transfer that has been acknowledged).
   void Drain();
@@ -67,21 +69,12 @@ class ChunkMixer {
 
  private:
   struct Item {
-    std::string from;
-    uint32_t total = 0;
-    uint32_t offset = 0;
-    std::vector<float> data;
-    std::vector<int8_t> q;  // int8 chunks: q and scales instead of data
-    std::vector<float> scales;
+    node::MixChunk chunk;
     double w = 0;
-    gossip::HeldValues held;  // or the values in their frame
     size_t bytes() const {
-      if (held)
-        return held.f != nullptr ? held.n * sizeof(float) : held.n + held.ns * sizeof(float);
-      return (data.size() + scales.size()) * sizeof(float) + q.size();
+      const size_t scales = chunk.held ? chunk.held.ns : chunk.scales.size();
+      return chunk.int8() ? chunk.count() + scales * sizeof(float) : chunk.count() * sizeof(float);
     }
-    bool int8() const { return held ? held.q != nullptr : !q.empty(); }
-    size_t count() const { return held ? held.n : int8() ? q.size() : data.size(); }
   };
   bool Queue(Item item);
   void Run();

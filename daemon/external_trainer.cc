@@ -705,16 +705,7 @@ void ExternalTrainer::Deliver(const std::string& from, std::vector<float> params
 void ExternalTrainer::DeliverChunk(node::MixChunk chunk) {
   if (num_params_ == 0 || chunk.total != num_params_) return;
   const double w = learn::MixWeight(state_.step, chunk.step);
-  if (chunk.held) {
-    mixer_->PushHeld(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.held), w);
-    return;
-  }
-  if (!chunk.q.empty()) {
-    mixer_->PushInt8(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.q),
-                     std::move(chunk.scales), w);
-    return;
-  }
-  mixer_->Push(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.data), w);
+  mixer_->Push(std::move(chunk), w);
 }
 
 void ExternalTrainer::Adopt(std::vector<float> params, uint64_t step) {

@@ -21,6 +21,22 @@ struct ParamStreamer::Round {
   std::set<TcpHub::ConnId> streams;
 };
 
+namespace {
+
+// Chunk `index` of a round's snapshot as a frame (a plain chunk points into the snapshot).
+gossip::Frame ChunkFrame(const node::SendParams& s, uint32_t index) {
+  gossip::ParamChunk c =
+      gossip::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()), index,
+                                s.spec, s.round, s.step, s.chunk_floats);
+  c.final = s.final;
+  gossip::Frame f;
+  f.sender = s.sender;
+  f.body = std::move(c);
+  return f;
+}
+
+}  // namespace
+
 ParamStreamer::ParamStreamer(uv_loop_t* loop, const gossip::Codec* codec, TcpHub* tcp)
     : loop_(loop), codec_(codec), tcp_(tcp) {
   tcp_->SetDrainObserver([this](TcpHub::ConnId hid) {
@@ -135,18 +151,13 @@ void ParamStreamer::Pump(TcpHub::ConnId hid) {
 bool ParamStreamer::EncodeHead(const std::shared_ptr<Round>& r, uint32_t index) {
   const node::SendParams& s = r->s;
   if (codec_->encrypted() || s.spec.kind != gossip::Encoding::kNone) return false;
-  gossip::ParamChunk c =
-      gossip::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()), index,
-                                s.spec, s.round, s.step, s.chunk_floats);
+  const gossip::Frame frame = ChunkFrame(s, index);
+  const auto& c = std::get<gossip::ParamChunk>(frame.body);
   if (c.view == nullptr) return false;
-  c.final = s.final;
   gossip::OutFrame f;
   f.tail = reinterpret_cast<const uint8_t*>(c.view);
   f.tail_len = size_t{c.count} * sizeof(float);
   f.tail_owner = s.params;
-  gossip::Frame frame;
-  frame.sender = s.sender;
-  frame.body = std::move(c);
   auto head = codec_->EncodeChunkHead(frame);
   if (head.empty()) return false;
   f.head = std::make_shared<const Bytes>(std::move(head));
@@ -191,15 +202,7 @@ void ParamStreamer::Encode(const std::shared_ptr<Round>& round, uint32_t index) 
   Offload(
       loop_,
       [round, index, codec = codec_, out] {
-        const node::SendParams& s = round->s;
-        gossip::ParamChunk c =
-            gossip::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()),
-                                      index, s.spec, s.round, s.step, s.chunk_floats);
-        c.final = s.final;
-        gossip::Frame f;
-        f.sender = s.sender;
-        f.body = std::move(c);
-        out->head = std::make_shared<const Bytes>(codec->EncodeFrame(f));
+        out->head = std::make_shared<const Bytes>(codec->EncodeFrame(ChunkFrame(round->s, index)));
       },
       [this, life = std::weak_ptr<int>(life_), round, index, out] {
         if (life.expired()) return;

@@ -106,16 +106,7 @@ void BuiltinTrainer::DeliverChunk(node::MixChunk chunk) {
     ours = state_.step;
   }
   const double w = learn::MixWeight(ours, chunk.step);
-  if (chunk.held) {
-    mixer_.PushHeld(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.held), w);
-    return;
-  }
-  if (!chunk.q.empty()) {
-    mixer_.PushInt8(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.q),
-                    std::move(chunk.scales), w);
-    return;
-  }
-  mixer_.Push(std::move(chunk.from), chunk.total, chunk.offset, std::move(chunk.data), w);
+  mixer_.Push(std::move(chunk), w);
 }
 
 void BuiltinTrainer::Adopt(std::vector<float> params, uint64_t step) {

@@ -439,9 +439,7 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   }
   out->final = c->final();
   out->keyed = c->keyed();
-  out->wire_bytes = SizeOf(c->data()) * sizeof(float) + SizeOf(c->half()) * sizeof(uint16_t) +
-                    SizeOf(c->q()) + SizeOf(c->scales()) * sizeof(float) +
-                    SizeOf(c->idx()) * sizeof(uint32_t);
+  out->wire_bytes = ChunkWireBytes(*out);
   out->count = c->count();
   if (out->count == 0 && out->encoding == 0) {
     if (c->data() == nullptr) return Fail(Reject::kVerify, why);
