@@ -18,12 +18,21 @@ ChunkMixer::~ChunkMixer() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data,
-                      double w) {
+namespace {
+
+node::MixChunk Header(std::string from, uint32_t total, uint32_t offset) {
   node::MixChunk c;
   c.from = std::move(from);
   c.total = total;
   c.offset = offset;
+  return c;
+}
+
+}  // namespace
+
+bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data,
+                      double w) {
+  node::MixChunk c = Header(std::move(from), total, offset);
   c.data = std::move(data);
   return Push(std::move(c), w);
 }
@@ -31,10 +40,7 @@ bool ChunkMixer::Push(std::string from, uint32_t total, uint32_t offset, std::ve
 bool ChunkMixer::PushInt8(std::string from, uint32_t total, uint32_t offset, std::vector<int8_t> q,
                           std::vector<float> scales, double w) {
   if (q.empty()) return false;
-  node::MixChunk c;
-  c.from = std::move(from);
-  c.total = total;
-  c.offset = offset;
+  node::MixChunk c = Header(std::move(from), total, offset);
   c.q = std::move(q);
   c.scales = std::move(scales);
   return Push(std::move(c), w);
@@ -43,10 +49,7 @@ bool ChunkMixer::PushInt8(std::string from, uint32_t total, uint32_t offset, std
 bool ChunkMixer::PushHeld(std::string from, uint32_t total, uint32_t offset,
                           gossip::HeldValues held, double w) {
   if (!held) return false;
-  node::MixChunk c;
-  c.from = std::move(from);
-  c.total = total;
-  c.offset = offset;
+  node::MixChunk c = Header(std::move(from), total, offset);
   c.held = std::move(held);
   return Push(std::move(c), w);
 }
