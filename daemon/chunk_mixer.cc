@@ -107,9 +107,13 @@ void ChunkMixer::Run() {
                       c.count(), item.w);
       }
     }
+    // Let the chunk (and the frame it may hold) go before the mixer says it is idle, so
+    // Drain() returns with every folded frame released.
+    const size_t bytes = item.bytes();
+    item = Item{};
     {
       std::lock_guard<std::mutex> lock(q_mu_);
-      queued_bytes_ -= item.bytes();
+      queued_bytes_ -= bytes;
       folded_++;
       busy_ = false;
       if (queue_.empty()) idle_cv_.notify_all();
