@@ -8,7 +8,15 @@ MeshOptimizer.
         loss_fn(model(x), y).backward()
         opt.step()   # a local step; every 4th also publishes, waits for the barrier and mixes
 
-Only parameters are mixed (not buffers such as BatchNorm statistics, nor optimizer state).
+With ``model=``, the model's floating-point buffers (BatchNorm running statistics) are mixed
+beside the parameters (``mix_buffers=True``, the default); optimizer state is never mixed.
+
+DiLoCo-style outer steps (``outer="nesterov", outer_lr=0.7, outer_momentum=0.9``): every
+`sync_every` steps the model after the mesh step's mix, x̄, gives the pseudo-gradient
+Δ = θ₀ − x̄ against the parameters θ₀ of the last outer step; nesterov: m ← μm + Δ,
+θ ← θ₀ − lr (Δ + μm); sgd: θ ← θ₀ − lr Δ; avg (default): θ ← x̄. θ₀ ← θ. Models (not
+pseudo-gradients) travel, so the mix also pulls the nodes together; momentum stays local.
+
 MeshOptimizer places float32 CPU parameters in the agent's shared memory (share_parameters):
 the tensors *are* ``mesh.params`` and a mesh step copies no parameter bytes in Python.
 
@@ -19,10 +27,12 @@ the tensors *are* ``mesh.params`` and a mesh step copies no parameter bytes in P
 evaluates the moving average of the parameters instead (the agent's --eval-average rule).
 """
 import copy
+import math
 
 import torch
 
-__all__ = ["MeshOptimizer", "ModelAverage", "share_parameters", "shared", "tensor_view"]
+__all__ = ["MeshOptimizer", "ModelAverage", "OuterStep", "mixed_buffers", "share_parameters", "shared",
+           "tensor_view"]
 
 # Parameter bytes tensor_view copied between tensors and the shared memory (both ways) in this
 # process: stays put while the tensors are placed in the shared memory (share_parameters).
@@ -175,25 +185,37 @@ class MeshOptimizer:
     `share_memory`: True places the parameters in the agent's shared memory (share_parameters;
     TypeError when they cannot be: not float32, not on the CPU, ...), False copies them to and
     from it at every mesh step, None (default) places them when they can be and copies
-    otherwise. `self.shared` tells which."""
+    otherwise. `self.shared` tells which.
 
-    def __init__(self, optimizer, mesh, sync_every=1, params=None, share_memory=None):
+    `outer`: "avg" (default: the mix is the new model), "sgd" or "nesterov" (DiLoCo's outer
+    step on the mixed model, see the module doc; `outer_lr` default 0.7 for nesterov and 1.0
+    for sgd, `outer_momentum` default 0.9). `model`: the module, so that its floating-point
+    buffers are mixed too (`mix_buffers`, default True). After a join with state or a finished
+    peer's model taken over, the outer step restarts from the adopted model."""
+
+    def __init__(self, optimizer, mesh, sync_every=1, params=None, share_memory=None,
+                 outer="avg", outer_lr=None, outer_momentum=None, model=None, mix_buffers=True):
         if sync_every < 1:
             raise ValueError("sync_every must be >= 1")
+        self.outer = OuterStep(outer, outer_lr, outer_momentum)
         self.optimizer = optimizer
         self.mesh = mesh
         self.sync_every = int(sync_every)
         self.params = list(params) if params is not None else [
             p for g in optimizer.param_groups for p in g["params"]]
+        self.buffers = mixed_buffers(model) if model is not None and mix_buffers else []
         self.local_steps = 0
+        tensors = self.params + self.buffers
         self.shared = bool(share_memory) or (
-            share_memory is None and _check_placeable(self.params) is None)
+            share_memory is None and _check_placeable(tensors) is None)
         if self.shared:
-            share_parameters(self.params, mesh)
-            return
-        view = tensor_view(self.params)
-        if mesh.params is None and mesh.attach(view.size):
-            view.load(mesh.params)
+            share_parameters(tensors, mesh)
+        else:
+            view = tensor_view(tensors)
+            if mesh.params is None and mesh.attach(view.size):
+                view.load(mesh.params)
+        self.outer.reset(self.params)
+        self._adoptions = mesh.adoptions
 
     @property
     def param_groups(self):
@@ -211,7 +233,14 @@ class MeshOptimizer:
         loss = self.optimizer.step(closure)
         self.local_steps += 1
         if self.local_steps % self.sync_every == 0:
-            self.mesh.step(self.params, steps=self.sync_every)
+            self.mesh.step(self.params + self.buffers, steps=self.sync_every)
+            if self.mesh.adoptions != self._adoptions:
+                # The agent replaced the model (a join with state, a finished peer's model):
+                # the outer step starts again from it, momentum cleared.
+                self._adoptions = self.mesh.adoptions
+                self.outer.reset(self.params)
+            else:
+                self.outer.step(self.params)
         return loss
 
     def state_dict(self):
@@ -219,6 +248,60 @@ class MeshOptimizer:
 
     def load_state_dict(self, state):
         self.optimizer.load_state_dict(state)
+
+
+def mixed_buffers(model):
+    """The model's buffers that are mixed beside its parameters: floating-point ones (BatchNorm
+    running means and variances; not integer counters such as num_batches_tracked)."""
+    return [b for b in model.buffers() if b.is_floating_point()]
+
+
+class OuterStep:
+    """The outer optimizer of DiLoCo applied to the mixed model (see the module doc): ``avg``
+    keeps the mix, ``sgd`` and ``nesterov`` step from the last outer parameters along the
+    pseudo-gradient. Defaults: nesterov lr 0.7, momentum 0.9; sgd lr 1.0 (= avg)."""
+
+    KINDS = ("avg", "sgd", "nesterov")
+
+    def __init__(self, kind="avg", lr=None, momentum=None):
+        if kind not in self.KINDS:
+            raise ValueError(f"outer must be one of {', '.join(self.KINDS)}, not {kind!r}")
+        if kind == "avg" and (lr is not None or momentum is not None):
+            raise ValueError('outer_lr and outer_momentum need outer="sgd" or "nesterov"')
+        if kind == "sgd" and momentum not in (None, 0, 0.0):
+            raise ValueError('outer_momentum needs outer="nesterov"')
+        self.kind = kind
+        self.lr = float(lr if lr is not None else (0.7 if kind == "nesterov" else 1.0))
+        self.momentum = float(momentum if momentum is not None else 0.9) if kind == "nesterov" \
+            else 0.0
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError("outer_lr must be > 0")
+        if not (0 <= self.momentum < 1):
+            raise ValueError("outer_momentum must be in [0, 1)")
+        self.start = None
+        self.buf = None
+
+    def reset(self, params):
+        """The parameters in hand become the outer parameters; momentum is cleared."""
+        if self.kind == "avg":
+            return
+        with torch.no_grad():
+            self.start = [p.detach().clone() for p in params]
+            self.buf = [torch.zeros_like(p) for p in params] if self.momentum else None
+
+    def step(self, params):
+        """One outer step: `params` hold the mixed model x̄ and receive θ."""
+        if self.kind == "avg":
+            return
+        with torch.no_grad():
+            for i, (p, s) in enumerate(zip(params, self.start)):
+                delta = s - p  # the pseudo-gradient θ₀ − x̄
+                if self.buf is not None:
+                    m = self.buf[i]
+                    m.mul_(self.momentum).add_(delta)
+                    delta.add_(m, alpha=self.momentum)
+                s.sub_(delta, alpha=self.lr)
+                p.copy_(s)
 
 
 class ModelAverage:
