@@ -219,6 +219,13 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "Local steps between parameter multicasts, or auto (hide a round's transfer "
                 "under computation: H = ceil(round time / step time), 1..64)")
       ->default_str("1");
+  a->add_option("--outer", c.outer,
+                "Outer optimizer at each sync (DiLoCo): avg (the mix is the model), sgd or "
+                "nesterov (a step from the last sync's parameters along theta0 - mixed)")
+      ->capture_default_str();
+  a->add_option("--outer-lr", c.outer_lr, "Outer learning rate (default: nesterov 0.7, sgd 1.0)");
+  a->add_option("--outer-momentum", c.outer_momentum,
+                "Outer Nesterov momentum (default 0.9; only with --outer nesterov)");
   a->add_option("--join-state", c.join_state,
                 "on: a fresh node joining a running mesh first takes over the most advanced "
                 "peer's model and the slowest peer's step; off: it starts from its own "

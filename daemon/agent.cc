@@ -43,6 +43,7 @@
 #include "gossip/crypto.h"
 #include "gossip/inbound.h"
 #include "gossip/transport.h"
+#include "learn/mixing.h"
 #include "learn/rng.h"
 #include "node/node.h"
 
@@ -209,6 +210,22 @@ struct Agent::Impl : RpcBackend {
         if (trainer) trainer->DeliverChunk(std::move(*mc));
       } else if (auto* a = std::get_if<node::AdoptState>(&o)) {
         if (trainer) trainer->Adopt(std::move(a->params), a->step);
+      } else if (auto* red = std::get_if<node::ConsensusReduce>(&o)) {
+        // The end-of-training average: a pass over every final model, off the loop.
+        auto result = std::make_shared<node::ConsensusResult>();
+        result->id = red->id;
+        OffloadBulk(
+            &loop,
+            [models = std::move(red->models), result] {
+              std::vector<const std::vector<float>*> in;
+              for (const auto& m : models) in.push_back(m.get());
+              result->params = std::make_shared<const std::vector<float>>(learn::AverageModels(in));
+            },
+            [this, result] {
+              if (!stopping) Feed(std::move(*result));
+            });
+      } else if (auto* ac = std::get_if<node::AdoptConsensus>(&o)) {
+        if (trainer) trainer->AdoptConsensus(std::move(ac->params), ac->participants);
       } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {
         SolvePlanOffLoop(&loop, std::move(*req), [this](node::PlanResult r, PlanView view) {
           if (stopping) return;

@@ -16,6 +16,7 @@
 #include "gossip/net_addr.h"
 #include "learn/data_file.h"
 #include "learn/label_skew.h"
+#include "learn/mixing.h"
 #include "learn/network.h"
 #include "learn/task.h"
 
@@ -49,6 +50,35 @@ std::string Quoted(const std::string& v) {
 }
 
 }  // namespace
+
+Status AgentConfig::FinalizeOuter() {
+  learn::OuterStep::Kind kind;
+  if (!learn::OuterStep::ParseKind(outer, &kind)) {
+    return Status::InvalidArgument("invalid --outer " + Quoted(outer) +
+                                   ": expected avg, sgd or nesterov");
+  }
+  const bool nesterov = kind == learn::OuterStep::Kind::kNesterov;
+  if (kind == learn::OuterStep::Kind::kAvg && (outer_lr != 0 || outer_momentum != -1)) {
+    return Status::InvalidArgument("--outer-lr and --outer-momentum need --outer sgd or nesterov");
+  }
+  if (!nesterov && outer_momentum != -1 && outer_momentum != 0) {
+    return Status::InvalidArgument("--outer-momentum needs --outer nesterov");
+  }
+  if (outer_lr == 0) outer_lr = nesterov ? 0.7 : 1.0;
+  if (outer_momentum == -1) outer_momentum = nesterov ? 0.9 : 0.0;
+  if (!(outer_lr > 0 && outer_lr <= 10)) {
+    return Status::InvalidArgument("invalid --outer-lr: must be in (0, 10]");
+  }
+  if (!(outer_momentum >= 0 && outer_momentum < 1)) {
+    return Status::InvalidArgument("invalid --outer-momentum: must be in [0, 1)");
+  }
+  if (kind != learn::OuterStep::Kind::kAvg && external_trainer()) {
+    return Status::InvalidArgument(
+        "--outer applies to the built-in trainer (an external trainer takes the outer step "
+        "itself: MeshOptimizer(outer=...) in meshtrain.torch)");
+  }
+  return Status::OK();
+}
 
 Status AgentConfig::Finalize() {
   // Strings that end up in names, labels and addresses, on the wire and in JSON: valid UTF-8
@@ -239,6 +269,7 @@ Status AgentConfig::Finalize() {
     sync_every = sync_every_auto ? 1 : std::stoi(sync_every_spec);
   }
   if (sync_every < 1) return Status::InvalidArgument("invalid --sync-every: must be >= 1");
+  if (auto st = FinalizeOuter(); !st.ok()) return st;
   if (auto c = gossip::ParseCompress(compress); !c.ok()) return c.status();
   if (!OneOf(join_state, {"on", "off"})) {
     return Status::InvalidArgument("invalid --join-state " + Quoted(join_state) +

@@ -88,6 +88,12 @@ struct AgentConfig {
   std::string
       sync_every_spec;  // --sync-every as given: "N" or "auto" (Finalize sets the two below)
   bool sync_every_auto = false;
+  // --outer (issue 32, learn::OuterStep): avg, sgd or nesterov at each sync; --outer-lr and
+  // --outer-momentum (0 and -1 here: the kind's defaults, set by Finalize: nesterov 0.7 and 0.9,
+  // sgd 1.0 and 0).
+  std::string outer = "avg";
+  double outer_lr = 0;
+  double outer_momentum = -1;
   std::string compress = "none";
   std::string join_state = "on";  // on: a fresh node joining a running mesh fetches its model  //
                                   // none, fp16, int8 or topk:F (gossip/compress.h)
@@ -105,6 +111,8 @@ struct AgentConfig {
   // Fills defaults that depend on other fields (name, advertise) and checks every value.
   // An InvalidArgument naming the option and what it expects, or ok when usable.
   Status Finalize();
+  // The --outer options (part of Finalize).
+  Status FinalizeOuter();
   // Start-up name resolution (blocks; call before the event loop runs): `join` into
   // `join_resolved` (a name that does not resolve is an error unless retry_join, when the
   // retries resolve it again) and the advertised address (addressing.h, ChooseAdvertise).

@@ -231,9 +231,12 @@ bool ExternalTrainer::HandleFrames(Conn* c) {
       Reject(c, "trainer_message", h->seq, why);
       return false;
     }
-    if (wait_ || job_) {
+    if (wait_ || job_ || finish_seq_) {
       Reject(c, "trainer_message", h->seq,
-             std::string("a request arrived while ") + (wait_ ? "wait_permit" : "a request") +
+             std::string("a request arrived while ") +
+                 (wait_         ? "wait_permit"
+                  : finish_seq_ ? "finish"
+                                : "a request") +
                  " was pending (one request at a time)");
       return false;
     }
@@ -258,6 +261,7 @@ void ExternalTrainer::Handle(Conn* c, uint32_t seq, tp::Request req) {
   if (auto* p = std::get_if<tp::Publish>(&req)) return HandlePublish(c, seq, *p);
   if (std::holds_alternative<tp::MixReq>(req)) return HandleMix(c, seq, unsent);
   if (auto* e = std::get_if<tp::EvalReport>(&req)) return HandleEval(c, seq, *e);
+  if (std::holds_alternative<tp::Finish>(req)) return HandleFinish(c, seq);
   Reply(c, tp::kDetach | tp::kReplyBit, seq, {});
   Close(c, kCleanDetach);
 }
@@ -324,6 +328,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
   conn_gen_++;
   job_ = false;
   wait_.reset();
+  finish_seq_.reset();
   UnmapShm(/*off_loop=*/true);
   if (!was_attached) return;
   state_.training = false;
@@ -336,7 +341,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
 }
 
 void ExternalTrainer::OnTick() {
-  if (conn_ == nullptr || wait_ || job_) return;
+  if (conn_ == nullptr || wait_ || job_ || finish_seq_) return;  // the trainer waits on us
   const double silent = Seconds(Clock::now() - conn_->last_activity);
   if (silent > options_.timeout_s) {
     Close(conn_, "silent for " + std::to_string(static_cast<int>(silent)) +
@@ -663,35 +668,95 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
                  options_.target_accuracy, e.step);
     // The final model is the one the trainer just evaluated: the shared memory as it stands
     // (Mesh.step leaves the mixed model there; report(..., model=m) stores m first), not the
-    // snapshot published before the last mix. Copied on the thread pool; the trainer waits.
-    auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
-    auto ok = std::make_shared<bool>(false);
-    job_ = true;
-    OffloadBulk(
-        loop_,
-        [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
-          if (!*snap) *snap = NewSnapshotBuffer(n);
-          *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
-        },
-        [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, snap, ok] {
-          if (life.expired()) return;
-          if (*ok) {
-            latest_ = *snap;
-          } else {
-            spdlog::warn(
-                "the evaluated parameters are not finite: offering the last published model");
-          }
-          if (latest_) outbox_ = Snapshot{latest_step_, latest_, true};
-          if (gen != conn_gen_) return notify_();  // the trainer detached meanwhile
-          job_ = false;
-          Reply(c, tp::kEval | tp::kReplyBit, seq, tp::Writer().U32(1).U32(0).Take());
-          notify_();
-          HandleFrames(c);
-        });
-    return;
+    // snapshot published before the last mix.
+    return OfferFinal(c, [this, c, seq] {
+      Reply(c, tp::kEval | tp::kReplyBit, seq, tp::Writer().U32(1).U32(0).Take());
+    });
   }
   Reply(c, tp::kEval | tp::kReplyBit, seq, tp::Writer().U32(reached ? 1 : 0).U32(0).Take());
   notify_();
+}
+
+void ExternalTrainer::OfferFinal(Conn* c, std::function<void()> reply) {
+  // Copied on the thread pool; the trainer waits.
+  auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
+  auto ok = std::make_shared<bool>(false);
+  job_ = true;
+  OffloadBulk(
+      loop_,
+      [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
+        if (!*snap) *snap = NewSnapshotBuffer(n);
+        *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, snap, ok,
+       reply = std::move(reply)] {
+        if (life.expired()) return;
+        if (*ok) {
+          latest_ = *snap;
+        } else {
+          spdlog::warn("the final parameters are not finite: offering the last published model");
+        }
+        if (latest_) outbox_ = Snapshot{latest_step_, latest_, true};
+        if (gen != conn_gen_) return notify_();  // the trainer detached meanwhile
+        job_ = false;
+        reply();
+        notify_();
+        HandleFrames(c);
+      });
+}
+
+void ExternalTrainer::HandleFinish(Conn* c, uint32_t seq) {
+  const bool offered = target_reached_;  // the final model went out with the report
+  state_.training = false;
+  finish_seq_ = seq;
+  spdlog::info("the trainer finished at step {}: waiting for the mesh's consensus model",
+               state_.step);
+  metrics_->Write("trainer", {{"finished", true}, {"step", state_.step}});
+  if (offered || !latest_) {
+    // Nothing (new) to offer: reply when (or if already) the consensus model is here.
+    if (consensus_) ReplyFinish();
+    return notify_();
+  }
+  OfferFinal(c, [this] {
+    if (consensus_) ReplyFinish();
+  });
+}
+
+void ExternalTrainer::AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
+                                     size_t participants) {
+  if (!params || params->size() != num_params_ || state_.training) return;
+  consensus_ = std::move(params);
+  latest_ = consensus_;
+  state_.consensus_crc32 = learn::ParamsCrc32(consensus_->data(), consensus_->size());
+  state_.consensus_models = participants;
+  spdlog::info("consensus model of {} nodes adopted (crc32 {:08x})", participants,
+               state_.consensus_crc32);
+  metrics_->Write("consensus", {{"models", participants}, {"crc32", state_.consensus_crc32}});
+  if (finish_seq_ && !job_) ReplyFinish();
+  notify_();
+}
+
+void ExternalTrainer::ReplyFinish() {
+  if (!finish_seq_ || !consensus_ || conn_ == nullptr || !shm_.data) return;
+  job_ = true;
+  OffloadBulk(
+      loop_,
+      [map = shm_.map, data = shm_.data, model = consensus_] {
+        std::memcpy(data, model->data(), model->size() * sizeof(float));
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c = conn_] {
+        if (life.expired() || gen != conn_gen_ || !finish_seq_) return;
+        job_ = false;
+        const uint32_t seq = *finish_seq_;
+        finish_seq_.reset();
+        Reply(c, tp::kFinish | tp::kReplyBit, seq,
+              tp::Writer()
+                  .U32(static_cast<uint32_t>(state_.consensus_models))
+                  .U32(state_.consensus_crc32)
+                  .U64(state_.step)
+                  .Take());
+        HandleFrames(c);
+      });
 }
 
 // ---- the node's side ----------------------------------------------------------------------------

@@ -66,6 +66,8 @@ class ExternalTrainer : public Trainer {
   bool MixBacklogged() const override { return mixer_->backlogged(); }
   double ModelsMixed() const override { return mixer_->models_mixed(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
+  void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
+                      size_t participants) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int) override {}  // the trainer process decides when it publishes
   TrainerState state() const override { return state_; }
@@ -103,6 +105,14 @@ class ExternalTrainer : public Trainer {
   // now, the mixed model becomes the snapshot of that step, copied after the mix.
   void HandleMix(Conn* c, uint32_t seq, bool unsent);
   void HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e);
+  // FINISH: the shared memory becomes the final model (copied off the loop, then offered);
+  // the reply waits for the consensus model (ReplyFinish).
+  void HandleFinish(Conn* c, uint32_t seq);
+  // Copies the shared memory (the trainer's final model) off the loop and offers it to the
+  // peers, then runs `reply`; the trainer waits meanwhile.
+  void OfferFinal(Conn* c, std::function<void()> reply);
+  // Copies the consensus model into the shared memory (off the loop) and answers FINISH.
+  void ReplyFinish();
   void Reply(Conn* c, uint16_t type, uint32_t seq, std::vector<uint8_t> body);
   // Counts the reject under `reason`, answers ERROR with `why` and closes the connection.
   void Reject(Conn* c, const char* reason, uint32_t seq, const std::string& why);
@@ -132,6 +142,8 @@ class ExternalTrainer : public Trainer {
     Clock::time_point since;
   };
   std::optional<PendingWait> wait_;
+  std::optional<uint32_t> finish_seq_;  // a FINISH waiting for the consensus model
+  std::shared_ptr<const std::vector<float>> consensus_;
   struct Incoming {
     std::vector<float> params;
     uint64_t step = 0;

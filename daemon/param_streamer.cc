@@ -29,6 +29,7 @@ gossip::Frame ChunkFrame(const node::SendParams& s, uint32_t index) {
       gossip::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()), index,
                                 s.spec, s.round, s.step, s.chunk_floats);
   c.final = s.final;
+  c.consensus = s.consensus;
   gossip::Frame f;
   f.sender = s.sender;
   f.body = std::move(c);
@@ -57,7 +58,7 @@ std::shared_ptr<ParamStreamer::Round> ParamStreamer::RoundFor(const node::SendPa
   for (const auto& w : rounds_) {
     auto r = w.lock();
     if (r && r->s.params == s.params && r->s.round == s.round && r->s.step == s.step &&
-        r->s.final == s.final && r->s.spec.kind == s.spec.kind &&
+        r->s.final == s.final && r->s.consensus == s.consensus && r->s.spec.kind == s.spec.kind &&
         r->s.chunk_floats == s.chunk_floats && r->s.sender == s.sender) {
       return r;
     }

@@ -35,14 +35,19 @@ BuiltinTrainer::BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions
     : task_(std::move(task)),
       options_(std::move(options)),
       average_(options_.eval_average),
+      outer_(options_.outer, options_.outer_lr, options_.outer_momentum),
       metrics_(metrics),
       notify_(std::move(notify)),
       num_params_(task_->num_params()),
       evaluator_("mt-eval",
                  [this](EvalJob& job) {
-                   const learn::EvalResult r = task_->EvaluateAt(job.params.data());
-                   RecordEval(job.step, r,
-                              learn::ParamsCrc32(job.params.data(), job.params.size()));
+                   if (job.consensus) {
+                     SetParams(*job.consensus);
+                     job.params.clear();
+                   }
+                   const float* p = job.consensus ? job.consensus->data() : job.params.data();
+                   const size_t n = job.consensus ? job.consensus->size() : job.params.size();
+                   RecordEval(job.step, task_->EvaluateAt(p), learn::ParamsCrc32(p, n));
                  }),
       checkpointer_("mt-checkpoint", [this](CheckpointJob& job) {
         if (auto st = WriteCheckpoint(job.data); !st.ok()) {
@@ -119,6 +124,27 @@ void BuiltinTrainer::Adopt(std::vector<float> params, uint64_t step) {
   cv_.notify_all();
 }
 
+void BuiltinTrainer::AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
+                                    size_t participants) {
+  if (!params || params->size() != num_params_) return;
+  uint64_t step = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (state_.training || stop_) return;  // not ours to take while training
+    consensus_ = params;
+    latest_ = params;
+    state_.consensus_crc32 = learn::ParamsCrc32(params->data(), params->size());
+    state_.consensus_models = participants;
+    step = state_.step;
+    spdlog::info("consensus model of {} nodes adopted (crc32 {:08x})", participants,
+                 state_.consensus_crc32);
+  }
+  // Evaluated, and made the task's parameters, on the evaluation thread (started now when
+  // evaluations ran inline: the trainer thread has ended).
+  if (!evaluator_.running()) evaluator_.Start();
+  evaluator_.Post(EvalJob{step, {}, std::move(params)});
+}
+
 std::optional<Snapshot> BuiltinTrainer::TakeSnapshot() {
   std::lock_guard<std::mutex> lock(mu_);
   std::optional<Snapshot> out = std::move(outbox_);
@@ -184,8 +210,17 @@ learn::Status BuiltinTrainer::WriteFinalModel(const std::string& path) {
   model.input_shift = task_->input_transform()[0];
   model.input_scale = task_->input_transform()[1];
   model.step = task_->steps();
-  const Eigen::VectorXf& p = EvalParams();  // the model the evaluations measured
-  model.params.assign(p.data(), p.data() + p.size());
+  std::shared_ptr<const std::vector<float>> consensus;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    consensus = consensus_;
+  }
+  if (consensus) {
+    model.params = *consensus;  // the mesh's one model
+  } else {
+    const Eigen::VectorXf& p = EvalParams();  // the model the evaluations measured
+    model.params.assign(p.data(), p.data() + p.size());
+  }
   return learn::WriteModelFile(path, model);
 }
 
@@ -231,7 +266,7 @@ void BuiltinTrainer::Evaluate(uint64_t step) {
 void BuiltinTrainer::EvaluateLater(uint64_t step) {
   const Eigen::VectorXf& p = EvalParams();
   // A newer evaluation replaces one not started yet: evaluations never queue up.
-  evaluator_.Post(EvalJob{step, std::vector<float>(p.data(), p.data() + p.size())});
+  evaluator_.Post(EvalJob{step, std::vector<float>(p.data(), p.data() + p.size()), nullptr});
 }
 
 void BuiltinTrainer::RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc) {
@@ -302,6 +337,7 @@ void BuiltinTrainer::SetParams(const std::vector<float>& params) {
   task_->params() =
       Eigen::Map<const Eigen::VectorXf>(params.data(), static_cast<Eigen::Index>(params.size()));
   if (average_.enabled()) average_.Reset(task_->params());  // replaced, not trained
+  outer_.Reset(task_->params().data(), static_cast<size_t>(task_->params().size()));
 }
 
 void NameThisThread(const char* name) { pthread_setname_np(pthread_self(), name); }
@@ -331,6 +367,9 @@ void BuiltinTrainer::Run() {
   bool have_last_end = false;
   const Clock::time_point train_start = Clock::now();
   if (average_.enabled()) average_.Reset(task_->params());  // initial or restored parameters
+  // The outer step starts from the parameters in hand (its momentum is not checkpointed).
+  outer_.Reset(task_->params().data(), static_cast<size_t>(task_->params().size()));
+  bool published = false;  // the last step published a snapshot: the outer step is due
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.start_step = state_.step;
@@ -411,10 +450,16 @@ void BuiltinTrainer::Run() {
       learn::MixWeighted(task_->params(), others, weights);
     }
     size_t chunk_mixed = 0;
+    bool outer_stepped = false;
     if (!final_model) {
       Eigen::VectorXf& x = task_->params();
       chunk_mixed = mixer_.Apply(x.data(), static_cast<size_t>(x.size()));
+      if (published && outer_.enabled()) {
+        outer_.Step(x.data(), static_cast<size_t>(x.size()));
+        outer_stepped = true;
+      }
     }
+    published = false;
     float loss = 0;
     const double compute = TimedStep(&loss);
     if (options_.batch_auto) AdaptBatch(compute);
@@ -435,6 +480,7 @@ void BuiltinTrainer::Run() {
     if (done % static_cast<uint64_t>(sync_every) == 0) {
       const auto& p = task_->params();
       snap = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
+      published = true;
       exported = snap;
       if (average_.enabled()) {
         const Eigen::VectorXf& a = EvalParams();
@@ -445,6 +491,7 @@ void BuiltinTrainer::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       state_.step = done;
       state_.mixes += incoming.size() + chunk_mixed;
+      state_.outer_steps += outer_stepped ? 1 : 0;
       state_.compute_s += compute;
       state_.step_compute_s =
           state_.step_compute_s == 0 ? compute : 0.8 * state_.step_compute_s + 0.2 * compute;
@@ -557,6 +604,9 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config
   if (config.barrier == "wbsp") topts.busy_local_steps = TrainerOptions::kMaxBusyLocalSteps;
   topts.batch_auto = config.batch_auto;
   topts.eval_average = config.eval_average;
+  learn::OuterStep::ParseKind(config.outer, &topts.outer);  // checked by Finalize
+  topts.outer_lr = config.outer_lr;
+  topts.outer_momentum = config.outer_momentum;
   auto trainer =
       std::make_unique<BuiltinTrainer>(std::move(task), topts, metrics, std::move(notify));
   if (auto st = trainer->Restore(resumed_step); !st.ok()) return st;

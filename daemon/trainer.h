@@ -141,6 +141,10 @@ struct TrainerOptions {
   // peers and model.npz use the moving average of the parameters (learn::ParamAverage); the
   // parameters exchanged each step stay the trained ones. 0 = the trained parameters.
   double eval_average = 0;
+  // --outer (learn::OuterStep): applied after the mix that follows each snapshot published.
+  learn::OuterStep::Kind outer = learn::OuterStep::Kind::kAvg;
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
   static constexpr int kMaxBusyLocalSteps = 16;
 };
 
@@ -166,6 +170,9 @@ struct TrainerState {
   std::optional<double> accuracy;  // last evaluated test accuracy
   uint64_t eval_step = 0;          // the step of that evaluation
   double train_loss = 0;           // EWMA of minibatch losses
+  uint64_t outer_steps = 0;        // --outer steps taken (learn::OuterStep)
+  uint32_t consensus_crc32 = 0;    // CRC32 of the consensus model adopted (0: none yet)
+  size_t consensus_models = 0;     // final models it averages
   uint64_t mixes = 0;              // parameter vectors mixed in
   double compute_s = 0;            // time spent computing steps
   double step_s = 0;               // EWMA of the time from one step's end to the next's (compute,
@@ -256,6 +263,11 @@ class Trainer {
   virtual uint64_t MixChunksDropped() const { return 0; }
   // The running sum's queue is past half full: stop reading parameter chunks for a while.
   virtual bool MixBacklogged() const { return false; }
+  // The mesh's consensus model at the end of training (node::AdoptConsensus), averaging
+  // `participants` final models: the trainer's final model from now on (export, model.npz,
+  // evaluated once). Called after training ended.
+  virtual void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
+                              size_t participants) = 0;
   // Peer models mixed in chunk by chunk so far, in whole models (ChunkMixer::models_mixed).
   virtual double ModelsMixed() const { return 0; }
   // Inputs of this trainer rejected, by reason (merged into status rejected_by_reason).
@@ -281,6 +293,8 @@ class BuiltinTrainer : public Trainer {
   bool MixBacklogged() const override { return mixer_.backlogged(); }
   double ModelsMixed() const override { return mixer_.models_mixed(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
+  void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
+                      size_t participants) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int steps) override;
   TrainerState state() const override;
@@ -328,6 +342,7 @@ class BuiltinTrainer : public Trainer {
   std::unique_ptr<learn::Task> task_;
   const TrainerOptions options_;
   learn::ParamAverage average_;  // trainer thread only
+  learn::OuterStep outer_;       // trainer thread only
   MetricsLog* metrics_;
   std::function<void()> notify_;
   const size_t num_params_;
@@ -356,12 +371,16 @@ class BuiltinTrainer : public Trainer {
   // average at that step.
   std::shared_ptr<const std::vector<float>> latest_;
   uint64_t latest_step_ = 0;
+  std::shared_ptr<const std::vector<float>> consensus_;  // under mu_
   TrainerState state_;
 
   std::thread thread_;
   struct EvalJob {
     uint64_t step = 0;
     std::vector<float> params;
+    // Or the mesh's consensus model, which also becomes the task's parameters (the trainer
+    // thread has ended; only this worker touches the task now).
+    std::shared_ptr<const std::vector<float>> consensus;
   };
   LatestJobWorker<EvalJob> evaluator_;
   struct CheckpointJob {

@@ -30,6 +30,7 @@ size_t BodySize(uint16_t type) {
       return 8;
     case kMix:
     case kDetach:
+    case kFinish:
       return 0;
     case kEval:
       return 24;
@@ -133,6 +134,8 @@ std::optional<Request> DecodeRequest(const Header& h, const uint8_t* b, std::str
     }
     case kDetach:
       return Detach{};
+    case kFinish:
+      return Finish{};
     default:
       *why = "unknown request type " + std::to_string(h.type);
       return std::nullopt;

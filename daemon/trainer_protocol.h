@@ -19,6 +19,11 @@
 //                 (a report that meets --target-accuracy makes the shared memory's content,
 //                 i.e. the parameters just evaluated, the final model offered to the peers)
 //   DETACH 6      (empty)                         -> (empty), then the agent closes
+//   FINISH 7      (empty)                         -> u32 models, u32 crc32, u64 step
+//                 training is over: the shared memory is this node's final model. The reply
+//                 comes once the mesh's consensus model (issue 32: the average of every
+//                 finished node's final model) is in the shared memory; `models` it averages,
+//                 `crc32` of its bytes. Peers still training keep it waiting.
 // An ERROR frame (type 0xff, body: a UTF-8 message) answers a rejected request; the agent then
 // closes the connection.
 //
@@ -52,6 +57,7 @@ enum Type : uint16_t {
   kMix = 4,
   kEval = 5,
   kDetach = 6,
+  kFinish = 7,
   kReplyBit = 0x80,
   kError = 0xff,
 };
@@ -79,8 +85,9 @@ struct EvalReport {
   double accuracy = 0;
 };
 struct Detach {};
+struct Finish {};
 
-using Request = std::variant<Attach, WaitPermit, Publish, MixReq, EvalReport, Detach>;
+using Request = std::variant<Attach, WaitPermit, Publish, MixReq, EvalReport, Detach, Finish>;
 
 // Parses a header from kHeaderBytes bytes; nullopt with *why on a bad magic, version, type or
 // length (the stream cannot be resynchronised after that).

@@ -251,6 +251,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     base_ = c.base;
     keyed_ = false;
     final_ = false;
+    consensus_ = false;
     chunks_ = c.chunks;
     total_ = c.total;
     seen_.assign(chunks_, false);
@@ -265,6 +266,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
   seen_[c.chunk] = true;
   keyed_ = keyed_ || c.base != 0 || c.keyed;
   final_ = final_ || c.final;
+  consensus_ = consensus_ || c.consensus;
   ++received_;
   const size_t end = c.offset + c.data.size();
   if (end > params_.size()) {
@@ -286,7 +288,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     next = uint64_t{offset} + len;
   }
   tiled = tiled && next == total_;
-  Model m{round_, step_, base_, keyed_, std::move(params_), final_};
+  Model m{round_, step_, base_, keyed_, std::move(params_), final_, consensus_};
   Reset();  // the round stays recorded so its late duplicates are ignored
   if (!tiled) return std::nullopt;
   return m;

@@ -101,6 +101,7 @@ struct ParamChunk {
   // The sender keeps a reference of this transfer (top-k); the receiver keeps one too. Unkeyed
   // full snapshots are mixed chunk by chunk (appended field).
   bool keyed = false;
+  bool consensus = false;   // the consensus model at the end of training (appended field)
   uint64_t wire_bytes = 0;  // set by the receiver's codec: payload bytes as received
   // Not on the wire: a sender's plain chunk may point at its values in a snapshot it holds until
   // the frame is encoded, instead of copying them into `data` (view[0, count); `data` empty).
@@ -277,6 +278,7 @@ class ParamAssembler {
     bool keyed = false;  // some chunk was compressed or a change: the sender keeps a reference
     std::vector<float> params;
     bool final = false;  // the sender's final model (ParamChunk::final of its chunks)
+    bool consensus = false;  // the consensus model (ParamChunk::consensus of its chunks)
   };
 
   // The complete model once `chunk` was its last missing piece; nullopt otherwise.
@@ -293,6 +295,7 @@ class ParamAssembler {
   uint64_t base_ = 0;
   bool keyed_ = false;
   bool final_ = false;
+  bool consensus_ = false;
   uint32_t chunks_ = 0;
   uint32_t total_ = 0;
   uint32_t received_ = 0;

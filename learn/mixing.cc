@@ -52,6 +52,66 @@ void ParamAverage::Update(const Eigen::VectorXf& x) {
   avg_ = d * avg_ + (1.0f - d) * x;
 }
 
+std::vector<float> AverageModels(const std::vector<const std::vector<float>*>& models) {
+  if (models.empty()) return {};
+  const size_t n = models.front()->size();
+  std::vector<double> sum(n, 0.0);
+  for (const auto* m : models) {
+    if (m->size() != n) return {};
+    const float* x = m->data();
+    for (size_t i = 0; i < n; ++i) sum[i] += static_cast<double>(x[i]);
+  }
+  std::vector<float> out(n);
+  const double k = static_cast<double>(models.size());
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(sum[i] / k);
+  return out;
+}
+
+bool OuterStep::ParseKind(const std::string& text, Kind* kind) {
+  for (Kind k : {Kind::kAvg, Kind::kSgd, Kind::kNesterov}) {
+    if (text == Name(k)) {
+      *kind = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* OuterStep::Name(Kind kind) {
+  switch (kind) {
+    case Kind::kSgd:
+      return "sgd";
+    case Kind::kNesterov:
+      return "nesterov";
+    case Kind::kAvg:
+      break;
+  }
+  return "avg";
+}
+
+void OuterStep::Reset(const float* x, size_t n) {
+  if (!enabled()) return;
+  start_.assign(x, x + n);
+  momentum_buf_.assign(kind_ == Kind::kNesterov && momentum_ > 0 ? n : 0, 0.0f);
+}
+
+void OuterStep::Step(float* x, size_t n) {
+  if (!enabled()) return;
+  if (start_.size() != n) return Reset(x, n);
+  const bool nesterov = !momentum_buf_.empty();
+  for (size_t i = 0; i < n; ++i) {
+    float delta = start_[i] - x[i];
+    if (nesterov) {
+      float& m = momentum_buf_[i];
+      m = momentum_ * m + delta;
+      delta += momentum_ * m;
+    }
+    start_[i] -= lr_ * delta;
+    x[i] = start_[i];
+  }
+  steps_++;
+}
+
 double MixWeight(uint64_t ours, uint64_t theirs) {
   if (theirs >= ours) return 1.0;
   const double r = (static_cast<double>(theirs) + 1.0) / (static_cast<double>(ours) + 1.0);

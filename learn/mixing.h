@@ -10,6 +10,7 @@
 #include <Eigen/Core>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace meshtrain::learn {
@@ -19,6 +20,10 @@ namespace meshtrain::learn {
 // others, x is unchanged. Accumulates in double to keep the mean independent of arrival order up
 // to float rounding of the final result.
 void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others);
+
+// The plain average of equally long models, summed in double in the order given: the same inputs
+// give the same bytes on every IEEE-754 machine (the end-of-training consensus, issue 32).
+std::vector<float> AverageModels(const std::vector<const std::vector<float>*>& models);
 
 // Progress-aware mixing (issue 14): x <- (x + sum_j w_j x_j) / (1 + sum_j w_j). With every
 // w_j = 1 this is MixAverage.
@@ -77,6 +82,37 @@ class ParamAverage {
   double decay_;
   Eigen::VectorXf avg_;
   uint64_t updates_ = 0;
+};
+
+// DiLoCo's outer optimizer (issue 32, `--outer`) on the gossip-mixed model. At each sync
+// (every --sync-every H local steps) the parameters x̄ — trained for H steps from θ₀, the
+// parameters of the last outer step, and mixed with the peers' models that arrived meanwhile —
+// give the pseudo-gradient Δ = θ₀ − x̄, and
+//   avg:      θ = x̄                                 (SPEC §6 gossip averaging alone)
+//   sgd:      θ = θ₀ − lr Δ
+//   nesterov: m ← μ m + Δ;  θ = θ₀ − lr (Δ + μ m)
+// then θ₀ ← θ. Nodes send their models (not pseudo-gradients), so mixing still pulls them
+// together; θ₀ and the momentum m stay local (a restarted or joining node starts them from the
+// model in hand: Reset). Not thread-safe.
+class OuterStep {
+ public:
+  enum class Kind { kAvg, kSgd, kNesterov };
+  OuterStep(Kind kind, double lr, double momentum) : kind_(kind), lr_(lr), momentum_(momentum) {}
+  // "avg", "sgd" or "nesterov"; false otherwise.
+  static bool ParseKind(const std::string& text, Kind* kind);
+  static const char* Name(Kind kind);
+  bool enabled() const { return kind_ != Kind::kAvg; }
+  // x becomes θ₀; the momentum is cleared.
+  void Reset(const float* x, size_t n);
+  // One outer step on x (x̄ in, θ out). A size other than Reset's resets instead.
+  void Step(float* x, size_t n);
+  uint64_t steps() const { return steps_; }
+
+ private:
+  Kind kind_;
+  float lr_, momentum_;
+  std::vector<float> start_, momentum_buf_;
+  uint64_t steps_ = 0;
 };
 
 inline uint32_t ParamsCrc32(const Eigen::VectorXf& x) {

@@ -42,6 +42,7 @@ std::vector<gossip::Frame> Endpoint::ParamFrames(const node::SendParams& s) {
       c.view = nullptr;
     }
     c.final = s.final;
+    c.consensus = s.consensus;
     f.body = std::move(c);
     frames.push_back(std::move(f));
   }

@@ -147,6 +147,8 @@ void Node::Step(Input input, TimeMs now) {
           OnProbeResult(in, now);
         } else if constexpr (std::is_same_v<T, ProbeReceived>) {
           OnProbeReceived(in, now);
+        } else if constexpr (std::is_same_v<T, ConsensusResult>) {
+          OnConsensusResult(std::move(in), now);
         }
       },
       input);

@@ -111,6 +111,10 @@ struct NodeConfig {
   // A node that finished training (--target-accuracy, --steps) offers its final model to the
   // peers still training this often, so the last nodes converge with it instead of alone.
   TimeMs final_serve_interval_ms = 200;
+  // One model at the end (issue 32, node_consensus.cc): once no live member trains any more, the
+  // finished nodes agree on the average of their final models. Off: each keeps its own.
+  bool consensus = true;
+  TimeMs consensus_retry_ms = 2000;  // a transfer of the consensus protocol is repeated after
 };
 
 // ---- Inputs ----------------------------------------------------------------------------------
@@ -142,6 +146,11 @@ struct SnapshotIn {
   uint64_t step = 0;
   std::shared_ptr<const std::vector<float>> params;
   bool final = false;  // the model as training stopped: offered to every training peer
+};
+// The answer to a ConsensusReduce output: the average it asked for.
+struct ConsensusResult {
+  uint64_t id = 0;
+  std::shared_ptr<const std::vector<float>> params;
 };
 // The answer to a PlanRequest output.
 struct PlanResult {
@@ -182,8 +191,9 @@ struct PeerView {
   float downlink_mbps = 0;
 };
 
-using Input = std::variant<DatagramIn, FrameIn, ConnClosed, TrainerProgress, SnapshotIn, PlanResult,
-                           JoinCmd, LeaveCmd, ForceLeaveCmd, PeerView, ProbeResult, ProbeReceived>;
+using Input =
+    std::variant<DatagramIn, FrameIn, ConnClosed, TrainerProgress, SnapshotIn, PlanResult, JoinCmd,
+                 LeaveCmd, ForceLeaveCmd, PeerView, ProbeResult, ProbeReceived, ConsensusResult>;
 
 // ---- Outputs ---------------------------------------------------------------------------------
 
@@ -218,6 +228,7 @@ struct SendParams {
   bool final = false;
   gossip::CompressSpec spec;  // Streamable(): none, fp16 or int8
   uint32_t chunk_floats = gossip::kParamChunkFloats;
+  bool consensus = false;  // the consensus model (plain floats, ParamChunk::consensus)
 };
 // Send a probe train of `packets` datagrams to the membership address `to`; the report comes
 // back as ProbeResult{id} (or never: the node gives up after a few seconds).
@@ -332,10 +343,24 @@ struct JoinGaveUp {
   int attempts = 0;
 };
 
-using Output =
-    std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest, MemberEvent,
-                 RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone, MembershipChanged,
-                 AdoptState, RetryJoin, JoinGaveUp, ProbeLink, SendParams, MixChunk>;
+// Consensus at the end of training (issue 32): average `models` with equal weights, in this order
+// (learn::AverageModels), off the event loop, and answer with ConsensusResult{id}.
+struct ConsensusReduce {
+  uint64_t id = 0;
+  std::vector<std::shared_ptr<const std::vector<float>>> models;
+};
+// The mesh's consensus model: the trainer takes it over bit for bit as its final model. `crc`:
+// learn::ParamsCrc32 of it is the driver's to compute; `participants` averaged by `leader`.
+struct AdoptConsensus {
+  std::string leader;
+  std::shared_ptr<const std::vector<float>> params;
+  size_t participants = 0;
+};
+
+using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
+                            MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
+                            MembershipChanged, AdoptState, RetryJoin, JoinGaveUp, ProbeLink,
+                            SendParams, MixChunk, ConsensusReduce, AdoptConsensus>;
 
 // ---- Counters and state for status --------------------------------------------------------------
 
@@ -406,6 +431,14 @@ class Node {
   const sync::BarrierCore* barrier() const { return barrier_.get(); }
   double uplink_estimate_mbps() const;
   double downlink_estimate_mbps() const;
+  // The end-of-training consensus (node_consensus.cc) as status shows it.
+  struct ConsensusView {
+    const char* state = "off";  // off, training, collecting, reducing, serving, adopted
+    std::string leader;
+    size_t participants = 0;
+    size_t models = 0;  // leader: final models in hand (its own included)
+  };
+  ConsensusView consensus() const;
 
  private:
   struct Peer;
@@ -482,7 +515,7 @@ class Node {
   // Parameter rounds.
   void StartRound(TimeMs now);
   std::vector<std::string> RandomReceivers(const std::vector<std::string>& candidates);
-  void SendRound(std::vector<std::string> receivers, TimeMs now);
+  void SendRound(std::vector<std::string> receivers, TimeMs now, bool consensus = false);
   void FinishTransfer(ConnId conn, bool ok, TimeMs now);
   void AbortTransfersTo(const std::string& name);
   // The open parameter connection to `name`, or a new one (Connect emitted).
@@ -514,6 +547,16 @@ class Node {
   void OnStateClosed(TimeMs now);
   void ServeState(ConnId conn, const std::string& from);
   void ServeFinal(TimeMs now);
+  // The end-of-training consensus (node_consensus.cc).
+  void Consensus(TimeMs now);
+  void OnConsensusResult(ConsensusResult r, TimeMs now);
+  // A finished peer's final model (store: we are finished) or the leader's consensus model.
+  // True when taken (not to be mixed).
+  bool OnConsensusModel(const std::string& sender, bool consensus, std::vector<float>* params,
+                        TimeMs now);
+  // Updates consensus_.participants; false while the consensus does not apply (we or peers
+  // still train, or it is off).
+  bool ConsensusParticipants(TimeMs now);
   // Streams latest_ to a joiner's state request on `conn`, then closes it.
   void SendState(ConnId conn);
   // Drops latest_ when no round, pending round or final model needs it.
@@ -635,6 +678,18 @@ class Node {
   uint64_t latest_step_ = 0;
   bool final_ = false;
   TimeMs final_serve_at_ = sync::kNoDeadline;
+  struct ConsensusState {
+    std::vector<std::string> participants;  // sorted, self included; the first leads
+    // Leader: the finished peers' final models (the newest per sender).
+    std::map<std::string, std::shared_ptr<const std::vector<float>>> finals;
+    uint64_t reduce_id = 0;
+    bool reducing = false;
+    std::vector<std::string> reduced_over;  // the participants of the reduce in flight or done
+    std::shared_ptr<const std::vector<float>> result;
+    std::string result_from;      // who averaged it (ourselves when leading)
+    std::set<std::string> acked;  // leader: participants that acknowledged the result
+    TimeMs next_send = 0;
+  } consensus_;
   struct Fetch {
     enum { kIdle, kWaiting, kDone } phase = kIdle;
     ConnId conn = 0;

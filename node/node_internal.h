@@ -52,6 +52,7 @@ struct Node::Round {
   uint64_t bytes = 0;      // acknowledged bytes on the wire
   uint64_t raw_bytes = 0;  // the same transfers as plain float32 chunks
   uint64_t raw_per_rx = 0;
+  bool consensus = false;  // it carries the consensus model (acknowledgements recorded)
   std::map<ConnId, Transfer> transfers;  // connection -> transfer in flight on it
 };
 

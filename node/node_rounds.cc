@@ -229,7 +229,7 @@ void Node::OnPlan(PlanResult p, TimeMs now) {
   SendRound(std::move(live), now);
 }
 
-void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
+void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consensus) {
   if (receivers.empty() || !pending_) return;
   SnapshotIn snap = std::move(*pending_);
   pending_.reset();
@@ -240,17 +240,19 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
   // none, fp16 and int8 stream one shared snapshot, chunk by chunk, the same bytes to every
   // receiver (SendParams); top-k transfers are keyed per receiver (the change since what it
   // acknowledged last), so they are encoded per receiver, whole.
-  const bool streamed = gossip::Streamable(config_.compress);
+  // The consensus model goes as plain floats: every node ends with the leader's exact bytes.
+  const gossip::CompressSpec spec = consensus ? gossip::CompressSpec{} : config_.compress;
+  const bool streamed = gossip::Streamable(spec);
   const uint32_t chunk_floats =
       std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats);
   const uint64_t chunks = gossip::StreamChunks(total, chunk_floats);
   const uint64_t stream_bytes =
-      streamed ? gossip::StreamWireBytes(total, config_.compress, chunk_floats) +
-                     chunks * kFrameOverheadBytes
+      streamed ? gossip::StreamWireBytes(total, spec, chunk_floats) + chunks * kFrameOverheadBytes
                : 0;
   round_ = std::make_unique<Round>();
   round_->id = id;
   round_->started = now;
+  round_->consensus = consensus;
   round_->raw_per_rx = params.size() * sizeof(float) + chunks * kFrameOverheadBytes;
   up_.Begin(now);
   for (const auto& name : receivers) {
@@ -263,8 +265,8 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now) {
     // connection closed before that (refused, aborted, timed out) loses it.
     if (streamed) {
       t.wire_bytes = stream_bytes;
-      Emit(SendParams{conn, config_.name, snap.params, id, snap.step, snap.final, config_.compress,
-                      chunk_floats});
+      Emit(SendParams{conn, config_.name, snap.params, id, snap.step, snap.final, spec,
+                      chunk_floats, consensus});
     } else {
       for (auto& c : EncodeFor(name, params, id, snap.step, &t)) {
         c.final = snap.final;
@@ -328,6 +330,7 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
     round_->raw_bytes += round_->raw_per_rx;
     stats_.params_bytes_sent += t.wire_bytes;
     stats_.params_bytes_raw += round_->raw_per_rx;
+    if (round_->consensus) consensus_.acked.insert(t.receiver);
     if (t.new_ref) {
       const auto old = tx_refs_.find(t.receiver);
       const uint32_t since = t.full || old == tx_refs_.end() ? 0 : old->second.since_full + 1;
@@ -414,7 +417,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   if (fresh) down_.Begin(now);
   it->second += (chunk.wire_bytes != 0 ? chunk.wire_bytes : chunk.data.size() * sizeof(float)) +
                 kFrameOverheadBytes;
-  if (!chunk.keyed && chunk.base == 0 && !chunk.final) {
+  if (!chunk.keyed && chunk.base == 0 && !chunk.final && !chunk.consensus) {
     if (!OnStreamChunk(conn, sender, chunk, now)) {
       Reject();
       Emit(Close{conn, true});
@@ -451,6 +454,13 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
         Reference{chunk_round, 0, std::make_shared<const std::vector<float>>(model->params)};
   }
   CompleteIncoming(conn, sender, chunk_round, model->step, now);
+  // The end-of-training consensus: a finished node keeps its finished peers' final models
+  // (the leader averages them), and the consensus model replaces ours.
+  if ((model->consensus || (model->final && final_)) &&
+      OnConsensusModel(sender, model->consensus, &model->params, now)) {
+    Consensus(now);
+    return;
+  }
   // A finished peer's model reached its goal however few steps it took: it mixes at full weight
   // (the step it carries is ours at least), so the last nodes converge with the finished ones.
   // The chunks say so (ParamChunk::final), or membership already knows the sender stopped.

@@ -187,6 +187,7 @@ void Node::SendState(ConnId conn) {
 void Node::ServeFinal(TimeMs now) {
   if (!final_ || now < final_serve_at_) return;
   final_serve_at_ = now + config_.final_serve_interval_ms;
+  if (Candidates().empty()) return Consensus(now);  // nobody trains any more
   if (!latest_ || pending_ || round_ || leaving_) return;
   pending_ = SnapshotIn{latest_step_, latest_, true};
   StartRound(now);

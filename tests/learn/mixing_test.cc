@@ -215,3 +215,57 @@ TEST_CASE("ParamAverage: warm-up, decay and reset", "[learn][mixing]") {
   avg.Update(y);
   CHECK(avg.value() == y);
 }
+
+TEST_CASE("OuterStep: avg keeps the mix, sgd and nesterov step from the last outer parameters",
+          "[learn][outer]") {
+  using K = meshtrain::learn::OuterStep::Kind;
+  K kind;
+  CHECK(meshtrain::learn::OuterStep::ParseKind("nesterov", &kind));
+  CHECK(kind == K::kNesterov);
+  CHECK_FALSE(meshtrain::learn::OuterStep::ParseKind("adam", &kind));
+
+  std::vector<float> x = {1, 1, 1};
+  meshtrain::learn::OuterStep avg(K::kAvg, 0.7, 0.9);
+  avg.Reset(x.data(), x.size());
+  x = {0, 1, 2};
+  avg.Step(x.data(), x.size());
+  CHECK(x == std::vector<float>{0, 1, 2});
+
+  // sgd lr 1 is avg; lr 0.5 goes halfway from θ₀ to the mix.
+  meshtrain::learn::OuterStep sgd(K::kSgd, 0.5, 0);
+  x = {1, 1, 1};
+  sgd.Reset(x.data(), x.size());
+  x = {0, 1, 3};
+  sgd.Step(x.data(), x.size());
+  CHECK(x == std::vector<float>{0.5f, 1, 2});
+
+  // nesterov: Δ = θ₀ − x̄, m = μ m + Δ, θ = θ₀ − lr (Δ + μ m), θ₀ = θ; twice by hand.
+  const float lr = 0.7f, mu = 0.9f;
+  meshtrain::learn::OuterStep nag(K::kNesterov, lr, mu);
+  x = {1, 1, 1};
+  nag.Reset(x.data(), x.size());
+  x = {0, 1, 2};
+  nag.Step(x.data(), x.size());
+  std::vector<float> theta(3), m(3);
+  const float d1[3] = {1, 0, -1};
+  for (int i = 0; i < 3; ++i) {
+    m[i] = d1[i];
+    theta[i] = 1 - lr * (d1[i] + mu * m[i]);
+    CHECK(x[i] == Approx(theta[i]));
+  }
+  std::vector<float> mixed = {x[0] - 0.1f, x[1], x[2] + 0.2f};
+  x = mixed;
+  nag.Step(x.data(), x.size());
+  for (int i = 0; i < 3; ++i) {
+    const float d = theta[i] - mixed[i];
+    m[i] = mu * m[i] + d;
+    CHECK(x[i] == Approx(theta[i] - lr * (d + mu * m[i])));
+  }
+  CHECK(nag.steps() == 2);
+
+  // After a Reset (an adopted model) the momentum is gone: a step at θ₀ changes nothing.
+  nag.Reset(x.data(), x.size());
+  const auto held = x;
+  nag.Step(x.data(), x.size());
+  CHECK(x == held);
+}

@@ -128,6 +128,10 @@ double Mesh::loss(size_t i) const {
   return peers_[i]->task ? peers_[i]->task->Evaluate().loss : 0.0;
 }
 
+uint32_t Mesh::params_crc(size_t i) const {
+  return peers_[i]->task ? learn::ParamsCrc32(peers_[i]->task->params()) : 0;
+}
+
 void Mesh::Feed(size_t i, node::Input in) {
   Peer& p = *peers_[i];
   if (p.crashed) return;
@@ -178,7 +182,13 @@ void Mesh::MaybeCompute(size_t i) {
     q.step++;
     q.computing = false;
     q.idle_since = now_;
-    if (opt_.max_steps > 0 && q.step >= opt_.max_steps) q.finished = true;
+    if (opt_.max_steps > 0 && q.step >= opt_.max_steps) {
+      q.finished = true;
+      if (q.task) {
+        q.final_params.assign(q.task->params().data(),
+                              q.task->params().data() + q.task->params().size());
+      }
+    }
     auto params = std::make_shared<std::vector<float>>(
         q.task ? std::vector<float>(q.task->params().data(),
                                     q.task->params().data() + q.task->params().size())
@@ -320,6 +330,19 @@ void Mesh::Execute(size_t i) {
       p.adopted_from = a->from;
       p.inbox.clear();
       p.inbox_steps.clear();
+    } else if (auto* red = std::get_if<node::ConsensusReduce>(&o)) {
+      std::vector<const std::vector<float>*> models;
+      for (const auto& m : red->models) models.push_back(m.get());
+      auto in = std::make_shared<node::Input>(node::ConsensusResult{
+          red->id, std::make_shared<const std::vector<float>>(learn::AverageModels(models))});
+      At(now_ + 1, [this, i, in] { Feed(i, std::move(*in)); });
+    } else if (auto* ac = std::get_if<node::AdoptConsensus>(&o)) {
+      Peer& p = *peers_[i];
+      if (p.task && ac->params->size() == static_cast<size_t>(p.task->params().size())) {
+        p.task->params() = Eigen::Map<const Eigen::VectorXf>(
+            ac->params->data(), static_cast<Eigen::Index>(ac->params->size()));
+      }
+      p.consensus_adoptions++;
     } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {
       sync::Rng rng(req->seed);
       node::PlanResult r{req->id, sync::Select(sync::SelectPolicy::kSelmcast, req->self,

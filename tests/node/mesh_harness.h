@@ -91,6 +91,12 @@ class Mesh {
   // Time node i's trainer sat between the end of a step and the start of the next, ms.
   double idle_ms(size_t i) const { return peers_[i]->idle_ms; }
   uint64_t mixes(size_t i) const { return peers_[i]->mixes; }
+  // The end-of-training consensus: the models node i adopted (AdoptConsensus), and the CRC32 of
+  // its model now (0 without a task).
+  int consensus_adoptions(size_t i) const { return peers_[i]->consensus_adoptions; }
+  uint32_t params_crc(size_t i) const;
+  // Node i's final model as it finished (empty before).
+  const std::vector<float>& final_params(size_t i) const { return peers_[i]->final_params; }
   uint64_t datagrams() const { return datagrams_; }
 
  private:
@@ -112,6 +118,8 @@ class Mesh {
     int64_t timer_at = -1;     // the pending Tick, if any
     int64_t idle_since = -1;   // end of the last step, while no next one computes
     double idle_ms = 0;
+    int consensus_adoptions = 0;
+    std::vector<float> final_params;
   };
   struct Conn {  // one TCP connection: (node a, id at a) <-> (node b, id at b)
     size_t a, b;

@@ -1,0 +1,146 @@
+// One model at the end of training (issue 32). While peers still train, a finished node offers
+// them its final model (node_state.cc, ServeFinal). Once no live member trains any more, the
+// finished nodes — the participants: live members that stopped training after at least one step,
+// and this node — agree on one model:
+//   1. The leader is the participant with the smallest name. Every other participant sends it
+//      its final model (a final transfer, compressed as configured) until it holds a consensus
+//      model from that leader.
+//   2. The leader, once it holds every participant's final model (its own included), asks the
+//      driver for their plain average (ConsensusReduce: equal weights, off the event loop).
+//   3. It adopts the average (AdoptConsensus) and sends it, as plain floats, to every
+//      participant that has not acknowledged it yet; each adopts it bit for bit.
+// A participant that fails leaves the view: the leader reduces over the rest (a result that
+// covers every participant still alive stays valid). A leader that fails is replaced by the next
+// name: it serves the result it holds, or collects and reduces anew, and everyone adopts the
+// new leader's model. So every live participant ends with the same bytes after one reduce per
+// leader failure. Every step is repeated after consensus_retry_ms until it is acknowledged.
+#include <algorithm>
+
+#include "node/node.h"
+#include "node/node_internal.h"
+
+namespace meshtrain::node {
+
+bool Node::ConsensusParticipants(TimeMs now) {
+  ConsensusState& cs = consensus_;
+  if (!config_.consensus || !config_.training || !final_ || !latest_ || leaving_) return false;
+  if (!Candidates().empty()) return false;  // peers still train: ServeFinal offers them our model
+  std::vector<std::string> parts{config_.name};
+  ForEachPeer([&](const PeerRef& p) {
+    if (p.live && !p.training && p.step > 0) parts.push_back(*p.name);
+  });
+  std::sort(parts.begin(), parts.end());
+  if (parts != cs.participants) {
+    cs.participants = std::move(parts);
+    cs.next_send = now;  // a new leader or member: act at once
+  }
+  return true;
+}
+
+void Node::Consensus(TimeMs now) {
+  ConsensusState& cs = consensus_;
+  if (!ConsensusParticipants(now)) return;
+  const std::vector<std::string>& parts = cs.participants;
+  const std::string& leader = parts.front();
+  if (leader != config_.name) {
+    // A participant: our final model to the leader until its consensus model arrives.
+    if (cs.result && cs.result_from == leader) return;
+    if (round_ || pending_ || now < cs.next_send) return;
+    cs.next_send = now + config_.consensus_retry_ms;
+    pending_ = SnapshotIn{latest_step_, latest_, true};
+    return SendRound({leader}, now);
+  }
+  // The leader. A result that covers every live participant stands (whoever computed it: a
+  // leader that failed after sending it to us); otherwise reduce anew.
+  const auto covers = [&](const std::vector<std::string>& over) {
+    return std::all_of(parts.begin(), parts.end(), [&](const std::string& p) {
+      return std::binary_search(over.begin(), over.end(), p);
+    });
+  };
+  if (cs.result && covers(cs.reduced_over)) {
+    if (cs.result_from != config_.name) {
+      cs.result_from = config_.name;  // we serve it from now on
+      cs.acked.clear();
+    }
+    std::vector<std::string> due;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      if (!cs.acked.count(parts[i])) due.push_back(parts[i]);
+    }
+    if (due.empty() || round_ || pending_ || now < cs.next_send) return;
+    cs.next_send = now + config_.consensus_retry_ms;
+    pending_ = SnapshotIn{latest_step_, cs.result, true};
+    return SendRound(std::move(due), now, true);
+  }
+  if (cs.reducing) return;
+  ConsensusReduce req;
+  req.id = ++cs.reduce_id;
+  for (const auto& p : parts) {
+    if (p == config_.name) {
+      req.models.push_back(latest_);
+      continue;
+    }
+    auto it = cs.finals.find(p);
+    if (it == cs.finals.end()) return;  // still waiting for this participant's model
+    req.models.push_back(it->second);
+  }
+  cs.reducing = true;
+  cs.reduced_over = parts;
+  Emit(LogLine{false, "consensus: averaging the final models of " + std::to_string(parts.size()) +
+                          " nodes"});
+  Emit(std::move(req));
+}
+
+void Node::OnConsensusResult(ConsensusResult r, TimeMs now) {
+  ConsensusState& cs = consensus_;
+  if (!cs.reducing || r.id != cs.reduce_id || !r.params || !latest_ ||
+      r.params->size() != latest_->size()) {
+    return;
+  }
+  cs.reducing = false;
+  cs.result = std::move(r.params);
+  cs.result_from = config_.name;
+  cs.acked.clear();
+  cs.next_send = now;
+  Emit(AdoptConsensus{config_.name, cs.result, cs.reduced_over.size()});
+  Consensus(now);
+}
+
+bool Node::OnConsensusModel(const std::string& sender, bool consensus, std::vector<float>* params,
+                            TimeMs now) {
+  ConsensusState& cs = consensus_;
+  if (!config_.consensus) return false;
+  if (!consensus) {  // a finished peer's final model, kept for the reduce
+    cs.finals[sender] = std::make_shared<const std::vector<float>>(std::move(*params));
+    return true;
+  }
+  // The consensus model: only from the leader as we see it (a stale leader's is ignored).
+  if (!ConsensusParticipants(now) || cs.participants.front() != sender) return true;
+  cs.result = std::make_shared<const std::vector<float>>(std::move(*params));
+  cs.result_from = sender;
+  cs.reducing = false;
+  Emit(AdoptConsensus{sender, cs.result, cs.participants.size()});
+  return true;
+}
+
+Node::ConsensusView Node::consensus() const {
+  ConsensusView v;
+  const ConsensusState& cs = consensus_;
+  if (!config_.consensus || !config_.training) return v;
+  v.participants = cs.participants.size();
+  v.leader = cs.participants.empty() ? std::string() : cs.participants.front();
+  v.models = cs.finals.size() + (final_ ? 1 : 0);
+  if (!final_) {
+    v.state = "training";
+  } else if (cs.participants.empty()) {
+    v.state = "waiting";  // peers still train
+  } else if (cs.result && cs.result_from == v.leader) {
+    v.state = v.leader == config_.name ? "serving" : "adopted";
+  } else if (cs.reducing) {
+    v.state = "reducing";
+  } else {
+    v.state = "collecting";
+  }
+  return v;
+}
+
+}  // namespace meshtrain::node

@@ -1,0 +1,95 @@
+// The end-of-training consensus (issue 32, node/node_consensus.cc) in virtual time: nodes that
+// stop at --steps end with one model, bit for bit the average of their final models; a node
+// (the leader among them) failing during it leaves the others agreeing all the same.
+#include <catch2/catch.hpp>
+#include <set>
+
+#include "learn/mixing.h"
+#include "tests/node/mesh_harness.h"
+
+using meshtrain::testing::Mesh;
+using meshtrain::testing::MeshOptions;
+
+namespace {
+
+MeshOptions ConsensusMesh(uint64_t seed) {
+  MeshOptions o;
+  o.nodes = 4;
+  o.seed = seed;
+  o.max_steps = 60;
+  o.policy = meshtrain::sync::Policy::kAsp;  // the nodes finish at different times
+  o.straggler_factor = 3;                    // node 0 (n0, the leader) finishes last
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("consensus: every finished node ends with the average of the final models",
+          "[node][consensus]") {
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    INFO("seed " << seed);
+    Mesh mesh(ConsensusMesh(seed));
+    mesh.Start();
+    mesh.RunUntil(30000);
+    std::set<uint32_t> crcs;
+    std::vector<const std::vector<float>*> finals;
+    for (size_t i = 0; i < mesh.size(); ++i) {
+      REQUIRE(mesh.finished(i));
+      CHECK(mesh.consensus_adoptions(i) >= 1);
+      crcs.insert(mesh.params_crc(i));
+      finals.push_back(&mesh.final_params(i));
+      const auto v = mesh.node(i).consensus();
+      CHECK(v.participants == 4);
+      CHECK(v.leader == "n0");
+      CHECK(std::string(v.state) == (i == 0 ? "serving" : "adopted"));
+    }
+    CHECK(crcs.size() == 1);
+    // Bit for bit the plain average of the four final models, in the leader's order (by name).
+    CHECK(*crcs.begin() ==
+          meshtrain::learn::ParamsCrc32(meshtrain::learn::AverageModels(finals).data(),
+                                        finals.front()->size()));
+    // The final models differed (the average is not one of them).
+    std::set<uint32_t> own;
+    for (auto* f : finals) own.insert(meshtrain::learn::ParamsCrc32(f->data(), f->size()));
+    CHECK(own.size() == 4);
+    CHECK(own.count(*crcs.begin()) == 0);
+    CHECK(mesh.loss(1) < 0.05);
+  }
+}
+
+TEST_CASE("consensus: the leader failing during it leaves the others agreeing",
+          "[node][consensus]") {
+  for (int64_t crash_after : {0, 5, 40, 200}) {
+    INFO("leader crashes " << crash_after << " ms after the last node finished");
+    Mesh mesh(ConsensusMesh(7));
+    mesh.Start();
+    // Until the leader (the straggler) finishes: then every node has and the consensus starts.
+    for (int i = 0; i < 3000 && !mesh.finished(0); ++i) mesh.RunUntil(mesh.now() + 10);
+    REQUIRE(mesh.finished(0));
+    mesh.RunUntil(mesh.now() + crash_after);
+    mesh.Crash(0);
+    mesh.RunUntil(mesh.now() + 30000);  // SWIM declares n0 failed within a few seconds
+    std::set<uint32_t> crcs;
+    for (size_t i = 1; i < mesh.size(); ++i) {
+      crcs.insert(mesh.params_crc(i));
+      const auto v = mesh.node(i).consensus();
+      CHECK(v.leader == "n1");
+      CHECK(v.participants == 3);
+      CHECK(std::string(v.state) == (i == 1 ? "serving" : "adopted"));
+    }
+    CHECK(crcs.size() == 1);
+  }
+}
+
+TEST_CASE("consensus: a node alone adopts its own final model", "[node][consensus]") {
+  MeshOptions o = ConsensusMesh(1);
+  o.nodes = 1;
+  Mesh mesh(o);
+  mesh.Start();
+  mesh.RunUntil(20000);
+  REQUIRE(mesh.finished(0));
+  // Alone: the average of one model is that model.
+  CHECK(mesh.consensus_adoptions(0) == 1);
+  CHECK(mesh.params_crc(0) ==
+        meshtrain::learn::ParamsCrc32(mesh.final_params(0).data(), mesh.final_params(0).size()));
+}
