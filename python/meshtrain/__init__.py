@@ -30,7 +30,7 @@ PROTOCOL_VERSION = 1
 _MAGIC = 0x5452544D
 _HEADER = struct.Struct("<IHHII")  # magic, version, type, seq, length
 _MAX_BODY = 4096
-ATTACH, WAIT_PERMIT, PUBLISH, MIX, EVAL, DETACH = 1, 2, 3, 4, 5, 6
+ATTACH, WAIT_PERMIT, PUBLISH, MIX, EVAL, DETACH, FINISH = 1, 2, 3, 4, 5, 6, 7
 _REPLY, _ERROR = 0x80, 0xFF
 _DTYPE_FLOAT32 = 1
 
@@ -207,6 +207,33 @@ class Mesh:
         if stop:
             self.training = False
         return bool(stop)
+
+    def finish(self, model=None, timeout=None):
+        """Ends training and returns once this node holds the mesh's one model.
+
+        ``model`` (as for :meth:`step`; default: what the shared memory holds) is this node's
+        final model. The agent offers it to peers still training and, once no live member trains
+        any more, the finished nodes average their final models; the average (bit for bit the
+        same on every node) is then in ``mesh.params`` and loaded into ``model``. Waits up to
+        ``timeout`` seconds (None: as long as peers train). Returns
+        ``{"models": nodes averaged, "crc32": CRC-32 of the parameters, "step": step}``.
+        """
+        import zlib
+        view = _View.of(model) if model is not None else None
+        if self.params is None:
+            raise MeshError("finish() before the trainer attached (no model)")
+        if view is not None:
+            if view.size != self.num_params:
+                raise MeshError(f"the model has {view.size} parameters, attached with "
+                                f"{self.num_params}")
+            view.store(self.params)
+        models, crc, step = struct.unpack("<IIQ", self._request(FINISH, timeout=timeout))
+        self.training = False
+        if view is not None:
+            view.load(self.params)
+        if zlib.crc32(memoryview(self.params).cast("B")) != crc:
+            raise MeshError("the consensus model in the shared memory does not match its CRC")
+        return {"models": models, "crc32": crc, "step": step}
 
     def detach(self):
         """Leaves the agent cleanly (it stops counting as training) and closes the socket."""

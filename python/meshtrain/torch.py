@@ -243,6 +243,11 @@ class MeshOptimizer:
                 self.outer.step(self.params)
         return loss
 
+    def finish(self, timeout=None):
+        """Ends training: waits for the mesh's one model (``Mesh.finish``) and loads it into
+        the parameters (and mixed buffers). Returns what ``Mesh.finish`` returns."""
+        return self.mesh.finish(self.params + self.buffers, timeout=timeout)
+
     def state_dict(self):
         return self.optimizer.state_dict()
 

@@ -1,0 +1,124 @@
+"""One model at the end of training (issue 32), on real agents on loopback:
+
+1. Built-in trainers: 3 agents train `synthetic` with --outer nesterov --sync-every 10 and
+   different --steps (they finish at different times). Once the last one finishes, all three
+   hold one model: status `consensus` says serving (the leader) or adopted, `models` 3, the same
+   crc32 everywhere, and the evaluation of it (params_crc32) is that model; the loss is low.
+2. External trainers (the Python client, numpy only): 3 trainers each fit a linear model on data
+   of their own for a different number of mesh steps, then call mesh.finish(). Every finish()
+   returns the same crc32 (of the parameters it loaded) and models == 3.
+Skips part 2 (not the test) without an interpreter with numpy.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from external_lib import Worker, Workers, external_mesh, numpy_python, start_all  # noqa: E402
+from harness import Mesh, parse_args, wait_until  # noqa: E402
+
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+
+WORKER = r'''
+import argparse, json, zlib
+import numpy as np
+import meshtrain
+
+p = argparse.ArgumentParser()
+p.add_argument("--socket", required=True)
+p.add_argument("--node", type=int, default=0)
+p.add_argument("--steps", type=int, default=50)
+a = p.parse_args()
+rng = np.random.default_rng(10 + a.node)
+x = rng.normal(size=(256, 16)).astype(np.float32)
+w_true = np.linspace(-1, 1, 16).astype(np.float32)
+w_true[a.node] += 1.0  # the nodes' data differ
+y = x @ w_true
+w = np.zeros(16, np.float32)
+mesh = meshtrain.connect(a.socket, timeout=30)
+for i in range(a.steps):
+    idx = rng.integers(0, len(x), 32)
+    grad = 2 * x[idx].T @ (x[idx] @ w - y[idx]) / 32
+    w -= 0.05 * grad.astype(np.float32)
+    mesh.step(w)
+own = zlib.crc32(w.tobytes())
+res = mesh.finish(w)
+print(json.dumps({"event": "finished", "own": own, "crc": zlib.crc32(w.tobytes()),
+                  "reply": res, "training": mesh.training}), flush=True)
+mesh.detach()
+'''
+
+
+def builtin_part(binary):
+    common = ["--profile", "local", "--task", "synthetic", "--barrier", "pssp", "--sample", "2",
+              "--staleness", "4", "--select", "random", "--fanout", "2", "--eval-every", "100",
+              "--min-peers", "2", "--lr", "0.01", "--batch", "32", "--outer", "nesterov",
+              "--sync-every", "10"]
+    with Mesh(binary, 3, common, name_prefix="cons") as mesh:
+        for i, a in enumerate(mesh.agents):
+            a.extra += ["--shard", f"{i}/3", "--steps", str(400 + 150 * i)]
+        mesh.start_joined(timeout=10)
+
+        def agreed():
+            sts = [a.status() for a in mesh.agents]
+            if any(s is None for s in sts):
+                return None
+            c = [s["consensus"] for s in sts]
+            done = all(x["state"] in ("serving", "adopted") for x in c)
+            # The evaluation of the consensus model runs just after it is adopted.
+            evaluated = all(s["params_crc32"] == s["consensus"]["crc32"] for s in sts)
+            return sts if done and evaluated else None
+        _, sts = wait_until(agreed, 120, interval=0.5, what="every agent holds the consensus model")
+        crcs = {s["consensus"]["crc32"] for s in sts}
+        for s in sts:
+            c = s["consensus"]
+            print(f"  {s['name']}: step {s['step']} consensus {c['state']} leader {c['leader']} "
+                  f"models {c['models']} crc32 {c['crc32']:08x} loss {s['loss']:.4f} "
+                  f"outer_steps {s['outer_steps']}")
+            assert c["models"] == 3 and c["participants"] == 3, c
+            assert c["leader"] == "cons1", c
+            assert s["outer_steps"] >= 30, s  # --outer nesterov stepped every 10 steps
+            assert s["loss"] < 0.05, s
+        assert len(crcs) == 1 and 0 not in crcs, crcs
+        states = sorted(s["consensus"]["state"] for s in sts)
+        assert states == ["adopted", "adopted", "serving"], states
+    print("built-in trainers: one model (crc32 %08x) on all 3 agents" % crcs.pop())
+
+
+def external_part(binary):
+    py = numpy_python()
+    if py is None:
+        print("SKIP part 2: no python3 with numpy (install python3-numpy)")
+        return
+    os.environ["PYTHONPATH"] = PYTHON_DIR
+    with external_mesh(binary, 3, "cext", 2) as mesh, Workers() as workers:
+        script = os.path.join(mesh.workdir, "consensus_worker.py")
+        with open(script, "w") as f:
+            f.write(WORKER)
+        start_all(mesh)
+        for i, a in enumerate(mesh.agents):
+            wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
+            workers.append(Worker(py, a, mesh.workdir, "--node", i, "--steps", 60 + 40 * i,
+                                  script=script))
+        wait_until(lambda: all(w.event("finished") for w in workers), 90, interval=0.3,
+                   what="every trainer's finish() returned")
+        outs = [w.event("finished") for w in workers]
+        for o in outs:
+            print("  " + json.dumps(o))
+            assert o["reply"]["models"] == 3, o
+            assert o["reply"]["crc32"] == o["crc"], o  # what finish() loaded is the model
+            assert o["own"] != o["crc"], o  # its own final model was replaced
+            assert o["training"] is False, o
+        assert len({o["crc"] for o in outs}) == 1, outs
+    print("external trainers: finish() returned one model on all 3")
+
+
+def main():
+    args = parse_args()
+    builtin_part(args.bin)
+    external_part(args.bin)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
