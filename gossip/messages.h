@@ -277,7 +277,7 @@ class ParamAssembler {
     uint64_t base = 0;   // ParamChunk::base shared by every chunk of the round
     bool keyed = false;  // some chunk was compressed or a change: the sender keeps a reference
     std::vector<float> params;
-    bool final = false;  // the sender's final model (ParamChunk::final of its chunks)
+    bool final = false;      // the sender's final model (ParamChunk::final of its chunks)
     bool consensus = false;  // the consensus model (ParamChunk::consensus of its chunks)
   };
 

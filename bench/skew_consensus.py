@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Skewed shards end in one model (issue 32): 3 agents (--trainer external, pssp) each train a
+PyTorch MLP (784-256-LayerNorm-ReLU-4, Adam lr 1e-3, batch 64) on Fashion-MNIST classes 0-3,
+node i on classes {i, i+1} only, for --steps steps through meshtrain.torch.MeshOptimizer, then
+call opt.finish(). Reported per setting and run: each node's accuracy on the test images of the
+4 classes after finish(), whether the three hold the same parameters (CRC-32), and the parameter
+bytes each agent sent (status params_bytes_sent); beside them, pooled training (one process on
+the union of the shards, the same steps) — the issue's reference.
+
+    /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25
+
+A setting is OUTER:H (MeshOptimizer(outer=OUTER, sync_every=H)). Acceptance: every node within
+0.02 of pooled in every run; nesterov:25 with at most 1/10 of avg:1's bytes. A bench (minutes
+on 2 cores), not a test. Needs numpy and torch (Debian's /usr/bin/python3) and the
+dataset-fashion-mnist package.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
+from external_lib import external_mesh, start_all  # noqa: E402
+from harness import wait_until  # noqa: E402
+
+WORKER = r'''
+import argparse, gzip, json, os, struct, sys, zlib
+import numpy as np
+import torch
+sys.path.insert(0, os.environ["MESHTRAIN_PYTHON"])
+
+p = argparse.ArgumentParser()
+p.add_argument("--socket", default="")
+p.add_argument("--classes", default="0,1,2,3")
+p.add_argument("--steps", type=int, default=2000)
+p.add_argument("--sync-every", type=int, default=1)
+p.add_argument("--outer", default="avg")
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+a = p.parse_args()
+torch.set_num_threads(1)
+
+
+def idx(path):
+    with gzip.open(path, "rb") as f:
+        d = f.read()
+    magic, n = struct.unpack_from(">II", d)
+    if magic == 2051:
+        return np.frombuffer(d, np.uint8, n * 784, 16).reshape(n, 784)
+    return np.frombuffer(d, np.uint8, n, 8)
+
+
+def load(split, classes):
+    pre = "train" if split == "train" else "t10k"
+    x = idx(os.path.join(a.data, pre + "-images-idx3-ubyte.gz"))
+    y = idx(os.path.join(a.data, pre + "-labels-idx1-ubyte.gz"))
+    keep = np.isin(y, classes)
+    return (torch.from_numpy(x[keep].astype(np.float32) / 255.0),
+            torch.from_numpy(y[keep].astype(np.int64)))
+
+
+classes = [int(c) for c in a.classes.split(",")]
+x, y = load("train", classes)
+xt, yt = load("test", [0, 1, 2, 3])
+torch.manual_seed(a.seed)  # one initial model everywhere
+model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.LayerNorm(256), torch.nn.ReLU(),
+                            torch.nn.Linear(256, 4))
+inner = torch.optim.Adam(model.parameters(), lr=1e-3)
+g = torch.Generator().manual_seed(1000 + a.seed + 7 * classes[0])
+opt = inner
+if a.socket:
+    import meshtrain, meshtrain.torch as mt
+    mesh = meshtrain.connect(a.socket, timeout=60)
+    opt = mt.MeshOptimizer(inner, mesh, model=model, sync_every=a.sync_every, outer=a.outer)
+for step in range(a.steps):
+    i = torch.randint(0, len(x), (64,), generator=g)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(model(x[i]), y[i]).backward()
+    opt.step()
+out = {"event": "done"}
+with torch.no_grad():
+    out["accuracy_own"] = float((model(xt).argmax(1) == yt).float().mean())
+if a.socket:
+    out["mixed"] = mesh.mixed_total
+    out["finish"] = opt.finish()
+with torch.no_grad():
+    out["accuracy"] = float((model(xt).argmax(1) == yt).float().mean())
+flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).numpy()
+out["crc"] = zlib.crc32(flat.tobytes())
+print(json.dumps(out), flush=True)
+if a.socket:
+    mesh.detach()
+'''
+
+SHARDS = ["0,1", "1,2", "2,3"]
+
+
+def run_worker(py, script, args, log):
+    with open(log, "wb") as out:
+        return subprocess.Popen([py, script, *map(str, args)], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+def last_json(path):
+    with open(path, errors="replace") as f:
+        lines = [x for x in f if x.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def pooled(py, script, steps, seed, workdir):
+    log = os.path.join(workdir, f"pooled-{seed}.out")
+    p = run_worker(py, script, ["--classes", "0,1,2,3", "--steps", steps, "--seed", seed], log)
+    p.wait(timeout=3600)
+    return last_json(log)
+
+
+def mesh_run(binary, py, script, steps, outer, h, seed, workdir):
+    mesh = external_mesh(binary, 3, f"sk{seed}", 4)
+    mesh.common[mesh.common.index("--barrier") + 1] = "pssp"
+    mesh.common += ["--sample", "2"]
+    procs, logs = [], []
+    with mesh:
+        start_all(mesh)
+        for i, a in enumerate(mesh.agents):
+            wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
+            logs.append(os.path.join(workdir, f"{outer}{h}-{seed}-{i}.out"))
+            procs.append(run_worker(py, script, ["--socket", a.socket, "--classes", SHARDS[i],
+                                                 "--steps", steps, "--sync-every", h,
+                                                 "--outer", outer, "--seed", seed], logs[-1]))
+        try:
+            for p in procs:
+                p.wait(timeout=3600)
+            outs = [last_json(x) for x in logs]
+            sent = [a.status()["params_bytes_sent"] for a in mesh.agents]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    return outs, sent
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--settings", default="avg:1,nesterov:25")
+    a = ap.parse_args()
+    binary = benchlib.find_binary(a.bin)
+    benchlib.check_dataset("fmnist-mlp")
+    py = "/usr/bin/python3"
+    os.environ["MESHTRAIN_PYTHON"] = os.path.join(REPO, "python")
+    workdir = tempfile.mkdtemp(prefix="meshtrain-skew-")
+    script = os.path.join(workdir, "skew_worker.py")
+    with open(script, "w") as f:
+        f.write(WORKER)
+    settings = [(s.split(":")[0], int(s.split(":")[1])) for s in a.settings.split(",")]
+    rows, ok = [], True
+    bytes_by = {}
+    for seed in range(a.runs):
+        ref = pooled(py, script, a.steps, seed, workdir)
+        rows.append([seed, "pooled", "-", f"{ref['accuracy']:.4f}", "-", "-", "-"])
+        for outer, h in settings:
+            t0 = time.monotonic()
+            outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir)
+            accs = [o["accuracy"] for o in outs]
+            same = len({o["crc"] for o in outs}) == 1
+            worst = max(ref["accuracy"] - x for x in accs)
+            ok = ok and same and worst <= 0.02
+            bytes_by.setdefault((outer, h), []).append(sum(sent) / len(sent))
+            rows.append([seed, f"{outer} H={h}", f"{time.monotonic() - t0:.0f}",
+                         " ".join(f"{x:.4f}" for x in accs), "yes" if same else "NO",
+                         f"{worst:+.4f}", f"{sum(sent) / len(sent) / 1e6:.1f}"])
+            print(" | ".join(map(str, rows[-1])), flush=True)
+    print(benchlib.table(["run", "setting", "wall s", "accuracy per node", "same model",
+                          "pooled - worst", "MB sent per node"], rows))
+    base = bytes_by.get(("avg", 1))
+    for key, v in bytes_by.items():
+        if base and key != ("avg", 1):
+            print(f"{key[0]} H={key[1]}: {benchlib.mean(v) / benchlib.mean(base):.4f} of avg H=1's "
+                  "parameter bytes")
+    print("every node within 0.02 of pooled, one model: " + ("yes" if ok else "NO"))
+    print(f"logs in {workdir}")
+
+
+if __name__ == "__main__":
+    main()
