@@ -223,6 +223,10 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "Outer optimizer at each sync (DiLoCo): avg (the mix is the model), sgd or "
                 "nesterov (a step from the last sync's parameters along theta0 - mixed)")
       ->capture_default_str();
+  a->add_option("--fragments", c.fragments,
+                "Streaming fragments: the model in F parts, one sent (and outer-stepped) every "
+                "H/F steps in turn, so each sync moves 1/F of it (F must divide --sync-every)")
+      ->capture_default_str();
   a->add_option("--outer-lr", c.outer_lr, "Outer learning rate (default: nesterov 0.7, sgd 1.0)");
   a->add_option("--outer-momentum", c.outer_momentum,
                 "Outer Nesterov momentum (default 0.9; only with --outer nesterov)");

@@ -317,7 +317,7 @@ struct Agent::Impl : RpcBackend {
     }
     Feed(p);
     if (auto snap = trainer->TakeSnapshot()) {
-      Feed(node::SnapshotIn{snap->step, std::move(snap->params), snap->final});
+      Feed(node::SnapshotIn{snap->step, std::move(snap->params), snap->final, snap->span});
     }
   }
 

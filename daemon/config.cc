@@ -72,6 +72,24 @@ Status AgentConfig::FinalizeOuter() {
   if (!(outer_momentum >= 0 && outer_momentum < 1)) {
     return Status::InvalidArgument("invalid --outer-momentum: must be in [0, 1)");
   }
+  if (fragments < 1 || fragments > 1024) {
+    return Status::InvalidArgument("invalid --fragments: 1..1024");
+  }
+  if (fragments > 1) {
+    if (external_trainer()) {
+      return Status::InvalidArgument(
+          "--fragments applies to the built-in trainer (an external trainer passes fragments= to "
+          "MeshOptimizer in meshtrain.torch)");
+    }
+    if (sync_every_auto || sync_every % fragments != 0) {
+      return Status::InvalidArgument("--fragments " + std::to_string(fragments) +
+                                     " needs a --sync-every that it divides (one fragment every "
+                                     "H/F steps)");
+    }
+    if (compress.rfind("topk", 0) == 0) {
+      return Status::InvalidArgument("--fragments does not go with --compress topk");
+    }
+  }
   if (kind != learn::OuterStep::Kind::kAvg && external_trainer()) {
     return Status::InvalidArgument(
         "--outer applies to the built-in trainer (an external trainer takes the outer step "

@@ -92,6 +92,9 @@ struct AgentConfig {
   // --outer-momentum (0 and -1 here: the kind's defaults, set by Finalize: nesterov 0.7 and 0.9,
   // sgd 1.0 and 0).
   std::string outer = "avg";
+  // --fragments F (streaming fragments, issue 32): every H/F steps one of F fragments of the
+  // model is sent (and takes its outer step), in turn.
+  int fragments = 1;
   double outer_lr = 0;
   double outer_momentum = -1;
   std::string compress = "none";

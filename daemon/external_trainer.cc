@@ -495,7 +495,13 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
   }
   // A copy: the trainer overwrites the shared memory with its next step while this one is sent.
   auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
-  if (!*snap && !CanAllocateSnapshot()) return FinishPublish(c, seq, p.step, nullptr);
+  if (p.end > num_params_) {
+    return Reject(c, "trainer_message", seq,
+                  "publish: fragment end " + std::to_string(p.end) + " is beyond the model's " +
+                      std::to_string(num_params_) + " parameters");
+  }
+  const gossip::StreamSpan span{static_cast<uint32_t>(p.begin), static_cast<uint32_t>(p.end)};
+  if (!*snap && !CanAllocateSnapshot()) return FinishPublish(c, seq, p.step, nullptr, span);
   // The copy and its finite check (and a new buffer's allocation: writing a large model's
   // pages is as costly as the copy) run on the thread pool; the trainer waits for the reply.
   job_ = true;
@@ -506,19 +512,21 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
         if (!*snap) *snap = NewSnapshotBuffer(n);
         *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
       },
-      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step = p.step, snap, ok] {
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step = p.step, snap, ok,
+       span] {
         if (life.expired() || gen != conn_gen_) return;  // gone, or the trainer detached
         KeepSnapshotBuffer(*snap);
         job_ = false;
         if (!*ok)
           return Reject(c, "trainer_message", seq, "publish: the parameters are not all finite");
-        FinishPublish(c, seq, step, *snap);
+        FinishPublish(c, seq, step, *snap, span);
         HandleFrames(c);
       });
 }
 
 void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
-                                    std::shared_ptr<std::vector<float>> snap) {
+                                    std::shared_ptr<std::vector<float>> snap,
+                                    gossip::StreamSpan span) {
   const auto now = Clock::now();
   const double interval = Seconds(now - last_publish_);
   const double compute = Seconds(now - std::max(last_publish_, last_permit_));
@@ -537,7 +545,7 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
   if (snap) {
     latest_ = snap;
     latest_step_ = step;
-    outbox_ = Snapshot{step, std::move(snap)};
+    outbox_ = Snapshot{step, std::move(snap), false, span};
   }
   Reply(c, tp::kPublish | tp::kReplyBit, seq, tp::Writer().U64(step).Take());
   notify_();

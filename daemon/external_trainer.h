@@ -165,8 +165,8 @@ class ExternalTrainer : public Trainer {
   std::shared_ptr<std::vector<float>> SnapshotBuffer();
   bool CanAllocateSnapshot() const;
   void KeepSnapshotBuffer(const std::shared_ptr<std::vector<float>>& b);
-  void FinishPublish(Conn* c, uint32_t seq, uint64_t step,
-                     std::shared_ptr<std::vector<float>> snap);
+  void FinishPublish(Conn* c, uint32_t seq, uint64_t step, std::shared_ptr<std::vector<float>> snap,
+                     gossip::StreamSpan span = {});
   std::vector<std::shared_ptr<std::vector<float>>> pool_;
   // At attach, a large model's snapshot buffer and the mixer's running sum are made and their
   // pages touched on the thread pool while the trainer starts (PrepareBuffers), so that the first

@@ -27,7 +27,7 @@ namespace {
 gossip::Frame ChunkFrame(const node::SendParams& s, uint32_t index) {
   gossip::ParamChunk c =
       gossip::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()), index,
-                                s.spec, s.round, s.step, s.chunk_floats);
+                                s.spec, s.round, s.step, s.chunk_floats, s.span);
   c.final = s.final;
   c.consensus = s.consensus;
   gossip::Frame f;
@@ -58,7 +58,8 @@ std::shared_ptr<ParamStreamer::Round> ParamStreamer::RoundFor(const node::SendPa
   for (const auto& w : rounds_) {
     auto r = w.lock();
     if (r && r->s.params == s.params && r->s.round == s.round && r->s.step == s.step &&
-        r->s.final == s.final && r->s.consensus == s.consensus && r->s.spec.kind == s.spec.kind &&
+        r->s.final == s.final && r->s.consensus == s.consensus && r->s.span.begin == s.span.begin &&
+        r->s.span.end == s.span.end && r->s.spec.kind == s.spec.kind &&
         r->s.chunk_floats == s.chunk_floats && r->s.sender == s.sender) {
       return r;
     }
@@ -66,9 +67,9 @@ std::shared_ptr<ParamStreamer::Round> ParamStreamer::RoundFor(const node::SendPa
   auto r = std::make_shared<Round>();
   r->s = s;
   const auto total = static_cast<uint32_t>(s.params->size());
-  r->chunks = gossip::StreamChunks(total, s.chunk_floats);
-  const uint64_t per_chunk =
-      std::max<uint64_t>(1, gossip::StreamWireBytes(total, s.spec, s.chunk_floats) / r->chunks);
+  r->chunks = gossip::StreamChunks(total, s.chunk_floats, s.span);
+  const uint64_t per_chunk = std::max<uint64_t>(
+      1, gossip::StreamWireBytes(total, s.spec, s.chunk_floats, s.span) / r->chunks);
   r->keep = static_cast<uint32_t>(std::max<uint64_t>(kMaxCached, kCacheBytes / per_chunk));
   rounds_.push_back(r);
   return r;

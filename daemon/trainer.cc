@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <tuple>
 
 #include "daemon/metrics.h"
 #include "learn/checkpoint.h"
@@ -369,7 +370,10 @@ void BuiltinTrainer::Run() {
   if (average_.enabled()) average_.Reset(task_->params());  // initial or restored parameters
   // The outer step starts from the parameters in hand (its momentum is not checkpointed).
   outer_.Reset(task_->params().data(), static_cast<size_t>(task_->params().size()));
-  bool published = false;  // the last step published a snapshot: the outer step is due
+  // The last step published a snapshot (of the fragment [published_lo, published_hi)): the
+  // outer step is due on that range.
+  bool published = false;
+  size_t published_lo = 0, published_hi = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.start_step = state_.step;
@@ -455,7 +459,7 @@ void BuiltinTrainer::Run() {
       Eigen::VectorXf& x = task_->params();
       chunk_mixed = mixer_.Apply(x.data(), static_cast<size_t>(x.size()));
       if (published && outer_.enabled()) {
-        outer_.Step(x.data(), static_cast<size_t>(x.size()));
+        outer_.Step(x.data(), static_cast<size_t>(x.size()), published_lo, published_hi);
         outer_stepped = true;
       }
     }
@@ -477,10 +481,19 @@ void BuiltinTrainer::Run() {
       sync_every = std::max(1, state_.sync_every);
     }
     std::shared_ptr<std::vector<float>> exported;  // what `export` gives: the evaluated model
-    if (done % static_cast<uint64_t>(sync_every) == 0) {
+    // --fragments F: one fragment every H/F steps, in turn (H = sync_every, a multiple of F).
+    const uint64_t fragments = static_cast<uint64_t>(std::max(1, options_.fragments));
+    const uint64_t every = std::max<uint64_t>(1, static_cast<uint64_t>(sync_every) / fragments);
+    gossip::StreamSpan span;
+    if (done % every == 0) {
       const auto& p = task_->params();
       snap = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
       published = true;
+      std::tie(published_lo, published_hi) = learn::FragmentRange(
+          static_cast<size_t>(p.size()), fragments, (done / every) % fragments);
+      if (fragments > 1) {
+        span = {static_cast<uint32_t>(published_lo), static_cast<uint32_t>(published_hi)};
+      }
       exported = snap;
       if (average_.enabled()) {
         const Eigen::VectorXf& a = EvalParams();
@@ -500,7 +513,7 @@ void BuiltinTrainer::Run() {
       if (snap) {
         latest_ = std::move(exported);
         latest_step_ = done;
-        outbox_ = Snapshot{done, std::move(snap)};
+        outbox_ = Snapshot{done, std::move(snap), false, span};
       }
       if (options_.max_steps > 0 && done >= options_.max_steps) state_.training = false;
     }
@@ -607,6 +620,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config
   learn::OuterStep::ParseKind(config.outer, &topts.outer);  // checked by Finalize
   topts.outer_lr = config.outer_lr;
   topts.outer_momentum = config.outer_momentum;
+  topts.fragments = config.fragments;
   auto trainer =
       std::make_unique<BuiltinTrainer>(std::move(task), topts, metrics, std::move(notify));
   if (auto st = trainer->Restore(resumed_step); !st.ok()) return st;

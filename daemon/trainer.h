@@ -145,6 +145,7 @@ struct TrainerOptions {
   learn::OuterStep::Kind outer = learn::OuterStep::Kind::kAvg;
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
+  int fragments = 1;  // --fragments: one of F fragments goes out every sync_every / F steps
   static constexpr int kMaxBusyLocalSteps = 16;
 };
 
@@ -152,7 +153,8 @@ struct TrainerOptions {
 struct Snapshot {
   uint64_t step = 0;
   std::shared_ptr<const std::vector<float>> params;
-  bool final = false;  // the model as training stopped: offered to every training peer
+  bool final = false;         // the model as training stopped: offered to every training peer
+  gossip::StreamSpan span{};  // streaming fragments: the fragment to send (empty: all)
 };
 
 // Barrier waits per step, for the Prometheus histogram meshtrain_barrier_wait_seconds.

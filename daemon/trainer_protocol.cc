@@ -72,7 +72,9 @@ std::optional<Header> DecodeHeader(const uint8_t* d, std::string* why) {
 }
 
 std::optional<Request> DecodeRequest(const Header& h, const uint8_t* b, std::string* why) {
-  if (h.length != BodySize(h.type)) {
+  // PUBLISH may name a fragment of the model: u64 step, u64 begin, u64 end (24 bytes).
+  const bool publish_span = h.type == kPublish && h.length == 24;
+  if (h.length != BodySize(h.type) && !publish_span) {
     *why = "request type " + std::to_string(h.type) + " needs a body of " +
            std::to_string(BodySize(h.type)) + " bytes, got " + std::to_string(h.length);
     return std::nullopt;
@@ -112,7 +114,17 @@ std::optional<Request> DecodeRequest(const Header& h, const uint8_t* b, std::str
         return std::nullopt;
       }
       if (h.type == kWaitPermit) return WaitPermit{step};
-      return Publish{step};
+      Publish p{step, 0, 0};
+      if (publish_span) {
+        p.begin = Le(b + 8, 8);
+        p.end = Le(b + 16, 8);
+        if (p.begin >= p.end || p.end > kMaxParams) {
+          *why = "publish: fragment [" + std::to_string(p.begin) + ", " + std::to_string(p.end) +
+                 ") is empty or out of range";
+          return std::nullopt;
+        }
+      }
+      return p;
     }
     case kMix:
       return MixReq{};

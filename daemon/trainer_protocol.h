@@ -9,7 +9,8 @@
 //                 (-1: none)                      -> u64 step, u64 num_params, u32 have_params,
 //                                                    u32 path length, path of the shared memory
 //   WAIT_PERMIT 2 u64 step                        -> u64 step, u32 training, u32 0
-//   PUBLISH 3     u64 step                        -> u64 step
+//   PUBLISH 3     u64 step [u64 begin, u64 end]   -> u64 step
+//                 (24 bytes: only floats [begin, end) of the snapshot go out: a fragment)
 //   MIX 4         (empty)                         -> u32 mixed, u32 flags, u64 step
 //                 flags: 1 = adopted (the parameters were replaced: a join with state,
 //                 which also sets the step, or a finished peer's final model),
@@ -77,6 +78,9 @@ struct WaitPermit {
 };
 struct Publish {
   uint64_t step = 0;
+  // Streaming fragments: only floats [begin, end) go out (end = 0: the whole model).
+  uint64_t begin = 0;
+  uint64_t end = 0;
 };
 struct MixReq {};
 struct EvalReport {

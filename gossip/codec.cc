@@ -173,7 +173,7 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b, 
   return {w::Body::ParamChunk,
           w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
                               c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx,
-                              c.final, c.keyed, c.consensus)
+                              c.final, c.keyed, c.consensus, c.fragment)
               .Union()};
 }
 
@@ -440,6 +440,7 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   out->final = c->final();
   out->keyed = c->keyed();
   out->consensus = c->consensus();
+  out->fragment = c->fragment();
   out->wire_bytes = ChunkWireBytes(*out);
   out->count = c->count();
   if (out->count == 0 && out->encoding == 0) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include "base/finite.h"
 #include "base/kernels.h"
@@ -256,17 +257,29 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
 
 bool Streamable(const CompressSpec& spec) { return spec.kind != Encoding::kTopK; }
 
-uint32_t StreamChunks(uint32_t total, uint32_t chunk_floats) {
+namespace {
+
+// The span's range within a model of `total` floats ([0, total) when it names none).
+std::pair<uint32_t, uint32_t> SpanRange(uint32_t total, StreamSpan span) {
+  if (span.end == 0 || span.end > total || span.begin >= span.end) return {0, total};
+  return {span.begin, span.end};
+}
+
+}  // namespace
+
+uint32_t StreamChunks(uint32_t total, uint32_t chunk_floats, StreamSpan span) {
   chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
-  return static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
+  const auto [begin, end] = SpanRange(total, span);
+  return static_cast<uint32_t>((uint64_t{end - begin} + chunk_floats - 1) / chunk_floats);
 }
 
 ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index,
                              const CompressSpec& spec, uint64_t round, uint64_t step,
-                             uint32_t chunk_floats) {
+                             uint32_t chunk_floats, StreamSpan span) {
   chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
   uint32_t n = 0;
-  ParamChunk c = ParamChunkHeader(round, step, index, total, chunk_floats, &n);
+  const auto [begin, end] = SpanRange(total, span);
+  ParamChunk c = ParamChunkHeader(round, step, index, total, chunk_floats, &n, begin, end);
   const Encoding kind = Streamable(spec) ? spec.kind : Encoding::kInt8;
   if (kind == Encoding::kNone) {  // floats as they are: the codec reads them from the snapshot
     c.encoding = static_cast<uint8_t>(Encoding::kNone);
@@ -279,12 +292,14 @@ ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index
   return c;
 }
 
-uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec, uint32_t chunk_floats) {
+uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec, uint32_t chunk_floats,
+                         StreamSpan span) {
   chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
-  const uint32_t chunks = StreamChunks(total, chunk_floats);
+  const auto [begin, end] = SpanRange(total, span);
+  const uint32_t chunks = StreamChunks(total, chunk_floats, span);
   uint64_t bytes = 0;
   for (uint32_t i = 0; i < chunks; ++i) {
-    const uint32_t n = std::min(chunk_floats, total - i * chunk_floats);
+    const uint32_t n = std::min(chunk_floats, end - begin - i * chunk_floats);
     switch (Streamable(spec) ? spec.kind : Encoding::kInt8) {
       case Encoding::kFp16:
         bytes += uint64_t{n} * sizeof(uint16_t);

@@ -69,15 +69,23 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
 // mixes them as they arrive; quantization error does not accumulate, as every transfer carries
 // the whole model rather than a change.
 bool Streamable(const CompressSpec& spec);
-uint32_t StreamChunks(uint32_t total, uint32_t chunk_floats = kParamChunkFloats);
-// Chunk `index` of the snapshot `params[0, total)`, encoded with spec (top-k: int8). A plain
-// (none) chunk points into `params` (ParamChunk::view): encode it while they live.
+// A transfer may carry one fragment [begin, end) of the model (streaming fragments, issue 32);
+// end = 0: the whole model.
+struct StreamSpan {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+};
+uint32_t StreamChunks(uint32_t total, uint32_t chunk_floats = kParamChunkFloats,
+                      StreamSpan span = {});
+// Chunk `index` of the snapshot `params[0, total)` (or of its fragment `span`), encoded with
+// spec (top-k: int8). A plain (none) chunk points into `params` (ParamChunk::view): encode it
+// while they live.
 ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index,
                              const CompressSpec& spec, uint64_t round, uint64_t step,
-                             uint32_t chunk_floats = kParamChunkFloats);
+                             uint32_t chunk_floats = kParamChunkFloats, StreamSpan span = {});
 // Payload bytes (ChunkWireBytes) of all the chunks of such a transfer.
 uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec,
-                         uint32_t chunk_floats = kParamChunkFloats);
+                         uint32_t chunk_floats = kParamChunkFloats, StreamSpan span = {});
 
 // Payload bytes of one chunk as sent (what the codec writes besides the fixed header fields).
 uint64_t ChunkWireBytes(const ParamChunk& c);

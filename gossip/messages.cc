@@ -195,15 +195,20 @@ bool ValidTags(const std::vector<std::pair<std::string, std::string>>& tags) {
 // ---- Parameter chunking ---------------------------------------------------------------------
 
 ParamChunk ParamChunkHeader(uint64_t round, uint64_t step, uint32_t i, uint32_t total,
-                            uint32_t chunk_floats, uint32_t* len) {
+                            uint32_t chunk_floats, uint32_t* len, uint32_t begin, uint32_t end) {
+  if (end == 0 || end > total || begin >= end) {
+    begin = 0;
+    end = total;
+  }
   ParamChunk c;
   c.round = round;
   c.step = step;
   c.chunk = i;
-  c.chunks = static_cast<uint32_t>((uint64_t{total} + chunk_floats - 1) / chunk_floats);
+  c.chunks = static_cast<uint32_t>((uint64_t{end - begin} + chunk_floats - 1) / chunk_floats);
   c.total = total;
-  c.offset = i * chunk_floats;
-  *len = std::min(chunk_floats, total - c.offset);
+  c.offset = begin + i * chunk_floats;
+  c.fragment = begin != 0 || end != total;
+  *len = std::min(chunk_floats, end - c.offset);
   return c;
 }
 

@@ -101,7 +101,10 @@ struct ParamChunk {
   // The sender keeps a reference of this transfer (top-k); the receiver keeps one too. Unkeyed
   // full snapshots are mixed chunk by chunk (appended field).
   bool keyed = false;
-  bool consensus = false;   // the consensus model at the end of training (appended field)
+  bool consensus = false;  // the consensus model at the end of training (appended field)
+  // The transfer covers one fragment of the model, not all of it (streaming fragments, issue
+  // 32; appended field): its `chunks` cover less than `total`.
+  bool fragment = false;
   uint64_t wire_bytes = 0;  // set by the receiver's codec: payload bytes as received
   // Not on the wire: a sender's plain chunk may point at its values in a snapshot it holds until
   // the frame is encoded, instead of copying them into `data` (view[0, count); `data` empty).
@@ -257,9 +260,12 @@ bool ValidWireAddr(const std::string& addr);
 // Splits a model into ParamChunks of at most `chunk_floats` floats (clamped to
 // 1..kParamChunkFloats). Empty when `params` is empty or longer than 2^32-1 floats.
 // The header of chunk `i` of a model of `total` floats cut into chunks of `chunk_floats`
-// (offset i * chunk_floats); `*len` = the floats it covers.
+// (offset i * chunk_floats); `*len` = the floats it covers. With a fragment [begin, end) of the
+// model (end > 0; issue 32's streaming fragments) only that range is cut: offset
+// begin + i * chunk_floats, `chunks` of the range, and ParamChunk::fragment set.
 ParamChunk ParamChunkHeader(uint64_t round, uint64_t step, uint32_t i, uint32_t total,
-                            uint32_t chunk_floats, uint32_t* len);
+                            uint32_t chunk_floats, uint32_t* len, uint32_t begin = 0,
+                            uint32_t end = 0);
 std::vector<ParamChunk> SplitParams(const std::vector<float>& params, uint64_t round, uint64_t step,
                                     uint32_t chunk_floats = kParamChunkFloats);
 

@@ -95,11 +95,19 @@ void OuterStep::Reset(const float* x, size_t n) {
   momentum_buf_.assign(kind_ == Kind::kNesterov && momentum_ > 0 ? n : 0, 0.0f);
 }
 
-void OuterStep::Step(float* x, size_t n) {
+std::pair<size_t, size_t> FragmentRange(size_t n, size_t fragments, size_t f) {
+  if (fragments <= 1) return {0, n};
+  const auto at = [&](size_t k) {
+    return static_cast<size_t>(static_cast<unsigned __int128>(n) * k / fragments);
+  };
+  return {at(f % fragments), at(f % fragments + 1)};
+}
+
+void OuterStep::Step(float* x, size_t n, size_t lo, size_t hi) {
   if (!enabled()) return;
   if (start_.size() != n) return Reset(x, n);
   const bool nesterov = !momentum_buf_.empty();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = lo; i < std::min(hi, n); ++i) {
     float delta = start_[i] - x[i];
     if (nesterov) {
       float& m = momentum_buf_[i];

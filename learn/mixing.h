@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meshtrain::learn {
@@ -105,7 +106,10 @@ class OuterStep {
   // x becomes θ₀; the momentum is cleared.
   void Reset(const float* x, size_t n);
   // One outer step on x (x̄ in, θ out). A size other than Reset's resets instead.
-  void Step(float* x, size_t n);
+  void Step(float* x, size_t n) { Step(x, n, 0, n); }
+  // The same on the fragment [lo, hi) of x only (streaming fragments: each fragment takes its
+  // outer step when it is synced; the rest keeps training).
+  void Step(float* x, size_t n, size_t lo, size_t hi);
   uint64_t steps() const { return steps_; }
 
  private:
@@ -114,6 +118,10 @@ class OuterStep {
   std::vector<float> start_, momentum_buf_;
   uint64_t steps_ = 0;
 };
+
+// Streaming fragments (Streaming DiLoCo, issue 32): the model's n floats cut into `fragments`
+// contiguous ranges of nearly equal size; fragment f is [f·n/F, (f+1)·n/F).
+std::pair<size_t, size_t> FragmentRange(size_t n, size_t fragments, size_t f);
 
 inline uint32_t ParamsCrc32(const Eigen::VectorXf& x) {
   return ParamsCrc32(x.data(), static_cast<size_t>(x.size()));

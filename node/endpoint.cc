@@ -30,13 +30,13 @@ std::vector<gossip::Frame> Endpoint::ParamFrames(const node::SendParams& s) {
   std::vector<gossip::Frame> frames;
   if (!s.params || s.params->empty() || s.params->size() > UINT32_MAX) return frames;
   const auto total = static_cast<uint32_t>(s.params->size());
-  const uint32_t chunks = gossip::StreamChunks(total, s.chunk_floats);
+  const uint32_t chunks = gossip::StreamChunks(total, s.chunk_floats, s.span);
   frames.reserve(chunks);
   for (uint32_t i = 0; i < chunks; ++i) {
     gossip::Frame f;
     f.sender = s.sender;
     gossip::ParamChunk c = gossip::EncodeStreamChunk(s.params->data(), total, i, s.spec, s.round,
-                                                     s.step, s.chunk_floats);
+                                                     s.step, s.chunk_floats, s.span);
     if (c.view != nullptr) {  // the frame goes out as a struct: it carries its values
       c.data.assign(c.view, c.view + c.count);
       c.view = nullptr;

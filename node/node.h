@@ -146,6 +146,9 @@ struct SnapshotIn {
   uint64_t step = 0;
   std::shared_ptr<const std::vector<float>> params;
   bool final = false;  // the model as training stopped: offered to every training peer
+  // Streaming fragments (issue 32): only floats [span.begin, span.end) go out (params still
+  // holds the whole model, for joiners). Empty span: the whole model. Ignored with top-k.
+  gossip::StreamSpan span{};
 };
 // The answer to a ConsensusReduce output: the average it asked for.
 struct ConsensusResult {
@@ -228,7 +231,8 @@ struct SendParams {
   bool final = false;
   gossip::CompressSpec spec;  // Streamable(): none, fp16 or int8
   uint32_t chunk_floats = gossip::kParamChunkFloats;
-  bool consensus = false;  // the consensus model (plain floats, ParamChunk::consensus)
+  bool consensus = false;     // the consensus model (plain floats, ParamChunk::consensus)
+  gossip::StreamSpan span{};  // a fragment of the model only (SnapshotIn::span)
 };
 // Send a probe train of `packets` datagrams to the membership address `to`; the report comes
 // back as ProbeResult{id} (or never: the node gives up after a few seconds).

@@ -47,7 +47,7 @@ void Node::Consensus(TimeMs now) {
     if (cs.result && cs.result_from == leader) return;
     if (round_ || pending_ || now < cs.next_send) return;
     cs.next_send = now + config_.consensus_retry_ms;
-    pending_ = SnapshotIn{latest_step_, latest_, true};
+    pending_ = SnapshotIn{latest_step_, latest_, true, {}};
     return SendRound({leader}, now);
   }
   // The leader. A result that covers every live participant stands (whoever computed it: a
@@ -68,7 +68,7 @@ void Node::Consensus(TimeMs now) {
     }
     if (due.empty() || round_ || pending_ || now < cs.next_send) return;
     cs.next_send = now + config_.consensus_retry_ms;
-    pending_ = SnapshotIn{latest_step_, cs.result, true};
+    pending_ = SnapshotIn{latest_step_, cs.result, true, {}};
     return SendRound(std::move(due), now, true);
   }
   if (cs.reducing) return;

@@ -245,15 +245,23 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
   const bool streamed = gossip::Streamable(spec);
   const uint32_t chunk_floats =
       std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats);
-  const uint64_t chunks = gossip::StreamChunks(total, chunk_floats);
+  // A fragment (streaming fragments) of a streamed transfer; the whole model otherwise.
+  gossip::StreamSpan span;
+  if (streamed && !consensus && !snap.final && snap.span.end > snap.span.begin &&
+      snap.span.end <= total && (snap.span.begin != 0 || snap.span.end != total)) {
+    span = snap.span;
+  }
+  const uint32_t floats = span.end != 0 ? span.end - span.begin : total;
+  const uint64_t chunks = gossip::StreamChunks(total, chunk_floats, span);
   const uint64_t stream_bytes =
-      streamed ? gossip::StreamWireBytes(total, spec, chunk_floats) + chunks * kFrameOverheadBytes
-               : 0;
+      streamed
+          ? gossip::StreamWireBytes(total, spec, chunk_floats, span) + chunks * kFrameOverheadBytes
+          : 0;
   round_ = std::make_unique<Round>();
   round_->id = id;
   round_->started = now;
   round_->consensus = consensus;
-  round_->raw_per_rx = params.size() * sizeof(float) + chunks * kFrameOverheadBytes;
+  round_->raw_per_rx = uint64_t{floats} * sizeof(float) + chunks * kFrameOverheadBytes;
   up_.Begin(now);
   for (const auto& name : receivers) {
     auto peer = FindPeer(name);
@@ -266,7 +274,7 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
     if (streamed) {
       t.wire_bytes = stream_bytes;
       Emit(SendParams{conn, config_.name, snap.params, id, snap.step, snap.final, spec,
-                      chunk_floats, consensus});
+                      chunk_floats, consensus, span});
     } else {
       for (auto& c : EncodeFor(name, params, id, snap.step, &t)) {
         c.final = snap.final;
@@ -417,7 +425,13 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   if (fresh) down_.Begin(now);
   it->second += (chunk.wire_bytes != 0 ? chunk.wire_bytes : chunk.data.size() * sizeof(float)) +
                 kFrameOverheadBytes;
-  if (!chunk.keyed && chunk.base == 0 && !chunk.final && !chunk.consensus) {
+  const bool streamed = !chunk.keyed && chunk.base == 0 && !chunk.final && !chunk.consensus;
+  if (chunk.fragment && !streamed) {  // fragments are streamed full values, never more
+    Reject();
+    Emit(Close{conn, true});
+    return;
+  }
+  if (streamed) {
     if (!OnStreamChunk(conn, sender, chunk, now)) {
       Reject();
       Emit(Close{conn, true});
@@ -478,8 +492,10 @@ bool Node::OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamCh
                          TimeMs now) {
   // The codec checked 0 < chunks <= total and the slice; a chunk count beyond what the largest
   // chunks need for `total` would only make the bitmap below large.
+  // A fragment's chunks cover part of the model (streaming fragments): mixed per coordinate.
   if (uint64_t{c.chunks} > uint64_t{c.total} ||
-      uint64_t{c.chunks} * gossip::kParamChunkFloats < c.total || c.chunks > (1u << 24)) {
+      (!c.fragment && uint64_t{c.chunks} * gossip::kParamChunkFloats < c.total) ||
+      c.chunks > (1u << 24)) {
     return false;
   }
   InStream& s = in_streams_[sender];

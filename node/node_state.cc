@@ -189,7 +189,7 @@ void Node::ServeFinal(TimeMs now) {
   final_serve_at_ = now + config_.final_serve_interval_ms;
   if (Candidates().empty()) return Consensus(now);  // nobody trains any more
   if (!latest_ || pending_ || round_ || leaving_) return;
-  pending_ = SnapshotIn{latest_step_, latest_, true};
+  pending_ = SnapshotIn{latest_step_, latest_, true, {}};
   StartRound(now);
 }
 

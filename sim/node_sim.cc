@@ -562,7 +562,7 @@ void NodeSim::HandOver(uint32_t i, uint64_t step, std::shared_ptr<const std::vec
   node::Node& nd = *nodes_[i];
   {
     CoreTimer timer(this);
-    nd.Step(node::SnapshotIn{step, std::move(params), false}, now_);
+    nd.Step(node::SnapshotIn{step, std::move(params), false, {}}, now_);
     nd.Step(node::TrainerProgress{step, true, true, {}, static_cast<float>(step_ms)}, now_);
   }
   Drain(i);

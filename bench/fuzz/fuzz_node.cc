@@ -277,7 +277,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 9: {
         auto params = std::make_shared<std::vector<float>>(
             in.ConsumeBool() ? kParams : in.ConsumeIntegralInRange<size_t>(0, 12), 0.5f);
-        n->Step(node::SnapshotIn{check.trainer_step, params, in.ConsumeBool()}, now);
+        n->Step(node::SnapshotIn{check.trainer_step, params, in.ConsumeBool(), {}}, now);
         break;
       }
       case 10: {

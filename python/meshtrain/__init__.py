@@ -155,9 +155,17 @@ class Mesh:
         self.training = bool(training)
         return self.training
 
-    def publish(self, step):
-        """``mesh.params`` is the snapshot of ``step`` to multicast."""
-        self._request(PUBLISH, struct.pack("<Q", step))
+    def publish(self, step, span=None):
+        """``mesh.params`` is the snapshot of ``step`` to multicast; with ``span=(begin, end)``
+        only those floats go out (a streaming fragment, MeshOptimizer(fragments=F))."""
+        if span is None:
+            self._request(PUBLISH, struct.pack("<Q", step))
+        else:
+            begin, end = int(span[0]), int(span[1])
+            if not 0 <= begin < end <= self.num_params:
+                raise ValueError(f"fragment [{begin}, {end}) is not inside the model's "
+                                 f"{self.num_params} parameters")
+            self._request(PUBLISH, struct.pack("<QQQ", step, begin, end))
         self.step_count = step
 
     def mix(self):
@@ -265,7 +273,7 @@ class Mesh:
 
     # ---- one call per step ------------------------------------------------------------------
 
-    def step(self, model, steps=1):
+    def step(self, model, steps=1, span=None):
         """Publish, barrier and mix for a model that just took ``steps`` local steps.
 
         ``model``: a torch ``nn.Module`` (its parameters), a list of tensors, or a numpy array
@@ -273,7 +281,8 @@ class Mesh:
         parameters placed in it by ``meshtrain.torch.share_parameters``). On the first
         call the trainer attaches; if the agent already had a model (this trainer restarted),
         that model is loaded into ``model`` and nothing is published. Returns the number of
-        peer models mixed in. Raises MeshError when the agent goes away.
+        peer models mixed in. ``span=(begin, end)``: only those floats are multicast (a
+        streaming fragment). Raises MeshError when the agent goes away.
         """
         view = _View.of(model)
         if self.params is None:
@@ -285,7 +294,7 @@ class Mesh:
                             f"{self.num_params}")
         view.store(self.params)
         nxt = self.step_count + int(steps)
-        self.publish(nxt)
+        self.publish(nxt, span)
         self.wait_permit(nxt + 1)
         mixed, adopted = self.mix()
         if mixed or adopted:

@@ -191,12 +191,19 @@ class MeshOptimizer:
     step on the mixed model, see the module doc; `outer_lr` default 0.7 for nesterov and 1.0
     for sgd, `outer_momentum` default 0.9). `model`: the module, so that its floating-point
     buffers are mixed too (`mix_buffers`, default True). After a join with state or a finished
-    peer's model taken over, the outer step restarts from the adopted model."""
+    peer's model taken over, the outer step restarts from the adopted model. `fragments=F`
+    (dividing `sync_every`; Streaming DiLoCo): every sync_every/F steps one of F contiguous
+    fragments of the model goes out, in turn, and takes its outer step; each sync moves 1/F."""
 
     def __init__(self, optimizer, mesh, sync_every=1, params=None, share_memory=None,
-                 outer="avg", outer_lr=None, outer_momentum=None, model=None, mix_buffers=True):
+                 outer="avg", outer_lr=None, outer_momentum=None, model=None, mix_buffers=True,
+                 fragments=1):
         if sync_every < 1:
             raise ValueError("sync_every must be >= 1")
+        if fragments < 1 or sync_every % fragments:
+            raise ValueError("fragments must be >= 1 and divide sync_every")
+        self.fragments = int(fragments)
+        self.syncs = 0  # mesh steps taken (fragment k % fragments goes out at the k-th)
         self.outer = OuterStep(outer, outer_lr, outer_momentum)
         self.optimizer = optimizer
         self.mesh = mesh
@@ -232,15 +239,23 @@ class MeshOptimizer:
     def step(self, closure=None):
         loss = self.optimizer.step(closure)
         self.local_steps += 1
-        if self.local_steps % self.sync_every == 0:
-            self.mesh.step(self.params + self.buffers, steps=self.sync_every)
+        every = self.sync_every // self.fragments
+        if self.local_steps % every == 0:
+            tensors = self.params + self.buffers
+            span = None
+            if self.fragments > 1:
+                total = sum(t.numel() for t in tensors)
+                f = self.syncs % self.fragments
+                span = (total * f // self.fragments, total * (f + 1) // self.fragments)
+            self.syncs += 1
+            self.mesh.step(tensors, steps=every, span=span)
             if self.mesh.adoptions != self._adoptions:
                 # The agent replaced the model (a join with state, a finished peer's model):
                 # the outer step starts again from it, momentum cleared.
                 self._adoptions = self.mesh.adoptions
                 self.outer.reset(self.params)
             else:
-                self.outer.step(self.params)
+                self.outer.step(self.params, *(span or (0, None)))
         return loss
 
     def finish(self, timeout=None):
@@ -291,22 +306,31 @@ class OuterStep:
         if self.kind == "avg":
             return
         with torch.no_grad():
-            self.start = [p.detach().clone() for p in params]
-            self.buf = [torch.zeros_like(p) for p in params] if self.momentum else None
+            self.start = torch.cat([p.detach().reshape(-1) for p in params]).float()
+            self.buf = torch.zeros_like(self.start) if self.momentum else None
 
-    def step(self, params):
-        """One outer step: `params` hold the mixed model x̄ and receive θ."""
+    def step(self, params, lo=0, hi=None):
+        """One outer step: `params` hold the mixed model x̄ and receive θ. With [lo, hi) (flat
+        float indices over `params` in order: a streaming fragment) only that range steps."""
         if self.kind == "avg":
             return
+        hi = self.start.numel() if hi is None else min(hi, self.start.numel())
+        off = 0
         with torch.no_grad():
-            for i, (p, s) in enumerate(zip(params, self.start)):
-                delta = s - p  # the pseudo-gradient θ₀ − x̄
-                if self.buf is not None:
-                    m = self.buf[i]
-                    m.mul_(self.momentum).add_(delta)
-                    delta.add_(m, alpha=self.momentum)
-                s.sub_(delta, alpha=self.lr)
-                p.copy_(s)
+            for p in params:
+                n = p.numel()
+                a, b = max(lo, off), min(hi, off + n)
+                if a < b:
+                    x = p.view(-1)[a - off:b - off]
+                    s = self.start[a:b]
+                    delta = s - x  # the pseudo-gradient θ₀ − x̄
+                    if self.buf is not None:
+                        m = self.buf[a:b]
+                        m.mul_(self.momentum).add_(delta)
+                        delta.add_(m, alpha=self.momentum)
+                    s.sub_(delta, alpha=self.lr)
+                    x.copy_(s)
+                off += n
 
 
 class ModelAverage:

@@ -404,6 +404,49 @@ TEST_CASE("codec: a plain chunk's head and its floats make the frame", "[gossip]
   CHECK(codec.EncodeChunkHead(Frame{"n1", c, 1}).empty());
 }
 
+TEST_CASE("codec: a fragment transfer covers its range only and says so", "[gossip][codec]") {
+  std::vector<float> params(10000);
+  for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i);
+  const auto total = static_cast<uint32_t>(params.size());
+  const StreamSpan span{2500, 5000};
+  for (const char* enc : {"none", "fp16", "int8"}) {
+    INFO(enc);
+    const CompressSpec spec = *ParseCompress(enc);
+    const uint32_t chunks = StreamChunks(total, 1000, span);
+    CHECK(chunks == 3);  // 1000 + 1000 + 500
+    CHECK(StreamChunks(total, 1000) == 10);
+    uint64_t covered = 0, bytes = 0;
+    Codec codec("default", nullptr);
+    for (uint32_t i = 0; i < chunks; ++i) {
+      ParamChunk c = EncodeStreamChunk(params.data(), total, i, spec, 5, 9, 1000, span);
+      CHECK(c.fragment);
+      CHECK(c.chunks == chunks);
+      CHECK(c.total == total);
+      CHECK(c.offset == 2500 + 1000 * i);
+      covered += c.count;
+      bytes += ChunkWireBytes(c);
+      if (c.view != nullptr) {
+        c.data.assign(c.view, c.view + c.count);
+        c.view = nullptr;
+      }
+      const auto wire = codec.EncodeFrame(Frame{"n1", c, 1});
+      auto back = codec.DecodeFrame(wire.data(), wire.size(), nullptr);
+      REQUIRE(back);
+      const auto& d = std::get<ParamChunk>(back->body);
+      CHECK(d.fragment);
+      CHECK(d.offset == c.offset);
+      CHECK(d.chunks == chunks);
+    }
+    CHECK(covered == 2500);
+    CHECK(bytes == StreamWireBytes(total, spec, 1000, span));
+  }
+  // The whole model, or a span that names none, is not a fragment.
+  CHECK_FALSE(EncodeStreamChunk(params.data(), total, 0, CompressSpec{}, 5, 9, 1000).fragment);
+  CHECK_FALSE(
+      EncodeStreamChunk(params.data(), total, 0, CompressSpec{}, 5, 9, 1000, {0, total}).fragment);
+  CHECK(StreamChunks(total, 1000, {7000, 3000}) == 10);  // begin >= end: the whole model
+}
+
 TEST_CASE("codec: parameter reassembly ignores stale, duplicate and overlapping chunks",
           "[gossip][codec]") {
   const std::vector<float> a(10, 1.0f), b(10, 2.0f);

@@ -1,12 +1,15 @@
 """One model at the end of training (issue 32), on real agents on loopback:
 
-1. Built-in trainers: 3 agents train `synthetic` with --outer nesterov --sync-every 10 and
+1. Built-in trainers: 3 agents train `synthetic` with --outer nesterov --sync-every 10
+   --fragments 2 (half the model every 5 steps) and
    different --steps (they finish at different times). Once the last one finishes, all three
    hold one model: status `consensus` says serving (the leader) or adopted, `models` 3, the same
    crc32 everywhere, and the evaluation of it (params_crc32) is that model; the loss is low.
 2. External trainers (the Python client, numpy only): 3 trainers each fit a linear model on data
-   of their own for a different number of mesh steps, then call mesh.finish(). Every finish()
-   returns the same crc32 (of the parameters it loaded) and models == 3.
+   of their own for a different number of mesh steps (the second one sends half the model at
+   a time: streaming fragments), then call mesh.finish(). Every finish() returns the same crc32
+   (of the parameters it loaded) and models == 3; the fragment sender's transfers carry half
+   the parameter bytes of the others'.
 Skips part 2 (not the test) without an interpreter with numpy.
 """
 import json
@@ -30,17 +33,19 @@ p.add_argument("--node", type=int, default=0)
 p.add_argument("--steps", type=int, default=50)
 a = p.parse_args()
 rng = np.random.default_rng(10 + a.node)
-x = rng.normal(size=(256, 16)).astype(np.float32)
-w_true = np.linspace(-1, 1, 16).astype(np.float32)
+D = 512
+x = rng.normal(size=(1024, D)).astype(np.float32) / np.sqrt(D / 16)
+w_true = np.linspace(-1, 1, D).astype(np.float32)
 w_true[a.node] += 1.0  # the nodes' data differ
 y = x @ w_true
-w = np.zeros(16, np.float32)
+w = np.zeros(D, np.float32)
 mesh = meshtrain.connect(a.socket, timeout=30)
 for i in range(a.steps):
     idx = rng.integers(0, len(x), 32)
     grad = 2 * x[idx].T @ (x[idx] @ w - y[idx]) / 32
     w -= 0.05 * grad.astype(np.float32)
-    mesh.step(w)
+    # Odd nodes send streaming fragments: each half of the model in turn.
+    mesh.step(w, span=((0, D // 2), (D // 2, D))[i % 2] if a.node % 2 else None)
 own = zlib.crc32(w.tobytes())
 res = mesh.finish(w)
 print(json.dumps({"event": "finished", "own": own, "crc": zlib.crc32(w.tobytes()),
@@ -53,7 +58,7 @@ def builtin_part(binary):
     common = ["--profile", "local", "--task", "synthetic", "--barrier", "pssp", "--sample", "2",
               "--staleness", "4", "--select", "random", "--fanout", "2", "--eval-every", "100",
               "--min-peers", "2", "--lr", "0.01", "--batch", "32", "--outer", "nesterov",
-              "--sync-every", "10"]
+              "--sync-every", "10", "--fragments", "2"]
     with Mesh(binary, 3, common, name_prefix="cons") as mesh:
         for i, a in enumerate(mesh.agents):
             a.extra += ["--shard", f"{i}/3", "--steps", str(400 + 150 * i)]
@@ -103,6 +108,12 @@ def external_part(binary):
         wait_until(lambda: all(w.event("finished") for w in workers), 90, interval=0.3,
                    what="every trainer's finish() returned")
         outs = [w.event("finished") for w in workers]
+        per = []
+        for a in mesh.agents:
+            s = a.status()
+            per.append(s["params_bytes_raw"] / max(1, s["rounds"] * s["mean_fanout"]))
+        print("  parameter bytes per transfer: " + ", ".join(f"{x:.0f}" for x in per))
+        assert per[1] < 0.8 * per[0] and per[1] < 0.8 * per[2], per  # fragments: about half
         for o in outs:
             print("  " + json.dumps(o))
             assert o["reply"]["models"] == 3, o

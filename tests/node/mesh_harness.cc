@@ -195,7 +195,7 @@ void Mesh::MaybeCompute(size_t i) {
                : std::vector<float>(16, 0.f));
     Feed(i, node::TrainerProgress{q.step, !q.finished, !q.finished, {}, 0});
     if (q.step % std::max<uint64_t>(1, opt_.sync_every) == 0 || q.finished) {
-      Feed(i, node::SnapshotIn{q.step, params, q.finished});
+      Feed(i, node::SnapshotIn{q.step, params, q.finished, {}});
     }
     MaybeCompute(i);
   });
