@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Skewed shards end in one model (issue 32): 3 agents (--trainer external, pssp) each train a
-PyTorch MLP (784-256-LayerNorm-ReLU-4, Adam lr 1e-3, batch 64) on Fashion-MNIST classes 0-3,
+PyTorch MLP (784-256-LayerNorm-ReLU-4, Adam, --lr 1e-3, batch 64) on Fashion-MNIST classes 0-3,
 node i on classes {i, i+1} only, for --steps steps through meshtrain.torch.MeshOptimizer, then
 call opt.finish(). Reported per setting and run: each node's accuracy on the test images of the
 4 classes after finish(), whether the three hold the same parameters (CRC-32), and the parameter
@@ -42,6 +42,7 @@ p.add_argument("--steps", type=int, default=2000)
 p.add_argument("--sync-every", type=int, default=1)
 p.add_argument("--outer", default="avg")
 p.add_argument("--seed", type=int, default=0)
+p.add_argument("--lr", type=float, default=1e-3)
 p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
 a = p.parse_args()
 torch.set_num_threads(1)
@@ -71,7 +72,7 @@ xt, yt = load("test", [0, 1, 2, 3])
 torch.manual_seed(a.seed)  # one initial model everywhere
 model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.LayerNorm(256), torch.nn.ReLU(),
                             torch.nn.Linear(256, 4))
-inner = torch.optim.Adam(model.parameters(), lr=1e-3)
+inner = torch.optim.Adam(model.parameters(), lr=a.lr)
 g = torch.Generator().manual_seed(1000 + a.seed + 7 * classes[0])
 opt = inner
 if a.socket:
@@ -113,14 +114,15 @@ def last_json(path):
     return json.loads(lines[-1]) if lines else None
 
 
-def pooled(py, script, steps, seed, workdir):
+def pooled(py, script, steps, seed, workdir, lr):
     log = os.path.join(workdir, f"pooled-{seed}.out")
-    p = run_worker(py, script, ["--classes", "0,1,2,3", "--steps", steps, "--seed", seed], log)
+    p = run_worker(py, script, ["--classes", "0,1,2,3", "--steps", steps, "--seed", seed,
+                                "--lr", lr], log)
     p.wait(timeout=3600)
     return last_json(log)
 
 
-def mesh_run(binary, py, script, steps, outer, h, seed, workdir):
+def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr):
     mesh = external_mesh(binary, 3, f"sk{seed}", 4)
     mesh.common[mesh.common.index("--barrier") + 1] = "pssp"
     mesh.common += ["--sample", "2"]
@@ -132,7 +134,8 @@ def mesh_run(binary, py, script, steps, outer, h, seed, workdir):
             logs.append(os.path.join(workdir, f"{outer}{h}-{seed}-{i}.out"))
             procs.append(run_worker(py, script, ["--socket", a.socket, "--classes", SHARDS[i],
                                                  "--steps", steps, "--sync-every", h,
-                                                 "--outer", outer, "--seed", seed], logs[-1]))
+                                                 "--outer", outer, "--seed", seed, "--lr", lr],
+                                       logs[-1]))
         try:
             for p in procs:
                 p.wait(timeout=3600)
@@ -153,6 +156,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--settings", default="avg:1,nesterov:25")
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     a = ap.parse_args()
     binary = benchlib.find_binary(a.bin)
     benchlib.check_dataset("fmnist-mlp")
@@ -166,11 +170,11 @@ def main():
     rows, ok = [], True
     bytes_by = {}
     for seed in range(a.runs):
-        ref = pooled(py, script, a.steps, seed, workdir)
+        ref = pooled(py, script, a.steps, seed, workdir, a.lr)
         rows.append([seed, "pooled", "-", f"{ref['accuracy']:.4f}", "-", "-", "-"])
         for outer, h in settings:
             t0 = time.monotonic()
-            outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir)
+            outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir, a.lr)
             accs = [o["accuracy"] for o in outs]
             same = len({o["crc"] for o in outs}) == 1
             worst = max(ref["accuracy"] - x for x in accs)
