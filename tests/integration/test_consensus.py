@@ -10,7 +10,11 @@
    a time: streaming fragments), then call mesh.finish(). Every finish() returns the same crc32
    (of the parameters it loaded) and models == 3; the fragment sender's transfers carry half
    the parameter bytes of the others'.
-Skips part 2 (not the test) without an interpreter with numpy.
+3. PyTorch (skipped without torch): 2 trainers with a BatchNorm model through
+   MeshOptimizer(model=net, sync_every=4, outer="nesterov") on data of their own, then
+   opt.finish(): both hold the same parameters and the same BatchNorm running statistics (the
+   buffers are mixed and part of the one model), which differ from what each had before.
+Skips part 2 (not the test) without an interpreter with numpy, part 3 without torch.
 """
 import json
 import os
@@ -50,6 +54,46 @@ own = zlib.crc32(w.tobytes())
 res = mesh.finish(w)
 print(json.dumps({"event": "finished", "own": own, "crc": zlib.crc32(w.tobytes()),
                   "reply": res, "training": mesh.training}), flush=True)
+mesh.detach()
+'''
+
+
+TORCH_WORKER = r'''
+import argparse, json, zlib
+import torch
+import meshtrain, meshtrain.torch as mt
+
+p = argparse.ArgumentParser()
+p.add_argument("--socket", required=True)
+p.add_argument("--node", type=int, default=0)
+a = p.parse_args()
+torch.set_num_threads(1)
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                          torch.nn.Linear(16, 1))
+g = torch.Generator().manual_seed(50 + a.node)
+x = torch.randn(512, 8, generator=g) * (1 + a.node) + 2 * a.node  # the nodes' data differ
+y = x.sum(1, keepdim=True)
+mesh = meshtrain.connect(a.socket, timeout=30)
+opt = mt.MeshOptimizer(torch.optim.SGD(net.parameters(), lr=0.01), mesh, model=net,
+                       sync_every=4, outer="nesterov")
+for i in range(82):  # 2 local steps after the last sync: the statistics differ again
+    idx = torch.randint(0, len(x), (32,), generator=g)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(net(x[idx]), y[idx]).backward()
+    opt.step()
+
+
+def crc(ts):
+    return zlib.crc32(torch.cat([t.detach().reshape(-1) for t in ts]).numpy().tobytes())
+
+
+bn = net[1]
+before = crc([bn.running_mean, bn.running_var])
+res = opt.finish()
+print(json.dumps({"event": "finished", "params": crc(net.parameters()),
+                  "stats": crc([bn.running_mean, bn.running_var]), "stats_before": before,
+                  "buffers": len(opt.buffers), "models": res["models"]}), flush=True)
 mesh.detach()
 '''
 
@@ -124,10 +168,37 @@ def external_part(binary):
     print("external trainers: finish() returned one model on all 3")
 
 
+def torch_part(binary):
+    py = numpy_python("numpy, torch")
+    if py is None:
+        print("SKIP part 3: no python3 with numpy and torch (install python3-torch)")
+        return
+    os.environ["PYTHONPATH"] = PYTHON_DIR
+    with external_mesh(binary, 2, "ctor", 2) as mesh, Workers() as workers:
+        script = os.path.join(mesh.workdir, "consensus_torch_worker.py")
+        with open(script, "w") as f:
+            f.write(TORCH_WORKER)
+        start_all(mesh)
+        for i, a in enumerate(mesh.agents):
+            wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
+            workers.append(Worker(py, a, mesh.workdir, "--node", i, script=script))
+        wait_until(lambda: all(w.event("finished") for w in workers), 120, interval=0.3,
+                   what="both torch trainers' finish() returned")
+        outs = [w.event("finished") for w in workers]
+        for o in outs:
+            print("  " + json.dumps(o))
+            assert o["buffers"] == 2 and o["models"] == 2, o  # running mean and variance
+        assert outs[0]["params"] == outs[1]["params"], outs
+        assert outs[0]["stats"] == outs[1]["stats"], outs  # BatchNorm statistics agree
+        assert outs[0]["stats_before"] != outs[1]["stats_before"], outs
+    print("torch: one model, BatchNorm statistics included, on both")
+
+
 def main():
     args = parse_args()
     builtin_part(args.bin)
     external_part(args.bin)
+    torch_part(args.bin)
     print("PASS")
 
 
