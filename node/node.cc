@@ -53,9 +53,8 @@ void Node::BusyMeter::Sample() {
 }
 
 Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(config_.seed) {
-  if (config_.external_membership) {
-    names_ = config_.names ? config_.names : std::make_shared<sync::NameTable>();
-  } else {
+  names_ = config_.names ? config_.names : std::make_shared<sync::NameTable>();
+  if (!config_.external_membership) {
     ms::Config m = config_.membership;
     m.name = config_.name;
     m.addr = config_.addr;
@@ -75,7 +74,7 @@ Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(con
       bc.policy = bc.policy == sync::Policy::kBsp ? sync::Policy::kPbsp : sync::Policy::kPssp;
       bc.sample = std::numeric_limits<size_t>::max();
     }
-    barrier_ = std::make_unique<sync::BarrierCore>(bc, config_.name);
+    barrier_ = std::make_unique<sync::BarrierCore>(bc, config_.name, names_);
     // --min-peers gates the first step of a fresh run only: a node resuming from its checkpoint
     // rejoins a mesh that is already training (or finished: waiting would then be forever).
     min_peers_reached_ = config_.resumed || config_.min_peers == 0;

@@ -62,8 +62,9 @@ struct NodeConfig {
   std::vector<std::pair<std::string, std::string>> tags;  // operator tags, sorted (issue 19)
   membership::Config membership;
   bool external_membership = false;  // the driver supplies PeerView inputs instead of SWIM
-  // External membership: where peer names are interned. The simulator shares one table between
-  // all its nodes; null: the node keeps its own.
+  // Where peer names are interned (the external view's and the barrier's): the simulator shares
+  // one table between all its nodes; null: the node keeps its own. A table never forgets a name:
+  // it grows with the distinct peers ever seen.
   std::shared_ptr<sync::NameTable> names;
   uint64_t seed = 1;  // the node's only source of randomness
 
@@ -534,7 +535,7 @@ class Node {
     bool alive = true;
     bool training = true;
   };
-  std::shared_ptr<sync::NameTable> names_;  // external membership: interned peer names
+  std::shared_ptr<sync::NameTable> names_;  // interned peer names (external view, barrier)
   const std::string& NameOf(const ExternalPeer& v) const { return (*names_)[v.name]; }
   std::vector<ExternalPeer> external_;       // external membership: peers in the order first seen
   std::vector<std::string> external_addrs_;  // addresses that differ from the name

@@ -82,8 +82,8 @@ bool UsesSample(Policy policy) {
   return IsProbabilistic(policy) || policy == Policy::kDssp || policy == Policy::kWbsp;
 }
 
-BarrierCore::BarrierCore(BarrierConfig config, std::string self)
-    : config_(config), view_(std::move(self), config.interval_alpha) {
+BarrierCore::BarrierCore(BarrierConfig config, std::string self, std::shared_ptr<NameTable> names)
+    : config_(config), view_(std::move(self), config.interval_alpha, std::move(names)) {
   if (config_.probe_timeout <= 0) config_.probe_timeout = 1;
   // dssp/wbsp decide on every live peer unless a sample size β > 0 makes them pdssp/pwbsp.
   if ((config_.policy == Policy::kDssp || config_.policy == Policy::kWbsp) && config_.sample == 0) {
@@ -385,7 +385,7 @@ void BarrierCore::NewRound(Rng& rng) {
     std::vector<size_t> fresh, silent;
     stats_.visited += entries.size();
     for (size_t i = 0; i < entries.size(); ++i) {
-      (silent_.count(entries[i].name) ? silent : fresh).push_back(i);
+      (silent_.count(view_.name(entries[i])) ? silent : fresh).push_back(i);
     }
     for (size_t i : SampleIndices(fresh.size(), k, rng)) picked.push_back(fresh[i]);
     if (picked.size() < k) {
@@ -396,7 +396,7 @@ void BarrierCore::NewRound(Rng& rng) {
   }
   stats_.visited += picked.size();
   for (size_t i : picked) {
-    Slot slot{entries[i].name};
+    Slot slot{view_.name(entries[i])};
     slot.pos = i;
     slots_.push_back(std::move(slot));
   }
@@ -413,8 +413,9 @@ void BarrierCore::Refill(Rng& rng) {
   std::vector<std::string> fresh, silent;
   stats_.visited += view_.size();
   for (const ProgressView::Entry& e : view_.entries()) {
-    if (tried.count(e.name)) continue;
-    (silent_.count(e.name) ? silent : fresh).push_back(e.name);
+    const std::string& name = view_.name(e);
+    if (tried.count(name)) continue;
+    (silent_.count(name) ? silent : fresh).push_back(name);
   }
   for (std::vector<std::string>* pool : {&fresh, &silent}) {
     const size_t need = want - slots_.size();

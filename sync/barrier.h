@@ -61,6 +61,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -137,8 +138,10 @@ struct BarrierStats {
 
 class BarrierCore {
  public:
-  // `self` is this node's name; progress about it is ignored.
-  explicit BarrierCore(BarrierConfig config, std::string self = {});
+  // `self` is this node's name; progress about it is ignored. `names`: where the view interns
+  // peer names (ProgressView; null: a table of its own).
+  explicit BarrierCore(BarrierConfig config, std::string self = {},
+                       std::shared_ptr<NameTable> names = nullptr);
   BarrierCore(const BarrierCore&) = delete;
   BarrierCore& operator=(const BarrierCore&) = delete;
 

@@ -10,6 +10,9 @@
 // Steps are monotone: Update() never lowers a known step (stale gossip is ignored).
 //
 // Peers are kept in a vector (index access for O(1) sampling) plus a NameIndex for lookups; the
+// entries hold interned names (ids in a sync::NameTable, which the view may share with others:
+// the simulator's nodes share one, so a view of hundreds of peers holds 4-byte ids instead of a
+// std::string per peer; lookups hash the name and compare it with the table's copy). The
 // vector's order depends only on the sequence of calls, so sampling driven by a seeded RNG is
 // deterministic. Update/Remove/Find are O(1) expected, plus O(d) for the step counts, d = distinct
 // steps in the view (a sorted vector: small when barriers keep peers within a few steps); the
@@ -21,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,6 +32,7 @@
 
 #include "membership/types.h"
 #include "sync/name_index.h"
+#include "sync/name_table.h"
 
 namespace meshtrain::sync {
 
@@ -42,13 +47,15 @@ struct PeerProgress {
 class ProgressView {
  public:
   struct Entry {
-    std::string name;
+    uint32_t name = 0;  // id in names()
     PeerProgress progress;
   };
 
   // `self` (if non-empty) is never added: the node's own step is not a peer's.
   // `interval_alpha` is the EWMA weight of the newest step-interval sample, in (0, 1].
-  explicit ProgressView(std::string self = {}, double interval_alpha = 0.3);
+  // `names`: where peer names are interned (shared with other views); null: a table of its own.
+  explicit ProgressView(std::string self = {}, double interval_alpha = 0.3,
+                        std::shared_ptr<NameTable> names = nullptr);
 
   // Records that `name` has completed `step` as of `now`, adding the peer if unknown. A step
   // not above the known one is ignored (monotone; stale gossip). Returns true when
@@ -72,6 +79,8 @@ class ProgressView {
   // All peers, in an order fixed by the call sequence (not sorted); indices are stable until
   // the next Remove (which moves the last entry into the hole).
   const std::vector<Entry>& entries() const { return entries_; }
+  const std::string& name(const Entry& e) const { return (*names_)[e.name]; }
+  const std::string& name_at(size_t pos) const { return name(entries_[pos]); }
   std::vector<std::string> peers() const;  // sorted by name
 
   std::optional<uint64_t> MinStep() const;
@@ -92,12 +101,13 @@ class ProgressView {
   size_t Locate(const std::string& name, size_t* hint) const;  // position or NameIndex::kNone
   // NameIndex's view of entries_.
   auto NameAt() const {
-    return [this](size_t pos) -> const std::string& { return entries_[pos].name; };
+    return [this](size_t pos) -> const std::string& { return (*names_)[entries_[pos].name]; };
   }
   void CountStep(uint64_t step, int delta);
 
   std::string self_;
   double alpha_;
+  std::shared_ptr<NameTable> names_;
   std::vector<Entry> entries_;
   NameIndex index_;  // name -> position in entries_
   // (step, number of peers at it), sorted by step: min/max in O(1).
