@@ -206,7 +206,7 @@ class BarrierCore {
 
  private:
   struct Slot {
-    std::string name;
+    uint32_t id = 0;                // the peer's interned name (ProgressView::Entry::name)
     uint32_t seq = 0;               // latest query in this round; 0 = not queried in this round
     bool answered = false;          // answered a query in this round (so it is not silent)
     bool awaiting = false;          // query `seq` is still unanswered

@@ -99,6 +99,16 @@ const PeerProgress* ProgressView::Find(const std::string& name, size_t* hint) co
   return pos == NameIndex::kNone ? nullptr : &entries_[pos].progress;
 }
 
+size_t ProgressView::Position(const std::string& name) const { return index_.Find(name, NameAt()); }
+
+const PeerProgress* ProgressView::FindId(uint32_t id, size_t* hint) const {
+  if (*hint < entries_.size() && entries_[*hint].name == id) return &entries_[*hint].progress;
+  const size_t pos = index_.Find((*names_)[id], NameAt());
+  if (pos == NameIndex::kNone) return nullptr;
+  *hint = pos;
+  return &entries_[pos].progress;
+}
+
 bool ProgressView::UpdateKnown(const std::string& name, uint64_t step, TimeMs now, size_t* hint) {
   const size_t pos = Locate(name, hint);
   return pos != NameIndex::kNone && Advance(pos, step, now);

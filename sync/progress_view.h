@@ -73,6 +73,13 @@ class ProgressView {
   // right (no Remove moved the peer) skips the index; otherwise it is looked up and refreshed.
   const PeerProgress* Find(const std::string& name, size_t* hint) const;
   bool UpdateKnown(const std::string& name, uint64_t step, TimeMs now, size_t* hint);
+  // By interned id (a peer's Entry::name): a hint still right is checked without reading the
+  // name; otherwise the name is looked up and the hint refreshed. Null if the peer is not here.
+  const PeerProgress* FindId(uint32_t id, size_t* hint) const;
+  // Position of `name`, or NameIndex::kNone.
+  size_t Position(const std::string& name) const;
+  // As UpdateKnown, for the peer at `pos` (from Position or a hint still right).
+  bool UpdateAt(size_t pos, uint64_t step, TimeMs now) { return Advance(pos, step, now); }
   bool Contains(const std::string& name) const { return Find(name) != nullptr; }
   size_t size() const { return entries_.size(); }
   bool empty() const { return entries_.empty(); }
@@ -81,6 +88,7 @@ class ProgressView {
   const std::vector<Entry>& entries() const { return entries_; }
   const std::string& name(const Entry& e) const { return (*names_)[e.name]; }
   const std::string& name_at(size_t pos) const { return name(entries_[pos]); }
+  const std::string& name_of_id(uint32_t id) const { return (*names_)[id]; }
   std::vector<std::string> peers() const;  // sorted by name
 
   std::optional<uint64_t> MinStep() const;
