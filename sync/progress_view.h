@@ -98,6 +98,9 @@ class ProgressView {
 
   // Cache hints for a coming lookup of `name` (no effect on behaviour): stage 0 requests its
   // index bucket, stage 1 (once that has arrived) its entry.
+  void PrefetchAt(size_t pos) const {
+    if (pos < entries_.size()) __builtin_prefetch(&entries_[pos]);
+  }
   void Prefetch(const std::string& name, int stage) const {
     if (stage == 0) return index_.PrefetchBucket(name);
     const size_t pos = index_.Probe(name);
