@@ -213,10 +213,10 @@ void Node::Reject() { stats_.rejected++; }
 
 void Node::Prefetch(int stage, const Input* in) const {
   if (stage == 0) {
-    const void* hot[] = {this,       &config_.training, &swim_,    &external_index_,
-                         &out_,      &stats_,           &barrier_, &progress_,
-                         &watchers_, &round_,           &fetch_,   &bandwidth_at_,
-                         &probe_at_, &retry_join_at_,   &leaving_, &final_serve_at_};
+    // The deadlines and flags read on every input sit together after the barrier state (node.h).
+    const void* hot[] = {
+        this,       &config_.training,  &swim_,  &external_index_, &out_,  &stats_, &barrier_,
+        &progress_, &barrier_deadline_, &fetch_, &watchers_,       &round_};
     for (const void* p : hot) __builtin_prefetch(p);
     return;
   }
