@@ -620,22 +620,15 @@ class Node {
   uint64_t awaiting_hash_ = 0;
   uint64_t awaiting_epoch_ = 0;
   std::map<std::string, gossip::ParamAssembler> assemblers_;  // final models, top-k transfers
-  // Streamed (unkeyed, not final) transfers being received, per sender: which chunks came. One
-  // compact record per sender ever heard from (its last round stays recorded, so late duplicates
-  // are ignored), in a flat vector with a hashed index: a simulated node hears from hundreds of
-  // senders, and a std::map of strings held about 150 bytes for each.
+  // Streamed (unkeyed, not final) transfers being received, per sender: which chunks came.
   struct InStream {
-    uint32_t name = 0;  // in names_
+    uint64_t round = 0;
     uint32_t chunks = 0;
     uint32_t total = 0;
     uint32_t got = 0;
-    uint64_t round = 0;
-    uint64_t seen = 0;  // chunks that came, while chunks <= 64 (else in_stream_seen_)
+    std::vector<bool> seen;
   };
-  std::vector<InStream> in_streams_;
-  sync::NameIndex in_stream_index_;  // name -> position in in_streams_
-  // Chunks that came of transfers of more than 64 chunks still being received, by sender id.
-  std::map<uint32_t, std::vector<bool>> in_stream_seen_;
+  std::map<std::string, InStream> in_streams_;
   // Handles a chunk of a streamed transfer; false when it is malformed.
   bool OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk, TimeMs now);
   // The transfer from `sender` on `conn` is complete: acknowledge it, note the sender's progress.

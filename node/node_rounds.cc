@@ -472,48 +472,18 @@ bool Node::OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamCh
       uint64_t{c.chunks} * gossip::kParamChunkFloats < c.total || c.chunks > (1u << 24)) {
     return false;
   }
-  const auto name_at = [this](size_t i) -> const std::string& {
-    return (*names_)[in_streams_[i].name];
-  };
-  size_t pos = in_stream_index_.Find(sender, name_at);
-  if (pos == sync::NameIndex::kNone) {
-    InStream fresh;
-    fresh.name = names_->Intern(sender);
-    in_streams_.push_back(fresh);
-    pos = in_streams_.size() - 1;
-    in_stream_index_.Insert(sender, pos, in_streams_.size(), name_at);
-  }
-  InStream& s = in_streams_[pos];
+  InStream& s = in_streams_[sender];
   if (c.round < s.round && c.chunk != 0) return true;
-  constexpr uint32_t kBits = 64;  // chunks tracked in InStream::seen
   if (c.round != s.round || s.chunks == 0) {
-    s.round = c.round;
-    s.chunks = c.chunks;
-    s.total = c.total;
-    s.got = 0;
-    s.seen = 0;
-    if (c.chunks > kBits) {
-      in_stream_seen_[s.name].assign(c.chunks, false);
-    } else {
-      in_stream_seen_.erase(s.name);
-    }
+    s = InStream{c.round, c.chunks, c.total, 0, std::vector<bool>(c.chunks, false)};
   }
-  if (c.chunks != s.chunks || c.total != s.total || s.got == s.chunks || c.chunk >= s.chunks) {
+  if (c.chunks != s.chunks || c.total != s.total || s.got == s.chunks || s.seen[c.chunk]) {
     return true;
   }
-  if (s.chunks <= kBits) {
-    const uint64_t bit = uint64_t{1} << c.chunk;
-    if ((s.seen & bit) != 0) return true;
-    s.seen |= bit;
-  } else {
-    std::vector<bool>& seen = in_stream_seen_[s.name];
-    if (seen[c.chunk]) return true;
-    seen[c.chunk] = true;
-  }
+  s.seen[c.chunk] = true;
   s.got++;
   const bool complete = s.got == s.chunks;
-  // The round stays recorded (late duplicates are ignored); its bitmap goes.
-  if (complete && s.chunks > kBits) in_stream_seen_.erase(s.name);
+  if (complete) s.seen = std::vector<bool>();  // the round stays recorded: late duplicates
   auto peer = FindPeer(sender);
   const bool finished = peer && !peer->training;
   const uint64_t weight_step = finished ? std::max(c.step, progress_.step) : c.step;
