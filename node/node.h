@@ -62,8 +62,9 @@ struct NodeConfig {
   std::vector<std::pair<std::string, std::string>> tags;  // operator tags, sorted (issue 19)
   membership::Config membership;
   bool external_membership = false;  // the driver supplies PeerView inputs instead of SWIM
-  // External membership: where peer names are interned. The simulator shares one table between
-  // all its nodes; null: the node keeps its own.
+  // Where peer names are interned (the external view's and the barrier's): the simulator shares
+  // one table between all its nodes; null: the node keeps its own. A table never forgets a name:
+  // it grows with the distinct peers ever seen.
   std::shared_ptr<sync::NameTable> names;
   uint64_t seed = 1;  // the node's only source of randomness
 
@@ -581,7 +582,7 @@ class Node {
     bool alive = true;
     bool training = true;
   };
-  std::shared_ptr<sync::NameTable> names_;  // external membership: interned peer names
+  std::shared_ptr<sync::NameTable> names_;  // interned peer names (external view, barrier)
   const std::string& NameOf(const ExternalPeer& v) const { return (*names_)[v.name]; }
   std::vector<ExternalPeer> external_;       // external membership: peers in the order first seen
   std::vector<std::string> external_addrs_;  // addresses that differ from the name
@@ -593,7 +594,6 @@ class Node {
   PeerRef RefOf(const ExternalPeer& v) const;
   std::vector<std::string> candidates_;  // Candidates()
   bool candidates_stale_ = true;
-  sync::Rng rng_;
   std::vector<Output> out_;
   NodeStats stats_;
   ConnId next_conn_ = kFirstOutgoingConn;
@@ -608,6 +608,26 @@ class Node {
   bool min_peers_reached_ = false;
   TimeMs barrier_deadline_ = sync::kNoDeadline;
   bool progress_dirty_ = false;
+  // What NextDeadline, Tick and the barrier read on every input, kept on a few cache lines next
+  // to the barrier state above (with thousands of simulated nodes, each line is a cache miss).
+  TimeMs bandwidth_at_ = 0;                    // bandwidth estimates are published
+  TimeMs probe_at_ = sync::kNoDeadline;        // the next capacity probe
+  TimeMs retry_join_at_ = sync::kNoDeadline;   // the next retry-join attempt
+  TimeMs final_serve_at_ = sync::kNoDeadline;  // the final model is offered again
+  bool final_ = false;                         // latest_ is the final model
+  bool leaving_ = false;                       // graceful leave started
+  bool left_ = false;                          // and finished
+  TimeMs leave_started_ = 0;
+  struct Fetch {
+    enum { kIdle, kWaiting, kDone } phase = kIdle;
+    ConnId conn = 0;
+    std::string from;
+    uint64_t adopt_step = 0;
+    TimeMs deadline = 0;  // of the whole attempt (learning the mesh, fetches, retries)
+    TimeMs retry_at = 0;
+    gossip::ParamAssembler assembler;
+  } fetch_;
+  static constexpr TimeMs kStateRetryMs = 250;
   // Peers waiting for our step (ProgressQuery.need): answered again when we reach it.
   // A flat vector with a hashed index (one lookup per query instead of a walk down a tree of
   // strings) and the smallest `need`, so a step that satisfies nobody costs no walk.
@@ -680,8 +700,6 @@ class Node {
   std::shared_ptr<const std::vector<float>> latest_;
   std::vector<ConnId> state_waiters_;  // joiners' state requests waiting for a snapshot
   uint64_t latest_step_ = 0;
-  bool final_ = false;
-  TimeMs final_serve_at_ = sync::kNoDeadline;
   struct ConsensusState {
     std::vector<std::string> participants;  // sorted, self included; the first leads
     // Leader: the finished peers' final models (the newest per sender).
@@ -694,16 +712,6 @@ class Node {
     std::set<std::string> acked;  // leader: participants that acknowledged the result
     TimeMs next_send = 0;
   } consensus_;
-  struct Fetch {
-    enum { kIdle, kWaiting, kDone } phase = kIdle;
-    ConnId conn = 0;
-    std::string from;
-    uint64_t adopt_step = 0;
-    TimeMs deadline = 0;  // of the whole attempt (learning the mesh, fetches, retries)
-    TimeMs retry_at = 0;
-    gossip::ParamAssembler assembler;
-  } fetch_;
-  static constexpr TimeMs kStateRetryMs = 250;
 
   // Bandwidth meters (SPEC §7): measured while transfers are active.
   struct BusyMeter {
@@ -735,7 +743,6 @@ class Node {
   // The best recent probe when there is one, else the transfer-based capacity; bounded by `cap`
   // when > 0.
   static double WithProbes(const sync::BandwidthEstimate& e, const ProbeRates& probes, double cap);
-  TimeMs probe_at_ = sync::kNoDeadline;
   uint64_t probe_id_ = 0;  // the outstanding probe, 0 = none
   std::string probe_peer_;
   TimeMs probe_sent_at_ = 0;
@@ -745,7 +752,6 @@ class Node {
   std::set<std::string> probed_;  // peers probed at least once
   ProbeRates probe_up_;           // peer name -> rates our trains to it arrived at
   ProbeRates probe_down_;         // sender address -> rates its trains arrived here at
-  TimeMs bandwidth_at_ = 0;
 
   // Push-pulls and joins.
   std::map<ConnId, std::unique_ptr<PushPull>> pushpulls_;
@@ -754,14 +760,11 @@ class Node {
     int joined = 0;
   };
   std::map<uint64_t, JoinWait> joins_;
-  TimeMs retry_join_at_ = sync::kNoDeadline;
   int join_attempts_ = 0;     // made at start and by retry-join
   std::set<ConnId> serving_;  // accepted connections we answered and closed
 
-  // Leave.
-  bool leaving_ = false;
-  bool left_ = false;
-  TimeMs leave_started_ = 0;
+  // The node's only randomness (2.5 KB of state: kept away from the hot lines above).
+  sync::Rng rng_;
 };
 
 }  // namespace meshtrain::node

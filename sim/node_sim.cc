@@ -25,6 +25,9 @@ constexpr size_t kAutoPartialView = 500;
 constexpr TimeMs kMembershipWarmupMaxMs = 300000;
 constexpr TimeMs kWarmupCheckMs = 500;
 constexpr size_t kMaxCachedPlans = 256;
+// Drain's output buffer circulates between the nodes (TakeOutput swaps it with the node's own):
+// one that a burst grew beyond this many outputs (328 bytes each) is dropped, not handed on.
+constexpr size_t kMaxKeptOutputs = 8;
 // Without a task the snapshot is a token: the network charges param_bytes for it.
 constexpr size_t kNoTaskFloats = 4;
 // wbsp: at most this many local steps per barrier wait (the daemon's TrainerOptions value).
@@ -291,6 +294,7 @@ void NodeSim::Drain(uint32_t i) {
   // Dispatch never re-enters Drain: what it causes at a node comes back through the queue.
   nodes_[i]->TakeOutput(&outputs_);
   for (node::Output& o : outputs_) Dispatch(i, o);
+  if (outputs_.capacity() > kMaxKeptOutputs) std::vector<node::Output>().swap(outputs_);
   Arm(i);
 }
 

@@ -82,8 +82,8 @@ bool UsesSample(Policy policy) {
   return IsProbabilistic(policy) || policy == Policy::kDssp || policy == Policy::kWbsp;
 }
 
-BarrierCore::BarrierCore(BarrierConfig config, std::string self)
-    : config_(config), view_(std::move(self), config.interval_alpha) {
+BarrierCore::BarrierCore(BarrierConfig config, std::string self, std::shared_ptr<NameTable> names)
+    : config_(config), view_(std::move(self), config.interval_alpha, std::move(names)) {
   if (config_.probe_timeout <= 0) config_.probe_timeout = 1;
   // dssp/wbsp decide on every live peer unless a sample size β > 0 makes them pdssp/pwbsp.
   if ((config_.policy == Policy::kDssp || config_.policy == Policy::kWbsp) && config_.sample == 0) {
@@ -123,7 +123,7 @@ Decision BarrierCore::Check(uint64_t my_step, TimeMs now, Rng& rng) {
   ++stats_.passes;
   if (UsesSample(config_.policy)) {
     for (Slot& slot : slots_) {
-      const PeerProgress* p = view_.Find(slot.name, &slot.pos);
+      const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
       if (p && my_step > p->step) {
         stats_.max_sampled_lead = std::max(stats_.max_sampled_lead, my_step - p->step);
       }
@@ -167,7 +167,7 @@ void BarrierCore::Prefetch(uint64_t next_step, TimeMs now, Rng& rng) {
       std::min<double>(static_cast<double>(bound), std::ceil(rtt_ms_ / own_interval_ms_)));
   for (Slot& slot : slots_) {
     if (slot.seq != 0) continue;  // already asked in this round
-    const PeerProgress* p = view_.Find(slot.name, &slot.pos);
+    const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
     if (!p || Within(next_step + ahead, p->step, bound)) continue;
     Query(slot, now);
     ++stats_.lookahead_queries;
@@ -197,7 +197,7 @@ bool BarrierCore::PassesAhead(uint64_t next_step) const {
   const uint64_t bound = SampledBound();
   for (const Slot& slot : slots_) {
     size_t hint = slot.pos;
-    const PeerProgress* p = view_.Find(slot.name, &hint);
+    const PeerProgress* p = view_.FindId(slot.id, &hint);
     if (p && !Within(next_step, p->step, bound)) return false;
   }
   return true;
@@ -306,9 +306,9 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
     // sampled last), and a fresh sample is drawn.
     ++stats_.timeouts;
     for (Slot& slot : slots_) {
-      const PeerProgress* p = view_.Find(slot.name, &slot.pos);
+      const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
       if (slot.seq != 0 && !slot.answered && p && !Within(my_step, p->step, bound)) {
-        silent_.insert(slot.name);
+        silent_.insert(view_.name_of_id(slot.id));
       }
     }
     NewRound(rng);
@@ -319,8 +319,11 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
 
   bool pass = true;
   requery_at_ = kNoDeadline;
+  // The sampled peers' entries, requested together (no effect on behaviour): with thousands of
+  // simulated nodes each is a cache miss, and the loop below would take them one at a time.
+  for (const Slot& slot : slots_) view_.PrefetchAt(slot.pos);
   for (Slot& slot : slots_) {
-    const PeerProgress* p = view_.Find(slot.name, &slot.pos);
+    const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
     if (!p || Within(my_step, p->step, bound)) continue;
     pass = false;
     if (slot.seq == 0) {
@@ -348,7 +351,7 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
     uint64_t min = std::numeric_limits<uint64_t>::max(), max = 0;
     bool any = false;
     for (Slot& slot : slots_) {
-      if (const PeerProgress* p = view_.Find(slot.name, &slot.pos)) {
+      if (const PeerProgress* p = view_.FindId(slot.id, &slot.pos)) {
         min = std::min(min, p->step);
         max = std::max(max, p->step);
         any = true;
@@ -364,7 +367,7 @@ void BarrierCore::Query(Slot& slot, TimeMs now) {
   if (next_seq_ == 0) next_seq_ = 1;  // 0 means "not queried"
   slot.awaiting = true;
   slot.asked_at = now;
-  queries_.push_back(ProgressQuery{slot.name, slot.seq});
+  queries_.push_back(ProgressQuery{view_.name_of_id(slot.id), slot.seq});
   ++stats_.queries;
 }
 
@@ -385,7 +388,7 @@ void BarrierCore::NewRound(Rng& rng) {
     std::vector<size_t> fresh, silent;
     stats_.visited += entries.size();
     for (size_t i = 0; i < entries.size(); ++i) {
-      (silent_.count(entries[i].name) ? silent : fresh).push_back(i);
+      (silent_.count(view_.name(entries[i])) ? silent : fresh).push_back(i);
     }
     for (size_t i : SampleIndices(fresh.size(), k, rng)) picked.push_back(fresh[i]);
     if (picked.size() < k) {
@@ -396,9 +399,10 @@ void BarrierCore::NewRound(Rng& rng) {
   }
   stats_.visited += picked.size();
   for (size_t i : picked) {
-    Slot slot{entries[i].name};
+    Slot slot;
+    slot.id = entries[i].name;
     slot.pos = i;
-    slots_.push_back(std::move(slot));
+    slots_.push_back(slot);
   }
 }
 
@@ -408,18 +412,20 @@ void BarrierCore::Refill(Rng& rng) {
   // Replacements come from live peers not yet sampled in this round, non-silent ones first.
   // Sampled in this round: the peers in the sample (a removed peer leaves it, so it may be
   // sampled again should it rejoin).
-  std::unordered_set<std::string> tried;
-  for (const Slot& slot : slots_) tried.insert(slot.name);
-  std::vector<std::string> fresh, silent;
+  std::unordered_set<uint32_t> tried;
+  for (const Slot& slot : slots_) tried.insert(slot.id);
+  std::vector<uint32_t> fresh, silent;
   stats_.visited += view_.size();
   for (const ProgressView::Entry& e : view_.entries()) {
     if (tried.count(e.name)) continue;
-    (silent_.count(e.name) ? silent : fresh).push_back(e.name);
+    (silent_.count(view_.name(e)) ? silent : fresh).push_back(e.name);
   }
-  for (std::vector<std::string>* pool : {&fresh, &silent}) {
+  for (std::vector<uint32_t>* pool : {&fresh, &silent}) {
     const size_t need = want - slots_.size();
     for (size_t i : SampleIndices(pool->size(), need, rng)) {
-      slots_.push_back(Slot{(*pool)[i]});
+      Slot slot;
+      slot.id = (*pool)[i];
+      slots_.push_back(slot);
     }
   }
 }
@@ -462,10 +468,12 @@ bool BarrierCore::OnKnownProgress(const std::string& name, uint64_t step, TimeMs
 
 bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now) {
   bool matched = false;
-  size_t hint = NameIndex::kNone;
+  // Sampled peers are in the view (a peer leaving it leaves the sample), so a name the view does
+  // not hold matches no slot.
+  const size_t pos = view_.Position(name);
+  const uint32_t id = pos == NameIndex::kNone ? 0 : view_.entries()[pos].name;
   for (Slot& slot : slots_) {
-    if (slot.name != name) continue;
-    hint = slot.pos;
+    if (pos == NameIndex::kNone || slot.id != id) continue;
     if (slot.seq == seq && seq != 0 && slot.awaiting) {
       slot.awaiting = false;
       slot.answered = true;
@@ -478,7 +486,7 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
   }
   silent_.erase(name);
   // Never re-add a peer that left the view (it departed, or finished training).
-  const bool changed = view_.UpdateKnown(name, step, now, &hint);
+  const bool changed = pos != NameIndex::kNone && view_.UpdateAt(pos, step, now);
   return matched || changed;
 }
 
@@ -494,8 +502,8 @@ bool BarrierCore::OnPeerRemoved(const std::string& name) {
     view_.Update(o.name, o.step, o.learned);
   }
   silent_.erase(name);
-  const auto it =
-      std::find_if(slots_.begin(), slots_.end(), [&](const Slot& s) { return s.name == name; });
+  const auto it = std::find_if(slots_.begin(), slots_.end(),
+                               [&](const Slot& s) { return view_.name_of_id(s.id) == name; });
   if (it != slots_.end()) {
     slots_.erase(it);  // replaced at the next Check, which has the RNG
   }
@@ -522,7 +530,7 @@ double BarrierCore::WaitSeconds(TimeMs now) const {
 std::vector<std::string> BarrierCore::sample() const {
   std::vector<std::string> out;
   out.reserve(slots_.size());
-  for (const Slot& s : slots_) out.push_back(s.name);
+  for (const Slot& s : slots_) out.push_back(view_.name_of_id(s.id));
   return out;
 }
 

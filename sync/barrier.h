@@ -61,6 +61,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -137,8 +138,10 @@ struct BarrierStats {
 
 class BarrierCore {
  public:
-  // `self` is this node's name; progress about it is ignored.
-  explicit BarrierCore(BarrierConfig config, std::string self = {});
+  // `self` is this node's name; progress about it is ignored. `names`: where the view interns
+  // peer names (ProgressView; null: a table of its own).
+  explicit BarrierCore(BarrierConfig config, std::string self = {},
+                       std::shared_ptr<NameTable> names = nullptr);
   BarrierCore(const BarrierCore&) = delete;
   BarrierCore& operator=(const BarrierCore&) = delete;
 
@@ -203,7 +206,7 @@ class BarrierCore {
 
  private:
   struct Slot {
-    std::string name;
+    uint32_t id = 0;                // the peer's interned name (ProgressView::Entry::name)
     uint32_t seq = 0;               // latest query in this round; 0 = not queried in this round
     bool answered = false;          // answered a query in this round (so it is not silent)
     bool awaiting = false;          // query `seq` is still unanswered

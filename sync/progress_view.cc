@@ -5,8 +5,11 @@
 
 namespace meshtrain::sync {
 
-ProgressView::ProgressView(std::string self, double interval_alpha)
-    : self_(std::move(self)), alpha_(interval_alpha) {
+ProgressView::ProgressView(std::string self, double interval_alpha,
+                           std::shared_ptr<NameTable> names)
+    : self_(std::move(self)),
+      alpha_(interval_alpha),
+      names_(names ? std::move(names) : std::make_shared<NameTable>()) {
   if (!(alpha_ > 0.0 && alpha_ <= 1.0)) alpha_ = 0.3;
 }
 
@@ -49,7 +52,7 @@ bool ProgressView::Update(const std::string& name, uint64_t step, TimeMs now, bo
   PeerProgress p;
   p.step = step;
   p.learned = now;
-  entries_.push_back(Entry{name, p});
+  entries_.push_back(Entry{names_->Intern(name), p});
   index_.Insert(name, entries_.size() - 1, entries_.size(), NameAt());
   CountStep(step, +1);
   if (added) *added = true;
@@ -66,8 +69,8 @@ bool ProgressView::Remove(const std::string& name) {
   if (pos == NameIndex::kNone) return false;
   CountStep(entries_[pos].progress.step, -1);
   if (pos + 1 != entries_.size()) {
-    index_.Relocate(entries_.back().name, pos, NameAt());
-    entries_[pos] = std::move(entries_.back());
+    index_.Relocate(name_at(entries_.size() - 1), pos, NameAt());
+    entries_[pos] = entries_.back();
   }
   entries_.pop_back();
   return true;
@@ -85,7 +88,7 @@ const PeerProgress* ProgressView::Find(const std::string& name) const {
 }
 
 size_t ProgressView::Locate(const std::string& name, size_t* hint) const {
-  if (*hint < entries_.size() && entries_[*hint].name == name) return *hint;
+  if (*hint < entries_.size() && name_at(*hint) == name) return *hint;
   const size_t pos = index_.Find(name, NameAt());
   if (pos != NameIndex::kNone) *hint = pos;
   return pos;
@@ -96,6 +99,16 @@ const PeerProgress* ProgressView::Find(const std::string& name, size_t* hint) co
   return pos == NameIndex::kNone ? nullptr : &entries_[pos].progress;
 }
 
+size_t ProgressView::Position(const std::string& name) const { return index_.Find(name, NameAt()); }
+
+const PeerProgress* ProgressView::FindId(uint32_t id, size_t* hint) const {
+  if (*hint < entries_.size() && entries_[*hint].name == id) return &entries_[*hint].progress;
+  const size_t pos = index_.Find((*names_)[id], NameAt());
+  if (pos == NameIndex::kNone) return nullptr;
+  *hint = pos;
+  return &entries_[pos].progress;
+}
+
 bool ProgressView::UpdateKnown(const std::string& name, uint64_t step, TimeMs now, size_t* hint) {
   const size_t pos = Locate(name, hint);
   return pos != NameIndex::kNone && Advance(pos, step, now);
@@ -104,7 +117,7 @@ bool ProgressView::UpdateKnown(const std::string& name, uint64_t step, TimeMs no
 std::vector<std::string> ProgressView::peers() const {
   std::vector<std::string> out;
   out.reserve(entries_.size());
-  for (const Entry& e : entries_) out.push_back(e.name);
+  for (const Entry& e : entries_) out.push_back(name(e));
   std::sort(out.begin(), out.end());
   return out;
 }

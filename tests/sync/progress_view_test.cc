@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -96,7 +97,7 @@ TEST_CASE("ProgressView agrees with a std::map under random updates and removals
         REQUIRE(p->step == st);
         size_t hint = static_cast<size_t>(rng() % 400);  // right or wrong: both must work
         REQUIRE(view.Find(n, &hint) == p);
-        REQUIRE(view.entries()[hint].name == n);
+        REQUIRE(view.name_at(hint) == n);
         lo = std::min(lo, st);
         hi = std::max(hi, st);
       }
@@ -110,6 +111,24 @@ TEST_CASE("ProgressView agrees with a std::map under random updates and removals
     }
   }
   REQUIRE(!view.Update("self", 1, 0));
+}
+
+TEST_CASE("ProgressViews sharing a NameTable hold ids and stay independent", "[sync][view]") {
+  auto names = std::make_shared<NameTable>();
+  ProgressView a("a", 0.3, names);
+  ProgressView b("b", 0.3, names);
+  REQUIRE(a.Update("p", 3, 10));
+  REQUIRE(b.Update("q", 1, 10));
+  REQUIRE(b.Update("p", 5, 10));
+  REQUIRE(names->size() == 2);  // "p" is stored once
+  REQUIRE(a.Find("p")->step == 3);
+  REQUIRE(b.Find("p")->step == 5);
+  REQUIRE_FALSE(a.Contains("q"));
+  REQUIRE(a.Remove("p"));
+  REQUIRE(b.Find("p")->step == 5);
+  REQUIRE(b.Remove("q"));  // the last entry moves into the hole: its name still resolves
+  REQUIRE(b.name_at(0) == "p");
+  REQUIRE(b.peers() == std::vector<std::string>{"p"});
 }
 
 }  // namespace
