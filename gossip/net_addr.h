@@ -13,10 +13,13 @@
 namespace meshtrain::gossip {
 
 struct NetAddr {
+  // The largest member first: `sa{}` zero-fills what it initializes, and a union's value
+  // initialization covers its first member only (an IPv6 address built field by field, as
+  // MappedV6 does, must find the rest of its 16 bytes zero).
   union {
+    sockaddr_in6 v6;
     sockaddr base;
     sockaddr_in v4;
-    sockaddr_in6 v6;
   } sa{};
 
   // Parses "a.b.c.d:port" or "[v6]:port" (port 0-65535; "localhost" accepted as 127.0.0.1).
