@@ -43,6 +43,7 @@ p.add_argument("--sync-every", type=int, default=1)
 p.add_argument("--outer", default="avg")
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--lr", type=float, default=1e-3)
+p.add_argument("--mix-state", action="store_true")
 p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
 a = p.parse_args()
 torch.set_num_threads(1)
@@ -78,7 +79,8 @@ opt = inner
 if a.socket:
     import meshtrain, meshtrain.torch as mt
     mesh = meshtrain.connect(a.socket, timeout=60)
-    opt = mt.MeshOptimizer(inner, mesh, model=model, sync_every=a.sync_every, outer=a.outer)
+    opt = mt.MeshOptimizer(inner, mesh, model=model, sync_every=a.sync_every, outer=a.outer,
+                           mix_state=a.mix_state)
 for step in range(a.steps):
     i = torch.randint(0, len(x), (64,), generator=g)
     opt.zero_grad()
@@ -122,7 +124,7 @@ def pooled(py, script, steps, seed, workdir, lr):
     return last_json(log)
 
 
-def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr):
+def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, mix_state):
     mesh = external_mesh(binary, 3, f"sk{seed}", 4)
     mesh.common[mesh.common.index("--barrier") + 1] = "pssp"
     mesh.common += ["--sample", "2"]
@@ -134,7 +136,8 @@ def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr):
             logs.append(os.path.join(workdir, f"{outer}{h}-{seed}-{i}.out"))
             procs.append(run_worker(py, script, ["--socket", a.socket, "--classes", SHARDS[i],
                                                  "--steps", steps, "--sync-every", h,
-                                                 "--outer", outer, "--seed", seed, "--lr", lr],
+                                                 "--outer", outer, "--seed", seed, "--lr", lr]
+                                       + (["--mix-state"] if mix_state else []),
                                        logs[-1]))
         try:
             for p in procs:
@@ -157,6 +160,8 @@ def main():
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--settings", default="avg:1,nesterov:25")
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    ap.add_argument("--mix-state", action="store_true",
+                    help="MeshOptimizer(mix_state=True): Adam's moments mix with the parameters")
     a = ap.parse_args()
     binary = benchlib.find_binary(a.bin)
     benchlib.check_dataset("fmnist-mlp")
@@ -174,7 +179,8 @@ def main():
         rows.append([seed, "pooled", "-", f"{ref['accuracy']:.4f}", "-", "-", "-"])
         for outer, h in settings:
             t0 = time.monotonic()
-            outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir, a.lr)
+            outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir, a.lr,
+                                  a.mix_state)
             accs = [o["accuracy"] for o in outs]
             same = len({o["crc"] for o in outs}) == 1
             worst = max(ref["accuracy"] - x for x in accs)

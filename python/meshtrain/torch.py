@@ -31,8 +31,8 @@ import math
 
 import torch
 
-__all__ = ["MeshOptimizer", "ModelAverage", "OuterStep", "mixed_buffers", "share_parameters", "shared",
-           "tensor_view"]
+__all__ = ["MeshOptimizer", "ModelAverage", "OuterStep", "mixed_buffers", "optimizer_state",
+           "share_parameters", "shared", "tensor_view"]
 
 # Parameter bytes tensor_view copied between tensors and the shared memory (both ways) in this
 # process: stays put while the tensors are placed in the shared memory (share_parameters).
@@ -191,13 +191,15 @@ class MeshOptimizer:
     step on the mixed model, see the module doc; `outer_lr` default 0.7 for nesterov and 1.0
     for sgd, `outer_momentum` default 0.9). `model`: the module, so that its floating-point
     buffers are mixed too (`mix_buffers`, default True). After a join with state or a finished
-    peer's model taken over, the outer step restarts from the adopted model. `fragments=F`
+    peer's model taken over, the outer step restarts from the adopted model. `mix_state=True`:
+    the inner optimizer's moments (Adam/AdamW, SGD momentum; optimizer_state) are mixed too.
+    `fragments=F`
     (dividing `sync_every`; Streaming DiLoCo): every sync_every/F steps one of F contiguous
     fragments of the model goes out, in turn, and takes its outer step; each sync moves 1/F."""
 
     def __init__(self, optimizer, mesh, sync_every=1, params=None, share_memory=None,
                  outer="avg", outer_lr=None, outer_momentum=None, model=None, mix_buffers=True,
-                 fragments=1):
+                 fragments=1, mix_state=False):
         if sync_every < 1:
             raise ValueError("sync_every must be >= 1")
         if fragments < 1 or sync_every % fragments:
@@ -211,6 +213,8 @@ class MeshOptimizer:
         self.params = list(params) if params is not None else [
             p for g in optimizer.param_groups for p in g["params"]]
         self.buffers = mixed_buffers(model) if model is not None and mix_buffers else []
+        if mix_state:  # the inner optimizer's moments travel and mix with the parameters
+            self.buffers += optimizer_state(optimizer, self.params)
         self.local_steps = 0
         tensors = self.params + self.buffers
         self.shared = bool(share_memory) or (
@@ -268,6 +272,40 @@ class MeshOptimizer:
 
     def load_state_dict(self, state):
         self.optimizer.load_state_dict(state)
+
+
+def optimizer_state(optimizer, params):
+    """The state tensors of `params` in a torch Adam, AdamW or SGD (momentum) optimizer, made now
+    (zeros, as the optimizer's first step would) so that they can be placed in the shared memory
+    and mixed like parameters: averaging the moments gives every node the mesh's view of the
+    gradients (on skewed shards each node's own Adam moments point at its own classes).
+    TypeError for other optimizers."""
+    out = []
+    for g in optimizer.param_groups:
+        for p in g["params"]:
+            if not any(p is q for q in params):
+                continue
+            st = optimizer.state[p]
+            if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+                if not st:
+                    st["step"] = torch.tensor(0.0)
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    if g.get("amsgrad"):
+                        st["max_exp_avg_sq"] = torch.zeros_like(
+                            p, memory_format=torch.preserve_format)
+                keys = ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if g.get("amsgrad") else [])
+            elif isinstance(optimizer, torch.optim.SGD):
+                if not g.get("momentum"):
+                    continue
+                if st.get("momentum_buffer") is None:
+                    st["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                keys = ["momentum_buffer"]
+            else:
+                raise TypeError("mix_state supports torch.optim.Adam, AdamW and SGD, not "
+                                f"{type(optimizer).__name__}")
+            out += [st[k] for k in keys]
+    return out
 
 
 def mixed_buffers(model):

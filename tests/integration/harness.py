@@ -142,6 +142,18 @@ class Mesh:
             return sts if all(not s["training"] and s["step"] >= steps for s in sts) else None
         return wait_until(done, timeout, interval=0.5, what="all agents finish training")
 
+    def wait_consensus(self, timeout):
+        """Waits until every agent holds the mesh's one model at the end of training (status
+        consensus serving or adopted) and has evaluated it; returns [status of each agent]."""
+        def done():
+            sts = [a.status() for a in self.agents]
+            if any(s is None for s in sts):
+                return None
+            ok = all(s["consensus"]["state"] in ("serving", "adopted") and
+                     s["params_crc32"] == s["consensus"]["crc32"] for s in sts)
+            return sts if ok else None
+        return wait_until(done, timeout, interval=0.2, what="the consensus model on every agent")[1]
+
     def __exit__(self, *exc):
         for a in self.agents:
             if a.proc is not None and a.proc.poll() is None:

@@ -73,7 +73,10 @@ def train_mesh(binary, train, test, extra, agent_extra=()):
         for i, a in enumerate(mesh.agents):
             a.extra += ["--shard", f"{i}/3", "--data-dir", os.path.join(mesh.workdir, a.name)]
         mesh.start_joined()
-        dt, sts = mesh.wait_finished(STEPS, 150)
+        dt, _ = mesh.wait_finished(STEPS, 150)
+        # Then the nodes agree on one model (the consensus), which each evaluates: the model
+        # export and model.npz give.
+        sts = mesh.wait_consensus(60)
         accs = {s["name"]: s["accuracy"] for s in sts}
         decay = float(agent_extra[agent_extra.index("--eval-average") + 1]) \
             if "--eval-average" in agent_extra else 0.0
