@@ -39,9 +39,10 @@ Output: JSON lines on stdout.
   {"event":"reached", "step", "val_bpc", "elapsed", "t"} the first time val_bpc <= --target-bpc
   {"event":"final", "step", "val_bpc", "elapsed", "t", "crc" (CRC-32 of the parameters),
    "reached": bool}
-Evaluations happen every --eval-every steps (mesh: at the mesh step count; make it a multiple
-of --sync-every to evaluate right after a sync) and at the end. Deterministic given --seed and
---threads (model initialisation, identical on every node, and the batches' positions).
+Evaluations happen before the first step, every --eval-every steps (mesh: at the mesh step
+count; make it a multiple of --sync-every to evaluate right after a sync) and at the end.
+Deterministic given --seed and --threads (model initialisation, identical on every node, and
+the batches' positions).
 Needs numpy and torch (Debian: python3-numpy, python3-torch).
 """
 import argparse
@@ -307,9 +308,10 @@ def main():
     eval_total, loss_sum, loss_n = 0.0, 0.0, 0
     reached, last_bpc = False, None
     offs = torch.arange(a.context + 1)
+    first = True  # the initial model is evaluated before the first step
     while True:
         done = step >= a.max_steps
-        if not done:
+        if not done and not first:
             starts = torch.randint(0, len(train) - a.context - 1, (a.batch,), generator=gen)
             chunk = train[starts[:, None] + offs]
             stepper.zero_grad()
@@ -323,7 +325,9 @@ def main():
             loss_n += 1
             step = (mesh.step_count + stepper.local_steps % a.sync_every) if mesh else step + 1
             done = step >= a.max_steps or (mesh is not None and not mesh.training)
-        if step % a.eval_every and not done:
+        due = first or done or step % a.eval_every == 0
+        first = False
+        if not due:
             continue
         stop = torch.zeros(1)
         if rank == 0:
