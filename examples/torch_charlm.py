@@ -119,7 +119,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(d)
         self.fc = nn.Linear(d, 4 * d)
         self.out = nn.Linear(4 * d, d)
-        mask = torch.full((context, context), float("-inf")).triu(1)
+        # A bool buffer: MeshOptimizer mixes the floating-point buffers (and refuses non-finite
+        # values), a causal mask is neither.
+        mask = torch.ones(context, context, dtype=torch.bool).triu(1)
         self.register_buffer("mask", mask, persistent=False)
 
     def forward(self, x):
@@ -127,7 +129,8 @@ class Block(nn.Module):
         h = self.heads
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h)) + self.mask[:t, :t]
+        att = ((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))).masked_fill(
+            self.mask[:t, :t], float("-inf"))
         y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
