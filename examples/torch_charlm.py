@@ -23,6 +23,8 @@ Three modes, as examples/torch_fmnist.py:
   DDP     --ddp RANK/WORLD --ddp-addr HOST --ddp-port P: one rank of PyTorch DDP with gloo
           (init_method tcp://HOST:P, HOST = rank 0's address), gradients all-reduced every step;
           rank I trains on shard I/WORLD; rank 0 evaluates the one model and decides the stop.
+          Across hosts, set GLOO_SOCKET_IFNAME to the interface that reaches the others (gloo
+          otherwise binds to the address the host name resolves to, often loopback).
   mesh    --socket PATH (an agent started with --trainer external --trainer-socket PATH):
           meshtrain.torch.MeshOptimizer wraps AdamW; every --sync-every local steps one mesh
           step (publish, barrier, mix) and the --outer step (avg | sgd | nesterov with
@@ -119,10 +121,9 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(d)
         self.fc = nn.Linear(d, 4 * d)
         self.out = nn.Linear(4 * d, d)
-        # A bool buffer: MeshOptimizer mixes the floating-point buffers (and refuses non-finite
-        # values), a causal mask is neither.
-        mask = torch.ones(context, context, dtype=torch.bool).triu(1)
-        self.register_buffer("mask", mask, persistent=False)
+        # A plain attribute, not a buffer: MeshOptimizer would mix a float buffer (and refuses
+        # -inf) and gloo cannot broadcast a bool one (DDP syncs buffers at the start).
+        self.mask = torch.ones(context, context, dtype=torch.bool).triu(1)
 
     def forward(self, x):
         b, t, d = x.shape
