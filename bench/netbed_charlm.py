@@ -184,7 +184,10 @@ def run_mesh(a, binary, emu, workdir, setting, target):
             argv = [binary, "agent", "--name", f"n{i + 1}", "--bind", f"{bed.addr(i)}:{nl.PORT}",
                     "--rpc", nl.RPC, "--trainer", "external", "--trainer-socket",
                     os.path.join(workdir, f"n{i + 1}.sock"), "--min-peers", str(a.nodes - 1),
-                    "--compress", comp, *a.agent_args.split()]
+                    "--compress", comp,
+                    # H local steps pass between two of the trainer's requests: at H = 50 and
+                    # ~1 s per step on a loaded machine the default 60 s detached trainers.
+                    "--trainer-timeout", str(a.timeout), *a.agent_args.split()]
             if i > 0:
                 argv += ["--join", f"{bed.addr(0)}:{nl.PORT}", "--retry-join",
                          "--retry-interval", "1s"]
