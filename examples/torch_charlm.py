@@ -30,6 +30,9 @@ Three modes, as examples/torch_fmnist.py:
           step (publish, barrier, mix) and the --outer step (avg | sgd | nesterov with
           --outer-lr, --outer-momentum: DiLoCo). Every node evaluates its own model, reports it
           to its agent (loss in nats, next-character accuracy) and stops at --target-bpc.
+          The trainer is silent towards its agent for H steps: start the agents with a
+          --trainer-timeout longer than H steps take (the default 60 s detaches the trainer
+          when H = 50 steps take over a minute).
 
 Output: JSON lines on stdout.
   {"event":"start", "mode", "params", "train_chars", "val_chars", "shard", ...}
