@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""The language model (examples/torch_charlm.py) over slow links: PyTorch DDP (gloo) against
+meshtrain agents with the outer optimizer, side by side on the network-namespace bed
+(tests/netbed/bed.py; needs root): N hosts (default 4), every host link RATE Mbit/s both ways
+(default 100), RTT ms between any two hosts (default 20). One trainer process per host.
+
+1. DDP: rank i on host i (init_method tcp://<host 0>:29500), gradients all-reduced every step,
+   --ddp-steps steps; rank 0 evaluates every --eval-every steps. The target is the validation
+   loss (bits per character, the example's fixed validation windows) DDP reached at its last
+   evaluation; DDP's time is its first evaluation at or below it.
+2. Per --settings entry OUTER/H[/COMPRESS] (e.g. nesterov/50/int8): an agent per host
+   (--trainer external, --compress COMPRESS, --agent-args), joined before the trainers start;
+   trainer i on shard i/N with MeshOptimizer(sync_every=H, outer=OUTER; nesterov: lr
+   --outer-lr, momentum --outer-momentum) stops at its first evaluation at or below the target
+   (--target-bpc) or after --mesh-steps. The mesh's time is the last node's first evaluation at
+   or below the target (every node then holds such a model).
+
+Both clocks start when the trainer processes are launched (torch import, data loading and
+DDP's rendezvous included). Bytes per node: what the host's eth0 sent from the launch until
+that time (sampled every second in each namespace: everything, gradients, models, membership
+gossip and TCP overhead), mean over hosts; for meshtrain also the agents' params_bytes_sent at
+the end. Ratios are meshtrain / DDP (the issue's goal: time <= 1.0, bytes <= 1/100).
+
+Exit status 0 when the runs completed (whatever the figures), 2 on setup failure, 77 when no bed
+can be built here. Every namespace and process the bed made is removed, also on failure.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "netbed"))
+import benchlib as bl  # noqa: E402
+import netbed_lib as nl  # noqa: E402
+from bed import Bed, available, find_linkemu  # noqa: E402
+
+EXAMPLE = os.path.join(REPO, "examples", "torch_charlm.py")
+DDP_PORT = 29500
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--bin", help=f"meshtrain binary (default $MESHTRAIN_BIN or {bl.DEFAULT_BIN})")
+    p.add_argument("--python", default="/usr/bin/python3", help="interpreter with torch")
+    p.add_argument("--settings", default="nesterov/50,nesterov/50/int8",
+                   help="comma-separated OUTER/H[/COMPRESS] (OUTER avg|sgd|nesterov)")
+    p.add_argument("--nodes", type=int, default=4)
+    p.add_argument("--rate", type=float, default=100, help="Mbit/s of every host link")
+    p.add_argument("--rtt", type=float, default=20, help="ms between any two hosts")
+    p.add_argument("--ddp-steps", type=int, default=300)
+    p.add_argument("--mesh-steps", type=int, default=900, help="meshtrain: steps at most")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--outer-lr", type=float, default=0.7)
+    p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--model", default="--layers 2 --d-model 64 --heads 4 --context 64 "
+                   "--batch 16 --val-windows 64 --lr 3e-3 --warmup 20",
+                   help="examples/torch_charlm.py options shared by both sides")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per trainer")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--agent-args", default="--barrier pssp --sample 2 --staleness 1 "
+                   "--select all --fanout 3", help="more agent options")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per run at most")
+    p.add_argument("--only-ddp", action="store_true", help="run DDP only (prints the target)")
+    p.add_argument("--target-bpc", type=float, help="skip DDP and use this target "
+                   "(its time and bytes then come from --ddp-time and --ddp-bytes)")
+    p.add_argument("--ddp-time", type=float)
+    p.add_argument("--ddp-bytes", type=float)
+    return p.parse_args()
+
+
+def read_events(path):
+    out = []
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
+class TxSampler:
+    """Every second: the bytes each host's eth0 has sent (one `ip -s -j link` per host)."""
+
+    def __init__(self, bed):
+        self.bed = bed
+        self.samples = []  # (unix time, [tx bytes per host])
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def read(self):
+        out = []
+        for ns in self.bed.hosts:
+            r = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", "dev", "eth0"],
+                               capture_output=True, text=True, timeout=10,
+                               stdin=subprocess.DEVNULL)
+            out.append(json.loads(r.stdout)[0]["stats64"]["tx"]["bytes"])
+        return out
+
+    def _run(self):
+        while not self.stop_ev.is_set():
+            try:
+                self.samples.append((time.time(), self.read()))
+            except (subprocess.SubprocessError, ValueError, KeyError, IndexError):
+                pass
+            self.stop_ev.wait(1.0)
+
+    def __enter__(self):
+        self.base = self.read()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_ev.set()
+        self.thread.join(timeout=20)
+        return False
+
+    def mean_sent_at(self, t):
+        """Mean bytes per host sent from the start until the first sample at or after t."""
+        for ts, tx in self.samples:
+            if ts >= t:
+                return sum(a - b for a, b in zip(tx, self.base)) / len(tx)
+        return None
+
+
+def wait_procs(procs, timeout, done=None):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if all(p.poll() is not None for p in procs) or (done and done()):
+            return True
+        time.sleep(1.0)
+    return False
+
+
+def run_ddp(a, emu, workdir):
+    os.makedirs(workdir, exist_ok=True)
+    outs = [os.path.join(workdir, f"ddp{i}.out") for i in range(a.nodes)]
+    # gloo binds to the address the host name resolves to (loopback here): name the interface.
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}
+    with Bed(a.nodes, emu, delay_ms=a.rtt / 4, rate_mbit=a.rate, tag="lmd") as bed:
+        with TxSampler(bed) as tx:
+            t0 = time.time()
+            procs = [bed.spawn(i, [a.python, EXAMPLE, "--ddp", f"{i}/{a.nodes}", "--ddp-addr",
+                                   bed.addr(0), "--ddp-port", str(DDP_PORT), *a.model.split(),
+                                   "--max-steps", str(a.ddp_steps), "--eval-every",
+                                   str(a.eval_every), "--threads", str(a.threads), "--seed",
+                                   str(a.seed)], outs[i], env=env) for i in range(a.nodes)]
+            finished = wait_procs(procs, a.timeout,
+                                  lambda: any(p.poll() not in (None, 0) for p in procs))
+            time.sleep(1.5)  # one more byte sample after the end
+        ev = read_events(outs[0])
+        evals = [e for e in ev if e["event"] == "eval"]
+        codes = [p.poll() for p in procs]
+    if not finished or not evals or any(c != 0 for c in codes) or ev[-1]["event"] != "final":
+        raise RuntimeError(f"DDP run failed (exit codes {codes}); logs in {workdir}")
+    target = evals[-1]["val_bpc"]
+    first = next(e for e in evals if e["val_bpc"] <= target)
+    return {"target": target, "seconds": first["t"] - t0, "step": first["step"],
+            "bytes": tx.mean_sent_at(first["t"]), "evals": evals,
+            "allreduced": evals[-1].get("allreduced_bytes")}
+
+
+def run_mesh(a, binary, emu, workdir, setting, target):
+    os.makedirs(workdir, exist_ok=True)
+    outer, _, rest = setting.partition("/")
+    h, _, comp = rest.partition("/")
+    comp = comp or "none"
+    res = {"setting": setting}
+    logs = [os.path.join(workdir, f"agent{i}.log") for i in range(a.nodes)]
+    outs = [os.path.join(workdir, f"trainer{i}.out") for i in range(a.nodes)]
+    with Bed(a.nodes, emu, delay_ms=a.rtt / 4, rate_mbit=a.rate, tag="lmm") as bed:
+        for i in range(a.nodes):
+            argv = [binary, "agent", "--name", f"n{i + 1}", "--bind", f"{bed.addr(i)}:{nl.PORT}",
+                    "--rpc", nl.RPC, "--trainer", "external", "--trainer-socket",
+                    os.path.join(workdir, f"n{i + 1}.sock"), "--min-peers", str(a.nodes - 1),
+                    "--compress", comp,
+                    # H local steps pass between two of the trainer's requests: at H = 50 and
+                    # ~1 s per step on a loaded machine the default 60 s detached trainers.
+                    "--trainer-timeout", str(a.timeout), *a.agent_args.split()]
+            if i > 0:
+                argv += ["--join", f"{bed.addr(0)}:{nl.PORT}", "--retry-join",
+                         "--retry-interval", "1s"]
+            bed.spawn(i, argv, logs[i])
+        bl.wait_until(lambda: (lambda m: m and len(m) == a.nodes)(nl.members(bed, 0, binary)),
+                      60, interval=0.5, what=f"{a.nodes} members")
+        for i in range(a.nodes):
+            sock = os.path.join(workdir, f"n{i + 1}.sock")
+            bl.wait_until(lambda: os.path.exists(sock), 20, what=f"{sock}")
+        outer_args = ["--outer", outer]
+        if outer == "nesterov":
+            outer_args += ["--outer-lr", str(a.outer_lr), "--outer-momentum",
+                           str(a.outer_momentum)]
+        elif outer == "sgd":
+            outer_args += ["--outer-lr", str(a.outer_lr)]
+        with TxSampler(bed) as tx:
+            t0 = time.time()
+            procs = [bed.spawn(i, [a.python, EXAMPLE, "--socket",
+                                   os.path.join(workdir, f"n{i + 1}.sock"), "--shard",
+                                   f"{i}/{a.nodes}", "--sync-every", h, *outer_args,
+                                   *a.model.split(), "--max-steps", str(a.mesh_steps),
+                                   "--eval-every", str(a.eval_every), "--target-bpc",
+                                   str(target), "--threads", str(a.threads), "--seed",
+                                   str(a.seed)], outs[i]) for i in range(a.nodes)]
+            wait_procs(procs, a.timeout)
+            time.sleep(1.5)
+        status = [nl.status(bed, i, binary) or {} for i in range(a.nodes)]
+    reach = []
+    for i in range(a.nodes):
+        evals = [e for e in read_events(outs[i]) if e["event"] == "eval"]
+        hit = next((e for e in evals if e["val_bpc"] <= target), None)
+        reach.append(hit)
+        res.setdefault("last_bpc", []).append(evals[-1]["val_bpc"] if evals else None)
+    res["reached"] = sum(1 for r in reach if r)
+    if all(reach):
+        t_all = max(r["t"] for r in reach)
+        res["seconds"] = t_all - t0
+        res["steps"] = max(r["step"] for r in reach)
+        res["bytes"] = tx.mean_sent_at(t_all)
+    sent = [s.get("params_bytes_sent") for s in status if s.get("params_bytes_sent") is not None]
+    res["params_bytes"] = sum(sent) / len(sent) if sent else None
+    res["workdir"] = workdir
+    return res
+
+
+def main():
+    a = parse_args()
+    try:
+        binary = bl.find_binary(a.bin)
+    except bl.SetupError as e:
+        print(f"setup failed: {e}", file=sys.stderr)
+        return 2
+    r = subprocess.run([a.python, "-c", "import torch, numpy"], capture_output=True)
+    if r.returncode != 0:
+        print(f"setup failed: {a.python} cannot import torch and numpy", file=sys.stderr)
+        return 2
+    if not os.path.exists("/usr/share/games/fortunes/fortunes"):
+        print("setup failed: no fortunes text (install Debian's fortunes)", file=sys.stderr)
+        return 2
+    emu = find_linkemu(binary)
+    why = available(emu)
+    if why:
+        print(f"SKIP: no network-namespace bed here: {why}")
+        return 77
+    logdir = bl.make_logdir("meshtrain-netbed-charlm-")
+    print(f"logs: {logdir}", flush=True)
+    print(f"{a.nodes} hosts, {a.rate:g} Mbit/s links, {a.rtt:g} ms RTT; model {a.model}; "
+          f"{a.threads} torch thread(s)/trainer, {os.cpu_count()} cores; load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    if a.target_bpc is not None:
+        ddp = {"target": a.target_bpc, "seconds": a.ddp_time, "bytes": a.ddp_bytes,
+               "step": None}
+    else:
+        ddp = run_ddp(a, emu, os.path.join(logdir, "ddp"))
+        print(f"  DDP: {a.ddp_steps} steps, final val {ddp['target']} bpc, first reached at "
+              f"step {ddp['step']} after {ddp['seconds']:.1f} s, "
+              f"{bl.fmt(ddp['bytes'] and ddp['bytes'] / 1e6, '.1f')} MB/node sent; evals "
+              + ", ".join(f"{e['step']}:{e['val_bpc']}" for e in ddp["evals"]), flush=True)
+        if a.only_ddp:
+            return 0
+    rows = [["DDP (gloo), all-reduce every step", "1/1", bl.fmt(ddp["seconds"], ".1f"), "1.00",
+             bl.fmt(ddp["step"]), bl.fmt(ddp["bytes"] and ddp["bytes"] / 1e6, ".2f"), "1", "-"]]
+    for s in [x for x in a.settings.split(",") if x]:
+        wd = os.path.join(logdir, s.replace("/", "_"))
+        m = run_mesh(a, binary, emu, wd, s, ddp["target"])
+        print(f"  {s}: {m['reached']}/{a.nodes} nodes reached {ddp['target']} bpc, "
+              f"{bl.fmt(m.get('seconds'), '.1f')} s, step {m.get('steps')}, "
+              f"{bl.fmt(m.get('bytes') and m['bytes'] / 1e6, '.2f')} MB/node sent, last bpc "
+              f"{m['last_bpc']}", flush=True)
+        t_ratio = m.get("seconds") / ddp["seconds"] if m.get("seconds") and ddp["seconds"] \
+            else None
+        b_ratio = m.get("bytes") / ddp["bytes"] if m.get("bytes") and ddp["bytes"] else None
+        rows.append([f"meshtrain {s}", f"{m['reached']}/{a.nodes}", bl.fmt(m.get("seconds"), ".1f"),
+                     bl.fmt(t_ratio, ".2f"), bl.fmt(m.get("steps")),
+                     bl.fmt(m.get("bytes") and m["bytes"] / 1e6, ".2f"),
+                     f"1/{1 / b_ratio:.0f}" if b_ratio else "-",
+                     bl.fmt(m.get("params_bytes") and m["params_bytes"] / 1e6, ".2f")])
+    print()
+    print(f"{a.nodes} hosts on the namespace bed, {a.rate:g} Mbit/s, {a.rtt:g} ms RTT; target "
+          f"{ddp['target']} bpc (DDP after {a.ddp_steps} steps)")
+    print(bl.table(["run", "nodes reached", "s to target", "time vs DDP", "step",
+                    "MB sent/node (eth0)", "bytes vs DDP", "agent param MB/node"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

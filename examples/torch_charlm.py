@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""A character-level transformer language model on the text of Debian's fortunes package,
+trained alone, as a PyTorch DDP rank (gloo) or across a meshtrain mesh.
+
+Data: the plain-text fortune files in --data (default /usr/share/games/fortunes, package
+`fortunes`; the .dat/.u8 index files are skipped), read in sorted name order and concatenated.
+Backspace overstrikes are resolved, tabs become spaces, other bytes outside printable ASCII are
+dropped: 96 symbols (newline and ASCII 32..126), so the vocabulary never depends on the data.
+The last --val-fraction (5 %) of the text is the validation part; the rest is the training part,
+which --shard I/N cuts into N contiguous pieces (node I trains on piece I: the pieces come from
+different fortune files, so the nodes' data differ in style, not only in sample order).
+Validation loss: mean cross-entropy in bits per character over a fixed set of --val-windows
+windows of --context characters spread evenly over the validation part (every position of a
+window is predicted), the same windows in every run and every process.
+
+Model: GPT-style, pre-LayerNorm, learned positions, causal self-attention, GELU MLP (4x),
+output tied to the input embedding. Default 4 layers, d_model 256, 4 heads, context 128
+(3.2 M parameters); --layers/--d-model/--heads/--context change it. Inner optimizer AdamW
+(--lr, --weight-decay, linear warm-up over --warmup steps, gradients clipped to norm 1).
+
+Three modes, as examples/torch_fmnist.py:
+  alone   no --socket, no --ddp: one process on its shard (default all the training text).
+  DDP     --ddp RANK/WORLD --ddp-addr HOST --ddp-port P: one rank of PyTorch DDP with gloo
+          (init_method tcp://HOST:P, HOST = rank 0's address), gradients all-reduced every step;
+          rank I trains on shard I/WORLD; rank 0 evaluates the one model and decides the stop.
+          Across hosts, set GLOO_SOCKET_IFNAME to the interface that reaches the others (gloo
+          otherwise binds to the address the host name resolves to, often loopback).
+  mesh    --socket PATH (an agent started with --trainer external --trainer-socket PATH):
+          meshtrain.torch.MeshOptimizer wraps AdamW; every --sync-every local steps one mesh
+          step (publish, barrier, mix) and the --outer step (avg | sgd | nesterov with
+          --outer-lr, --outer-momentum: DiLoCo). Every node evaluates its own model, reports it
+          to its agent (loss in nats, next-character accuracy) and stops at --target-bpc.
+          The trainer is silent towards its agent for H steps: start the agents with a
+          --trainer-timeout longer than H steps take (the default 60 s detaches the trainer
+          when H = 50 steps take over a minute).
+
+Output: JSON lines on stdout.
+  {"event":"start", "mode", "params", "train_chars", "val_chars", "shard", ...}
+  {"event":"eval", "step", "val_bpc", "val_acc", "train_loss" (mean cross-entropy in nats of the
+   training batches since the last eval), "elapsed" (s since start), "t" (unix time),
+   "eval_total" (s spent evaluating), and for DDP "allreduced_bytes" (gradient bytes handed to
+   all-reduce so far by this rank: the payload; a ring all-reduce sends about 2 (W-1)/W of it
+   per rank), for the mesh "mesh_step" and "mixed" (peer models mixed in so far)}
+  {"event":"reached", "step", "val_bpc", "elapsed", "t"} the first time val_bpc <= --target-bpc
+  {"event":"final", "step", "val_bpc", "elapsed", "t", "crc" (CRC-32 of the parameters),
+   "reached": bool}
+Evaluations happen before the first step, every --eval-every steps (mesh: at the mesh step
+count; make it a multiple of --sync-every to evaluate right after a sync) and at the end.
+Deterministic given --seed and --threads (model initialisation, identical on every node, and
+the batches' positions).
+Needs numpy and torch (Debian: python3-numpy, python3-torch).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import zlib
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+
+FORTUNES = "/usr/share/games/fortunes"
+VOCAB = 96  # 0 = newline, 1..95 = ASCII 32..126
+
+
+def fortune_files(data_dir):
+    """The plain-text fortune files of data_dir, sorted (no index files, no subdirectories)."""
+    out = []
+    for name in sorted(os.listdir(data_dir)):
+        path = os.path.join(data_dir, name)
+        if name.endswith((".dat", ".u8")) or name.startswith(".") or not os.path.isfile(path):
+            continue
+        out.append(path)
+    return out
+
+
+def encode(raw):
+    """Bytes -> symbol ids (uint8 numpy array): overstrikes (X BS Y) resolved to Y, tabs to a
+    space, newline -> 0, ASCII 32..126 -> 1..95, anything else dropped."""
+    out = bytearray()
+    for b in raw:
+        if b == 8:  # backspace: the next character replaces the last one
+            if out:
+                out.pop()
+            continue
+        if b == 9:
+            b = 32
+        if b == 10:
+            out.append(0)
+        elif 32 <= b <= 126:
+            out.append(b - 31)
+    return np.frombuffer(bytes(out), dtype=np.uint8)
+
+
+def decode(ids):
+    return "".join("\n" if i == 0 else chr(int(i) + 31) for i in ids)
+
+
+def load_text(data_dir):
+    files = fortune_files(data_dir)
+    if not files:
+        raise FileNotFoundError(f"no fortune text files in {data_dir} (install Debian's "
+                                "`fortunes` package)")
+    parts = []
+    for path in files:
+        with open(path, "rb") as f:
+            parts.append(encode(f.read()))
+    return np.concatenate(parts)
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, context):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+        # A plain attribute, not a buffer: MeshOptimizer would mix a float buffer (and refuses
+        # -inf) and gloo cannot broadcast a bool one (DDP syncs buffers at the start).
+        self.mask = torch.ones(context, context, dtype=torch.bool).triu(1)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.heads
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, h, d // h).transpose(1, 2) for z in (q, k, v))
+        att = ((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // h))).masked_fill(
+            self.mask[:t, :t], float("-inf"))
+        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class CharLM(nn.Module):
+    def __init__(self, layers=4, d=256, heads=4, context=128):
+        super().__init__()
+        if d % heads:
+            raise ValueError("--d-model must be a multiple of --heads")
+        self.context = context
+        self.tok = nn.Embedding(VOCAB, d)
+        self.pos = nn.Parameter(torch.zeros(context, d))
+        self.blocks = nn.ModuleList(Block(d, heads, context) for _ in range(layers))
+        self.ln = nn.LayerNorm(d)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                nn.init.normal_(p, std=0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        for blk in self.blocks:  # residual projections scaled down with depth (GPT-2)
+            nn.init.normal_(blk.proj.weight, std=0.02 / math.sqrt(2 * layers))
+            nn.init.normal_(blk.out.weight, std=0.02 / math.sqrt(2 * layers))
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos[:idx.shape[1]]
+        for blk in self.blocks:
+            x = blk(x)
+        return self.ln(x) @ self.tok.weight.t()  # tied output layer
+
+
+def val_windows(val, n, context):
+    """n fixed windows (inputs, targets) spread evenly over the validation part."""
+    span = len(val) - context - 1
+    if span < 1:
+        raise ValueError("the validation part is shorter than one window")
+    starts = np.linspace(0, span, num=min(n, span + 1)).astype(np.int64)
+    x = np.stack([val[s:s + context] for s in starts]).astype(np.int64)
+    y = np.stack([val[s + 1:s + context + 1] for s in starts]).astype(np.int64)
+    return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def evaluate(model, vx, vy, batch=32):
+    """(bits per character, next-character accuracy) over the validation windows."""
+    model.eval()
+    loss, correct = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(vx), batch):
+            out = model(vx[i:i + batch])
+            loss += F.cross_entropy(out.reshape(-1, VOCAB), vy[i:i + batch].reshape(-1),
+                                    reduction="sum").item()
+            correct += (out.argmax(-1) == vy[i:i + batch]).sum().item()
+    model.train()
+    n = vy.numel()
+    return loss / n / math.log(2), correct / n
+
+
+def model_crc(model):
+    """CRC-32 of the parameters (float32, in order): names one exact model across processes."""
+    return zlib.crc32(b"".join(t.detach().reshape(-1).numpy().tobytes()
+                               for t in model.parameters()))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("mode")
+    g.add_argument("--socket", help="mesh mode: the agent's --trainer-socket")
+    g.add_argument("--ddp", metavar="RANK/WORLD", help="DDP mode: this process is rank RANK of "
+                   "WORLD (gloo); trains on shard RANK/WORLD")
+    g.add_argument("--ddp-addr", default="127.0.0.1", help="DDP: rank 0's address (default "
+                   "%(default)s; on the namespace bed rank 0's host address)")
+    g.add_argument("--ddp-port", type=int, default=29500, help="DDP: rank 0's TCP port")
+    g = p.add_argument_group("data")
+    g.add_argument("--data", default=FORTUNES, help="directory of fortune text files "
+                   "(default %(default)s)")
+    g.add_argument("--shard", default="0/1", metavar="I/N",
+                   help="train on the I-th of N contiguous pieces of the training text")
+    g.add_argument("--val-fraction", type=float, default=0.05,
+                   help="the last fraction of the text that is validation (default 0.05)")
+    g.add_argument("--val-windows", type=int, default=128,
+                   help="validation windows of --context characters (default 128)")
+    g = p.add_argument_group("model")
+    g.add_argument("--layers", type=int, default=4)
+    g.add_argument("--d-model", type=int, default=256)
+    g.add_argument("--heads", type=int, default=4)
+    g.add_argument("--context", type=int, default=128, help="characters per window")
+    g = p.add_argument_group("training")
+    g.add_argument("--batch", type=int, default=32, help="windows per step and process")
+    g.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate "
+                   "warm-up")
+    g.add_argument("--max-steps", type=int, default=5000, help="stop after this many steps")
+    g.add_argument("--target-bpc", type=float, default=0.0,
+                   help="stop once the validation loss is at or below this many bits per "
+                   "character (0: never; train --max-steps)")
+    g.add_argument("--eval-every", type=int, default=100, help="steps between evaluations")
+    g.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    g.add_argument("--seed", type=int, default=0, help="model initialisation (the same on "
+                   "every node) and batch positions (different per shard)")
+    g = p.add_argument_group("mesh")
+    g.add_argument("--sync-every", type=int, default=1, metavar="H",
+                   help="local steps per mesh step")
+    g.add_argument("--outer", choices=["avg", "sgd", "nesterov"], default="avg",
+                   help="outer step after each mix (meshtrain.torch.MeshOptimizer)")
+    g.add_argument("--outer-lr", type=float, help="outer learning rate (nesterov 0.7, sgd 1.0)")
+    g.add_argument("--outer-momentum", type=float, help="nesterov momentum (0.9)")
+    a = p.parse_args(argv)
+    if a.socket and a.ddp:
+        p.error("--socket and --ddp exclude each other")
+    if a.outer == "avg" and (a.outer_lr is not None or a.outer_momentum is not None):
+        p.error("--outer-lr/--outer-momentum need --outer sgd or nesterov")
+    return a
+
+
+def main():
+    a = parse_args()
+    torch.set_num_threads(a.threads)
+    rank, world = 0, 1
+    if a.ddp:
+        rank, world = (int(v) for v in a.ddp.split("/"))
+        a.shard = f"{rank}/{world}"
+    shard, shards = (int(v) for v in a.shard.split("/"))
+    if not 0 <= shard < shards:
+        sys.exit("--shard I/N needs 0 <= I < N")
+    text = load_text(a.data)
+    n_val = int(len(text) * a.val_fraction)
+    train, val = text[:len(text) - n_val], text[len(text) - n_val:]
+    piece = len(train) // shards
+    train = torch.from_numpy(train[shard * piece:(shard + 1) * piece].astype(np.int64))
+    vx, vy = val_windows(val, a.val_windows, a.context)
+    if len(train) <= a.context + 1:
+        sys.exit("the shard is shorter than one window")
+
+    torch.manual_seed(a.seed)  # one initial model on every node
+    model = CharLM(a.layers, a.d_model, a.heads, a.context)
+    base = model
+    n_params = sum(p.numel() for p in model.parameters())
+    mode = "ddp" if a.ddp else "mesh" if a.socket else "alone"
+    start = time.time()
+    allreduced = [0]
+    mesh = None
+    if a.ddp:
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=f"tcp://{a.ddp_addr}:{a.ddp_port}",
+                                rank=rank, world_size=world)
+        model = nn.parallel.DistributedDataParallel(model)
+
+        def counting_allreduce(state, bucket):
+            buf = bucket.buffer()
+            allreduced[0] += buf.numel() * buf.element_size()
+            fut = dist.all_reduce(buf.div_(world), async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0])
+        model.register_comm_hook(None, counting_allreduce)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / max(1, a.warmup)))
+    stepper = opt
+    if a.socket:
+        import meshtrain
+        import meshtrain.torch
+        mesh = meshtrain.connect(a.socket)
+        stepper = meshtrain.torch.MeshOptimizer(
+            opt, mesh, sync_every=a.sync_every, outer=a.outer, outer_lr=a.outer_lr,
+            outer_momentum=a.outer_momentum, model=base)
+    if rank == 0:
+        print(json.dumps({"event": "start", "mode": mode, "params": n_params,
+                          "train_chars": len(train), "val_chars": int(n_val),
+                          "shard": a.shard, "layers": a.layers, "d_model": a.d_model,
+                          "heads": a.heads, "context": a.context, "batch": a.batch,
+                          "sync_every": a.sync_every if mesh else None,
+                          "outer": a.outer if mesh else None, "t": time.time()}), flush=True)
+
+    gen = torch.Generator().manual_seed(1000 * (a.seed + 1) + shard)
+    step = mesh.step_count if mesh else 0
+    eval_total, loss_sum, loss_n = 0.0, 0.0, 0
+    reached, last_bpc = False, None
+    offs = torch.arange(a.context + 1)
+    first = True  # the initial model is evaluated before the first step
+    while True:
+        done = step >= a.max_steps
+        if not done and not first:
+            starts = torch.randint(0, len(train) - a.context - 1, (a.batch,), generator=gen)
+            chunk = train[starts[:, None] + offs]
+            stepper.zero_grad()
+            out = model(chunk[:, :-1])
+            loss = F.cross_entropy(out.reshape(-1, VOCAB), chunk[:, 1:].reshape(-1))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            stepper.step()
+            sched.step()
+            loss_sum += loss.item()
+            loss_n += 1
+            step = (mesh.step_count + stepper.local_steps % a.sync_every) if mesh else step + 1
+            done = step >= a.max_steps or (mesh is not None and not mesh.training)
+        due = first or done or step % a.eval_every == 0
+        first = False
+        if not due:
+            continue
+        stop = torch.zeros(1)
+        if rank == 0:
+            t_eval = time.time()
+            bpc, acc = evaluate(base, vx, vy)
+            now = time.time()
+            eval_total += now - t_eval
+            last_bpc = bpc
+            ev = {"event": "eval", "step": step, "val_bpc": round(bpc, 4),
+                  "val_acc": round(acc, 4),
+                  "train_loss": round(loss_sum / loss_n, 4) if loss_n else None,
+                  "elapsed": round(now - start, 2), "t": now, "eval_total": round(eval_total, 2)}
+            if a.ddp:
+                ev["allreduced_bytes"] = allreduced[0]
+            if mesh:
+                ev["mesh_step"] = mesh.step_count
+                ev["mixed"] = mesh.mixed_total
+            print(json.dumps(ev), flush=True)
+            loss_sum, loss_n = 0.0, 0
+            if mesh and mesh.params is not None:
+                mesh.report(bpc * math.log(2), acc, step=mesh.step_count, model=base)
+            if a.target_bpc > 0 and bpc <= a.target_bpc and not reached:
+                reached = True
+                print(json.dumps({"event": "reached", "step": step, "val_bpc": round(bpc, 4),
+                                  "elapsed": round(now - start, 2), "t": now}), flush=True)
+                stop[0] = 1
+            if done:
+                stop[0] = 1
+        if a.ddp:
+            import torch.distributed as dist
+            dist.all_reduce(stop)  # rank 0 decides for every rank (one model)
+        if stop[0] > 0:
+            break
+    if rank == 0:
+        now = time.time()
+        print(json.dumps({"event": "final", "step": step, "val_bpc": round(last_bpc, 4),
+                          "elapsed": round(now - start, 2), "t": now, "crc": model_crc(base),
+                          "reached": reached,
+                          **({"allreduced_bytes": allreduced[0]} if a.ddp else {})}),
+              flush=True)
+    if mesh:
+        mesh.detach()
+    if a.ddp:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
