@@ -309,9 +309,16 @@ def optimizer_state(optimizer, params):
 
 
 def mixed_buffers(model):
-    """The model's buffers that are mixed beside its parameters: floating-point ones (BatchNorm
-    running means and variances; not integer counters such as num_batches_tracked)."""
-    return [b for b in model.buffers() if b.is_floating_point()]
+    """The model's buffers that are mixed beside its parameters: persistent floating-point ones
+    (BatchNorm running means and variances; not integer counters such as num_batches_tracked,
+    nor non-persistent buffers such as a causal mask, which are constants, not state)."""
+    out = []
+    for module in model.modules():
+        skip = getattr(module, "_non_persistent_buffers_set", set())
+        for name, b in module.named_buffers(recurse=False):
+            if b is not None and b.is_floating_point() and name not in skip:
+                out.append(b)
+    return out
 
 
 class OuterStep:
