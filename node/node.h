@@ -711,6 +711,10 @@ class Node {
     std::string result_from;      // who averaged it (ourselves when leading)
     std::set<std::string> acked;  // leader: participants that acknowledged the result
     TimeMs next_send = 0;
+    // A consensus model received, not adopted yet (our view may not agree yet that everyone
+    // finished, or that its sender leads).
+    std::shared_ptr<const std::vector<float>> offer;
+    std::string offer_from;
   } consensus_;
 
   // Bandwidth meters (SPEC §7): measured while transfers are active.

@@ -43,7 +43,14 @@ void Node::Consensus(TimeMs now) {
   const std::vector<std::string>& parts = cs.participants;
   const std::string& leader = parts.front();
   if (leader != config_.name) {
-    // A participant: our final model to the leader until its consensus model arrives.
+    // A participant: the leader's consensus model (it may have come before our view agreed
+    // that everyone finished), else our final model to the leader until it comes.
+    if (cs.offer && cs.offer_from == leader) {
+      cs.result = std::move(cs.offer);
+      cs.result_from = leader;
+      cs.reducing = false;
+      Emit(AdoptConsensus{leader, cs.result, parts.size()});
+    }
     if (cs.result && cs.result_from == leader) return;
     if (round_ || pending_ || now < cs.next_send) return;
     cs.next_send = now + config_.consensus_retry_ms;
@@ -111,14 +118,14 @@ bool Node::OnConsensusModel(const std::string& sender, bool consensus, std::vect
   if (!config_.consensus) return false;
   if (!consensus) {  // a finished peer's final model, kept for the reduce
     cs.finals[sender] = std::make_shared<const std::vector<float>>(std::move(*params));
+    Consensus(now);
     return true;
   }
-  // The consensus model: only from the leader as we see it (a stale leader's is ignored).
-  if (!ConsensusParticipants(now) || cs.participants.front() != sender) return true;
-  cs.result = std::make_shared<const std::vector<float>>(std::move(*params));
-  cs.result_from = sender;
-  cs.reducing = false;
-  Emit(AdoptConsensus{sender, cs.result, cs.participants.size()});
+  // The consensus model: kept, and adopted (Consensus) once our view has `sender` as the leader
+  // (a stale leader's is dropped then). It is acknowledged already, so it is not sent again.
+  cs.offer = std::make_shared<const std::vector<float>>(std::move(*params));
+  cs.offer_from = sender;
+  Consensus(now);
   return true;
 }
 

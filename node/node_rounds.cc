@@ -472,7 +472,6 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
   // (the leader averages them), and the consensus model replaces ours.
   if ((model->consensus || (model->final && final_)) &&
       OnConsensusModel(sender, model->consensus, &model->params, now)) {
-    Consensus(now);
     return;
   }
   // A finished peer's model reached its goal however few steps it took: it mixes at full weight

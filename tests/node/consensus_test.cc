@@ -26,7 +26,7 @@ MeshOptions ConsensusMesh(uint64_t seed) {
 
 TEST_CASE("consensus: every finished node ends with the average of the final models",
           "[node][consensus]") {
-  for (uint64_t seed : {1u, 2u, 3u}) {
+  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u}) {
     INFO("seed " << seed);
     Mesh mesh(ConsensusMesh(seed));
     mesh.Start();
