@@ -16,6 +16,7 @@
    buffers are mixed and part of the one model), which differ from what each had before.
 Skips part 2 (not the test) without an interpreter with numpy, part 3 without torch.
 """
+import contextlib
 import json
 import os
 import sys
@@ -134,24 +135,32 @@ def builtin_part(binary):
     print("built-in trainers: one model (crc32 %08x) on all 3 agents" % crcs.pop())
 
 
+@contextlib.contextmanager
+def trainers_finished(binary, py, n, prefix, worker_text, args_of, timeout):
+    """n agents with --trainer external, each with a worker running `worker_text` (arguments
+    args_of(i)), until every worker printed its "finished" line: yields (mesh, those lines).
+    Every agent and worker is ended by PID on the way out."""
+    os.environ["PYTHONPATH"] = PYTHON_DIR
+    with external_mesh(binary, n, prefix, 2) as mesh, Workers() as workers:
+        script = os.path.join(mesh.workdir, f"{prefix}_worker.py")
+        with open(script, "w") as f:
+            f.write(worker_text)
+        start_all(mesh)
+        for i, a in enumerate(mesh.agents):
+            wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
+            workers.append(Worker(py, a, mesh.workdir, *args_of(i), script=script))
+        wait_until(lambda: all(w.event("finished") for w in workers), timeout, interval=0.3,
+                   what="every trainer's finish() returned")
+        yield mesh, [w.event("finished") for w in workers]
+
+
 def external_part(binary):
     py = numpy_python()
     if py is None:
         print("SKIP part 2: no python3 with numpy (install python3-numpy)")
         return
-    os.environ["PYTHONPATH"] = PYTHON_DIR
-    with external_mesh(binary, 3, "cext", 2) as mesh, Workers() as workers:
-        script = os.path.join(mesh.workdir, "consensus_worker.py")
-        with open(script, "w") as f:
-            f.write(WORKER)
-        start_all(mesh)
-        for i, a in enumerate(mesh.agents):
-            wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
-            workers.append(Worker(py, a, mesh.workdir, "--node", i, "--steps", 60 + 40 * i,
-                                  script=script))
-        wait_until(lambda: all(w.event("finished") for w in workers), 90, interval=0.3,
-                   what="every trainer's finish() returned")
-        outs = [w.event("finished") for w in workers]
+    with trainers_finished(binary, py, 3, "cext", WORKER,
+                           lambda i: ["--node", i, "--steps", 60 + 40 * i], 90) as (mesh, outs):
         per = []
         for a in mesh.agents:
             s = a.status()
@@ -173,18 +182,8 @@ def torch_part(binary):
     if py is None:
         print("SKIP part 3: no python3 with numpy and torch (install python3-torch)")
         return
-    os.environ["PYTHONPATH"] = PYTHON_DIR
-    with external_mesh(binary, 2, "ctor", 2) as mesh, Workers() as workers:
-        script = os.path.join(mesh.workdir, "consensus_torch_worker.py")
-        with open(script, "w") as f:
-            f.write(TORCH_WORKER)
-        start_all(mesh)
-        for i, a in enumerate(mesh.agents):
-            wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
-            workers.append(Worker(py, a, mesh.workdir, "--node", i, script=script))
-        wait_until(lambda: all(w.event("finished") for w in workers), 120, interval=0.3,
-                   what="both torch trainers' finish() returned")
-        outs = [w.event("finished") for w in workers]
+    with trainers_finished(binary, py, 2, "ctor", TORCH_WORKER, lambda i: ["--node", i],
+                           120) as (_, outs):
         for o in outs:
             print("  " + json.dumps(o))
             assert o["buffers"] == 2 and o["models"] == 2, o  # running mean and variance
