@@ -404,6 +404,22 @@ def parse_log_time(line):
     return time.mktime(dt.timetuple()) + dt.microsecond / 1e6
 
 
+def read_events(path):
+    """The JSON lines (starting with "{") of a process's output file; [] when it is missing."""
+    out = []
+    try:
+        with open(path, errors="replace") as f:
+            for line in f:
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
+
+
 def read_metrics(path):
     out = []
     try:

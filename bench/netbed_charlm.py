@@ -75,21 +75,6 @@ def parse_args():
     return p.parse_args()
 
 
-def read_events(path):
-    out = []
-    try:
-        with open(path, errors="replace") as f:
-            for line in f:
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return out
-
-
 class TxSampler:
     """Every second: the bytes each host's eth0 has sent (one `ip -s -j link` per host)."""
 
@@ -159,7 +144,7 @@ def run_ddp(a, emu, workdir):
             finished = wait_procs(procs, a.timeout,
                                   lambda: any(p.poll() not in (None, 0) for p in procs))
             time.sleep(1.5)  # one more byte sample after the end
-        ev = read_events(outs[0])
+        ev = bl.read_events(outs[0])
         evals = [e for e in ev if e["event"] == "eval"]
         codes = [p.poll() for p in procs]
     if not finished or not evals or any(c != 0 for c in codes) or ev[-1]["event"] != "final":
@@ -217,7 +202,7 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         status = [nl.status(bed, i, binary) or {} for i in range(a.nodes)]
     reach = []
     for i in range(a.nodes):
-        evals = [e for e in read_events(outs[i]) if e["event"] == "eval"]
+        evals = [e for e in bl.read_events(outs[i]) if e["event"] == "eval"]
         hit = next((e for e in evals if e["val_bpc"] <= target), None)
         reach.append(hit)
         res.setdefault("last_bpc", []).append(evals[-1]["val_bpc"] if evals else None)

@@ -23,7 +23,6 @@ runs of each and prints medians. A bench, not a
 test: several minutes on 2 cores. Needs /usr/bin/python3 with numpy and torch.
 """
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -39,34 +38,19 @@ from harness import free_port_block  # noqa: E402  (tests/integration, on benchl
 EXAMPLE = os.path.join(REPO, "examples", "torch_fmnist.py")
 
 
-def read_events(path):
-    out = []
-    try:
-        with open(path, errors="replace") as f:
-            for line in f:
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return out
-
-
 def wait_reached(procs, outs, need, max_time):
     """Waits until `need(i)` nodes have a "reached" event (or exit, or time runs out); returns
     every node's events."""
     deadline = time.time() + max_time
     while time.time() < deadline:
-        events = [read_events(path) for path in outs]
+        events = [benchlib.read_events(path) for path in outs]
         if all(any(e["event"] == "reached" for e in events[i])
                for i in range(len(outs)) if need(i)):
             break
         if all(p.poll() is not None for p in procs):
             break
         time.sleep(0.5)
-    return [read_events(path) for path in outs]
+    return [benchlib.read_events(path) for path in outs]
 
 
 def node_times(events, t0):
