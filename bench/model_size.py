@@ -20,7 +20,9 @@ Per setting it prints, over the nodes (worst node where it says max):
   mixed/step      peer models mixed per step, in whole models (status models_mixed / steps)
   mixed           the least models_mixed of any node (issue 31: >= 10 in 40 steps)
 The JSON lines add encoded_per_sent (chunks encoded per chunk sent: 0.5 at fanout 2 when both
-receivers of a round share every encoding); each agent's final status is kept in the log
+receivers of a round share every encoding), status_p50_ms / status_p99_ms over every CLI answer,
+and status_worst_usage (the slowest CLI process's own CPU ms, page faults and involuntary
+switches: what of its time was its own work); each agent's final status is kept in the log
 directory (status.json).
 
 Memory-heavy: 250 M parameters need ~3 GB per agent plus 1 GB per trainer.
@@ -29,6 +31,7 @@ Example: python3 bench/model_size.py --params 1e6,1e7,1e8,2.5e8 --compress none,
 import argparse
 import json
 import os
+import resource
 import signal
 import socket
 import struct
@@ -77,6 +80,13 @@ def rpc_status(addr, timeout=30):
             got += len(part)
 
 
+def percentile(xs, q):
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
 class Poller(threading.Thread):
     """Every `interval` s, times `meshtrain status` (the CLI, as a user runs it) and a status
     request straight to the RPC endpoint on every agent, until stopped."""
@@ -91,15 +101,28 @@ class Poller(threading.Thread):
         self.samples = 0
         self.failures = 0
         self.last = {}
+        self.times = []  # every CLI answer time, s
+        self.worst_usage = {}  # the slowest CLI process's own CPU time and page faults
 
     def run(self):
         while not self.stop_.is_set():
             for a in self.run_.agents:
+                u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t0 = time.monotonic()
                 r = a.cli("status", "--format", "json", timeout=30)
                 dt = time.monotonic() - t0
+                u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if r.returncode == 0:
+                    if dt > self.worst:
+                        # The trainers are reaped only at the end, so the delta is this CLI's.
+                        self.worst_usage = {
+                            "cpu_ms": round((u1.ru_utime + u1.ru_stime - u0.ru_utime -
+                                             u0.ru_stime) * 1000, 1),
+                            "majflt": u1.ru_majflt - u0.ru_majflt,
+                            "minflt": u1.ru_minflt - u0.ru_minflt,
+                            "nivcsw": u1.ru_nivcsw - u0.ru_nivcsw}
                     self.worst = max(self.worst, dt)
+                    self.times.append(dt)
                     self.samples += 1
                     self.last[a.name] = json.loads(r.stdout)
                 else:
@@ -175,6 +198,9 @@ def one(binary, py, params, compress, nodes, steps, step_ms, workdir):
         "rss_mb": max(rss), "rss_x": max(rss) / model_mb,
         "budget_mb": 3 * model_mb + 100,
         "status_max_ms": poller.worst * 1000, "rpc_max_ms": poller.worst_rpc * 1000,
+        "status_p50_ms": 1000 * percentile(poller.times, 0.5),
+        "status_p99_ms": 1000 * percentile(poller.times, 0.99),
+        "status_worst_usage": poller.worst_usage,
         "status_samples": poller.samples,
         "status_failures": poller.failures,
         "lag_p99_ms": max(s["loop"]["lag_p99_ms"] for s in sts),
