@@ -44,6 +44,9 @@ p.add_argument("--outer", default="avg")
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--lr", type=float, default=1e-3)
 p.add_argument("--mix-state", action="store_true")
+p.add_argument("--drift", default="")
+p.add_argument("--outer-lr", type=float, default=None)
+p.add_argument("--outer-momentum", type=float, default=None)
 p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
 a = p.parse_args()
 torch.set_num_threads(1)
@@ -80,7 +83,9 @@ if a.socket:
     import meshtrain, meshtrain.torch as mt
     mesh = meshtrain.connect(a.socket, timeout=60)
     opt = mt.MeshOptimizer(inner, mesh, model=model, sync_every=a.sync_every, outer=a.outer,
-                           mix_state=a.mix_state)
+                           mix_state=a.mix_state,
+                           drift_correction={"": False, "params": True}.get(a.drift, a.drift),
+                           outer_lr=a.outer_lr, outer_momentum=a.outer_momentum)
 for step in range(a.steps):
     i = torch.randint(0, len(x), (64,), generator=g)
     opt.zero_grad()
@@ -124,7 +129,7 @@ def pooled(py, script, steps, seed, workdir, lr):
     return last_json(log)
 
 
-def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, mix_state):
+def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, extra):
     mesh = external_mesh(binary, 3, f"sk{seed}", 4)
     mesh.common[mesh.common.index("--barrier") + 1] = "pssp"
     mesh.common += ["--sample", "2"]
@@ -137,7 +142,7 @@ def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, mix_state):
             procs.append(run_worker(py, script, ["--socket", a.socket, "--classes", SHARDS[i],
                                                  "--steps", steps, "--sync-every", h,
                                                  "--outer", outer, "--seed", seed, "--lr", lr]
-                                       + (["--mix-state"] if mix_state else []),
+                                       + extra,
                                        logs[-1]))
         try:
             for p in procs:
@@ -162,6 +167,11 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     ap.add_argument("--mix-state", action="store_true",
                     help="MeshOptimizer(mix_state=True): Adam's moments mix with the parameters")
+    ap.add_argument("--drift", choices=["params", "gradient"], default=None,
+                    help="MeshOptimizer(drift_correction=True or 'gradient'): SCAFFOLD-style")
+    ap.add_argument("--outer-lr", type=float, default=None, help="MeshOptimizer outer_lr")
+    ap.add_argument("--outer-momentum", type=float, default=None,
+                    help="MeshOptimizer outer_momentum")
     a = ap.parse_args()
     binary = benchlib.find_binary(a.bin)
     benchlib.check_dataset("fmnist-mlp")
@@ -179,8 +189,14 @@ def main():
         rows.append([seed, "pooled", "-", f"{ref['accuracy']:.4f}", "-", "-", "-"])
         for outer, h in settings:
             t0 = time.monotonic()
+            extra = ["--mix-state"] if a.mix_state else []
+            extra += ["--drift", a.drift] if a.drift else []
+            if outer != "avg":
+                for flag, v in (("--outer-lr", a.outer_lr), ("--outer-momentum", a.outer_momentum)):
+                    if v is not None:
+                        extra += [flag, v]
             outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir, a.lr,
-                                  a.mix_state)
+                                  extra)
             accs = [o["accuracy"] for o in outs]
             same = len({o["crc"] for o in outs}) == 1
             worst = max(ref["accuracy"] - x for x in accs)

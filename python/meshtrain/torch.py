@@ -31,7 +31,8 @@ import math
 
 import torch
 
-__all__ = ["MeshOptimizer", "ModelAverage", "OuterStep", "mixed_buffers", "optimizer_state",
+__all__ = ["DriftCorrection", "GradientCorrection", "MeshOptimizer", "ModelAverage", "OuterStep",
+           "mixed_buffers", "optimizer_state",
            "share_parameters", "shared", "tensor_view"]
 
 # Parameter bytes tensor_view copied between tensors and the shared memory (both ways) in this
@@ -195,11 +196,24 @@ class MeshOptimizer:
     the inner optimizer's moments (Adam/AdamW, SGD momentum; optimizer_state) are mixed too.
     `fragments=F`
     (dividing `sync_every`; Streaming DiLoCo): every sync_every/F steps one of F contiguous
-    fragments of the model goes out, in turn, and takes its outer step; each sync moves 1/F."""
+    fragments of the model goes out, in turn, and takes its outer step; each sync moves 1/F.
+
+    `drift_correction=True` (SCAFFOLD-style, serverless; for skewed shards with a large
+    `sync_every`): at each sync the node learns how far its own model ended from the mix,
+    d = x̄ − x_local, and adds c ← c + d / sync_every to a per-parameter correction c that
+    every later local step adds to the parameters. With SGD this is SCAFFOLD's control-variate
+    correction η(c_i − c) in parameter space; it cancels the steady pull of a node's own shard.
+    One extra model-sized vector; reset when the agent replaces the model.
+    `drift_correction="gradient"` corrects the gradients instead (SCAFFOLD with control
+    variates in gradient space, the shape that suits Adam): each node averages its own raw
+    gradients over a sync interval (c_i), the c_i travel and mix beside the parameters (one
+    model-sized buffer more in the shared memory: 2x the bytes), and every local step feeds the
+    inner optimizer g − c_i + c̄, so its moments see the mesh's gradient rather than its own
+    shard's. Needs fragments=1 and an optimizer stepped without a closure."""
 
     def __init__(self, optimizer, mesh, sync_every=1, params=None, share_memory=None,
                  outer="avg", outer_lr=None, outer_momentum=None, model=None, mix_buffers=True,
-                 fragments=1, mix_state=False):
+                 fragments=1, mix_state=False, drift_correction=False):
         if sync_every < 1:
             raise ValueError("sync_every must be >= 1")
         if fragments < 1 or sync_every % fragments:
@@ -215,6 +229,16 @@ class MeshOptimizer:
         self.buffers = mixed_buffers(model) if model is not None and mix_buffers else []
         if mix_state:  # the inner optimizer's moments travel and mix with the parameters
             self.buffers += optimizer_state(optimizer, self.params)
+        if drift_correction not in (False, None, True, "params", "gradient"):
+            raise ValueError('drift_correction must be False, True ("params") or "gradient"')
+        self.drift = self.gradient_drift = None
+        if drift_correction == "gradient":
+            if self.fragments != 1:
+                raise ValueError('drift_correction="gradient" needs fragments=1')
+            self.gradient_drift = GradientCorrection(self.params)
+            self.buffers.append(self.gradient_drift.mixed)  # c_i out, the mesh's c̄ back
+        elif drift_correction:
+            self.drift = DriftCorrection(self.params, self.sync_every)
         self.local_steps = 0
         tensors = self.params + self.buffers
         self.shared = bool(share_memory) or (
@@ -241,7 +265,13 @@ class MeshOptimizer:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def step(self, closure=None):
+        if self.gradient_drift is not None:
+            if closure is not None:
+                raise ValueError('drift_correction="gradient" needs step() without a closure')
+            self.gradient_drift.before_step(self.params)
         loss = self.optimizer.step(closure)
+        if self.drift is not None:
+            self.drift.apply(self.params)
         self.local_steps += 1
         every = self.sync_every // self.fragments
         if self.local_steps % every == 0:
@@ -252,13 +282,24 @@ class MeshOptimizer:
                 f = self.syncs % self.fragments
                 span = (total * f // self.fragments, total * (f + 1) // self.fragments)
             self.syncs += 1
+            if self.drift is not None:
+                self.drift.before_mix(self.params, *(span or (0, None)))
+            if self.gradient_drift is not None:
+                self.gradient_drift.before_mix()
             self.mesh.step(tensors, steps=every, span=span)
             if self.mesh.adoptions != self._adoptions:
                 # The agent replaced the model (a join with state, a finished peer's model):
                 # the outer step starts again from it, momentum cleared.
                 self._adoptions = self.mesh.adoptions
                 self.outer.reset(self.params)
+                for d in (self.drift, self.gradient_drift):
+                    if d is not None:
+                        d.reset()
             else:
+                if self.drift is not None:
+                    self.drift.after_mix(self.params)
+                if self.gradient_drift is not None:
+                    self.gradient_drift.after_mix()
                 self.outer.step(self.params, *(span or (0, None)))
         return loss
 
@@ -272,6 +313,103 @@ class MeshOptimizer:
 
     def load_state_dict(self, state):
         self.optimizer.load_state_dict(state)
+
+
+def _ranges(params, lo, hi):
+    """(flat view of p, [a, b) within it, [a, b) within the whole) for each tensor of `params`
+    that overlaps the flat range [lo, hi)."""
+    off = 0
+    for p in params:
+        n = p.numel()
+        a, b = max(lo, off), min(hi, off + n)
+        if a < b:
+            yield p.view(-1), a - off, b - off, a, b
+        off += n
+
+
+class DriftCorrection:
+    """MeshOptimizer's drift_correction (see there): c += (x̄ − x_local) / H at each sync, over
+    the range synced; c added to the parameters after every local step."""
+
+    def __init__(self, params, sync_every):
+        self.h = float(sync_every)
+        self.total = sum(p.numel() for p in params)
+        self.c = torch.zeros(self.total, dtype=torch.float32)
+        self.local = None
+        self.span = (0, self.total)
+        self.active = False
+
+    def reset(self):
+        self.c.zero_()
+        self.active = False
+        self.local = None
+
+    def apply(self, params):
+        if not self.active:
+            return
+        with torch.no_grad():
+            for v, a, b, fa, fb in _ranges(params, 0, self.total):
+                v[a:b].add_(self.c[fa:fb].to(v.dtype))
+
+    def before_mix(self, params, lo=0, hi=None):
+        hi = self.total if hi is None else min(hi, self.total)
+        self.span = (lo, hi)
+        with torch.no_grad():
+            self.local = torch.cat([v[a:b].detach().float().clone()
+                                    for v, a, b, _, _ in _ranges(params, lo, hi)])
+
+    def after_mix(self, params):
+        if self.local is None:
+            return
+        lo, hi = self.span
+        with torch.no_grad():
+            mixed = torch.cat([v[a:b].detach().float() for v, a, b, _, _ in
+                               _ranges(params, lo, hi)])
+            self.c[lo:hi].add_(mixed - self.local, alpha=1.0 / self.h)
+        self.local = None
+        self.active = True
+
+
+class GradientCorrection:
+    """MeshOptimizer's drift_correction="gradient" (see there). `mixed` is the buffer that
+    travels: c_i before the mesh step, the mesh's c̄ after it."""
+
+    def __init__(self, params):
+        self.total = sum(p.numel() for p in params)
+        self.sum = torch.zeros(self.total, dtype=torch.float32)
+        self.steps = 0
+        self.own = None
+        self.delta = None  # c̄ − c_i, added to every gradient until the next sync
+        self.mixed = torch.zeros(self.total, dtype=torch.float32)
+
+    def reset(self):
+        self.sum.zero_()
+        self.steps = 0
+        self.own = self.delta = None
+
+    def before_step(self, params):
+        with torch.no_grad():
+            off = 0
+            for p in params:
+                n = p.numel()
+                if p.grad is not None:
+                    g = p.grad.view(-1)
+                    self.sum[off:off + n].add_(g.float())
+                    if self.delta is not None:
+                        g.add_(self.delta[off:off + n].to(g.dtype))
+                off += n
+        self.steps += 1
+
+    def before_mix(self):
+        self.own = self.sum / max(1, self.steps)
+        with torch.no_grad():
+            self.mixed.copy_(self.own)
+        self.sum.zero_()
+        self.steps = 0
+
+    def after_mix(self):
+        if self.own is not None:
+            self.delta = self.mixed.detach().clone() - self.own
 
 
 def optimizer_state(optimizer, params):
