@@ -9,10 +9,14 @@ the union of the shards, the same steps) — the issue's reference.
 
     /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25
 
-A setting is OUTER:H (MeshOptimizer(outer=OUTER, sync_every=H)). Acceptance: every node within
-0.02 of pooled in every run; nesterov:25 with at most 1/10 of avg:1's bytes. A bench (minutes
-on 2 cores), not a test. Needs numpy and torch (Debian's /usr/bin/python3) and the
-dataset-fashion-mnist package.
+A setting is OUTER:H[:DRIFT] (MeshOptimizer(outer=OUTER, sync_every=H, drift_correction=DRIFT),
+DRIFT params or gradient; --drift sets it for settings that name none). Acceptance: every node
+within 0.02 of pooled in every run; nesterov:25 with at most 1/10 of avg:1's bytes:
+
+    /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25:gradient
+
+A bench (minutes on 2 cores), not a test. Needs numpy and torch (Debian's /usr/bin/python3)
+and the dataset-fashion-mnist package.
 """
 import argparse
 import json
@@ -129,10 +133,10 @@ def pooled(py, script, steps, seed, workdir, lr):
     return last_json(log)
 
 
-def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, extra):
+def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, extra, compress):
     mesh = external_mesh(binary, 3, f"sk{seed}", 4)
     mesh.common[mesh.common.index("--barrier") + 1] = "pssp"
-    mesh.common += ["--sample", "2"]
+    mesh.common += ["--sample", "2", "--compress", compress]
     procs, logs = [], []
     with mesh:
         start_all(mesh)
@@ -169,6 +173,8 @@ def main():
                     help="MeshOptimizer(mix_state=True): Adam's moments mix with the parameters")
     ap.add_argument("--drift", choices=["params", "gradient"], default=None,
                     help="MeshOptimizer(drift_correction=True or 'gradient'): SCAFFOLD-style")
+    ap.add_argument("--compress", default="none",
+                    help="the agents' --compress for the mesh runs (none, fp16, int8)")
     ap.add_argument("--outer-lr", type=float, default=None, help="MeshOptimizer outer_lr")
     ap.add_argument("--outer-momentum", type=float, default=None,
                     help="MeshOptimizer outer_momentum")
@@ -181,37 +187,44 @@ def main():
     script = os.path.join(workdir, "skew_worker.py")
     with open(script, "w") as f:
         f.write(WORKER)
-    settings = [(s.split(":")[0], int(s.split(":")[1])) for s in a.settings.split(",")]
+    settings = []
+    for text in a.settings.split(","):
+        parts = text.split(":")
+        if len(parts) not in (2, 3) or parts[0] not in ("avg", "sgd", "nesterov") or \
+                not parts[1].isdigit() or parts[2:] not in ([], ["params"], ["gradient"]):
+            ap.error(f"a setting is OUTER:H[:params|gradient], not {text!r}")
+        settings.append((parts[0], int(parts[1]), (parts[2:] or [a.drift])[0]))
     rows, ok = [], True
     bytes_by = {}
     for seed in range(a.runs):
         ref = pooled(py, script, a.steps, seed, workdir, a.lr)
         rows.append([seed, "pooled", "-", f"{ref['accuracy']:.4f}", "-", "-", "-"])
-        for outer, h in settings:
+        for outer, h, drift in settings:
             t0 = time.monotonic()
             extra = ["--mix-state"] if a.mix_state else []
-            extra += ["--drift", a.drift] if a.drift else []
+            extra += ["--drift", drift] if drift else []
             if outer != "avg":
                 for flag, v in (("--outer-lr", a.outer_lr), ("--outer-momentum", a.outer_momentum)):
                     if v is not None:
                         extra += [flag, v]
             outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir, a.lr,
-                                  extra)
+                                  extra, a.compress)
             accs = [o["accuracy"] for o in outs]
             same = len({o["crc"] for o in outs}) == 1
             worst = max(ref["accuracy"] - x for x in accs)
             ok = ok and same and worst <= 0.02
-            bytes_by.setdefault((outer, h), []).append(sum(sent) / len(sent))
-            rows.append([seed, f"{outer} H={h}", f"{time.monotonic() - t0:.0f}",
+            name = f"{outer} H={h}" + (f" drift={drift}" if drift else "")
+            bytes_by.setdefault(name, []).append(sum(sent) / len(sent))
+            rows.append([seed, name, f"{time.monotonic() - t0:.0f}",
                          " ".join(f"{x:.4f}" for x in accs), "yes" if same else "NO",
                          f"{worst:+.4f}", f"{sum(sent) / len(sent) / 1e6:.1f}"])
             print(" | ".join(map(str, rows[-1])), flush=True)
     print(benchlib.table(["run", "setting", "wall s", "accuracy per node", "same model",
                           "pooled - worst", "MB sent per node"], rows))
-    base = bytes_by.get(("avg", 1))
+    base = bytes_by.get("avg H=1")
     for key, v in bytes_by.items():
-        if base and key != ("avg", 1):
-            print(f"{key[0]} H={key[1]}: {benchlib.mean(v) / benchlib.mean(base):.4f} of avg H=1's "
+        if base and key != "avg H=1":
+            print(f"{key}: {benchlib.mean(v) / benchlib.mean(base):.4f} of avg H=1's "
                   "parameter bytes")
     print("every node within 0.02 of pooled, one model: " + ("yes" if ok else "NO"))
     print(f"logs in {workdir}")
