@@ -354,6 +354,10 @@ uint64_t Node::Incarnation() const {
   return self ? self->incarnation : 0;
 }
 
+ms::Reach Node::Reach() const { return swim_ ? swim_->reach() : ms::Reach::kUnknown; }
+
+std::string Node::AdvertisedAddr() const { return swim_ ? swim_->config().addr : config_.addr; }
+
 double Node::BarrierWaitSeconds(TimeMs now) const {
   return barrier_ ? barrier_->WaitSeconds(now) : 0.0;
 }
@@ -643,6 +647,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
     if (barrier_ && training()) barrier_->OnKnownProgress(dg.sender, q->step, now);
+    if (swim_) swim_->NoteSent(in.from);
     Emit(SendDatagram{in.from, std::move(reply)});
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
     if (!barrier_) return;
@@ -793,6 +798,7 @@ void Node::NotifyWatchers() {
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{w.seq, progress_.step, training()};
+    if (swim_) swim_->NoteSent(w.addr);
     Emit(SendDatagram{std::move(w.addr), std::move(reply)});
   }
 }
@@ -862,6 +868,7 @@ void Node::SendBarrierQueries(uint64_t step) {
     const uint64_t need = step > bound ? step - bound : 0;
     // Our own step is what we completed (a prefetch runs ahead of it, the report never does).
     dg.body = gossip::ProgressQuery{q.seq, progress_.step, need};
+    if (swim_) swim_->NoteSent(*addr);
     Emit(SendDatagram{*addr, std::move(dg)});
   }
 }

@@ -430,6 +430,10 @@ class Node {
   membership::Stats MembershipStats() const;
   int HealthScore() const;
   uint64_t Incarnation() const;
+  // Issue 34: this node's reachability as it publishes it, and the address it advertises now
+  // (its reflexive address after a move behind NAT).
+  membership::Reach Reach() const;
+  std::string AdvertisedAddr() const;
   bool leaving() const { return leaving_; }
   // Whether `name` is a live (alive or suspect) member other than self, by one lookup.
   bool KnowsLive(const std::string& name) const { return PeerLive(name); }
