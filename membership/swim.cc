@@ -731,13 +731,22 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
     self_->m.meta.reach = Reach::kNat;
     changed = true;
   }
+  bool moved = false;
   if (cfg_.adopt_reflexive && addr != cfg_.addr && agree >= quorum) {
     cfg_.addr = addr;
     self_->m.addr = addr;
     ++stats_.reflexive_moves;
-    changed = true;
+    changed = moved = true;
   }
   if (changed) PublishSelf();
+  // Until now nobody could reach us: gossip sent our way was lost. A push-pull with one peer
+  // brings the full state now instead of at the next periodic round (15-60 s).
+  if (moved) {
+    const NodeState* peer = PickOne([&](const NodeState* st) {
+      return st != self_ && st->m.status == Status::kAlive && st->m.meta.reach != Reach::kNat;
+    });
+    if (peer != nullptr) PushPullWith(*peer);
+  }
 }
 
 }  // namespace meshtrain::membership

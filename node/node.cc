@@ -59,6 +59,7 @@ Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(con
     m.name = config_.name;
     m.addr = config_.addr;
     swim_ = std::make_unique<ms::Swim>(m, rng_(), now);
+    logged_addr_ = swim_->config().addr;
     swim_->TrackProgress(true);
   }
   progress_.step = config_.start_step;
@@ -591,6 +592,16 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
       Emit(SendDatagram{std::move(p.to_addr), std::move(dg)});
     }
     for (auto& pp : swim_->TakePushPulls()) StartPushPull(pp, join_tag, now);
+    if (swim_->reach() != logged_reach_ || swim_->config().addr != logged_addr_) {
+      // Issue 34: what the node found out about its reachability, once per change.
+      logged_reach_ = swim_->reach();
+      const bool moved = !logged_addr_.empty() && swim_->config().addr != logged_addr_;
+      logged_addr_ = swim_->config().addr;
+      Emit(LogLine{
+          false,
+          std::string("reachability: ") + ms::ReachName(logged_reach_) +
+              (moved ? ", advertising " + logged_addr_ + " (where peers see this node)" : "")});
+    }
     for (const std::string& name : swim_->TakeProgressNews()) {
       const ms::Member* m = swim_->Find(name);
       if (m != nullptr && name != config_.name) OnPeerChanged(RefOf(*m), false, now);

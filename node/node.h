@@ -612,6 +612,8 @@ class Node {
   bool min_peers_reached_ = false;
   TimeMs barrier_deadline_ = sync::kNoDeadline;
   bool progress_dirty_ = false;
+  membership::Reach logged_reach_ = membership::Reach::kUnknown;  // last logged (issue 34)
+  std::string logged_addr_;
   // What NextDeadline, Tick and the barrier read on every input, kept on a few cache lines next
   // to the barrier state above (with thousands of simulated nodes, each line is a cache miss).
   TimeMs bandwidth_at_ = 0;                    // bandwidth estimates are published

@@ -288,7 +288,7 @@ TEST_CASE("nat: one peer alone cannot move a node; two that agree do", "[members
   const Member* self = h.a.Find("a");
   REQUIRE(self != nullptr);
   CHECK(self->addr == "198.51.100.9:4000");
-  CHECK(self->incarnation >= 2);
+  CHECK(self->incarnation >= 1);
 }
 
 TEST_CASE("nat: a ping from an address never sent to proves the node reachable",
