@@ -119,6 +119,9 @@ def main():
     p.add_argument("--bin", required=True)
     p.add_argument("--observe", type=float, default=OBSERVE_S,
                    help="seconds to watch for suspicions after the mesh formed")
+    p.add_argument("--train", action="store_true",
+                   help="measurement only: the agents train fmnist-mlp meanwhile; prints each "
+                        "one's accuracy and parameter traffic (not asserted)")
     a = p.parse_args()
     why = available(find_linkemu(a.bin)) or nat_available()
     if why:
@@ -134,7 +137,10 @@ def main():
             logs = [os.path.join(work, f"{n}.log") for n in names]
             for i in range(N):
                 argv = [a.bin, "agent", "--name", names[i], "--bind", f"0.0.0.0:{nl.PORT}",
-                        "--rpc", nl.RPC, "--task", "none"]
+                        "--rpc", nl.RPC]
+                argv += (["--task", "fmnist-mlp", "--shard", f"{i}/{N}", "--eval-every", "50",
+                          "--metrics-file", os.path.join(work, f"{names[i]}.jsonl")]
+                         if a.train else ["--task", "none"])
                 if i > 0:
                     argv += ["--join", f"{bed.public_addr(0)}:{nl.PORT}"]
                 bed.spawn(i, argv, logs[i])
@@ -186,6 +192,11 @@ def main():
                 print(f"{names[i]}: advertise {views[i][names[i]]['addr']}, "
                       f"reach {views[i][names[i]]['reach']}, rejected "
                       f"{st.get('rejected_by_reason') if st else None}")
+                if a.train and st:
+                    ev = nl.metric_lines(os.path.join(work, f"{names[i]}.jsonl"), "eval")
+                    print(f"  step {st.get('step')}, last eval {ev[-1] if ev else None}, "
+                          f"params_received {st.get('params_received')}, rounds "
+                          f"{st.get('rounds')}, mean_fanout {st.get('mean_fanout')}")
     print("PASS")
 
 
