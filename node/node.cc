@@ -474,6 +474,8 @@ void Node::SendProbe(TimeMs now) {
   if (probed_.size() > 4096) probed_.clear();
   probe_sent_at_ = now;
   stats_.probes_sent++;
+  // The train opens a NAT's way for the peer's datagrams: not unsolicited (issue 34).
+  if (swim_) swim_->NoteSent(*peers[pick].addr);
   Emit(ProbeLink{probe_id_, *peers[pick].addr, packets});
   const TimeMs base = stats_.probes_sent <= static_cast<uint64_t>(kProbeFastProbes)
                           ? 2000
@@ -673,6 +675,17 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
 void Node::OnFrame(FrameIn& in, TimeMs now) {
   gossip::Frame& f = in.msg;
   // Replies on connections this node opened.
+  if (auto pull = pulls_.find(in.conn); pull != pulls_.end()) {
+    auto* chunk = std::get_if<gossip::ParamChunk>(&f.body);
+    if (chunk == nullptr || f.sender != pull->second || chunk->base != 0 || chunk->keyed ||
+        chunk->final || chunk->consensus || chunk->fragment) {
+      Reject();
+      pulls_.erase(pull);
+      Emit(Close{in.conn, true});
+      return;
+    }
+    return OnParamChunk(in.conn, f.sender, *chunk, now);
+  }
   if (in.conn >= kFirstOutgoingConn) {
     if (fetch_.phase == Fetch::kWaiting && in.conn == fetch_.conn) {
       return OnStateChunk(in.conn, f, now);
@@ -735,6 +748,7 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
 
 void Node::OnClosed(const ConnClosed& in, TimeMs now) {
   serving_.erase(in.conn);
+  pulls_.erase(in.conn);
   state_waiters_.erase(std::remove(state_waiters_.begin(), state_waiters_.end(), in.conn),
                        state_waiters_.end());
   if (fetch_.phase == Fetch::kWaiting && in.conn == fetch_.conn) return OnStateClosed(now);

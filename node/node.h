@@ -690,6 +690,11 @@ class Node {
   std::map<std::string, Reference> tx_refs_;  // per receiver: what it holds of our model
   std::map<std::string, Reference> rx_refs_;  // per sender: our copy of what it last sent
   std::map<ConnId, uint64_t> incoming_;       // parameter connections being received: bytes so far
+  // Issue 34: behind NAT nobody can open a parameter connection to this node, so it asks a
+  // reachable training peer for its model (StateRequest) on a connection it opens itself, once
+  // per sync round, and mixes the answer like a received snapshot. At most one at a time.
+  std::map<ConnId, std::string> pulls_;  // by connection: the peer asked
+  void MaybePull();
   // Parameter connections stay open between transfers (one transfer at a time on each), so a
   // transfer skips TCP's handshake and slow start; the driver's idle timeout closes unused ones
   // and at most kMaxDataConns stay open (the least recently used idle one is closed).
