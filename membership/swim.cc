@@ -722,8 +722,13 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
     elsewhere += it->second != cfg_.addr;
     ++it;
   }
-  const size_t peers = num_live_ > 0 ? num_live_ - 1 : 0;
-  const size_t quorum = std::min(kReflexiveQuorum, peers);
+  // Peers that can answer before we moved: a member behind NAT drops our pings until we
+  // advertise an address it sends to, so only the others count towards the quorum.
+  size_t peers = 0;
+  for (const NodeState* o : nodes_) {
+    peers += o != self_ && IsLive(o->m.status) && o->m.meta.reach != Reach::kNat;
+  }
+  const size_t quorum = std::min(kReflexiveQuorum, std::max<size_t>(peers, 1));
   if (quorum == 0 || reports < quorum || elsewhere < quorum) return;
   bool changed = false;
   if (self_->m.meta.reach == Reach::kUnknown) {

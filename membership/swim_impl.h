@@ -30,7 +30,8 @@ constexpr TimeMs kUnknownSenderGraceIntervals = 2;
 constexpr size_t kMaxUnknownSenders = 64;
 
 // NAT traversal (issue 34): a node moves to the address peers see it at once this many peers
-// (or every live peer, when fewer) agree on it, so one peer cannot move it by lying. The
+// (or every live peer not behind NAT, when fewer) agree on it, so one peer cannot move a node
+// that has several reachable peers by lying. The
 // addresses it sent to are remembered for kSentToMemoryMs, at most kMaxSentTo of them (beyond
 // that the oldest are forgotten), to tell an unsolicited ping from an answer.
 constexpr size_t kReflexiveQuorum = 2;

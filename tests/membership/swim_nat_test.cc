@@ -194,6 +194,34 @@ TEST_CASE("nat: a node behind a cone NAT moves to its reflexive address and stay
   ExpectAllAliveAt(w, {{"n3", "203.0.113.3:7950"}, {"n4", "203.0.113.4:7950"}});
 }
 
+TEST_CASE("nat: a NATed node whose other peers are one public and one NATed member still moves",
+          "[membership][nat]") {
+  // n4 joins knowing p1 and n3 (at n3's inner address); n3's router drops n4's pings until n4
+  // advertises an address n3 sends to, so p1's report alone has to do. p2 joins later.
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  w.Add("p2", Nat::kNone);
+  Swim& n3 = w.Add("n3", Nat::kCone);
+  Swim& n4 = w.Add("n4", Nat::kCone);
+  n3.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  n4.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(5000);
+  w.Get("p2").Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(30000);
+  CHECK(n4.config().addr == "203.0.113.4:7950");
+  CHECK(n3.config().addr == "203.0.113.3:7950");
+  ExpectAllAliveAt(w, {{"p1", "10.0.0.1:7950"},
+                       {"p2", "10.0.0.2:7950"},
+                       {"n3", "203.0.113.3:7950"},
+                       {"n4", "203.0.113.4:7950"}});
+  w.ClearEvents();
+  w.RunUntil(60000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+}
+
 TEST_CASE("nat: without NAT traversal the NATed nodes flap, as issue 34 reported",
           "[membership][nat]") {
   NatWire w;

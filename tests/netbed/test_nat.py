@@ -9,13 +9,17 @@ First the routers themselves, with plain UDP sockets:
 - symmetric (`masquerade random`, with --nat symmetric): a different public port per
   destination.
 Then the issue's setup: every agent started with `--bind 0.0.0.0:7950 --join 10.213.17.1:7950`
-(plus --name, --task none, and --rpc on each namespace's own loopback). Checks that:
+(plus --name, its data shard, a step budget and --rpc on each namespace's own loopback), training
+fmnist-mlp. Checks that:
 - every agent lists all 4 alive within FORM_S;
 - each NATed agent moved to the reflexive address its peers see (<router>:7950) and every agent
   lists it there; `members` shows reach "nat" for h3/h4 and "public" for h1/h2, and the path to a
   NATed member as "punched";
-- over OBSERVE_S seconds after that, no agent logs a suspicion or failure of anyone.
-Skips (exit 77) where no bed or no NAT router can be built.
+- over OBSERVE_S seconds after that, no agent logs a suspicion or failure of anyone;
+- every agent reaches TARGET test accuracy within STEP_BUDGET steps and received parameters
+  (params_received > 0: the NATed ones by pulling over connections they open), and no agent
+  rejected anything.
+Skips (exit 77) where no bed or no NAT router can be built, or Fashion-MNIST is missing.
 """
 import argparse
 import os
@@ -30,6 +34,10 @@ import netbed_lib as nl  # noqa: E402
 N = 4
 FORM_S = 45
 OBSERVE_S = 60
+TARGET = 0.85
+STEP_BUDGET = 3000
+STALL_S = 120
+DATASET = "/usr/share/datasets/fashion-mnist"
 
 ECHO = r"""
 import socket, sys
@@ -119,13 +127,15 @@ def main():
     p.add_argument("--bin", required=True)
     p.add_argument("--observe", type=float, default=OBSERVE_S,
                    help="seconds to watch for suspicions after the mesh formed")
-    p.add_argument("--train", action="store_true",
-                   help="measurement only: the agents train fmnist-mlp meanwhile; prints each "
-                        "one's accuracy and parameter traffic (not asserted)")
+    p.add_argument("--timeout", type=float, default=800,
+                   help="backstop in seconds; the real bounds are STEP_BUDGET and STALL_S")
     a = p.parse_args()
     why = available(find_linkemu(a.bin)) or nat_available()
     if why:
         print(f"SKIP: no NAT bed here: {why}")
+        sys.exit(77)
+    if not os.path.isdir(DATASET):
+        print(f"SKIP: no Fashion-MNIST at {DATASET}")
         sys.exit(77)
     check_routers(a.bin, "cone")
     check_routers(a.bin, "symmetric")
@@ -135,12 +145,12 @@ def main():
         with Bed(N, find_linkemu(a.bin), delay_ms=5, rate_mbit=100, tag="nat",
                  nat=natted) as bed:
             logs = [os.path.join(work, f"{n}.log") for n in names]
+            metrics = [os.path.join(work, f"{n}.jsonl") for n in names]
             for i in range(N):
                 argv = [a.bin, "agent", "--name", names[i], "--bind", f"0.0.0.0:{nl.PORT}",
                         "--rpc", nl.RPC]
-                argv += (["--task", "fmnist-mlp", "--shard", f"{i}/{N}", "--eval-every", "50",
-                          "--metrics-file", os.path.join(work, f"{names[i]}.jsonl")]
-                         if a.train else ["--task", "none"])
+                argv += ["--task", "fmnist-mlp", "--shard", f"{i}/{N}", "--eval-every", "50",
+                         "--steps", str(STEP_BUDGET), "--metrics-file", metrics[i]]
                 if i > 0:
                     argv += ["--join", f"{bed.public_addr(0)}:{nl.PORT}"]
                 bed.spawn(i, argv, logs[i])
@@ -187,16 +197,31 @@ def main():
                 flaps = re.findall(r"member \S+ (?:suspect|failed)", later)
                 assert not flaps, f"{names[i]}: {flaps}"
             print(f"no suspicion or failure in {a.observe:.0f} s")
+            reached = {}
+            last_steps, progress_at = None, time.monotonic()
+            while len(reached) < N:
+                assert time.monotonic() - start < a.timeout, f"not all at {TARGET}: {reached}"
+                evals = [nl.metric_lines(m, "eval") for m in metrics]
+                steps = [e[-1]["step"] if e else 0 for e in evals]
+                if steps != last_steps:
+                    last_steps, progress_at = steps, time.monotonic()
+                assert time.monotonic() - progress_at < STALL_S, f"stalled at steps {steps}"
+                for i in range(N):
+                    if i not in reached and nl.first_reach(metrics[i], TARGET):
+                        reached[i] = nl.first_reach(metrics[i], TARGET)
+                    assert i in reached or steps[i] < STEP_BUDGET, \
+                        f"{names[i]} at step {steps[i]} without {TARGET}: {evals[i][-3:]}"
+                time.sleep(1)
             for i in range(N):
                 st = nl.status(bed, i, a.bin)
-                print(f"{names[i]}: advertise {views[i][names[i]]['addr']}, "
-                      f"reach {views[i][names[i]]['reach']}, rejected "
-                      f"{st.get('rejected_by_reason') if st else None}")
-                if a.train and st:
-                    ev = nl.metric_lines(os.path.join(work, f"{names[i]}.jsonl"), "eval")
-                    print(f"  step {st.get('step')}, last eval {ev[-1] if ev else None}, "
-                          f"params_received {st.get('params_received')}, rounds "
-                          f"{st.get('rounds')}, mean_fanout {st.get('mean_fanout')}")
+                t, step, acc = reached[i]
+                rej = st["rejected_by_reason"]
+                print(f"{names[i]}: advertise {st['advertise']}, reach {st['reach']}, {acc:.3f} "
+                      f"at step {step} ({t:.1f} s after its start), params_received "
+                      f"{st['params_received']}, rounds {st['rounds']}, mean_fanout "
+                      f"{st['mean_fanout']:.2f}, rejected {rej}")
+                assert st["params_received"] > 0 and st["rounds"] > 0, st
+                assert not rej, rej
     print("PASS")
 
 
