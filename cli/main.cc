@@ -108,6 +108,11 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "HOST:PORT given to peers (default: the bind address; with a wildcard bind, this "
                 "host's address on the route to the first --join peer, else its first "
                 "non-loopback address)");
+  a->add_option("--nat", c.nat,
+                "NAT traversal: auto (peers tell this node where they see it; it answers packets "
+                "where they came from, publishes whether it is reachable from outside and, "
+                "without --advertise, moves to the address its peers agree on) or off")
+      ->capture_default_str();
   a->add_option("--rpc", c.rpc, "Control endpoint for the CLI")
       ->envname("MESHTRAIN_RPC_ADDR")
       ->capture_default_str();
@@ -572,7 +577,7 @@ int main(int argc, char** argv) {
           row["tags"] = cell;
         }
         PrintTable({"name", "addr", "status", "incarnation", "step", "training", "uplink_mbps",
-                    "downlink_mbps", "tags"},
+                    "downlink_mbps", "reach", "path", "tags"},
                    rows);
       }
       return 0;

@@ -374,7 +374,7 @@ struct Agent::Impl : RpcBackend {
     }
     const json state = {
         {"self", st},
-        {"members", MembersJson(members)["members"]},
+        {"members", MembersJson(members, config.name)["members"]},
         {"history", hist},
         {"plan", {{"policy", config.select}, {"rate_mbps", plan_view.rate_mbps}, {"edges", edges}}},
         {"traffic", traffic}};
@@ -435,7 +435,7 @@ struct Agent::Impl : RpcBackend {
     }
     return StatusJson(in);
   }
-  json Members() override { return MembersJson(node->Members()); }
+  json Members() override { return MembersJson(node->Members(), config.name); }
   json Export() override {
     // 2^21 floats: 8 MiB, 11 MiB in base64, under the CLI's 16 MiB reply limit.
     constexpr size_t kMaxExportParams = size_t{1} << 21;

@@ -123,6 +123,10 @@ Status AgentConfig::Finalize() {
                                    ": expected IP:PORT, e.g. 0.0.0.0:7950 or [::]:7950");
   if (bind_addr->port() == 0)
     return Status::InvalidArgument("invalid --bind " + Quoted(bind) + ": port 0 is not allowed");
+  if (nat != "auto" && nat != "off") {
+    return Status::InvalidArgument("invalid --nat " + Quoted(nat) + ": auto or off");
+  }
+  advertise_given = !advertise.empty();
   if (!advertise.empty()) {
     auto adv = ParseHostPort(advertise);
     if (!adv.ok()) {
@@ -382,6 +386,8 @@ membership::Config AgentConfig::MembershipConfig() const {
   membership::Config c = *membership::Config::Profile(profile);
   c.name = name;
   c.addr = advertise;
+  c.nat = nat == "auto";
+  c.adopt_reflexive = c.nat && !advertise_given;
   if (probe_interval_ms > 0) c.probe_interval = probe_interval_ms;
   if (probe_timeout_ms > 0) c.probe_timeout = probe_timeout_ms;
   if (suspicion_mult > 0) c.suspicion_mult = suspicion_mult;

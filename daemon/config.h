@@ -21,7 +21,11 @@ struct AgentConfig {
   // --advertise HOST:PORT; empty: the bind address, or with a wildcard bind the address routing
   // to the first --join peer (ResolveAddresses; addressing.h). Resolved to IP:PORT at start.
   std::string advertise;
-  std::string advertise_how;  // how ResolveAddresses chose it (for the banner)
+  std::string advertise_how;     // how ResolveAddresses chose it (for the banner)
+  bool advertise_given = false;  // --advertise was given (Finalize): never moved (issue 34)
+  // --nat auto|off (issue 34): find this node's reachability, answer packets where they came
+  // from, and (without --advertise) move to the address peers agree they see it at.
+  std::string nat = "auto";
   std::string rpc = "127.0.0.1:7951";
   std::string rpc_token;  // required from RPC clients when set
   std::string http;       // --http IP:PORT: /metrics and the dashboard (issue 19); empty = off

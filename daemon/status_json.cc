@@ -61,7 +61,12 @@ std::vector<std::pair<std::string, std::string>> LivePeers(
   return out;
 }
 
-json MembersJson(const std::vector<membership::Member>& members) {
+const char* PathName(const membership::Member& m, const std::string& self) {
+  if (m.name == self) return "self";
+  return m.meta.reach == membership::Reach::kNat ? "punched" : "direct";
+}
+
+json MembersJson(const std::vector<membership::Member>& members, const std::string& self) {
   json arr = json::array();
   for (const auto& m : members) {
     json tags = json::object();
@@ -76,6 +81,8 @@ json MembersJson(const std::vector<membership::Member>& members) {
                    {"training", m.meta.training},
                    {"uplink_mbps", m.meta.uplink_mbps},
                    {"downlink_mbps", m.meta.downlink_mbps},
+                   {"reach", membership::ReachName(m.meta.reach)},
+                   {"path", PathName(m, self)},
                    {"tags", tags}});
   }
   return {{"members", arr}};
@@ -201,6 +208,8 @@ json StatusJson(const StatusInputs& in) {
           {"rejected_by_reason", rejected},
           {"health_score", n.HealthScore()},
           {"incarnation", n.Incarnation()},
+          {"advertise", n.AdvertisedAddr()},
+          {"reach", membership::ReachName(n.Reach())},
           {"uptime_s", in.uptime_s},
           {"loop", LoopJson(in)},
           {"param_streams",

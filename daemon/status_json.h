@@ -56,7 +56,12 @@ struct StatusInputs {
 };
 
 nlohmann::json StatusJson(const StatusInputs& in);
-nlohmann::json MembersJson(const std::vector<membership::Member>& members);
+// `self`: this node's name (its row's path is "self").
+nlohmann::json MembersJson(const std::vector<membership::Member>& members,
+                           const std::string& self = "");
+// How this node reaches member `m` (issue 34): "self", "punched" (the member is behind NAT:
+// the path exists because its own traffic opened it) or "direct".
+const char* PathName(const membership::Member& m, const std::string& self);
 // Writes what a node event means to the operator: member and sync lines in the metrics file,
 // log lines. False for outputs that are not such events.
 bool RecordEvent(const node::Output& o, MetricsLog* metrics);

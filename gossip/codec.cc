@@ -55,7 +55,8 @@ fb::Offset<w::Meta> EncodeMeta(fb::FlatBufferBuilder& b, const ms::Meta& m) {
     keys = b.CreateVector(k);
     values = b.CreateVector(v);
   }
-  return w::CreateMeta(b, data_addr, m.training, m.uplink_mbps, m.downlink_mbps, keys, values);
+  return w::CreateMeta(b, data_addr, m.training, m.uplink_mbps, m.downlink_mbps, keys, values,
+                       static_cast<uint8_t>(m.reach));
 }
 
 struct UpdateEncoder {
@@ -106,7 +107,8 @@ struct PrimaryEncoder {
             w::CreateIndirectPing(b, m.seq, target, addr, m.want_nack).Union()};
   }
   std::pair<w::Primary, fb::Offset<void>> operator()(const ms::AckMsg& m) const {
-    return {w::Primary::Ack, w::CreateAck(b, m.seq).Union()};
+    const auto observed = m.observed.empty() ? 0 : b.CreateString(m.observed);
+    return {w::Primary::Ack, w::CreateAck(b, m.seq, observed).Union()};
   }
   std::pair<w::Primary, fb::Offset<void>> operator()(const ms::NackMsg& m) const {
     return {w::Primary::Nack, w::CreateNack(b, m.seq).Union()};
@@ -217,6 +219,8 @@ bool DecodeMeta(const w::Meta* m, ms::Meta* out, Reject* why) {
     out->tags.emplace_back(ToString(keys->Get(i)), ToString(values->Get(i)));
   }
   if (!ValidTags(out->tags)) return Fail(Reject::kSemantic, why);
+  if (m->reach() > static_cast<uint8_t>(ms::Reach::kNat)) return Fail(Reject::kSemantic, why);
+  out->reach = static_cast<ms::Reach>(m->reach());
   return true;
 }
 
@@ -331,9 +335,18 @@ bool DecodePrimary(w::Primary type, const void* value, ms::Primary* out, Reject*
       *out = std::move(m);
       return true;
     }
-    case w::Primary::Ack:
-      *out = ms::AckMsg{static_cast<const w::Ack*>(value)->seq()};
+    case w::Primary::Ack: {
+      const auto* a = static_cast<const w::Ack*>(value);
+      ms::AckMsg m;
+      m.seq = a->seq();
+      // Optional (older peers leave it out); when present, a well-formed "ip:port".
+      if (a->observed() != nullptr && a->observed()->size() > 0 &&
+          !DecodeAddr(a->observed(), &m.observed, why)) {
+        return false;
+      }
+      *out = std::move(m);
       return true;
+    }
     case w::Primary::Nack:
       *out = ms::NackMsg{static_cast<const w::Nack*>(value)->seq()};
       return true;

@@ -17,6 +17,7 @@ Swim::Impl::Impl(Config c, uint64_t seed, TimeMs now)
     : cfg_(std::move(c)), rng_(seed), now_(now), awareness_(cfg_.awareness_max_multiplier) {
   self_ = AddNode(cfg_.name);
   self_->m.addr = cfg_.addr;
+  configured_addr_ = cfg_.addr;
   self_->m.state_change = now;
   self_->m.step_learned = now;
   num_live_ = 1;
@@ -152,9 +153,12 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
   bool reclaim = false;
   if (st->m.addr != a.addr) {
     // A different address is a name conflict, unless the old owner is gone (memberlist lets a
-    // left node be replaced; we also let a failed one be, so a restart on a new port rejoins).
-    if (local || IsLive(st->m.status)) return;
-    reclaim = true;
+    // left node be replaced; we also let a failed one be, so a restart on a new port rejoins),
+    // or the member moved to the address its peers see it at behind a NAT (issue 34: a newer
+    // incarnation that says so).
+    const bool moved = !local && a.incarnation > st->m.incarnation && a.meta.reach == Reach::kNat;
+    if (!moved && (local || IsLive(st->m.status))) return;
+    reclaim = !moved;
   }
   if (!local && !reclaim && a.incarnation <= st->m.incarnation) {
     if (st->m.status == Status::kLeft) NoteStale(st);
@@ -369,7 +373,13 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   s.collecting_ = false;
   std::vector<Update> corrections = std::move(s.corrections_);
   s.corrections_.clear();
-  const std::string& reply_to = packet.from_addr.empty() ? from_addr : packet.from_addr;
+  // Behind a NAT only the path the packet came over leads back (issue 34); without NAT
+  // traversal, the address the sender advertises.
+  const std::string& reply_to =
+      (s.cfg_.nat && !from_addr.empty()) || packet.from_addr.empty() ? from_addr : packet.from_addr;
+  if (s.cfg_.nat && !from_addr.empty() && s.sent_to_.count(from_addr) == 0) {
+    s.NoteUnsolicited();
+  }
   const auto* ping = std::get_if<PingMsg>(&packet.primary);
   // A ping for another name reached us at a stale address: stay silent.
   if (ping != nullptr && !ping->target.empty() && ping->target != s.cfg_.name) return;
@@ -378,7 +388,8 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
     if (s.left_) {
       corrections.push_back(DeadMsg{s.cfg_.name, s.self_->m.incarnation, s.cfg_.name});
     }
-    s.SendPacket(reply_to, AckMsg{ping->seq}, std::move(corrections));
+    s.SendPacket(reply_to, AckMsg{ping->seq, s.cfg_.nat ? from_addr : std::string()},
+                 std::move(corrections));
     return;
   }
   if (!corrections.empty()) s.SendPacket(reply_to, std::monostate{}, std::move(corrections));
@@ -395,11 +406,13 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
     s.SendPacket(ind->target_addr, PingMsg{seq, ind->target});
   } else if (const auto* ack = std::get_if<AckMsg>(&packet.primary)) {
     if (s.probe_.active && ack->seq == s.probe_.seq) {
+      if (s.cfg_.nat && !ack->observed.empty()) s.NoteObserved(packet.from, ack->observed);
       s.ProbeSucceeded();
     } else if (auto it = s.relays_.find(ack->seq); it != s.relays_.end()) {
+      if (s.cfg_.nat && !ack->observed.empty()) s.NoteObserved(packet.from, ack->observed);
       const Relay r = std::move(it->second);
       s.relays_.erase(it);
-      s.SendPacket(r.origin_addr, AckMsg{r.origin_seq});
+      s.SendPacket(r.origin_addr, AckMsg{r.origin_seq, std::string()});
     }
   } else if (const auto* nack = std::get_if<NackMsg>(&packet.primary)) {
     if (s.probe_.active && nack->seq == s.probe_.seq) ++s.probe_.nacks;
@@ -408,6 +421,8 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
 
 PushPull Swim::HandlePushPullRequest(const PushPull& request, TimeMs now) {
   impl_->now_ = now;
+  // A connection we did not open: nothing between us and the requester filters inbound.
+  if (impl_->cfg_.nat) impl_->NoteUnsolicited();
   impl_->MergeState(request.members);
   // Reply with the merged state: it then carries any refutation the request provoked, so the
   // requester learns at once that we are alive (this is what heals partitions).
@@ -581,9 +596,16 @@ void Swim::SetMeta(const Meta& meta, TimeMs now) {
   Impl& s = *impl_;
   s.now_ = now;
   if (s.left_) return;
+  const Reach reach = s.self_->m.meta.reach;  // ours to set, not the caller's
   s.self_->m.meta = meta;
+  s.self_->m.meta.reach = reach;
+  s.PublishSelf();
+}
+
+void Swim::Impl::PublishSelf() {
+  Swim::Impl& s = *this;
   ++s.self_->m.incarnation;  // metadata travels in alive messages, which need a new incarnation
-  const AliveMsg alive{s.cfg_.name, s.cfg_.addr, s.self_->m.incarnation, meta};
+  const AliveMsg alive{s.cfg_.name, s.cfg_.addr, s.self_->m.incarnation, s.self_->m.meta};
   s.queue_.Queue(alive);
   // A member that misses the change keeps the old metadata until the next push-pull (15-60 s):
   // a peer that missed our training flag leaves us out of its barrier and runs ahead of us under
@@ -652,5 +674,84 @@ int Swim::HealthScore() const { return impl_->awareness_.score(); }
 const Stats& Swim::stats() const { return impl_->stats_; }
 
 const Config& Swim::config() const { return impl_->cfg_; }
+
+void Swim::NoteSent(const std::string& addr) {
+  if (impl_->cfg_.nat) impl_->NoteSentTo(addr);
+}
+
+Reach Swim::reach() const { return impl_->self_->m.meta.reach; }
+
+const std::string& Swim::configured_addr() const { return impl_->configured_addr_; }
+
+// ---- NAT traversal (issue 34) -----------------------------------------------------------------
+
+void Swim::Impl::NoteSentTo(const std::string& addr) {
+  if (sent_to_.size() >= kMaxSentTo && sent_to_.count(addr) == 0) {
+    for (auto it = sent_to_.begin(); it != sent_to_.end();) {
+      it = it->second < now_ - kSentToMemoryMs ? sent_to_.erase(it) : std::next(it);
+    }
+    if (sent_to_.size() >= kMaxSentTo) {
+      auto oldest = std::min_element(sent_to_.begin(), sent_to_.end(),
+                                     [](auto& a, auto& b) { return a.second < b.second; });
+      sent_to_.erase(oldest);
+    }
+  }
+  sent_to_[addr] = now_;
+}
+
+void Swim::Impl::NoteUnsolicited() {
+  if (left_ || self_->m.meta.reach == Reach::kPublic) return;
+  self_->m.meta.reach = Reach::kPublic;
+  PublishSelf();
+}
+
+void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) {
+  const NodeState* st = FindState(peer);
+  if (st == nullptr || st == self_ || !IsLive(st->m.status) || left_) return;
+  observed_[peer] = addr;
+  // Only live members' reports count (and are kept).
+  size_t agree = 0, elsewhere = 0, reports = 0;
+  for (auto it = observed_.begin(); it != observed_.end();) {
+    const NodeState* o = FindState(it->first);
+    if (o == nullptr || !IsLive(o->m.status)) {
+      it = observed_.erase(it);
+      continue;
+    }
+    ++reports;
+    agree += it->second == addr;
+    elsewhere += it->second != cfg_.addr;
+    ++it;
+  }
+  // Peers that can answer before we moved: a member behind NAT drops our pings until we
+  // advertise an address it sends to, so only the others count towards the quorum.
+  size_t peers = 0;
+  for (const NodeState* o : nodes_) {
+    peers += o != self_ && IsLive(o->m.status) && o->m.meta.reach != Reach::kNat;
+  }
+  const size_t quorum = std::min(kReflexiveQuorum, std::max<size_t>(peers, 1));
+  if (quorum == 0 || reports < quorum || elsewhere < quorum) return;
+  bool changed = false;
+  if (self_->m.meta.reach == Reach::kUnknown) {
+    // Seen elsewhere than where we are: behind a NAT, until something reaches us unsolicited.
+    self_->m.meta.reach = Reach::kNat;
+    changed = true;
+  }
+  bool moved = false;
+  if (cfg_.adopt_reflexive && addr != cfg_.addr && agree >= quorum) {
+    cfg_.addr = addr;
+    self_->m.addr = addr;
+    ++stats_.reflexive_moves;
+    changed = moved = true;
+  }
+  if (changed) PublishSelf();
+  // Until now nobody could reach us: gossip sent our way was lost. A push-pull with one peer
+  // brings the full state now instead of at the next periodic round (15-60 s).
+  if (moved) {
+    const NodeState* peer = PickOne([&](const NodeState* st) {
+      return st != self_ && st->m.status == Status::kAlive && st->m.meta.reach != Reach::kNat;
+    });
+    if (peer != nullptr) PushPullWith(*peer);
+  }
+}
 
 }  // namespace meshtrain::membership

@@ -40,6 +40,15 @@ struct Config {
   size_t max_packet_bytes = 1400;      // UDP payload budget (SPEC §4)
   size_t packet_overhead_bytes = 120;  // reserved for envelope, framing and AEAD
 
+  // NAT traversal (issue 34). With `nat` on: acks tell the pinger the address its ping came from
+  // (AckMsg::observed); replies (acks, nacks, corrections) go to the transport source of what
+  // they answer, the one path known to work through a NAT, rather than the advertised address;
+  // and the node finds and publishes its reachability (Meta::reach). With `adopt_reflexive`
+  // also on, a node that kReflexiveQuorum peers see at one and the same other address than
+  // its own moves there (a new incarnation): its address outside the NAT.
+  bool nat = false;
+  bool adopt_reflexive = false;
+
   static Config Lan();
   static Config Wan();
   static Config Local();
@@ -88,6 +97,7 @@ struct Stats {
   uint64_t failures_declared = 0;  // times this node's suspicion timer expired
   uint64_t packets_sent = 0;
   uint64_t pushpulls = 0;
+  uint64_t reflexive_moves = 0;  // times this node moved to an address its peers see it at
 };
 
 class Swim {
@@ -152,7 +162,14 @@ class Swim {
   size_t NumAlive() const;  // alive or suspect, including self
   int HealthScore() const;  // Lifeguard awareness score (0 = healthy)
   const Stats& stats() const;
-  const Config& config() const;
+  const Config& config() const;  // config().addr: the address advertised now
+  // Issue 34: this node's reachability as published, and the address it was configured with
+  // (config().addr differs after a move to the reflexive address).
+  Reach reach() const;
+  const std::string& configured_addr() const;
+  // A datagram the caller sent to `addr` outside the core (barrier queries and replies on the
+  // same socket): a NAT now lets that address answer, so what comes from it is not unsolicited.
+  void NoteSent(const std::string& addr);  // stamped with the last time the core was given
 
  private:
   struct Impl;

@@ -29,6 +29,15 @@ constexpr double kNackFraction = 0.8;
 constexpr TimeMs kUnknownSenderGraceIntervals = 2;
 constexpr size_t kMaxUnknownSenders = 64;
 
+// NAT traversal (issue 34): a node moves to the address peers see it at once this many peers
+// (or every live peer not behind NAT, when fewer) agree on it, so one peer cannot move a node
+// that has several reachable peers by lying. The
+// addresses it sent to are remembered for kSentToMemoryMs, at most kMaxSentTo of them (beyond
+// that the oldest are forgotten), to tell an unsolicited ping from an answer.
+constexpr size_t kReflexiveQuorum = 2;
+constexpr TimeMs kSentToMemoryMs = 10 * 60 * 1000;
+constexpr size_t kMaxSentTo = 4096;
+
 // memberlist pushPullScale: above this many members the push-pull interval grows with
 // log2(n), so full-state syncs stay O(1) per second cluster-wide instead of O(n).
 constexpr size_t kPushPullScaleThreshold = 32;
@@ -215,6 +224,16 @@ struct Swim::Impl {
   // Corrections for stale accusations found in the packet being handled (see NoteStale).
   bool collecting_ = false;
   std::vector<Update> corrections_;
+
+  // ---- NAT traversal (issue 34) ----
+  std::string configured_addr_;
+  std::unordered_map<std::string, TimeMs> sent_to_;  // address -> last sent
+  std::map<std::string, std::string> observed_;      // peer name -> address it sees us at
+  void NoteSentTo(const std::string& addr);
+  void NoteObserved(const std::string& peer, const std::string& addr);
+  // Inbound traffic nobody here asked for reached us: we are reachable from outside.
+  void NoteUnsolicited();
+  void PublishSelf();  // a new incarnation of our alive message (address or metadata changed)
 
   std::vector<OutPacket> out_packets_;
   std::vector<OutPushPull> out_push_pulls_;

@@ -97,6 +97,7 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
   if (piggyback) queue_.Fill(budget, RetransmitLimit(), &p.updates);
   if (std::holds_alternative<std::monostate>(p.primary) && p.updates.empty()) return;
   ++stats_.packets_sent;
+  if (cfg_.nat) NoteSentTo(to);
   out_packets_.push_back(OutPacket{to, std::move(p)});
 }
 

@@ -15,6 +15,8 @@ constexpr size_t kTableBytes = 32;
 // Tags (issue 19): two vector fields when present (the codec leaves them out when empty), and
 // per string its vector slot, length prefix, terminator and padding.
 size_t MetaSize(const Meta& m) {
+  // The reach byte (issue 34) fits in this bound's slack (a vtable slot and one byte against
+  // 16 B per field; tests/gossip/codec_test.cc checks the bound with random metadata).
   size_t n = kTableBytes + 4 * kFieldBytes + m.data_addr.size();
   if (!m.tags.empty()) n += 2 * kFieldBytes;
   for (const auto& [key, value] : m.tags) n += 2 * kFieldBytes + key.size() + value.size();
@@ -25,6 +27,18 @@ size_t MetaSize(const Meta& m) {
 constexpr size_t kUpdateWrapperBytes = kFieldBytes;
 
 }  // namespace
+
+const char* ReachName(Reach r) {
+  switch (r) {
+    case Reach::kUnknown:
+      return "unknown";
+    case Reach::kPublic:
+      return "public";
+    case Reach::kNat:
+      return "nat";
+  }
+  return "unknown";
+}
 
 const char* StatusName(Status s) {
   switch (s) {
@@ -71,8 +85,10 @@ size_t EstimatePacketOverhead(const Packet& p) {
           return kTableBytes + 2 * kFieldBytes + m.target.size();
         } else if constexpr (std::is_same_v<T, IndirectPingMsg>) {
           return kTableBytes + 4 * kFieldBytes + m.target.size() + m.target_addr.size();
+        } else if constexpr (std::is_same_v<T, AckMsg>) {
+          return kTableBytes + 2 * kFieldBytes + m.observed.size();
         } else {
-          static_assert(std::is_same_v<T, AckMsg> || std::is_same_v<T, NackMsg>);
+          static_assert(std::is_same_v<T, NackMsg>);
           return kTableBytes + kFieldBytes;
         }
       },

@@ -23,6 +23,14 @@ enum class Status : uint8_t { kAlive = 0, kSuspect = 1, kFailed = 2, kLeft = 3 }
 
 const char* StatusName(Status s);  // "alive", "suspect", "failed", "left"
 
+// Whether a member can be reached from outside (issue 34), as it found out itself: kPublic once
+// something reached it unsolicited (a push-pull connection, or a ping from an address it never
+// sent to); kNat when its peers agree it is seen at another address than its own and nothing
+// reached it unsolicited (it is behind NAT: peers reach it only over paths its own traffic
+// opened); kUnknown until either.
+enum class Reach : uint8_t { kUnknown = 0, kPublic = 1, kNat = 2 };
+const char* ReachName(Reach r);  // "unknown", "public", "nat"
+
 // Application metadata a member publishes about itself. Changing it requires a new incarnation
 // (it travels in alive messages), so it holds slowly-changing fields; the fast-changing training
 // step travels separately as progress (see Progress below).
@@ -34,10 +42,11 @@ struct Meta {
   // Operator tags (--tag KEY=VALUE, issue 19): sorted by key, keys unique; limits in
   // gossip::ValidTags.
   std::vector<std::pair<std::string, std::string>> tags;
+  Reach reach = Reach::kUnknown;  // set by the membership core itself (Swim), not the caller
 
   bool operator==(const Meta& o) const {
     return data_addr == o.data_addr && training == o.training && uplink_mbps == o.uplink_mbps &&
-           downlink_mbps == o.downlink_mbps && tags == o.tags;
+           downlink_mbps == o.downlink_mbps && tags == o.tags && reach == o.reach;
   }
   bool operator!=(const Meta& o) const { return !(*this == o); }
 };
@@ -105,6 +114,9 @@ struct IndirectPingMsg {
 
 struct AckMsg {
   uint32_t seq = 0;
+  // The transport source address the acknowledged ping came from, as the acker saw it ("ip:port";
+  // empty = not told): the pinger's address outside its NAT, if any (issue 34).
+  std::string observed;
 };
 
 struct NackMsg {

@@ -59,6 +59,7 @@ Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(con
     m.name = config_.name;
     m.addr = config_.addr;
     swim_ = std::make_unique<ms::Swim>(m, rng_(), now);
+    logged_addr_ = swim_->config().addr;
     swim_->TrackProgress(true);
   }
   progress_.step = config_.start_step;
@@ -354,6 +355,10 @@ uint64_t Node::Incarnation() const {
   return self ? self->incarnation : 0;
 }
 
+ms::Reach Node::Reach() const { return swim_ ? swim_->reach() : ms::Reach::kUnknown; }
+
+std::string Node::AdvertisedAddr() const { return swim_ ? swim_->config().addr : config_.addr; }
+
 double Node::BarrierWaitSeconds(TimeMs now) const {
   return barrier_ ? barrier_->WaitSeconds(now) : 0.0;
 }
@@ -469,6 +474,8 @@ void Node::SendProbe(TimeMs now) {
   if (probed_.size() > 4096) probed_.clear();
   probe_sent_at_ = now;
   stats_.probes_sent++;
+  // The train opens a NAT's way for the peer's datagrams: not unsolicited (issue 34).
+  if (swim_) swim_->NoteSent(*peers[pick].addr);
   Emit(ProbeLink{probe_id_, *peers[pick].addr, packets});
   const TimeMs base = stats_.probes_sent <= static_cast<uint64_t>(kProbeFastProbes)
                           ? 2000
@@ -587,6 +594,16 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
       Emit(SendDatagram{std::move(p.to_addr), std::move(dg)});
     }
     for (auto& pp : swim_->TakePushPulls()) StartPushPull(pp, join_tag, now);
+    if (swim_->reach() != logged_reach_ || swim_->config().addr != logged_addr_) {
+      // Issue 34: what the node found out about its reachability, once per change.
+      logged_reach_ = swim_->reach();
+      const bool moved = !logged_addr_.empty() && swim_->config().addr != logged_addr_;
+      logged_addr_ = swim_->config().addr;
+      Emit(LogLine{
+          false,
+          std::string("reachability: ") + ms::ReachName(logged_reach_) +
+              (moved ? ", advertising " + logged_addr_ + " (where peers see this node)" : "")});
+    }
     for (const std::string& name : swim_->TakeProgressNews()) {
       const ms::Member* m = swim_->Find(name);
       if (m != nullptr && name != config_.name) OnPeerChanged(RefOf(*m), false, now);
@@ -643,6 +660,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
     if (barrier_ && training()) barrier_->OnKnownProgress(dg.sender, q->step, now);
+    if (swim_) swim_->NoteSent(in.from);
     Emit(SendDatagram{in.from, std::move(reply)});
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
     if (!barrier_) return;
@@ -657,6 +675,17 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
 void Node::OnFrame(FrameIn& in, TimeMs now) {
   gossip::Frame& f = in.msg;
   // Replies on connections this node opened.
+  if (auto pull = pulls_.find(in.conn); pull != pulls_.end()) {
+    auto* chunk = std::get_if<gossip::ParamChunk>(&f.body);
+    if (chunk == nullptr || f.sender != pull->second || chunk->base != 0 || chunk->keyed ||
+        chunk->final || chunk->consensus || chunk->fragment) {
+      Reject();
+      pulls_.erase(pull);
+      Emit(Close{in.conn, true});
+      return;
+    }
+    return OnParamChunk(in.conn, f.sender, *chunk, now);
+  }
   if (in.conn >= kFirstOutgoingConn) {
     if (fetch_.phase == Fetch::kWaiting && in.conn == fetch_.conn) {
       return OnStateChunk(in.conn, f, now);
@@ -719,6 +748,7 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
 
 void Node::OnClosed(const ConnClosed& in, TimeMs now) {
   serving_.erase(in.conn);
+  pulls_.erase(in.conn);
   state_waiters_.erase(std::remove(state_waiters_.begin(), state_waiters_.end(), in.conn),
                        state_waiters_.end());
   if (fetch_.phase == Fetch::kWaiting && in.conn == fetch_.conn) return OnStateClosed(now);
@@ -793,6 +823,7 @@ void Node::NotifyWatchers() {
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{w.seq, progress_.step, training()};
+    if (swim_) swim_->NoteSent(w.addr);
     Emit(SendDatagram{std::move(w.addr), std::move(reply)});
   }
 }
@@ -862,6 +893,7 @@ void Node::SendBarrierQueries(uint64_t step) {
     const uint64_t need = step > bound ? step - bound : 0;
     // Our own step is what we completed (a prefetch runs ahead of it, the report never does).
     dg.body = gossip::ProgressQuery{q.seq, progress_.step, need};
+    if (swim_) swim_->NoteSent(*addr);
     Emit(SendDatagram{*addr, std::move(dg)});
   }
 }

@@ -430,6 +430,10 @@ class Node {
   membership::Stats MembershipStats() const;
   int HealthScore() const;
   uint64_t Incarnation() const;
+  // Issue 34: this node's reachability as it publishes it, and the address it advertises now
+  // (its reflexive address after a move behind NAT).
+  membership::Reach Reach() const;
+  std::string AdvertisedAddr() const;
   bool leaving() const { return leaving_; }
   // Whether `name` is a live (alive or suspect) member other than self, by one lookup.
   bool KnowsLive(const std::string& name) const { return PeerLive(name); }
@@ -608,6 +612,8 @@ class Node {
   bool min_peers_reached_ = false;
   TimeMs barrier_deadline_ = sync::kNoDeadline;
   bool progress_dirty_ = false;
+  membership::Reach logged_reach_ = membership::Reach::kUnknown;  // last logged (issue 34)
+  std::string logged_addr_;
   // What NextDeadline, Tick and the barrier read on every input, kept on a few cache lines next
   // to the barrier state above (with thousands of simulated nodes, each line is a cache miss).
   TimeMs bandwidth_at_ = 0;                    // bandwidth estimates are published
@@ -684,6 +690,11 @@ class Node {
   std::map<std::string, Reference> tx_refs_;  // per receiver: what it holds of our model
   std::map<std::string, Reference> rx_refs_;  // per sender: our copy of what it last sent
   std::map<ConnId, uint64_t> incoming_;       // parameter connections being received: bytes so far
+  // Issue 34: behind NAT nobody can open a parameter connection to this node, so it asks a
+  // reachable training peer for its model (StateRequest) on a connection it opens itself, once
+  // per sync round, and mixes the answer like a received snapshot. At most one at a time.
+  std::map<ConnId, std::string> pulls_;  // by connection: the peer asked
+  void MaybePull();
   // Parameter connections stay open between transfers (one transfer at a time on each), so a
   // transfer skips TCP's handshake and slow start; the driver's idle timeout closes unused ones
   // and at most kMaxDataConns stay open (the least recently used idle one is closed).

@@ -134,7 +134,31 @@ std::vector<std::string> Node::SampleExternal() {
   return out;
 }
 
+void Node::MaybePull() {
+  if (!swim_ || !pulls_.empty() || leaving_ || swim_->reach() != ms::Reach::kNat) return;
+  std::vector<std::pair<std::string, std::string>> reachable;  // (name, data address)
+  ForEachPeer([&](const PeerRef& p) {
+    if (!p.alive || !p.training) return;
+    const ms::Member* m = swim_->Find(*p.name);
+    if (m != nullptr && m->meta.reach != ms::Reach::kNat)
+      reachable.emplace_back(*p.name, *p.data_addr);
+  });
+  if (reachable.empty()) return;
+  std::sort(reachable.begin(), reachable.end());
+  const auto& [name, addr] =
+      reachable[std::uniform_int_distribution<size_t>(0, reachable.size() - 1)(rng_)];
+  const ConnId conn = next_conn_++;
+  pulls_[conn] = name;
+  in_streams_.erase(name);  // a pulled snapshot is always round 1 (SendState)
+  Emit(Connect{conn, addr});
+  gossip::Frame f;
+  f.sender = config_.name;
+  f.body = gossip::StateRequestMsg{progress_.step};
+  Emit(SendFrame{conn, std::move(f)});
+}
+
 void Node::StartRound(TimeMs now) {
+  if (pending_ && !leaving_) MaybePull();
   if (!pending_ || round_ || awaiting_plan_ != 0 || leaving_) return;
   if (!swim_ && !pending_->final && config_.select == sync::SelectPolicy::kRandom) {
     if (external_eligible_ == 0) {
@@ -230,6 +254,19 @@ void Node::OnPlan(PlanResult p, TimeMs now) {
 }
 
 void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consensus) {
+  if (swim_ && !receivers.empty()) {
+    // Issue 34: nothing can open a connection to a member behind NAT; it pulls (MaybePull).
+    receivers.erase(std::remove_if(receivers.begin(), receivers.end(),
+                                   [&](const std::string& name) {
+                                     const ms::Member* m = swim_->Find(name);
+                                     return m != nullptr && m->meta.reach == ms::Reach::kNat;
+                                   }),
+                    receivers.end());
+    if (receivers.empty() && pending_) {
+      pending_.reset();
+      return ReleaseSnapshot();
+    }
+  }
   if (receivers.empty() || !pending_) return;
   SnapshotIn snap = std::move(*pending_);
   pending_.reset();
@@ -532,7 +569,15 @@ void Node::CompleteIncoming(ConnId conn, const std::string& sender, uint64_t rou
                             TimeMs now) {
   stats_.params_received++;
   EndIncoming(conn, now);  // the sender's next transfer may use this connection again
-  gossip::Frame ack;       // the sender's round for this receiver ends with this
+  if (pulls_.count(conn) > 0) {
+    // A snapshot we asked for: the peer closes after it, nothing to acknowledge.
+    pulls_.erase(conn);
+    Emit(Close{conn, false});
+    Emit(ParamsReceived{sender, step});
+    if (barrier_->OnProgress(sender, step, now)) OnBarrierNews(now);
+    return;
+  }
+  gossip::Frame ack;  // the sender's round for this receiver ends with this
   ack.sender = config_.name;
   ack.body = gossip::ParamAckMsg{round, progress_.step};
   Emit(SendFrame{conn, std::move(ack)});

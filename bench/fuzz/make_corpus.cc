@@ -55,10 +55,12 @@ Bytes Unmarked(const Bytes& plain) { return Bytes(plain.begin() + 1, plain.end()
 std::vector<g::Datagram> Datagrams() {
   std::vector<g::Datagram> out;
   std::mt19937 rng(7);
-  const std::vector<ms::Primary> primaries = {
-      std::monostate{},   ms::PingMsg{1, "n2"},
-      ms::PingMsg{2, ""}, ms::IndirectPingMsg{3, "n3", "10.0.0.3:7950", true},
-      ms::AckMsg{4},      ms::NackMsg{5}};
+  const std::vector<ms::Primary> primaries = {std::monostate{},
+                                              ms::PingMsg{1, "n2"},
+                                              ms::PingMsg{2, ""},
+                                              ms::IndirectPingMsg{3, "n3", "10.0.0.3:7950", true},
+                                              ms::AckMsg{4, "192.0.2.4:7950"},
+                                              ms::NackMsg{5}};
   for (size_t i = 0; i < primaries.size(); ++i) {
     ms::Packet p;
     p.from_addr = "127.0.0.1:7950";

@@ -87,7 +87,8 @@ TEST_CASE("codec: every message kind round-trips, plaintext and sealed", "[gossi
 
     for (const ms::Primary& primary :
          {ms::Primary{}, ms::Primary{ms::IndirectPingMsg{1, "n9", "[::1]:7950", false}},
-          ms::Primary{ms::AckMsg{UINT32_MAX}}, ms::Primary{ms::NackMsg{5}}}) {
+          ms::Primary{ms::AckMsg{UINT32_MAX, ""}}, ms::Primary{ms::AckMsg{3, "203.0.113.7:7950"}},
+          ms::Primary{ms::NackMsg{5}}}) {
       Datagram dg = ping;
       std::get<ms::Packet>(dg.body).primary = primary;
       bytes = codec.EncodeDatagram(dg);
@@ -248,6 +249,22 @@ TEST_CASE("codec: semantic checks", "[gossip][codec]") {
     Datagram d = PingDatagram();
     std::get<ms::AliveMsg>(std::get<ms::Packet>(d.body).updates[0]).meta.data_addr = "x:1";
     ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+    // Issue 34: the address an ack says it saw the ping come from.
+    d = PingDatagram();
+    std::get<ms::Packet>(d.body).primary = ms::AckMsg{1, "1.2.3.4:0"};
+    ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+  }
+  SECTION("reachability (issue 34): a value past nat is refused") {
+    Datagram d = PingDatagram();
+    std::get<ms::AliveMsg>(std::get<ms::Packet>(d.body).updates[0]).meta.reach =
+        static_cast<ms::Reach>(3);
+    ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
+    std::get<ms::AliveMsg>(std::get<ms::Packet>(d.body).updates[0]).meta.reach = ms::Reach::kNat;
+    const auto bytes = codec.EncodeDatagram(d);
+    const auto back = codec.DecodeDatagram(bytes.data(), bytes.size(), nullptr);
+    REQUIRE(back);
+    CHECK(std::get<ms::AliveMsg>(std::get<ms::Packet>(back->body).updates[0]).meta.reach ==
+          ms::Reach::kNat);
   }
   SECTION("member names inside updates") {
     Datagram d = PingDatagram();

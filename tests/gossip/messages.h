@@ -57,6 +57,7 @@ class Gen {
         m.tags.emplace_back("k" + std::to_string(i), std::string(U(0, 20), 'v'));
       }
     }
+    m.reach = static_cast<ms::Reach>(U(0, 2));
     return m;
   }
 
@@ -89,7 +90,7 @@ class Gen {
       case 2:
         return ms::IndirectPingMsg{static_cast<uint32_t>(U(0, UINT32_MAX)), Name(), Addr(), Coin()};
       case 3:
-        return ms::AckMsg{static_cast<uint32_t>(U(0, UINT32_MAX))};
+        return ms::AckMsg{static_cast<uint32_t>(U(0, UINT32_MAX)), Coin() ? Addr() : ""};
       default:
         return ms::NackMsg{static_cast<uint32_t>(U(0, UINT32_MAX))};
     }
@@ -265,6 +266,7 @@ inline void CheckSame(const ms::Primary& a, const ms::Primary& b) {
     CHECK(x->want_nack == y.want_nack);
   } else if (const auto* x = std::get_if<ms::AckMsg>(&a)) {
     CHECK(x->seq == std::get<ms::AckMsg>(b).seq);
+    CHECK(x->observed == std::get<ms::AckMsg>(b).observed);
   } else if (const auto* x = std::get_if<ms::NackMsg>(&a)) {
     CHECK(x->seq == std::get<ms::NackMsg>(b).seq);
   }

@@ -14,6 +14,18 @@ ways. `set_link(i, ...)` changes a host's link at run time (loss=1 cuts it: a pa
 Cleanup, also on failure or SIGTERM: every process the bed spawned is killed by PID, linkemu is
 stopped (its TAPs vanish with it), every namespace is deleted. `available()` says why a bed cannot
 be built here (not root, no `ip`, no /dev/net/tun, no linkemu binary), for a clean skip.
+
+NAT (issue 34): `nat={i: "cone" | "symmetric"}` puts host i behind its own router. The namespace
+mt...-h<i> then is the router (its eth0 keeps the public bed address 10.213.17.<i+1>), and the
+host itself is an inner namespace mt...-n<i> on a private subnet 198.18.<i>.0/24 (inner address
+198.18.<i>.2, router 198.18.<i>.1, joined by a veth pair; default route via the router). The
+router forwards (ip_forward) and translates with nftables: "cone" = `masquerade` (Linux keeps
+the source port when it is free: one public port per inner socket, the same for every
+destination), "symmetric" = `masquerade random` (a random public port per destination). Its
+forward and input policies drop, admitting from outside only packets of established or related
+flows (ct state), so nothing outside can open a flow to an inner host. spawn/run/addr of host i
+use the inner namespace; `public_addr(i)` is the router's address. `nat_available()` says why
+NAT routers cannot be built (no `nft`, nft refused in a namespace).
 """
 import atexit
 import os
@@ -23,6 +35,8 @@ import subprocess
 import time
 
 SUBNET = "10.213.17"
+NAT_SUBNET = "198.18"
+NAT_KINDS = ("cone", "symmetric")
 
 
 def _ip(*args, check=True):
@@ -54,17 +68,67 @@ def available(linkemu):
     return None
 
 
+def _nat_ruleset(kind):
+    random = " random" if kind == "symmetric" else ""
+    return f"""
+table ip nat {{
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    oifname "eth0" masquerade{random}
+  }}
+}}
+table inet filter {{
+  chain forward {{
+    type filter hook forward priority filter; policy drop;
+    ct state established,related accept
+    iifname "lan0" oifname "eth0" accept
+  }}
+  chain input {{
+    type filter hook input priority filter; policy drop;
+    ct state established,related accept
+    iifname "lo" accept
+  }}
+}}
+"""
+
+
+def nat_available():
+    """None when NAT routers can be built here (after available() said a bed can), else why."""
+    if shutil.which("nft") is None:
+        return "no `nft` (nftables)"
+    probe = f"mtnatprobe{os.getpid()}"
+    r = _ip("netns", "add", probe, check=False)
+    if r.returncode != 0:
+        return f"cannot create a network namespace: {r.stderr.strip()}"
+    try:
+        r = subprocess.run(["ip", "netns", "exec", probe, "nft", "-f", "-"],
+                           input=_nat_ruleset("cone"), capture_output=True, text=True,
+                           timeout=20)
+        if r.returncode != 0:
+            return f"nft refused a NAT ruleset in a namespace: {r.stderr.strip()}"
+    finally:
+        _ip("netns", "del", probe, check=False)
+    return None
+
+
 class Bed:
     def __init__(self, n, linkemu, delay_ms=0.0, rate_mbit=0.0, loss=0.0, jitter_ms=0.0,
-                 links=None, tag="bed", queue_ms=200):
-        """links: optional list of per-host dicts overriding delay_ms/rate_mbit/loss/jitter_ms."""
+                 links=None, tag="bed", queue_ms=200, nat=None):
+        """links: optional list of per-host dicts overriding delay_ms/rate_mbit/loss/jitter_ms;
+        nat: optional {host index: "cone" | "symmetric"} (see the module's notes)."""
         if n < 2 or n > 200:
             raise ValueError("a bed has 2..200 hosts")
+        self.nat = dict(nat or {})
+        for i, kind in self.nat.items():
+            if not 0 <= i < n or kind not in NAT_KINDS:
+                raise ValueError(f"bad NAT spec {i}: {kind!r}")
         self.n = n
         self.linkemu_path = linkemu
         self.prefix = f"mt{os.getpid()}-{tag}"
         self.switch_ns = f"{self.prefix}-sw"
         self.hosts = [f"{self.prefix}-h{i}" for i in range(n)]
+        # Where host i's processes run: its inner namespace when it is behind NAT.
+        self.inner = {i: f"{self.prefix}-n{i}" for i in self.nat}
         self.links = []
         for i in range(n):
             p = {"delay_ms": delay_ms, "rate_mbit": rate_mbit, "loss": loss, "jitter_ms": jitter_ms}
@@ -79,7 +143,16 @@ class Bed:
         self._closed = False
 
     def addr(self, i):
+        """Host i's own address: the private inner one behind NAT."""
+        return f"{NAT_SUBNET}.{i}.2" if i in self.nat else self.public_addr(i)
+
+    def public_addr(self, i):
+        """The bed address of host i's port (its router's, behind NAT)."""
         return f"{SUBNET}.{i + 1}"
+
+    def ns(self, i):
+        """The namespace host i's processes run in."""
+        return self.inner.get(i, self.hosts[i])
 
     def __enter__(self):
         atexit.register(self.close)
@@ -126,15 +199,40 @@ class Bed:
         for i, ns in enumerate(self.hosts):
             _ip("-n", self.switch_ns, "link", "set", f"t{i}", "netns", ns)
             _ip("-n", ns, "link", "set", f"t{i}", "name", "eth0")
-            _ip("-n", ns, "addr", "add", f"{self.addr(i)}/24", "dev", "eth0")
+            _ip("-n", ns, "addr", "add", f"{self.public_addr(i)}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
+        for i, kind in sorted(self.nat.items()):
+            self._build_nat(i, kind)
+
+    def _build_nat(self, i, kind):
+        router, inner = self.hosts[i], self.inner[i]
+        _ip("netns", "add", inner)
+        self.made.append(inner)
+        _ip("-n", inner, "link", "set", "lo", "up")
+        _ip("-n", router, "link", "add", "lan0", "type", "veth", "peer", "name", "eth0",
+            "netns", inner)
+        _ip("-n", router, "addr", "add", f"{NAT_SUBNET}.{i}.1/24", "dev", "lan0")
+        _ip("-n", router, "link", "set", "lan0", "up")
+        _ip("-n", inner, "addr", "add", f"{NAT_SUBNET}.{i}.2/24", "dev", "eth0")
+        _ip("-n", inner, "link", "set", "eth0", "up")
+        _ip("-n", inner, "route", "add", "default", "via", f"{NAT_SUBNET}.{i}.1")
+        subprocess.run(["ip", "netns", "exec", router, "sysctl", "-qw",
+                        "net.ipv4.ip_forward=1"], check=True, capture_output=True, timeout=20)
+        subprocess.run(["ip", "netns", "exec", router, "nft", "-f", "-"],
+                       input=_nat_ruleset(kind), check=True, capture_output=True, text=True,
+                       timeout=20)
+
+    def nat_table(self, i):
+        """The router's conntrack-visible rules and counters (`nft list ruleset`), for logs."""
+        return subprocess.run(["ip", "netns", "exec", self.hosts[i], "nft", "list", "ruleset"],
+                              capture_output=True, text=True, timeout=20).stdout
 
     def set_hosts_file(self, entries):
         """Per-namespace /etc/hosts (ip netns exec bind-mounts /etc/netns/<ns>/hosts):
         entries = {name: host index}."""
         text = "127.0.0.1 localhost\n" + "".join(
-            f"{self.addr(i)} {name}\n" for name, i in sorted(entries.items()))
-        for ns in self.hosts:
+            f"{self.public_addr(i)} {name}\n" for name, i in sorted(entries.items()))
+        for ns in self.hosts + list(self.inner.values()):
             d = os.path.join("/etc/netns", ns)
             os.makedirs(d, exist_ok=True)
             with open(os.path.join(d, "hosts"), "w") as f:
@@ -157,14 +255,14 @@ class Bed:
     def spawn(self, i, argv, log_path, env=None):
         """Starts argv in host i's namespace (stdout+stderr to log_path); ended by close()."""
         log = open(log_path, "ab")
-        p = subprocess.Popen(["ip", "netns", "exec", self.hosts[i], *argv], stdout=log,
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns(i), *argv], stdout=log,
                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         log.close()
         self.procs.append(p)
         return p
 
     def run(self, i, argv, timeout=20):
-        return subprocess.run(["ip", "netns", "exec", self.hosts[i], *argv], capture_output=True,
+        return subprocess.run(["ip", "netns", "exec", self.ns(i), *argv], capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
     def stop(self, p, sig=signal.SIGKILL, timeout=10):

@@ -1,0 +1,229 @@
+"""Hosts behind NAT (issue 34) on the namespace bed: 2 public hosts (h1, h2) and 2 hosts (h3, h4)
+each behind its own NAT router (tests/netbed/bed.py: nftables masquerade, inbound admitted only
+for established flows), 20 ms RTT, 100 Mbit/s links.
+
+First the routers themselves, with plain UDP sockets:
+- cone (`masquerade`): an inner socket bound to port 7950 is seen outside at <router>:7950, the
+  same mapping for every destination; a host outside that it never sent to cannot reach it; a
+  host it sent to can answer;
+- symmetric (`masquerade random`, with --nat symmetric): a different public port per
+  destination.
+Then the issue's setup: every agent started with `--bind 0.0.0.0:7950 --join 10.213.17.1:7950`
+(plus --name, its data shard, a step budget and --rpc on each namespace's own loopback), training
+fmnist-mlp. Checks that:
+- every agent lists all 4 alive within FORM_S;
+- each NATed agent moved to the reflexive address its peers see (<router>:7950) and every agent
+  lists it there; `members` shows reach "nat" for h3/h4 and "public" for h1/h2, and the path to a
+  NATed member as "punched";
+- over OBSERVE_S seconds after that, no agent logs a suspicion or failure of anyone;
+- every agent reaches TARGET test accuracy within STEP_BUDGET steps and received parameters
+  (params_received > 0: the NATed ones by pulling over connections they open), and no agent
+  rejected anything.
+Skips (exit 77) where no bed or no NAT router can be built, or Fashion-MNIST is missing.
+"""
+import argparse
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bed import Bed, available, find_linkemu, nat_available  # noqa: E402
+import netbed_lib as nl  # noqa: E402
+
+N = 4
+FORM_S = 45
+OBSERVE_S = 60
+TARGET = 0.85
+STEP_BUDGET = 3000
+STALL_S = 120
+DATASET = "/usr/share/datasets/fashion-mnist"
+
+ECHO = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+while True:
+    d, a = s.recvfrom(2048)
+    s.sendto(("%s:%d" % a).encode(), a)
+"""
+
+# Sends from port 7950 to each "ip:port" argument; prints what each echo saw, or "none".
+PROBE = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7950))
+s.settimeout(2)
+for t in sys.argv[1:]:
+    h, p = t.rsplit(":", 1)
+    got = "none"
+    for _ in range(3):
+        s.sendto(b"x", (h, int(p)))
+        try:
+            got = s.recvfrom(2048)[0].decode()
+            break
+        except socket.timeout:
+            pass
+    print(got)
+"""
+
+# Waits up to 3 s for one datagram on port 7950: "got" or "none".
+LISTEN = r"""
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7950))
+s.settimeout(3)
+print("ready", flush=True)
+try:
+    s.recvfrom(2048)
+    print("got")
+except socket.timeout:
+    print("none")
+"""
+
+SEND = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+h, p = sys.argv[1].rsplit(":", 1)
+for _ in range(5):
+    s.sendto(b"x", (h, int(p)))
+"""
+
+
+def check_routers(binary, kind):
+    """The NAT routers behave as their kind says (plain sockets, no agents)."""
+    with Bed(3, find_linkemu(binary), delay_ms=2, tag="nr", nat={2: kind}) as bed:
+        for i in (0, 1):
+            bed.spawn(i, [sys.executable, "-c", ECHO, "5000"], os.devnull)
+        time.sleep(0.5)
+        seen = bed.run(2, [sys.executable, "-c", PROBE, f"{bed.addr(0)}:5000",
+                           f"{bed.addr(1)}:5000"]).stdout.split()
+        print(f"{kind}: inner {bed.addr(2)}:7950 seen at {seen}")
+        router = bed.public_addr(2)
+        assert len(seen) == 2 and all(s.startswith(router + ":") for s in seen), seen
+        if kind == "cone":
+            assert seen == [f"{router}:7950"] * 2, seen
+        else:
+            assert seen[0] != seen[1], seen
+        # Unsolicited inbound: host 0 sends to the router's port 7950 while the inner host
+        # listens there; nothing gets through.
+        import subprocess
+        lst = subprocess.Popen(["ip", "netns", "exec", bed.ns(2), sys.executable, "-c", LISTEN],
+                               stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        try:
+            assert lst.stdout.readline().strip() == "ready"
+            bed.run(0, [sys.executable, "-c", SEND, f"{router}:7950"])
+            out = lst.stdout.readline().strip()
+        finally:
+            bed.stop(lst)
+        print(f"{kind}: unsolicited datagram to {router}:7950 -> {out}")
+        assert out == "none", out
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bin", required=True)
+    p.add_argument("--observe", type=float, default=OBSERVE_S,
+                   help="seconds to watch for suspicions after the mesh formed")
+    p.add_argument("--timeout", type=float, default=800,
+                   help="backstop in seconds; the real bounds are STEP_BUDGET and STALL_S")
+    a = p.parse_args()
+    why = available(find_linkemu(a.bin)) or nat_available()
+    if why:
+        print(f"SKIP: no NAT bed here: {why}")
+        sys.exit(77)
+    if not os.path.isdir(DATASET):
+        print(f"SKIP: no Fashion-MNIST at {DATASET}")
+        sys.exit(77)
+    check_routers(a.bin, "cone")
+    check_routers(a.bin, "symmetric")
+    names = [f"h{i + 1}" for i in range(N)]
+    natted = {2: "cone", 3: "cone"}
+    with nl.workdir("meshtrain-netbed-nat-") as work:
+        with Bed(N, find_linkemu(a.bin), delay_ms=5, rate_mbit=100, tag="nat",
+                 nat=natted) as bed:
+            logs = [os.path.join(work, f"{n}.log") for n in names]
+            metrics = [os.path.join(work, f"{n}.jsonl") for n in names]
+            for i in range(N):
+                argv = [a.bin, "agent", "--name", names[i], "--bind", f"0.0.0.0:{nl.PORT}",
+                        "--rpc", nl.RPC]
+                argv += ["--task", "fmnist-mlp", "--shard", f"{i}/{N}", "--eval-every", "50",
+                         "--steps", str(STEP_BUDGET), "--metrics-file", metrics[i]]
+                if i > 0:
+                    argv += ["--join", f"{bed.public_addr(0)}:{nl.PORT}"]
+                bed.spawn(i, argv, logs[i])
+                if i == 0:
+                    time.sleep(0.5)  # the seed listens before the others join
+            start = time.monotonic()
+            want = {n: f"{bed.public_addr(i)}:{nl.PORT}" for i, n in enumerate(names)}
+            views = None
+            while True:
+                views = [nl.members(bed, i, a.bin) for i in range(N)]
+                if all(v and all(n in v and v[n]["status"] == "alive" and
+                                 v[n]["addr"] == want[n] for n in names) for v in views):
+                    break
+                assert time.monotonic() - start < FORM_S, f"no mesh in {FORM_S} s: {views}"
+                time.sleep(0.5)
+            formed = time.monotonic() - start
+            print(f"all {N} alive at their reachable addresses in every view {formed:.1f} s "
+                  f"after the joiners started")
+            for i, v in enumerate(views):
+                for j, n in enumerate(names):
+                    m = v[n]
+                    want_reach = "nat" if j in natted else "public"
+                    want_path = "self" if i == j else ("punched" if j in natted else "direct")
+                    assert m.get("reach") == want_reach, (names[i], n, m)
+                    assert m.get("path") == want_path, (names[i], n, m)
+            print("reach:", {n: views[0][n]["reach"] for n in names},
+                  "paths from h3:", {n: views[2][n]["path"] for n in names})
+            offsets = []
+            for path in logs:
+                with open(path, "rb") as f:
+                    offsets.append(len(f.read()))
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < a.observe:
+                views = [nl.members(bed, i, a.bin) for i in range(N)]
+                for i, v in enumerate(views):
+                    assert v is not None, f"{names[i]} stopped answering"
+                    bad = {n: m["status"] for n, m in v.items() if m["status"] != "alive"}
+                    assert not bad, f"{names[i]} sees {bad} {time.monotonic() - t0:.1f} s in"
+                time.sleep(1)
+            for i, path in enumerate(logs):
+                with open(path, "rb") as f:
+                    f.seek(offsets[i])
+                    later = f.read().decode(errors="replace")
+                flaps = re.findall(r"member \S+ (?:suspect|failed)", later)
+                assert not flaps, f"{names[i]}: {flaps}"
+            print(f"no suspicion or failure in {a.observe:.0f} s")
+            reached = {}
+            last_steps, progress_at = None, time.monotonic()
+            while len(reached) < N:
+                assert time.monotonic() - start < a.timeout, f"not all at {TARGET}: {reached}"
+                evals = [nl.metric_lines(m, "eval") for m in metrics]
+                steps = [e[-1]["step"] if e else 0 for e in evals]
+                if steps != last_steps:
+                    last_steps, progress_at = steps, time.monotonic()
+                assert time.monotonic() - progress_at < STALL_S, f"stalled at steps {steps}"
+                for i in range(N):
+                    if i not in reached and nl.first_reach(metrics[i], TARGET):
+                        reached[i] = nl.first_reach(metrics[i], TARGET)
+                    assert i in reached or steps[i] < STEP_BUDGET, \
+                        f"{names[i]} at step {steps[i]} without {TARGET}: {evals[i][-3:]}"
+                time.sleep(1)
+            for i in range(N):
+                st = nl.status(bed, i, a.bin)
+                t, step, acc = reached[i]
+                rej = st["rejected_by_reason"]
+                print(f"{names[i]}: advertise {st['advertise']}, reach {st['reach']}, {acc:.3f} "
+                      f"at step {step} ({t:.1f} s after its start), params_received "
+                      f"{st['params_received']}, rounds {st['rounds']}, mean_fanout "
+                      f"{st['mean_fanout']:.2f}, rejected {rej}")
+                assert st["params_received"] > 0 and st["rounds"] > 0, st
+                assert not rej, rej
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
