@@ -106,6 +106,12 @@ struct BarrierConfig {
   // Prefetch also queries sampled peers that will block within one query round trip (see
   // Prefetch). Off only for A/B tests.
   bool lookahead = true;
+  // The caller's queries carry `need` (the step the node waits for, episode step − bound) and a
+  // peer below it answers again when it gets there (node::Node's watchers): a sampled peer whose
+  // answer to the round's latest query was below `need` is then not re-queried every
+  // requery_interval (it will tell), and a lost answer is recovered by the probe timeout's new
+  // round instead.
+  bool peers_watch = false;
 };
 
 enum class Decision { kPass, kWait };
@@ -210,6 +216,7 @@ class BarrierCore {
     uint32_t seq = 0;               // latest query in this round; 0 = not queried in this round
     bool answered = false;          // answered a query in this round (so it is not silent)
     bool awaiting = false;          // query `seq` is still unanswered
+    bool watching = false;          // peers_watch: answered `seq` below need (it will tell)
     TimeMs asked_at = 0;            // when query `seq` was sent
     size_t pos = NameIndex::kNone;  // where the peer was last seen in view_ (a lookup hint)
   };
