@@ -28,7 +28,11 @@
 //     (default probe_timeout / 5) while the node waits, so a node passes soon after the peer
 //     catches up even when no other traffic brings the news. Each sampled peer has at most one
 //     query outstanding and is asked at most once per interval, so a waiting node sends at most
-//     β queries per interval. Re-queries never extend the round.
+//     β queries per interval. Re-queries never extend the round. With `peers_watch` (node::Node
+//     for pbsp/pssp: its queries carry `need` and a peer below it answers again when it gets
+//     there) a peer whose answer to its latest query was below `need` is not re-queried: its
+//     own answer at `need` releases the node, and a lost answer is made up for by the probe
+//     timeout's new round.
 //   - At the probe timeout the round ends and a new sample is drawn (SPEC: "re-samples after
 //     each probe timeout"). Peers that did not answer a query and still block are marked silent
 //     and are replaced by other peers: the next sample draws from non-silent peers first and
