@@ -333,6 +333,7 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
 int RunSimulateCommand() {
   SimulateArgs& a = Args();
   sim::PspSimOptions base = a.base;
+  base.replay_alone = !a.no_wall;  // a measurement: only where measured figures are printed
 
   auto dist = sim::ParseStepDist(a.dist);
   if (!dist) return Fail("--dist must be gamma, exp or const");
@@ -468,6 +469,11 @@ int RunSimulateCommand() {
         for (uint64_t s : r.final_steps) steps += s;
         p["node_us_per_step"] =
             Round(r.node_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, steps)), 2);
+        // The same for a few nodes' inputs replayed alone, as in an agent (null: not measured).
+        p["node_us_per_step_alone"] =
+            r.alone_steps > 0
+                ? json(Round(r.alone_core_s * 1e6 / static_cast<double>(r.alone_steps), 2))
+                : json(nullptr);
       }
       if (!r.crashes.empty()) {
         json crashes = json::array();
@@ -556,10 +562,11 @@ int RunSimulateCommand() {
       uint64_t steps = 0;
       for (uint64_t s : r.final_steps) steps += s;
       std::printf(
-          "%s: %.0f bytes of memory per node, %.2f us of node core per step, %.1f work "
-          "units per node\n",
+          "%s: %.0f bytes of memory per node, %.2f us of node core per step (%.2f alone), %.1f "
+          "work units per node\n",
           sim::PolicyLabel(r.policy, r.sample, r.staleness).c_str(), r.mem_bytes_per_node,
           r.node_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, steps)),
+          r.alone_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, r.alone_steps)),
           static_cast<double>(r.work) / static_cast<double>(std::max<size_t>(1, r.nodes)));
     }
     std::printf("wall time %.2f s\n", wall_s);

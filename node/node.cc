@@ -75,6 +75,11 @@ Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(con
       bc.policy = bc.policy == sync::Policy::kBsp ? sync::Policy::kPbsp : sync::Policy::kPssp;
       bc.sample = std::numeric_limits<size_t>::max();
     }
+    // pbsp/pssp (issue 33): our queries carry `need`, and a peer below it answers again when
+    // it gets there (AddWatcher), so the barrier re-queries nobody who is watching for us. Not
+    // for bsp/ssp (every peer sampled): there the re-queries carry our step to every peer,
+    // whose barriers pass sooner for it (bsp took 5% fewer steps without them at 200 nodes).
+    if (sync::IsProbabilistic(config_.barrier.policy)) bc.peers_watch = true;
     barrier_ = std::make_unique<sync::BarrierCore>(bc, config_.name, names_);
     // --min-peers gates the first step of a fresh run only: a node resuming from its checkpoint
     // rejoins a mesh that is already training (or finished: waiting would then be forever).

@@ -32,6 +32,9 @@ constexpr size_t kMaxKeptOutputs = 8;
 constexpr size_t kNoTaskFloats = 4;
 // wbsp: at most this many local steps per barrier wait (the daemon's TrainerOptions value).
 constexpr int kMaxLocalSteps = 16;
+// replay_alone: nodes traced, and replays of each (the fastest counts).
+constexpr size_t kTracedNodes = 4;
+constexpr int kReplays = 5;
 
 // Resident set size of this process, bytes (0 where /proc is unavailable). `trim`: first hand
 // memory freed by an earlier run back to the system, so that a run's growth is its own.
@@ -170,6 +173,16 @@ void NodeSim::SetupNodes() {
   const membership::Config profile =
       membership::Config::Profile(o_.profile).value_or(membership::Config::Lan());
   nodes_.reserve(n_);
+  // replay_alone: up to kTracedNodes nodes, spread over the indices (without a task: a task's
+  // inputs carry its parameters, too much to keep).
+  trace_of_.assign(n_, -1);
+  if (o_.replay_alone && o_.task == "none") {
+    for (size_t k = 0; k < std::min(n_, kTracedNodes); ++k) {
+      const size_t i = k * n_ / std::min(n_, kTracedNodes);
+      trace_of_[i] = static_cast<int32_t>(traces_.size());
+      traces_.push_back(Trace{static_cast<uint32_t>(i), {}, 0, {}});
+    }
+  }
   // One table of names for every node's view: node j's name has id j.
   auto names = std::make_shared<sync::NameTable>();
   for (size_t i = 0; i < n_; ++i) names->Intern(net_->name(static_cast<uint32_t>(i)));
@@ -195,6 +208,11 @@ void NodeSim::SetupNodes() {
     cfg.expected_params = eval_task_ ? static_cast<uint32_t>(eval_task_->num_params())
                                      : static_cast<uint32_t>(kNoTaskFloats);
     if (o_.membership && i > 0) cfg.join = {net_->name(0)};
+    if (trace_of_[i] >= 0) {
+      Trace& tr = traces_[static_cast<size_t>(trace_of_[i])];
+      tr.config = cfg;
+      tr.created = now_;
+    }
     nodes_.push_back(std::make_unique<node::Node>(std::move(cfg), now_));
   }
   for (uint32_t i = 0; i < n_; ++i) {
@@ -224,7 +242,7 @@ void NodeSim::SetupNodes() {
     for (uint32_t j : peers) {
       pv.name = net_->name(j);
       pv.addr = pv.name;
-      nodes_[i]->Step(pv, now_);
+      StepNode(i, pv);
       Drain(i);  // a short output vector stays in cache
     }
   }
@@ -287,6 +305,64 @@ void NodeSim::Arm(uint32_t i) {
   if (at < tick_at_[i]) {
     tick_at_[i] = at;
     net_->Push(at, SimEvent::kTick, i);
+  }
+}
+
+void NodeSim::StepNode(uint32_t i, node::Input in) {
+  if (trace_of_[i] >= 0) {
+    traces_[static_cast<size_t>(trace_of_[i])].calls.push_back(Call{now_, false, started_, in});
+  }
+  CoreTimer timer(this);
+  nodes_[i]->Step(std::move(in), now_);
+}
+
+void NodeSim::TickNode(uint32_t i) {
+  if (trace_of_[i] >= 0) {
+    traces_[static_cast<size_t>(trace_of_[i])].calls.push_back(
+        Call{now_, true, started_, node::Input{}});
+  }
+  CoreTimer timer(this);
+  nodes_[i]->Tick(now_);
+}
+
+void NodeSim::ReplayAlone(PspSimResult* r) {
+  // The same inputs at the same times give a node core the same behaviour (it reads no clock
+  // and draws from its seeded RNG): each replay repeats what the node did in the run, with only
+  // its own state in the cache. The outputs are dropped (their effects are already in the
+  // inputs that follow).
+  std::vector<node::Output> out;
+  for (const Trace& tr : traces_) {
+    int64_t best = std::numeric_limits<int64_t>::max();
+    uint64_t steps = 0;
+    bool same = true;
+    for (int rep = 0; rep < kReplays && same; ++rep) {
+      node::Node nd(tr.config, tr.created);
+      nd.Start(tr.created);
+      nd.TakeOutput(&out);
+      int64_t ns = 0;
+      for (const Call& c : tr.calls) {
+        if (c.tick) {
+          const int64_t t0 = NowNs();
+          nd.Tick(c.now);
+          if (c.training) ns += NowNs() - t0;
+        } else {
+          node::Input in = c.in;
+          const int64_t t0 = NowNs();
+          nd.Step(std::move(in), c.now);
+          if (c.training) ns += NowNs() - t0;
+        }
+        nd.TakeOutput(&out);
+      }
+      // A replay that did not retrace the run (it would be a bug) measures nothing.
+      same = nd.step() == nodes_[tr.node]->step() &&
+             nd.stats().inputs == nodes_[tr.node]->stats().inputs;
+      best = std::min(best, ns);
+      steps = nd.step();
+    }
+    if (!same) continue;
+    r->alone_core_s += static_cast<double>(best) / 1e9;
+    r->alone_steps += steps;
+    ++r->alone_nodes;
   }
 }
 
@@ -563,12 +639,8 @@ void NodeSim::FinishStep(uint32_t i) {
 
 void NodeSim::HandOver(uint32_t i, uint64_t step, std::shared_ptr<const std::vector<float>> params,
                        double step_ms) {
-  node::Node& nd = *nodes_[i];
-  {
-    CoreTimer timer(this);
-    nd.Step(node::SnapshotIn{step, std::move(params), false, {}}, now_);
-    nd.Step(node::TrainerProgress{step, true, true, {}, static_cast<float>(step_ms)}, now_);
-  }
+  StepNode(i, node::SnapshotIn{step, std::move(params), false, {}});
+  StepNode(i, node::TrainerProgress{step, true, true, {}, static_cast<float>(step_ms)});
   Drain(i);
 }
 
@@ -617,20 +689,14 @@ void NodeSim::Handle(const SimEvent& ev) {
     case SimEvent::kInput: {
       node::Input in = net_->TakeInput(ev.slot);
       if (!live_[i] || !net_->Admit(i, in)) break;
-      {
-        CoreTimer timer(this);
-        nodes_[i]->Step(std::move(in), now_);
-      }
+      StepNode(i, std::move(in));
       Drain(i);
       break;
     }
     case SimEvent::kTick:
       if (!live_[i] || ev.at != tick_at_[i]) break;
       tick_at_[i] = kNever;
-      if (now_ >= nodes_[i]->NextDeadline()) {
-        CoreTimer timer(this);
-        nodes_[i]->Tick(now_);
-      }
+      if (now_ >= nodes_[i]->NextDeadline()) TickNode(i);
       Drain(i);
       break;
     case SimEvent::kStepDone:
@@ -677,7 +743,7 @@ void NodeSim::Crash(uint32_t spec) {
     pv.alive = false;
     for (uint32_t j = 0; j < n_; ++j) {
       if (!crash_tracks_.back().knew[j]) continue;
-      nodes_[j]->Step(pv, now_);
+      StepNode(j, pv);
       Drain(j);
     }
   }
@@ -737,7 +803,7 @@ PspSimResult NodeSim::Run() {
   for (const auto& nd : nodes_) inputs_at_t0_ += nd->stats().inputs;
   started_ = true;
   for (uint32_t i = 0; i < n_; ++i) {
-    nodes_[i]->Step(node::TrainerProgress{0, true, true, {}, 0}, now_);
+    StepNode(i, node::TrainerProgress{0, true, true, {}, 0});
     Drain(i);
   }
   for (uint32_t c = 0; c < o_.crashes.size(); ++c) {
@@ -759,6 +825,7 @@ PspSimResult NodeSim::Run() {
     Sample();
   }
   PspSimResult r = Collect();
+  ReplayAlone(&r);
   r.events = events_ - events_at_t0;
   r.datagrams_lost = net_->datagrams_lost() - lost_at_t0;
   return r;

@@ -100,6 +100,12 @@ class NodeSim {
     std::vector<bool> knew;
   };
 
+  // Every call into node i's core goes through these (the replay records the traced nodes').
+  void StepNode(uint32_t i, node::Input in);
+  void TickNode(uint32_t i);
+  // replay_alone: the traced nodes' inputs replayed one node at a time (after the run).
+  void ReplayAlone(PspSimResult* r);
+
   learn::Status SetupTasks();
   void SetupNodes();
   learn::Status WarmUpMembership();
@@ -180,6 +186,21 @@ class NodeSim {
     int64_t start_ns;
   };
   int64_t core_ns_ = 0;
+  // replay_alone: what a traced node's core was given, in order (input or tick; during training).
+  struct Call {
+    TimeMs now;
+    bool tick;
+    bool training;
+    node::Input in;
+  };
+  struct Trace {
+    uint32_t node;
+    node::NodeConfig config;
+    TimeMs created;
+    std::vector<Call> calls;
+  };
+  std::vector<Trace> traces_;
+  std::vector<int32_t> trace_of_;  // node -> index in traces_, or -1
   uint64_t rss_at_start_ = 0;
   uint64_t inputs_at_t0_ = 0;
 };

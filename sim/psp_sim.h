@@ -158,6 +158,11 @@ struct PspSimOptions {
   // at or below it, and the first time every node's is.
   double target_error = 0.1;
   bool record_nodes = false;  // keep every node's step at every virtual second (for --csv)
+  // Measure the node core alone (PspSimResult::alone_core_s): record every input of a few
+  // nodes and, after the run, replay each one's inputs into a fresh node::Node of the same
+  // configuration, with nothing else running between its calls (an agent's situation: one node
+  // per host, its state in the cache). Time only; the run's results do not depend on it.
+  bool replay_alone = false;
   // Called after every event of the training phase with each node's completed steps and
   // whether it is still up (tests check invariants such as the SSP bound with it).
   std::function<void(const std::vector<uint64_t>& steps, const std::vector<uint8_t>& live)>
@@ -232,8 +237,13 @@ struct PspSimResult {
   // inputs, which build the views, are `view_entries` (the views' total size, memory).
   uint64_t work = 0;
   uint64_t view_entries = 0;
-  uint64_t peer_visits = 0;       // of `work`: view entries visited by walks
-  double node_core_s = 0;         // measured time in node-core Step/Tick calls during training
+  uint64_t peer_visits = 0;  // of `work`: view entries visited by walks
+  double node_core_s = 0;    // measured time in node-core Step/Tick calls during training
+  // With replay_alone: the traced nodes' Step/Tick time during training when replayed alone
+  // (the fastest of a few replays each, summed) and the steps they completed.
+  double alone_core_s = 0;
+  uint64_t alone_steps = 0;
+  size_t alone_nodes = 0;
   double mem_bytes_per_node = 0;  // measured: resident memory growth of the run / nodes
 };
 

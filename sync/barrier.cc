@@ -336,6 +336,7 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
       continue;
     }
     if (slot.awaiting) continue;  // its answer is due; silence is handled at the timeout
+    if (slot.watching) continue;  // it answers again when it reaches our need
     // It answered and still blocks: ask again once the re-query interval has passed, since
     // nothing else may tell us when it catches up. The round deadline stays put, so the node
     // still re-samples at the probe timeout.
@@ -366,6 +367,7 @@ void BarrierCore::Query(Slot& slot, TimeMs now) {
   slot.seq = next_seq_++;
   if (next_seq_ == 0) next_seq_ = 1;  // 0 means "not queried"
   slot.awaiting = true;
+  slot.watching = false;
   slot.asked_at = now;
   queries_.push_back(ProgressQuery{view_.name_of_id(slot.id), slot.seq});
   ++stats_.queries;
@@ -477,6 +479,10 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
     if (slot.seq == seq && seq != 0 && slot.awaiting) {
       slot.awaiting = false;
       slot.answered = true;
+      // The query asked for the episode's need: below it, the peer holds a watcher for us.
+      const uint64_t bound = SampledBound();
+      const uint64_t need = episode_step_ > bound ? episode_step_ - bound : 0;
+      slot.watching = config_.peers_watch && step < need;
       matched = true;
       ++stats_.replies;
       // Query round trip (EWMA), for Prefetch's look-ahead.

@@ -28,7 +28,11 @@
 //     (default probe_timeout / 5) while the node waits, so a node passes soon after the peer
 //     catches up even when no other traffic brings the news. Each sampled peer has at most one
 //     query outstanding and is asked at most once per interval, so a waiting node sends at most
-//     β queries per interval. Re-queries never extend the round.
+//     β queries per interval. Re-queries never extend the round. With `peers_watch` (node::Node
+//     for pbsp/pssp: its queries carry `need` and a peer below it answers again when it gets
+//     there) a peer whose answer to its latest query was below `need` is not re-queried: its
+//     own answer at `need` releases the node, and a lost answer is made up for by the probe
+//     timeout's new round.
 //   - At the probe timeout the round ends and a new sample is drawn (SPEC: "re-samples after
 //     each probe timeout"). Peers that did not answer a query and still block are marked silent
 //     and are replaced by other peers: the next sample draws from non-silent peers first and
@@ -106,6 +110,12 @@ struct BarrierConfig {
   // Prefetch also queries sampled peers that will block within one query round trip (see
   // Prefetch). Off only for A/B tests.
   bool lookahead = true;
+  // The caller's queries carry `need` (the step the node waits for, episode step − bound) and a
+  // peer below it answers again when it gets there (node::Node's watchers): a sampled peer whose
+  // answer to the round's latest query was below `need` is then not re-queried every
+  // requery_interval (it will tell), and a lost answer is recovered by the probe timeout's new
+  // round instead.
+  bool peers_watch = false;
 };
 
 enum class Decision { kPass, kWait };
@@ -210,6 +220,7 @@ class BarrierCore {
     uint32_t seq = 0;               // latest query in this round; 0 = not queried in this round
     bool answered = false;          // answered a query in this round (so it is not silent)
     bool awaiting = false;          // query `seq` is still unanswered
+    bool watching = false;          // peers_watch: answered `seq` below need (it will tell)
     TimeMs asked_at = 0;            // when query `seq` was sent
     size_t pos = NameIndex::kNone;  // where the peer was last seen in view_ (a lookup hint)
   };

@@ -75,5 +75,27 @@ TEST_CASE("pssp: work per message stays flat and no walk grows with the view", "
   CHECK(p.visit_ratio() <= 2.2);
 }
 
+TEST_CASE("replay_alone retraces the traced nodes and leaves the run unchanged", "[sim][scale]") {
+  // The node core's time per step alone (docs/simulator.md): 4 nodes' calls are replayed into
+  // fresh cores after the run. A replay that does not retrace the node (other steps or inputs)
+  // is left out, so all 4 counting shows the core is a function of its inputs; the timing itself
+  // is not checked.
+  for (sync::Policy policy : {sync::Policy::kPssp, sync::Policy::kBsp}) {
+    PspSimOptions o = Mesh(40, policy);
+    o.crashes.push_back(CrashSpec{2, 5});
+    const PspSimResult plain = Run(o);
+    o.replay_alone = true;
+    const PspSimResult traced = Run(o);
+    INFO(sync::PolicyName(policy));
+    CHECK(traced.alone_nodes == 4);
+    CHECK(traced.alone_steps > 4 * 5);
+    CHECK(traced.alone_core_s > 0);
+    CHECK(plain.alone_nodes == 0);
+    CHECK(traced.final_steps == plain.final_steps);
+    CHECK(traced.work == plain.work);
+    CHECK(traced.messages_per_node == plain.messages_per_node);
+  }
+}
+
 }  // namespace
 }  // namespace meshtrain::sim

@@ -339,6 +339,60 @@ TEST_CASE("pbsp re-queries a blocking peer that answered and passes before the p
   CHECK(core.stats().timeouts == 0);
 }
 
+// Issue 33: with peers_watch (node::Node's queries carry `need` and a peer below it answers
+// again when it gets there) a peer that answered "behind" is not re-queried: its own answer at
+// `need` releases the waiter, and the probe timeout's new round stays the fallback.
+TEST_CASE("pbsp with peers_watch waits for the watched peers' answers instead of re-querying",
+          "[sync][barrier]") {
+  Rng rng(7);
+  BarrierConfig cfg = Config(Policy::kPbsp, 0, 2);
+  cfg.peers_watch = true;
+  BarrierCore core(cfg, "me");
+  core.OnProgress("a", 3, 0);
+  core.OnProgress("b", 3, 0);
+  REQUIRE(core.Check(4, 0, rng) == Decision::kWait);
+  auto q = core.TakeQueries();
+  REQUIRE(q.size() == 2);
+  // "a" answers below need (4): it watches for us. "b" answers at need: it no longer blocks.
+  const ProgressQuery& qa = q[0].to == "a" ? q[0] : q[1];
+  const ProgressQuery& qb = q[0].to == "a" ? q[1] : q[0];
+  REQUIRE(core.OnReply(qa.to, qa.seq, 3, 10));
+  REQUIRE(core.OnReply(qb.to, qb.seq, 4, 10));
+  REQUIRE(core.Check(4, 10, rng) == Decision::kWait);
+  CHECK(core.NextDeadline() == 500);  // no re-query: only the probe timeout
+  REQUIRE(core.Check(4, 300, rng) == Decision::kWait);
+  CHECK(core.TakeQueries().empty());
+  CHECK(core.stats().requeries == 0);
+  // The watcher's answer (the seq of the query it watches for) releases the waiter.
+  REQUIRE(core.OnReply(qa.to, qa.seq, 4, 320));
+  REQUIRE(core.Check(4, 320, rng) == Decision::kPass);
+  CHECK(core.stats().timeouts == 0);
+}
+
+TEST_CASE(
+    "pbsp with peers_watch: a watched peer whose answer is lost is asked again in a new round",
+    "[sync][barrier]") {
+  Rng rng(7);
+  BarrierConfig cfg = Config(Policy::kPbsp, 0, 1);
+  cfg.peers_watch = true;
+  BarrierCore core(cfg, "me");
+  core.OnProgress("a", 3, 0);
+  REQUIRE(core.Check(4, 0, rng) == Decision::kWait);
+  auto q = core.TakeQueries();
+  REQUIRE(q.size() == 1);
+  REQUIRE(core.OnReply(q[0].to, q[0].seq, 3, 10));  // behind: it watches
+  REQUIRE(core.Check(4, 10, rng) == Decision::kWait);
+  // Its answer at need is lost: the probe timeout draws a new round, which asks again.
+  REQUIRE(core.NextDeadline() == 500);
+  REQUIRE(core.Check(4, 500, rng) == Decision::kWait);
+  q = core.TakeQueries();
+  REQUIRE(q.size() == 1);
+  CHECK(q[0].to == "a");
+  CHECK(core.stats().timeouts == 1);
+  REQUIRE(core.OnReply(q[0].to, q[0].seq, 4, 510));
+  REQUIRE(core.Check(4, 510, rng) == Decision::kPass);
+}
+
 TEST_CASE("re-queries send at most beta queries per interval and still re-sample at the timeout",
           "[sync][barrier]") {
   Rng rng(8);
