@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 RPC = "127.0.0.1:7951"
 PORT = 7950
@@ -77,3 +78,26 @@ def first_reach(metrics_path, target):
         if e.get("accuracy", 0) >= target:
             return e["t"], e["step"], e["accuracy"]
     return None
+
+
+def wait_all_reach(metrics, names, target, start, timeout, stall_s, step_budget):
+    """Polls the metrics files (one per node) until every node has an eval at or above target;
+    returns {node index: first_reach}. Fails when the run exceeds `timeout` s since `start`
+    (time.monotonic()), when no node's last eval step moves for `stall_s` s, or when a node
+    passes `step_budget` steps without the target."""
+    reached = {}
+    last_steps, progress_at = None, time.monotonic()
+    while len(reached) < len(metrics):
+        assert time.monotonic() - start < timeout, f"not all at {target}: {reached}"
+        evals = [metric_lines(m, "eval") for m in metrics]
+        steps = [e[-1]["step"] if e else 0 for e in evals]
+        if steps != last_steps:
+            last_steps, progress_at = steps, time.monotonic()
+        assert time.monotonic() - progress_at < stall_s, f"stalled at steps {steps}"
+        for i in range(len(metrics)):
+            if i not in reached and first_reach(metrics[i], target):
+                reached[i] = first_reach(metrics[i], target)
+            assert i in reached or steps[i] < step_budget, \
+                f"{names[i]} at step {steps[i]} without {target}: {evals[i][-3:]}"
+        time.sleep(1)
+    return reached

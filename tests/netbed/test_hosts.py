@@ -89,21 +89,9 @@ def main():
                     banner = next(ln for ln in f if "advertise:" in ln).strip()
                 assert banner.startswith(f"advertise: {want}"), banner
                 print(f"h{i + 1}: {banner}")
-            reached = {}
-            last_steps, progress_at = None, time.monotonic()
-            while len(reached) < N:
-                assert time.monotonic() - start < a.timeout, f"not all at {TARGET}: {reached}"
-                evals = [nl.metric_lines(m, "eval") for m in metrics]
-                steps = [e[-1]["step"] if e else 0 for e in evals]
-                if steps != last_steps:
-                    last_steps, progress_at = steps, time.monotonic()
-                assert time.monotonic() - progress_at < STALL_S, f"stalled at steps {steps}"
-                for i in range(N):
-                    if i not in reached and nl.first_reach(metrics[i], TARGET):
-                        reached[i] = nl.first_reach(metrics[i], TARGET)
-                    assert i in reached or steps[i] < STEP_BUDGET, \
-                        f"h{i + 1} at step {steps[i]} without {TARGET}: {evals[i][-3:]}"
-                time.sleep(1)
+            names = [f"h{i + 1}" for i in range(N)]
+            reached = nl.wait_all_reach(metrics, names, TARGET, start, a.timeout, STALL_S,
+                                        STEP_BUDGET)
             sts = [nl.status(bed, i, a.bin) for i in range(N)]
             for i, st in enumerate(sts):
                 t, step, acc = reached[i]

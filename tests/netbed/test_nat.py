@@ -197,21 +197,8 @@ def main():
                 flaps = re.findall(r"member \S+ (?:suspect|failed)", later)
                 assert not flaps, f"{names[i]}: {flaps}"
             print(f"no suspicion or failure in {a.observe:.0f} s")
-            reached = {}
-            last_steps, progress_at = None, time.monotonic()
-            while len(reached) < N:
-                assert time.monotonic() - start < a.timeout, f"not all at {TARGET}: {reached}"
-                evals = [nl.metric_lines(m, "eval") for m in metrics]
-                steps = [e[-1]["step"] if e else 0 for e in evals]
-                if steps != last_steps:
-                    last_steps, progress_at = steps, time.monotonic()
-                assert time.monotonic() - progress_at < STALL_S, f"stalled at steps {steps}"
-                for i in range(N):
-                    if i not in reached and nl.first_reach(metrics[i], TARGET):
-                        reached[i] = nl.first_reach(metrics[i], TARGET)
-                    assert i in reached or steps[i] < STEP_BUDGET, \
-                        f"{names[i]} at step {steps[i]} without {TARGET}: {evals[i][-3:]}"
-                time.sleep(1)
+            reached = nl.wait_all_reach(metrics, names, TARGET, start, a.timeout, STALL_S,
+                                        STEP_BUDGET)
             for i in range(N):
                 st = nl.status(bed, i, a.bin)
                 t, step, acc = reached[i]
