@@ -147,6 +147,7 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
     if (spread) queue_.Queue(a);
     Emit(Event::Kind::kJoined, st);
     Introduce(*st);
+    Punch(*st);
     return;
   }
   const bool local = st == self_;
@@ -176,10 +177,12 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
   if (spread) queue_.Queue(a);
   const Status old_status = st->m.status;
   const bool meta_changed = st->m.meta != a.meta;
+  const bool path_changed = st->m.addr != a.addr || st->m.meta.reach != a.meta.reach;
   st->m.incarnation = a.incarnation;
   st->m.meta = a.meta;
   st->m.addr = a.addr;
   SetStatus(st, Status::kAlive);
+  if (path_changed) Punch(*st);
   if (old_status != Status::kAlive) {
     Emit(Event::Kind::kAlive, st);
     if (!IsLive(old_status)) Introduce(*st);
@@ -408,6 +411,11 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
     if (s.probe_.active && ack->seq == s.probe_.seq) {
       if (s.cfg_.nat && !ack->observed.empty()) s.NoteObserved(packet.from, ack->observed);
       s.ProbeSucceeded();
+    } else if (auto d = s.discovery_.find(ack->seq); d != s.discovery_.end()) {
+      if (s.cfg_.nat && !ack->observed.empty() && d->second == packet.from) {
+        s.NoteObserved(packet.from, ack->observed);
+      }
+      s.discovery_.erase(d);
     } else if (auto it = s.relays_.find(ack->seq); it != s.relays_.end()) {
       if (s.cfg_.nat && !ack->observed.empty()) s.NoteObserved(packet.from, ack->observed);
       const Relay r = std::move(it->second);
@@ -441,6 +449,7 @@ void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
     // seed's gossip of our alive message to reach them.
     const Member& self = impl_->self_->m;
     impl_->Announce(AliveMsg{self.name, self.addr, self.incarnation, self.meta});
+    impl_->Discover();
   }
 }
 
@@ -699,6 +708,30 @@ void Swim::Impl::NoteSentTo(const std::string& addr) {
   sent_to_[addr] = now_;
 }
 
+void Swim::Impl::Punch(const NodeState& st) {
+  if (!cfg_.nat || left_ || &st == self_ || !IsLive(st.m.status)) return;
+  if (self_->m.meta.reach != Reach::kNat || st.m.meta.reach != Reach::kNat) return;
+  ++stats_.punches;
+  SendPacket(st.m.addr, std::monostate{},
+             {AliveMsg{cfg_.name, cfg_.addr, self_->m.incarnation, self_->m.meta}}, false);
+}
+
+void Swim::Impl::Discover() {
+  if (!cfg_.nat || left_ || self_->m.meta.reach != Reach::kUnknown) return;
+  discovery_.clear();
+  for (NodeState* st : RandomNodes(kReflexiveQuorum + 1, [&](const NodeState* st) {
+         return st != self_ && st->m.status == Status::kAlive && st->m.meta.reach != Reach::kNat;
+       })) {
+    const uint32_t seq = NextSeq();
+    discovery_[seq] = st->m.name;
+    SendPacket(st->m.addr, PingMsg{seq, st->m.name}, {}, false);
+  }
+}
+
+void Swim::Impl::PunchAll() {
+  for (const NodeState* st : nodes_) Punch(*st);
+}
+
 void Swim::Impl::NoteUnsolicited() {
   if (left_ || self_->m.meta.reach == Reach::kPublic) return;
   self_->m.meta.reach = Reach::kPublic;
@@ -743,7 +776,10 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
     ++stats_.reflexive_moves;
     changed = moved = true;
   }
-  if (changed) PublishSelf();
+  if (changed) {
+    PublishSelf();
+    PunchAll();
+  }
   // Until now nobody could reach us: gossip sent our way was lost. A push-pull with one peer
   // brings the full state now instead of at the next periodic round (15-60 s).
   if (moved) {

@@ -98,6 +98,7 @@ struct Stats {
   uint64_t packets_sent = 0;
   uint64_t pushpulls = 0;
   uint64_t reflexive_moves = 0;  // times this node moved to an address its peers see it at
+  uint64_t punches = 0;          // alive messages sent to open our NAT towards a NATed member
 };
 
 class Swim {

@@ -234,6 +234,18 @@ struct Swim::Impl {
   // Inbound traffic nobody here asked for reached us: we are reachable from outside.
   void NoteUnsolicited();
   void PublishSelf();  // a new incarnation of our alive message (address or metadata changed)
+  // Hole punching: when we and `st` are both behind NAT, our alive message straight to its
+  // address opens our router for datagrams from it; it does the same when it learns ours, so
+  // probes pass both routers from then on instead of failing until a probe happens to go out
+  // each way (which got live members suspected in the first seconds).
+  void Punch(const NodeState& st);
+  void PunchAll();
+  // Right after a join, pings to a few members not behind NAT: their acks say where they see
+  // us, so a node behind NAT moves to its reflexive address within a round trip instead of
+  // after several probe periods, during which peers probe its unreachable inner address and
+  // suspect it. seq -> the member pinged.
+  std::map<uint32_t, std::string> discovery_;
+  void Discover();
 
   std::vector<OutPacket> out_packets_;
   std::vector<OutPushPull> out_push_pulls_;

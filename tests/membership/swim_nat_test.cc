@@ -185,6 +185,14 @@ TEST_CASE("nat: a node behind a cone NAT moves to its reflexive address and stay
     CHECK(h->swim->Find("n3")->meta.reach == Reach::kNat);
     CHECK(h->swim->Find("p1")->meta.reach == Reach::kPublic);
   }
+  // The two NATed nodes punched towards each other when they learned the other's mapped
+  // address (both routers now pass the other's datagrams); public members never punch.
+  CHECK(n3.stats().punches > 0);
+  CHECK(n4.stats().punches > 0);
+  CHECK(w.Find("n3")->open.count("203.0.113.4:7950") == 1);
+  CHECK(w.Find("n4")->open.count("203.0.113.3:7950") == 1);
+  CHECK(w.Get("p1").stats().punches == 0);
+  CHECK(w.Get("p2").stats().punches == 0);
   // From then on nobody is suspected: the two NATed nodes reach each other because each sends
   // to the other's mapped address (their probes punch the holes).
   w.ClearEvents();
@@ -367,6 +375,30 @@ TEST_CASE("nat: a member's move is accepted only as a newer incarnation that say
   alive(2, "198.51.100.2:7950", Reach::kNat);
   CHECK(h.a.Find("b")->addr == "198.51.100.2:7950");
   CHECK(h.a.Find("b")->status == Status::kAlive);
+}
+
+TEST_CASE("nat: a joining node behind NAT moves within a round trip, before peers probe it",
+          "[membership][nat]") {
+  // Its join pings a few members not behind NAT (Discover); their acks carry where they see
+  // it. Without that, it would move only after probing two of them in turn (probe periods),
+  // while they probe its unreachable inner address and suspect it.
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  w.Add("p2", Nat::kNone);
+  w.Add("p3", Nat::kNone);
+  w.Get("p2").Join({"10.0.0.1:7950"}, w.now());
+  w.Get("p3").Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(3000);
+  w.ClearEvents();
+  Swim& n4 = w.Add("n4", Nat::kCone);
+  n4.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();  // the join's push-pull, its pings and their acks, all at once on this wire
+  CHECK(n4.config().addr == "203.0.113.4:7950");
+  CHECK(n4.reach() == Reach::kNat);
+  w.RunUntil(w.now() + 30000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+  ExpectAllAliveAt(w, {{"n4", "203.0.113.4:7950"}});
 }
 
 }  // namespace
