@@ -51,6 +51,7 @@ p.add_argument("--mix-state", action="store_true")
 p.add_argument("--drift", default="")
 p.add_argument("--outer-lr", type=float, default=None)
 p.add_argument("--outer-momentum", type=float, default=None)
+p.add_argument("--schedule", default="constant")
 p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
 a = p.parse_args()
 torch.set_num_threads(1)
@@ -81,6 +82,9 @@ torch.manual_seed(a.seed)  # one initial model everywhere
 model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.LayerNorm(256), torch.nn.ReLU(),
                             torch.nn.Linear(256, 4))
 inner = torch.optim.Adam(model.parameters(), lr=a.lr)
+sched = None
+if a.schedule == "cosine":  # to 0 at the last step, as DiLoCo's inner schedule
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(inner, T_max=a.steps)
 g = torch.Generator().manual_seed(1000 + a.seed + 7 * classes[0])
 opt = inner
 if a.socket:
@@ -95,6 +99,8 @@ for step in range(a.steps):
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x[i]), y[i]).backward()
     opt.step()
+    if sched is not None:
+        sched.step()
 out = {"event": "done"}
 with torch.no_grad():
     out["accuracy_own"] = float((model(xt).argmax(1) == yt).float().mean())
@@ -125,15 +131,15 @@ def last_json(path):
     return json.loads(lines[-1]) if lines else None
 
 
-def pooled(py, script, steps, seed, workdir, lr):
+def pooled(py, script, steps, seed, workdir, lr, schedule):
     log = os.path.join(workdir, f"pooled-{seed}.out")
     p = run_worker(py, script, ["--classes", "0,1,2,3", "--steps", steps, "--seed", seed,
-                                "--lr", lr], log)
+                                "--lr", lr, "--schedule", schedule], log)
     p.wait(timeout=3600)
     return last_json(log)
 
 
-def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, extra, compress):
+def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, extra, compress, schedule):
     mesh = external_mesh(binary, 3, f"sk{seed}", 4)
     mesh.common[mesh.common.index("--barrier") + 1] = "pssp"
     mesh.common += ["--sample", "2", "--compress", compress]
@@ -145,7 +151,8 @@ def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, extra, comp
             logs.append(os.path.join(workdir, f"{outer}{h}-{seed}-{i}.out"))
             procs.append(run_worker(py, script, ["--socket", a.socket, "--classes", SHARDS[i],
                                                  "--steps", steps, "--sync-every", h,
-                                                 "--outer", outer, "--seed", seed, "--lr", lr]
+                                                 "--outer", outer, "--seed", seed, "--lr", lr,
+                                                 "--schedule", schedule]
                                        + extra,
                                        logs[-1]))
         try:
@@ -169,6 +176,9 @@ def main():
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--settings", default="avg:1,nesterov:25")
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    ap.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
+                    help="inner learning rate over the steps, for pooled and mesh runs alike: "
+                    "constant, or cosine decay to 0 at the last step")
     ap.add_argument("--mix-state", action="store_true",
                     help="MeshOptimizer(mix_state=True): Adam's moments mix with the parameters")
     ap.add_argument("--drift", choices=["params", "gradient"], default=None,
@@ -197,7 +207,7 @@ def main():
     rows, ok = [], True
     bytes_by = {}
     for seed in range(a.runs):
-        ref = pooled(py, script, a.steps, seed, workdir, a.lr)
+        ref = pooled(py, script, a.steps, seed, workdir, a.lr, a.schedule)
         rows.append([seed, "pooled", "-", f"{ref['accuracy']:.4f}", "-", "-", "-"])
         for outer, h, drift in settings:
             t0 = time.monotonic()
@@ -208,7 +218,7 @@ def main():
                     if v is not None:
                         extra += [flag, v]
             outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir, a.lr,
-                                  extra, a.compress)
+                                  extra, a.compress, a.schedule)
             accs = [o["accuracy"] for o in outs]
             same = len({o["crc"] for o in outs}) == 1
             worst = max(ref["accuracy"] - x for x in accs)

@@ -10,6 +10,9 @@ import time
 
 RPC = "127.0.0.1:7951"
 PORT = 7950
+# Set by CTest for the sanitizer build's tests (tests/CMakeLists.txt): its agents train ~10x
+# slower, so the scripts ask for less training there (the code paths are the same).
+SANITIZED = os.environ.get("MESHTRAIN_SANITIZED") == "1"
 
 
 @contextlib.contextmanager

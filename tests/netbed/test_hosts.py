@@ -7,9 +7,9 @@
 - every agent advertises its own eth0 address (not 127.0.0.1: the banner and the members'
   addresses), found from the route to h1 (joiners) or its first interface (h1);
 - the mesh forms and every node trains fmnist-mlp (pssp, random fanout 2) to 0.85 test accuracy
-  within its STEP_BUDGET training steps (a release build gets there in ~1000 steps, ~12 s; the
-  ASan build, whose slower steps see more rounds per step, in ~500). The bound is in
-  steps, not seconds: a slow machine (or the ASan build, ~10x slower) takes longer but passes;
+  (0.80 in the sanitizer build, ~10x slower, where 0.85 takes 400-500 steps and 0.80 about 100)
+  within its STEP_BUDGET training steps (a release build gets there in ~1000 steps, ~12 s). The
+  bound is in steps, not seconds: a slow machine takes longer but passes;
   the test fails on a stall (no node evaluates for STALL_S) or at the --timeout backstop;
 - parameters flow both to and from every host (params_received > 0, mean_fanout >= 1: peers
   acknowledged its snapshots), and no agent rejects anything for replay
@@ -30,7 +30,7 @@ import netbed_lib as nl  # noqa: E402
 N = 4
 SKEWED = 2
 OFFSET_S = 300
-TARGET = 0.85
+TARGET = 0.80 if nl.SANITIZED else 0.85
 STEP_BUDGET = 3000
 STALL_S = 120
 DATASET = "/usr/share/datasets/fashion-mnist"
