@@ -93,6 +93,74 @@ def check_dataset(task, dataset_dir="/usr/share/datasets/fashion-mnist"):
                          "(install dataset-fashion-mnist)")
 
 
+# The workloads the timed benches train to a target. `long` is the default: one agent alone
+# needs about a minute for it (fmnist-cnn, lr 0.02, evaluations of the parameters' moving
+# average, decay 0.99: 0.90 test accuracy after ~3250 steps of 64, 59 s at 3500 samples/s), so
+# time and byte ratios measure training rather than start-up. `quick` is the model one agent
+# takes to 0.85 in ~1 s (fmnist-mlp), for smoke runs. steps: a step cap for runs that end at the
+# target; budget: the steps of runs that train a fixed count (compression).
+WORKLOADS = {
+    "long": {"task": "fmnist-cnn", "target": 0.90, "lr": 0.02, "eval_average": 0.99,
+             "eval_every": 150, "steps": 12000, "timeout": 900, "budget": 2500},
+    "quick": {"task": "fmnist-mlp", "target": 0.85, "lr": 0.05, "eval_average": 0.0,
+              "eval_every": 50, "steps": 4000, "timeout": 240, "budget": 800},
+}
+
+
+def add_workload_args(p, steps_flag="--max-steps", timeout_flag="--timeout"):
+    """--workload long|quick and the flags it sets (each may be given on its own: --task,
+    --target, --lr, --eval-average, --eval-every, and the step cap and per-run timeout under the names the
+    script uses). Call workload_resolve(a) after parse_args()."""
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default="long",
+                   help="long: fmnist-cnn to 0.90 (lr 0.02, --eval-average 0.99; about a "
+                   "minute for one agent alone); quick: fmnist-mlp to 0.85 (about a second)")
+    p.add_argument("--task", default=None, help="model (default: the workload's)")
+    p.add_argument("--target", type=float, default=None,
+                   help="test accuracy every node must reach (default: the workload's)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the workload's)")
+    p.add_argument("--eval-average", type=float, default=None,
+                   help="the agents' --eval-average (default: the workload's)")
+    p.add_argument("--eval-every", type=int, default=None,
+                   help="steps between evaluations (default: the workload's; an fmnist-cnn "
+                   "evaluation of the 10 000 test images costs about 50 steps' time)")
+    if steps_flag:
+        p.add_argument(steps_flag, type=int, default=None,
+                       help="step cap per agent (default: the workload's)")
+    if timeout_flag:
+        p.add_argument(timeout_flag, type=float, default=None,
+                       help="seconds per run, at most (default: the workload's)")
+    p.set_defaults(_workload_steps=steps_flag, _workload_timeout=timeout_flag)
+
+
+def workload_resolve(a):
+    """Fills the workload flags left unset from --workload."""
+    w = WORKLOADS[a.workload]
+    for key in ("task", "target", "lr", "eval_average", "eval_every"):
+        if getattr(a, key) is None:
+            setattr(a, key, w[key])
+    for flag, key in ((a._workload_steps, "steps"), (a._workload_timeout, "timeout")):
+        if flag:
+            dest = flag.lstrip("-").replace("-", "_")
+            if getattr(a, dest) is None:
+                setattr(a, dest, w[key])
+    return a
+
+
+def workload_agent_args(a, lr=None):
+    """The agent flags of the resolved workload: --task, --lr (`lr` when given), --eval-average,
+    --eval-every."""
+    x = ["--task", a.task, "--lr", str(a.lr if lr is None else lr),
+         "--eval-every", str(a.eval_every)]
+    if a.eval_average:
+        x += ["--eval-average", str(a.eval_average)]
+    return x
+
+
+def workload_text(a):
+    return (f"{a.task} to {a.target:g} (lr {a.lr:g}"
+            + (f", eval-average {a.eval_average:g}" if a.eval_average else "") + ")")
+
+
 def make_logdir(prefix):
     return tempfile.mkdtemp(prefix=prefix)
 

@@ -2,8 +2,8 @@
 """Compressed parameter exchange (--compress, --sync-every): bytes, time and accuracy, on real
 `meshtrain agent` processes on loopback.
 
-For every setting the script runs N agents (fmnist-mlp, each on its 1/N shard, pssp, random
-selection, --min-peers N-1) for a fixed budget of steps, and reads from the agents:
+For every setting the script runs N agents (the workload, default fmnist-cnn, benchlib.WORKLOADS;
+each on its 1/N shard, pssp, random selection, --min-peers N-1) for a fixed budget of steps, and reads from the agents:
   - MB/node to target: parameter bytes each node sent (status `params_bytes_sent`: acknowledged
     transfers, on the wire after compression, incl. frame overhead) until every node had reached
     the target accuracy, averaged over nodes (sampled by polling `status` every 0.5 s, the poll at
@@ -34,18 +34,17 @@ def parse_args():
                    help="comma-separated COMPRESS[/SYNC_EVERY] (SYNC_EVERY a number or auto; "
                    "default 1)")
     p.add_argument("--nodes", type=int, default=4)
-    p.add_argument("--task", default="fmnist-mlp")
-    p.add_argument("--target", type=float, default=0.85)
-    p.add_argument("--budget", type=int, default=800, help="steps every agent trains")
-    p.add_argument("--eval-every", type=int, default=50)
+    bl.add_workload_args(p, steps_flag="--budget")
     p.add_argument("--sample", type=int, default=2)
     p.add_argument("--staleness", type=int, default=4)
     p.add_argument("--fanout", type=int, default=2)
     p.add_argument("--select", default="random")
     p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=300, help="seconds per run, at most")
     p.add_argument("--retries", type=int, default=2)
     a = p.parse_args()
+    if a.budget is None:
+        a.budget = bl.WORKLOADS[a.workload]["budget"]
+    a = bl.workload_resolve(a)
     a.settings = [s for s in a.settings.split(",") if s]
     if a.nodes < 2:
         p.error("--nodes must be at least 2")
@@ -61,10 +60,9 @@ def run_one(a, binary, workdir, setting):
     comp, sync = split_setting(setting)
     per = []
     for i in range(a.nodes):
-        per.append(["--profile", "local", "--task", a.task, "--barrier", "pssp",
+        per.append(["--profile", "local", *bl.workload_agent_args(a), "--barrier", "pssp",
                     "--sample", str(a.sample), "--staleness", str(a.staleness),
-                    "--select", a.select, "--fanout", str(a.fanout),
-                    "--eval-every", str(a.eval_every), "--steps", str(a.budget),
+                    "--select", a.select, "--fanout", str(a.fanout), "--steps", str(a.budget),
                     "--min-peers", str(a.nodes - 1), "--shard", f"{i}/{a.nodes}",
                     "--compress", comp, "--sync-every", sync])
     res = {"setting": setting, "reached": False, "timed_out": False, "workdir": workdir}

@@ -8,9 +8,9 @@ meshtrain agents with the outer optimizer, side by side on the network-namespace
    --ddp-steps steps; rank 0 evaluates every --eval-every steps. The target is the validation
    loss (bits per character, the example's fixed validation windows) DDP reached at its last
    evaluation; DDP's time is its first evaluation at or below it.
-2. Per --settings entry OUTER/H[/COMPRESS] (e.g. nesterov/50/int8): an agent per host
+2. Per --settings entry OUTER/H[/COMPRESS][/fF] (e.g. nesterov/50/int8/f5): an agent per host
    (--trainer external, --compress COMPRESS, --agent-args), joined before the trainers start;
-   trainer i on shard i/N with MeshOptimizer(sync_every=H, outer=OUTER; nesterov: lr
+   trainer i on shard i/N with MeshOptimizer(sync_every=H, outer=OUTER, fragments=F; nesterov: lr
    --outer-lr, momentum --outer-momentum) stops at its first evaluation at or below the target
    (--target-bpc) or after --mesh-steps. The mesh's time is the last node's first evaluation at
    or below the target (every node then holds such a model).
@@ -44,6 +44,17 @@ EXAMPLE = os.path.join(REPO, "examples", "torch_charlm.py")
 DDP_PORT = 29500
 
 
+def parse_setting(setting):
+    """OUTER/H[/COMPRESS][/fF] -> (outer, H, compress, F) as strings."""
+    parts = setting.split("/")
+    frags = "1"
+    if len(parts) > 2 and parts[-1].startswith("f") and parts[-1][1:].isdigit():
+        frags = parts.pop()[1:]
+    if len(parts) not in (2, 3) or not parts[1].isdigit():
+        raise SystemExit(f"a setting is OUTER/H[/COMPRESS][/fF], not {setting!r}")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "none", frags
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -65,7 +76,9 @@ def parse_args():
     p.add_argument("--threads", type=int, default=1, help="torch threads per trainer")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--agent-args", default="--barrier pssp --sample 2 --staleness 1 "
-                   "--select all --fanout 3", help="more agent options")
+                   "--select all --fanout 3 --capacity-probe-interval 0",
+                   help="more agent options (capacity probes off by default: with --select "
+                   "all nobody's receivers depend on the links' capacity)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run at most")
     p.add_argument("--only-ddp", action="store_true", help="run DDP only (prints the target)")
     p.add_argument("--target-bpc", type=float, help="skip DDP and use this target "
@@ -158,9 +171,7 @@ def run_ddp(a, emu, workdir):
 
 def run_mesh(a, binary, emu, workdir, setting, target):
     os.makedirs(workdir, exist_ok=True)
-    outer, _, rest = setting.partition("/")
-    h, _, comp = rest.partition("/")
-    comp = comp or "none"
+    outer, h, comp, frags = parse_setting(setting)
     res = {"setting": setting}
     logs = [os.path.join(workdir, f"agent{i}.log") for i in range(a.nodes)]
     outs = [os.path.join(workdir, f"trainer{i}.out") for i in range(a.nodes)]
@@ -192,7 +203,8 @@ def run_mesh(a, binary, emu, workdir, setting, target):
             t0 = time.time()
             procs = [bed.spawn(i, [a.python, EXAMPLE, "--socket",
                                    os.path.join(workdir, f"n{i + 1}.sock"), "--shard",
-                                   f"{i}/{a.nodes}", "--sync-every", h, *outer_args,
+                                   f"{i}/{a.nodes}", "--sync-every", h, "--fragments", frags,
+                                   *outer_args,
                                    *a.model.split(), "--max-steps", str(a.mesh_steps),
                                    "--eval-every", str(a.eval_every), "--target-bpc",
                                    str(target), "--threads", str(a.threads), "--seed",

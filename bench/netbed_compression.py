@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compressed exchange over slow links: N agents on the network-namespace bed
 (tests/netbed/bed.py; needs root), every host link RATE Mbit/s both ways, RTT ms between any two
-hosts, training fmnist-mlp under pssp until every node has an eval >= the target. Per setting
+hosts, training the workload (default fmnist-cnn to 0.90, benchlib.WORKLOADS) under pssp until
+every node has an eval >= the target. Per setting
 (COMPRESS[/SYNC_EVERY]): seconds to target (from the common start of training), steps, parameter
 MB per node (params_bytes_sent) at that moment; settings interleaved across repeats, medians.
 
@@ -29,13 +30,10 @@ def parse_args():
     p.add_argument("--nodes", type=int, default=4)
     p.add_argument("--rate", type=float, default=20, help="Mbit/s of every host link, both ways")
     p.add_argument("--rtt", type=float, default=40, help="ms between any two hosts")
-    p.add_argument("--target", type=float, default=0.85)
     p.add_argument("--barrier", default="pssp")
-    p.add_argument("--max-steps", type=int, default=3000)
-    p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=300, help="seconds per run, at most")
-    return p.parse_args()
+    bl.add_workload_args(p)
+    return bl.workload_resolve(p.parse_args())
 
 
 def run_one(a, binary, emu, workdir, setting):
@@ -48,9 +46,9 @@ def run_one(a, binary, emu, workdir, setting):
             logs.append(os.path.join(workdir, f"n{i + 1}.log"))
             metrics.append(os.path.join(workdir, f"n{i + 1}.jsonl"))
             argv = [binary, "agent", "--name", f"n{i + 1}", "--bind", f"{bed.addr(i)}:7950",
-                    "--rpc", nl.RPC, "--task", "fmnist-mlp", "--barrier", a.barrier,
+                    "--rpc", nl.RPC, *bl.workload_agent_args(a), "--barrier", a.barrier,
                     "--sample", "2", "--staleness", "4", "--select", "random", "--fanout", "2",
-                    "--eval-every", str(a.eval_every), "--steps", str(a.max_steps),
+                    "--steps", str(a.max_steps),
                     "--min-peers", str(a.nodes - 1), "--shard", f"{i}/{a.nodes}",
                     "--compress", comp, "--sync-every", sync or "1",
                     "--metrics-file", metrics[i]]
@@ -91,7 +89,7 @@ def run_one(a, binary, emu, workdir, setting):
 
 def main():
     a = parse_args()
-    binary, emu, code = bl.netbed_setup(a.bin)
+    binary, emu, code = bl.netbed_setup(a.bin, a.task)
     if code is not None:
         return code
     logdir = bl.make_logdir("meshtrain-netbed-compression-")
@@ -120,7 +118,7 @@ def main():
                      bl.fmt(bl.median(mbs) if mbs else None, ".1f")])
     print()
     print(f"{a.nodes} hosts on the namespace bed, {a.rate:g} Mbit/s links both ways, "
-          f"{a.rtt:g} ms RTT; fmnist-mlp, {a.barrier} (β 2, s 4), random fanout 2; target {a.target}; "
+          f"{a.rtt:g} ms RTT; {bl.workload_text(a)}, {a.barrier} (β 2, s 4), random fanout 2; "
           f"medians of {a.repeat}")
     print(bl.table(["setting", "reached", f"s to {a.target}", f"vs {settings[0]}", "steps",
                     "param MB/node"], rows))

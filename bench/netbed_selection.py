@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Receiver selection (or barrier policy) on real, shaped links: hosts as network namespaces
 (tests/netbed/bed.py; needs root), each host link at its own rate both ways, training
-fmnist-mlp until every node has an eval >= the target (issue 13 (a)).
+the workload (default fmnist-cnn to 0.90, benchlib.WORKLOADS) until every node has an eval >=
+the target (issue 13 (a)).
 
 Default: 6 hosts at 40, 40, 160, 160, 640, 640 Mbit/s, 20 ms RTT, pssp (β 2, s 4), fanout P=2,
 no --uplink-limit (the agents measure the links), --vary select: selmcast vs random.
@@ -42,12 +43,9 @@ def parse_args():
     p.add_argument("--select", default="selmcast", help="with --vary barrier")
     p.add_argument("--barrier", default="pssp", help="with --vary select")
     p.add_argument("--fanout", type=int, default=2)
-    p.add_argument("--target", type=float, default=0.85)
-    p.add_argument("--max-steps", type=int, default=4000)
-    p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--timeout", type=float, default=300, help="seconds per run, at most")
-    a = p.parse_args()
+    bl.add_workload_args(p)
+    a = bl.workload_resolve(p.parse_args())
     if not a.values:
         a.values = "selmcast,random" if a.vary == "select" else "bsp,ssp,pssp,asp"
     rates = [float(x) for x in a.links.split(",")]
@@ -70,10 +68,9 @@ def run_one(a, binary, emu, workdir, value, tag):
             logs.append(os.path.join(workdir, f"n{i + 1}.log"))
             metrics.append(os.path.join(workdir, f"n{i + 1}.jsonl"))
             argv = [binary, "agent", "--name", f"n{i + 1}", "--bind", f"{bed.addr(i)}:{nl.PORT}",
-                    "--rpc", nl.RPC, "--task", "fmnist-mlp", "--barrier", barrier,
+                    "--rpc", nl.RPC, *bl.workload_agent_args(a), "--barrier", barrier,
                     "--sample", "2", "--staleness", "4", "--select", select,
-                    "--fanout", str(a.fanout), "--eval-every", str(a.eval_every),
-                    "--steps", str(a.max_steps), "--min-peers", str(n - 1),
+                    "--fanout", str(a.fanout), "--steps", str(a.max_steps), "--min-peers", str(n - 1),
                     "--shard", f"{i}/{n}", "--metrics-file", metrics[i]]
             if i > 0:
                 argv += ["--join", f"{bed.addr(0)}:{nl.PORT}", "--retry-join",
@@ -117,7 +114,7 @@ def med(reps, key):
 
 def main():
     a = parse_args()
-    binary, emu, code = bl.netbed_setup(a.bin)
+    binary, emu, code = bl.netbed_setup(a.bin, a.task)
     if code is not None:
         return code
     logdir = bl.make_logdir(f"meshtrain-netbed-{a.vary}-")
@@ -146,10 +143,10 @@ def main():
         rows.append(row)
     print()
     print(f"{a.hosts} hosts on the namespace bed, links {a.links} Mbit/s both ways, {a.rtt:g} ms "
-          f"RTT; fmnist-mlp, " +
+          f"RTT; {bl.workload_text(a)}, " +
           (f"{a.barrier} (β 2, s 4), fanout {a.fanout}" if a.vary == "select" else
            f"select {a.select} fanout {a.fanout}") +
-          f"; target {a.target}; medians of {a.repeat} interleaved runs")
+          f"; medians of {a.repeat} interleaved runs")
     print(bl.table([a.vary, "reached", f"s to {a.target}", f"vs {base}", "mean round s",
                     f"vs {base}", "mean fanout", "steps"], rows))
     print()

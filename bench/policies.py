@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Barrier policies on a compute-heterogeneous mesh (issue 18): 6 agents on loopback training
-fmnist-mlp, each on its 1/6 shard, with --slowdown 1,1,1,2,3,4. Per policy (bsp, ssp, dssp,
-pbsp, pssp, wbsp, asp, and pssp with --batch auto; every agent --min-peers 5, so all train
+the workload (default fmnist-cnn to 0.90, benchlib.WORKLOADS), each on its 1/6 shard, with
+--slowdown 1,1,1,2,3,4. Per policy (bsp, ssp, dssp, pbsp, pssp, wbsp, asp, and pssp with
+--batch auto; every agent --min-peers 5, so all train
 from step 0): seconds from the common start of training (the first "starting to train" line)
 until every node has an eval >= the target, then the mean over nodes of compute share
 (compute time / wall time, status compute_share: wbsp's local steps count as compute), idle
@@ -43,15 +44,13 @@ def parse_args():
     p.add_argument("--policies", default=",".join(DEFAULT_POLICIES),
                    help=f"comma list of: {', '.join(POLICIES)}")
     p.add_argument("--slowdowns", default="1,1,1,2,3,4")
-    p.add_argument("--target", type=float, default=0.85)
-    p.add_argument("--eval-every", type=int, default=25)
+    bl.add_workload_args(p, steps_flag=None)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--timeout", type=float, default=300, help="seconds per run, at most")
     p.add_argument("--extra", default="", help="extra agent options, space-separated")
     p.add_argument("--json", help="also write every run's figures to this file (for "
                    "bench/sim_policies.py --real)")
     bl.add_isolate_args(p)
-    return p.parse_args()
+    return bl.workload_resolve(p.parse_args())
 
 
 def run_one(a, binary, workdir, policy, slowdowns):
@@ -60,8 +59,8 @@ def run_one(a, binary, workdir, policy, slowdowns):
     # with all its stragglers (without it the first agent trained alone while the others loaded
     # their data, and the rest adopted its model, policy or not); t0 = the first "starting to
     # train" line.
-    per = [["--profile", "local", "--task", "fmnist-mlp", "--shard", f"{i}/{n}",
-            "--eval-every", str(a.eval_every), "--min-peers", str(n - 1)] +
+    per = [["--profile", "local", *bl.workload_agent_args(a), "--shard", f"{i}/{n}",
+            "--min-peers", str(n - 1)] +
            ([] if a.isolate else ["--slowdown", str(s)]) + POLICIES[policy] +
            a.extra.split() for i, s in enumerate(slowdowns)]
     cores = [a.isolate / s for s in slowdowns] if a.isolate else None
@@ -123,7 +122,7 @@ def cpu_per_step(cpu0, cpu1):
 
 def main():
     a = parse_args()
-    prepared = bl.prepare(a.bin, "fmnist-mlp", "meshtrain-bench-policies-")
+    prepared = bl.prepare(a.bin, a.task, "meshtrain-bench-policies-")
     if prepared is None:
         return 2
     binary, logdir = prepared
@@ -173,8 +172,8 @@ def main():
                      bl.fmt(m["wait"], ".2f"), bl.fmt(m["sps"], ".1f"),
                      " / ".join(bl.fmt(c, ".1f") for c in m["cpu"])])
     how = bl.isolate_text(a)
-    print(f"\n{len(slowdowns)} agents fmnist-mlp, slowdowns {a.slowdowns} ({how}), every node "
-          f"to {a.target}; medians of {a.repeat} (interleaved); logs in {logdir}")
+    print(f"\n{len(slowdowns)} agents {bl.workload_text(a)}, slowdowns {a.slowdowns} ({how}), "
+          f"every node; medians of {a.repeat} (interleaved); logs in {logdir}")
     print(bl.table(["policy", "s to target (runs)", "median s", "x bsp", "compute share",
                     "idle share", "barrier wait share", "steps/s",
                     "CPU ms/step train / eval / loop"], rows))

@@ -2,8 +2,8 @@
 """Receiver selection under heterogeneous uplinks: random vs SELMCAST, on real `meshtrain agent`
 processes on loopback.
 
-Six agents (by default) train fmnist-mlp under pssp, each on its own shard, two each at uplink
-5, 20 and 80 MB/s (--uplink-limit; loopback itself is far faster). The mesh runs once with
+Six agents (by default) train the workload (default fmnist-cnn to 0.90, benchlib.WORKLOADS)
+under pssp, each on its own shard, two each at uplink 5, 20 and 80 MB/s (--uplink-limit; loopback itself is far faster). The mesh runs once with
 `--select random --fanout 2` and once with `--select selmcast --fanout 2` (same seeds, same
 shards). Every agent trains on (no --target-accuracy: a node stopped at the target would stop
 multicasting and change the others' candidate sets); a run ends as soon as every agent's
@@ -50,22 +50,17 @@ def parse_args():
                    help="run the policies this many times, interleaved; the verdict uses medians")
     p.add_argument("--selects", default="random,selmcast", help="selection policies to run")
     p.add_argument("--fanout", type=int, default=2)
-    p.add_argument("--task", default="fmnist-mlp")
     p.add_argument("--barrier", default="pssp")
     p.add_argument("--sample", type=int, default=2)
     p.add_argument("--staleness", type=int, default=4)
-    p.add_argument("--target", type=float, default=0.85)
-    p.add_argument("--max-steps", type=int, default=3000, help="step cap per agent")
-    p.add_argument("--eval-every", type=int, default=50)
-    p.add_argument("--lr", type=float, default=None)
     p.add_argument("--sync-every", type=int, default=1)
-    p.add_argument("--timeout", type=float, default=240, help="seconds per run, at most")
+    bl.add_workload_args(p)
     p.add_argument("--members-every", type=float, default=3.0,
                    help="seconds between samples of the published bandwidth estimates")
     p.add_argument("--retries", type=int, default=2,
                    help="re-runs of a mesh whose agents were signalled from outside")
     p.add_argument("--json", help="also write all results to this JSON file")
-    a = p.parse_args()
+    a = bl.workload_resolve(p.parse_args())
     try:
         a.uplinks = [float(x) for x in a.uplinks.split(",") if x]
         if a.downlinks == "same":
@@ -93,17 +88,14 @@ def run_one(a, binary, workdir, select):
     n = len(a.uplinks)
     per = []
     for i in range(n):
-        x = ["--profile", "local", "--task", a.task, "--barrier", a.barrier,
+        x = ["--profile", "local", *bl.workload_agent_args(a), "--barrier", a.barrier,
              "--sample", str(a.sample), "--staleness", str(a.staleness),
-             "--select", select, "--fanout", str(a.fanout),
-             "--eval-every", str(a.eval_every), "--steps", str(a.max_steps),
+             "--select", select, "--fanout", str(a.fanout), "--steps", str(a.max_steps),
              "--min-peers", str(n - 1),
              "--shard", f"{i}/{n}", "--uplink-limit", str(a.uplinks[i]),
              "--sync-every", str(a.sync_every), "--seed", str(1000 + i)]
         if a.downlinks:
             x += ["--downlink-limit", str(a.downlinks[i])]
-        if a.lr is not None:
-            x += ["--lr", str(a.lr)]
         per.append(x)
     res = {"select": select, "workdir": workdir, "timed_out": False}
     with bl.Run(binary, workdir, per, [], name_prefix="n") as run:
@@ -221,7 +213,7 @@ def main():
 
     n = len(a.uplinks)
     print()
-    print(f"Receiver selection: {n} agents, {a.task}, {a.barrier} (sample {a.sample}, staleness "
+    print(f"Receiver selection: {n} agents, {bl.workload_text(a)}, {a.barrier} (sample {a.sample}, staleness "
           f"{a.staleness}), fanout P={a.fanout}, uplinks {','.join(f'{u:g}' for u in a.uplinks)}"
           f" MB/s" + (f", downlinks {','.join(f'{d:g}' for d in a.downlinks)} MB/s"
                       if a.downlinks else "") + f", target {a.target}")

@@ -15,8 +15,8 @@ nodes' parameters agree: every agent is stopped gracefully, writes DIR/ckpt.bin,
 reports the largest relative distance ||x_i - x_j|| / mean(||x_i||, ||x_j||) between two nodes'
 parameter vectors.
 
-`--long` instead runs the mesh (pssp) long enough to reach a higher target (0.88) with the
-default lr 0.05 and with lr 0.01.
+The workload (--workload, benchlib.WORKLOADS) is by default fmnist-cnn to 0.90 test accuracy,
+about a minute for one agent alone; `--workload quick` is fmnist-mlp to 0.85 (about a second).
 
 Columns: seconds until every non-straggler reached the target, measured from the common start
 of training (earliest "starting to train" log line) to the wall time of the last non-straggler's
@@ -53,20 +53,13 @@ def parse_args():
     p.add_argument("--stragglers", choices=["both", "no", "yes"], default="both",
                    help="run each policy without and/or with one straggler")
     p.add_argument("--slowdown", type=float, default=4.0, help="straggler's --slowdown")
-    p.add_argument("--task", default="fmnist-mlp")
-    p.add_argument("--target", type=float, default=0.85, help="target test accuracy")
-    p.add_argument("--lr", type=float, default=None, help="learning rate (agent default 0.05)")
-    p.add_argument("--max-steps", type=int, default=4000,
-                   help="step cap per agent in target runs (a run that hits it has not "
-                   "reached the target)")
+    bl.add_workload_args(p)
     p.add_argument("--budget", type=int, default=800,
                    help="steps per agent in the consensus run")
-    p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--sample", type=int, default=2, help="PSP sample size beta")
     p.add_argument("--staleness", type=int, default=4)
     p.add_argument("--select", default="random", help="receiver selection")
     p.add_argument("--fanout", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=180, help="seconds per run, at most")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per policy/straggler configuration; the table shows medians "
                    "and the range of the time to target (the machine is shared: single runs "
@@ -79,15 +72,8 @@ def parse_args():
                    help="re-runs of a mesh whose agents were signalled from outside")
     p.add_argument("--no-baseline", action="store_true", help="skip the one-agent baseline")
     p.add_argument("--no-consensus", action="store_true", help="skip the consensus run")
-    p.add_argument("--long", action="store_true",
-                   help="only the long run: pssp to --long-target with lr 0.05 and 0.01")
-    p.add_argument("--long-target", type=float, default=0.88)
-    p.add_argument("--long-lrs", default="0.05,0.01")
-    p.add_argument("--long-max-steps", type=int, default=3000)
-    p.add_argument("--long-eval-every", type=int, default=100)
-    p.add_argument("--long-timeout", type=float, default=420)
     p.add_argument("--json", help="also write all results to this JSON file")
-    a = p.parse_args()
+    a = bl.workload_resolve(p.parse_args())
     a.policies = POLICIES if a.policies == "all" else [x for x in a.policies.split(",") if x]
     for pol in a.policies:
         if pol not in POLICIES:
@@ -100,15 +86,12 @@ def parse_args():
 def agent_args(a, n, policy, lr, steps, target, straggler_index=None, data_dirs=None):
     per = []
     for i in range(n):
-        x = ["--profile", "local", "--task", a.task, "--barrier", policy,
+        x = ["--profile", "local", *bl.workload_agent_args(a, lr), "--barrier", policy,
              "--staleness", str(a.staleness), "--sample", str(a.sample),
-             "--select", a.select, "--fanout", str(a.fanout),
-             "--eval-every", str(a.eval_every), "--steps", str(steps),
+             "--select", a.select, "--fanout", str(a.fanout), "--steps", str(steps),
              "--min-peers", str(n - 1), "--log-level", "info"]
         if n > 1:
             x += ["--shard", f"{i}/{n}"]
-        if lr is not None:
-            x += ["--lr", str(lr)]
         if straggler_index == i:
             # The straggler keeps training to the step cap: were it to stop at the target, it
             # would leave every barrier and the others would no longer feel it.
@@ -234,9 +217,8 @@ def run_mesh(a, binary, workdir, n, policy, lr, target, steps, timeout, straggle
 
 
 def run_baseline(a, binary, workdir, lr, target, max_steps, timeout):
-    per = [["--profile", "local", "--task", a.task, "--eval-every", str(a.eval_every),
-            "--steps", str(max_steps), "--target-accuracy", str(target), "--select", a.select]
-           + (["--lr", str(lr)] if lr is not None else [])]
+    per = [["--profile", "local", *bl.workload_agent_args(a, lr), "--steps", str(max_steps),
+            "--target-accuracy", str(target), "--select", a.select]]
     res = {"policy": "single", "nodes": 1, "straggler": False, "lr": lr, "target": target,
            "workdir": workdir, "reached": False, "timed_out": False}
     with bl.Run(binary, workdir, per, [], name_prefix="solo") as run:
@@ -314,23 +296,8 @@ HEADERS = ["policy", "nodes", "straggler", "s to target, all non-stragglers (ran
            "min best acc (all nodes)"]
 
 
-def report_long(a, results):
-    print(f"Long run: {a.nodes} agents, {a.task}, pssp (sample {a.sample}, staleness "
-          f"{a.staleness}, select {a.select} fanout {a.fanout}), target {a.long_target}, "
-          f"cap {a.long_max_steps} steps, eval every {a.long_eval_every}")
-    rows = []
-    for r in results:
-        best = [v for v in r["best_accuracy"].values() if v is not None]
-        rows.append([f"{r['lr']}", "yes" if r["reached"] else "no",
-                     bl.fmt(r["seconds"], ".1f"), bl.fmt(r["steps"], ".0f"),
-                     bl.fmt(min(best) if best else None, ".4f"),
-                     bl.fmt(max(best) if best else None, ".4f")])
-    print(bl.table(["lr", f"all nodes reached {a.long_target}", "seconds", "steps",
-                    "min best acc", "max best acc"], rows))
-
-
 def report(a, results, consensus):
-    print(f"Time to {a.target} test accuracy: {a.task}, {a.nodes} agents on loopback "
+    print(f"Time to {a.target} test accuracy: {bl.workload_text(a)}, {a.nodes} agents on loopback "
           f"(sample {a.sample}, staleness {a.staleness}, select {a.select} fanout "
           f"{a.fanout}, eval every {a.eval_every}), straggler = one agent at "
           f"--slowdown {a.slowdown}")
@@ -368,56 +335,41 @@ def main():
     consensus = None
     failure = None
     try:
-        if a.long:
-            a.eval_every = a.long_eval_every
-            for lr in [float(x) for x in a.long_lrs.split(",") if x]:
-                wd = os.path.join(logdir, f"long-pssp-lr{lr}")
+        if not a.no_baseline:
+            wd = os.path.join(logdir, "baseline")
+            print(f"running {wd} ...", flush=True)
+            results.append(bl.with_retries(
+                lambda w: run_baseline(a, binary, w, a.lr, a.target, a.max_steps,
+                                       a.timeout), wd, a.retries))
+        variants = {"both": [False, True], "no": [False], "yes": [True]}[a.stragglers]
+        for policy in a.policies:
+            for straggler in variants:
+                wd = os.path.join(logdir, f"{policy}-{'straggler' if straggler else 'even'}")
                 print(f"running {wd} ...", flush=True)
-                r = bl.with_retries(
-                    lambda w: run_mesh(a, binary, w, a.nodes, "pssp", lr, a.long_target,
-                                       a.long_max_steps, a.long_timeout), wd, a.retries)
-                results.append(r)
-                print(f"  reached={r['reached']} seconds={bl.fmt(r['seconds'], '.1f')} "
-                      f"best={r['best_accuracy']}", flush=True)
-        else:
-            if not a.no_baseline:
-                wd = os.path.join(logdir, "baseline")
-                print(f"running {wd} ...", flush=True)
-                results.append(bl.with_retries(
-                    lambda w: run_baseline(a, binary, w, a.lr, a.target, a.max_steps,
-                                           a.timeout), wd, a.retries))
-            variants = {"both": [False, True], "no": [False], "yes": [True]}[a.stragglers]
-            for policy in a.policies:
-                for straggler in variants:
-                    wd = os.path.join(logdir, f"{policy}-{'straggler' if straggler else 'even'}")
-                    print(f"running {wd} ...", flush=True)
-                    reps = []
-                    for k in range(a.repeat):
-                        wdk = wd if a.repeat == 1 else f"{wd}-{k + 1}"
-                        r = bl.with_retries(
-                            lambda w: run_mesh(a, binary, w, a.nodes, policy, a.lr, a.target,
-                                               a.max_steps, a.timeout, straggler=straggler),
-                            wdk, a.retries)
-                        reps.append(r)
-                        print(f"  reached={r['reached']} seconds={bl.fmt(r['seconds'], '.1f')}",
-                              flush=True)
-                    results.append(combine(reps))
-            if not a.no_consensus:
-                wd = os.path.join(logdir, "consensus-pssp")
-                print(f"running {wd} ...", flush=True)
-                consensus = bl.with_retries(
-                    lambda w: run_mesh(a, binary, w, a.nodes, "pssp", a.lr, a.target, a.budget,
-                                       a.timeout, consensus=True), wd, a.retries)
+                reps = []
+                for k in range(a.repeat):
+                    wdk = wd if a.repeat == 1 else f"{wd}-{k + 1}"
+                    r = bl.with_retries(
+                        lambda w: run_mesh(a, binary, w, a.nodes, policy, a.lr, a.target,
+                                           a.max_steps, a.timeout, straggler=straggler),
+                        wdk, a.retries)
+                    reps.append(r)
+                    print(f"  reached={r['reached']} seconds={bl.fmt(r['seconds'], '.1f')}",
+                          flush=True)
+                results.append(combine(reps))
+        if not a.no_consensus:
+            wd = os.path.join(logdir, "consensus-pssp")
+            print(f"running {wd} ...", flush=True)
+            consensus = bl.with_retries(
+                lambda w: run_mesh(a, binary, w, a.nodes, "pssp", a.lr, a.target, a.budget,
+                                   a.timeout, consensus=True), wd, a.retries)
     except bl.SetupError as e:
         failure = e
     if results or consensus is not None:
         print()
         if failure is not None:
             print("(partial: the runs below completed before the failure)")
-        if a.long:
-            report_long(a, results)
-        else:
-            report(a, results, consensus)
+        report(a, results, consensus)
     if a.json:
         import json
         with open(a.json, "w") as f:

@@ -244,11 +244,16 @@ def parse_args(argv=None):
                    help="outer step after each mix (meshtrain.torch.MeshOptimizer)")
     g.add_argument("--outer-lr", type=float, help="outer learning rate (nesterov 0.7, sgd 1.0)")
     g.add_argument("--outer-momentum", type=float, help="nesterov momentum (0.9)")
+    g.add_argument("--fragments", type=int, default=1, metavar="F",
+                   help="streaming fragments (Streaming DiLoCo): the model in F parts, one "
+                   "synced every H/F steps in turn (F must divide H)")
     a = p.parse_args(argv)
     if a.socket and a.ddp:
         p.error("--socket and --ddp exclude each other")
     if a.outer == "avg" and (a.outer_lr is not None or a.outer_momentum is not None):
         p.error("--outer-lr/--outer-momentum need --outer sgd or nesterov")
+    if a.fragments < 1 or a.sync_every % a.fragments:
+        p.error("--fragments must be at least 1 and divide --sync-every")
     return a
 
 
@@ -301,7 +306,7 @@ def main():
         mesh = meshtrain.connect(a.socket)
         stepper = meshtrain.torch.MeshOptimizer(
             opt, mesh, sync_every=a.sync_every, outer=a.outer, outer_lr=a.outer_lr,
-            outer_momentum=a.outer_momentum, model=base)
+            outer_momentum=a.outer_momentum, model=base, fragments=a.fragments)
     if rank == 0:
         print(json.dumps({"event": "start", "mode": mode, "params": n_params,
                           "train_chars": len(train), "val_chars": int(n_val),
