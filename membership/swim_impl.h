@@ -118,7 +118,7 @@ struct Swim::Impl {
   // `spread` = false learns without re-gossiping (state that is old news to the cluster).
   void OnAlive(const AliveMsg& a, bool spread = true);
   // Bounded views (Config::max_members): whether an alive member we do not hold may be added,
-  // evicting a random alive member when the view is full. `direct`: it introduces itself.
+  // evicting an alive member when the view is full. `direct`: it introduces itself.
   bool Admit(bool direct);
   bool Bounded() const { return cfg_.max_members > 0; }
   void OnSuspect(const SuspectMsg& s);
