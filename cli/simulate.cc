@@ -263,7 +263,8 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--fanout", o.fanout, "Parameter receivers per step")->capture_default_str();
   s->add_option("--view", o.view,
-                "pbsp/pssp/asp: peers each node knows (0: all up to 2000 nodes, else 500)")
+                "pbsp/pssp/asp: peers each node knows (0: all up to 2000 nodes, else 500; "
+                "with --membership, SWIM's bounded view)")
       ->capture_default_str();
   s->add_flag("--membership", o.membership,
               "Run SWIM membership for failure detection (else an oracle removes crashed nodes)");

@@ -36,6 +36,7 @@ NodeState* Swim::Impl::AddNode(const std::string& name) {
   NodeState* st = owned.get();
   st->m.name = name;
   st->m.state_change = now_;
+  st->admitted = admissions_++;
   map_.emplace(name, std::move(owned));
   // Insert at a random offset, not at the end, so a new member is probed after a random
   // fraction of the round, keeping the expected detection bound low (memberlist aliveNode).
@@ -139,6 +140,7 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
     return;
   }
   if (st == nullptr) {
+    if (Bounded() && !Admit(source_ != nullptr && *source_ == a.name)) return;
     st = AddNode(a.name);
     st->m.addr = a.addr;
     st->m.incarnation = a.incarnation;
@@ -191,12 +193,43 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
   }
 }
 
+bool Swim::Impl::Admit(bool direct) {
+  if (nodes_.size() - 1 < cfg_.max_members) return true;
+  if (!direct) return false;
+  // An alive member makes room; not a suspect (its suspicion runs to the end here) nor the
+  // target of our probe in flight. A joiner admitted by its seed displaces the member held
+  // longest: the seed hands its view to the next joiners, so each member then stays in it for
+  // the same number of joins and is copied into about as many views (random eviction there
+  // gave a geometric spread: in a 300-node test, one member held by 73 others). Otherwise a
+  // random one (evicting the longest held would drop first the entries a node got from its
+  // seed, the very copies that make a member held by others).
+  const auto evictable = [&](const NodeState* st) {
+    return st != self_ && st->m.status == Status::kAlive &&
+           !(probe_.active && st->m.name == probe_.target);
+  };
+  NodeState* victim = nullptr;
+  if (admitting_joiner_) {
+    for (NodeState* st : nodes_) {
+      if (evictable(st) && (victim == nullptr || st->admitted < victim->admitted)) victim = st;
+    }
+  } else {
+    auto picked = RandomNodes(1, evictable);
+    if (!picked.empty()) victim = picked.front();
+  }
+  if (victim == nullptr) return false;
+  events_.push_back(Event{Event::Kind::kReaped, victim->m});
+  RemoveNode(victim);
+  return true;
+}
+
 void Swim::Impl::Introduce(const NodeState& st) {
   // The member learned about us from someone else (a push-pull with the seed, gossip), and that
   // copy of our metadata may predate our last change (the training flag flips right after a
   // join): it would keep the old one until a push-pull. Our own alive message, sent once when we
   // learn about the member, closes that gap; Announce covers the members we already knew.
-  if (left_ || &st == self_ || num_live_ > kAnnounceFanout + 1) return;
+  // Bounded views: the view's size says nothing about the cluster's, and a seed would
+  // introduce itself to every joiner it admits (a hub held by nearly every node).
+  if (left_ || &st == self_ || num_live_ > kAnnounceFanout + 1 || Bounded()) return;
   SendPacket(st.m.addr, std::monostate{},
              {AliveMsg{cfg_.name, cfg_.addr, self_->m.incarnation, self_->m.meta}}, false);
 }
@@ -328,10 +361,11 @@ void Swim::Impl::MergeState(const std::vector<MemberState>& remote, bool spread)
   }
 }
 
-std::vector<MemberState> Swim::Impl::LocalState() const {
+std::vector<MemberState> Swim::Impl::LocalState(bool without_self) const {
   std::vector<MemberState> out;
   out.reserve(nodes_.size());
   for (const NodeState* st : nodes_) {
+    if (without_self && st == self_) continue;
     out.push_back(MemberState{st->m.name, st->m.addr, st->m.incarnation, st->m.status, st->m.meta,
                               st->m.step});
   }
@@ -365,14 +399,16 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
     } else {
       sender->m.step_learned = now;
     }
-  } else if (sender == nullptr && !packet.from.empty() && !s.left_ &&
+  } else if (sender == nullptr && !packet.from.empty() && !s.left_ && !s.Bounded() &&
              s.unknown_senders_.size() < kMaxUnknownSenders) {
     s.unknown_senders_.emplace(
         packet.from, std::make_pair(packet.from_addr.empty() ? from_addr : packet.from_addr, now));
   }
   // Updates first, so a reply piggybacks whatever they made us say (e.g. a refutation).
   s.collecting_ = true;
+  s.source_ = &packet.from;
   for (const Update& u : packet.updates) s.OnUpdate(u);
+  s.source_ = nullptr;
   s.collecting_ = false;
   std::vector<Update> corrections = std::move(s.corrections_);
   s.corrections_.clear();
@@ -431,10 +467,19 @@ PushPull Swim::HandlePushPullRequest(const PushPull& request, TimeMs now) {
   impl_->now_ = now;
   // A connection we did not open: nothing between us and the requester filters inbound.
   if (impl_->cfg_.nat) impl_->NoteUnsolicited();
+  impl_->source_ = &request.from;
+  impl_->admitting_joiner_ = request.join;
   impl_->MergeState(request.members);
+  impl_->admitting_joiner_ = false;
+  impl_->source_ = nullptr;
   // Reply with the merged state: it then carries any refutation the request provoked, so the
   // requester learns at once that we are alive (this is what heals partitions).
-  return PushPull{false, impl_->cfg_.name, impl_->LocalState()};
+  // Bounded views: once its view is full, a seed's reply to a joiner leaves the seed out, or
+  // nearly every node would hold the seed, a hub that every probe round and barrier sample hits
+  // (the first joiners, while there is room, still get it).
+  const bool without_self =
+      impl_->Bounded() && request.join && impl_->nodes_.size() - 1 >= impl_->cfg_.max_members;
+  return PushPull{false, impl_->cfg_.name, impl_->LocalState(without_self)};
 }
 
 void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
@@ -443,7 +488,9 @@ void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
   // knows, so re-gossiping all of it would only cost O(n) updates per joiner (O(n²) for a mass
   // join). Everything else — suspicions, leaves, refutations about ourselves — still applies.
   const bool joining = impl_->nodes_.size() == 1;
+  impl_->source_ = &response.from;
   impl_->MergeState(response.members, /*spread=*/!joining);
+  impl_->source_ = nullptr;
   if (joining && impl_->nodes_.size() > 1) {
     // Tell the members we just learned about that we are here, rather than waiting for the
     // seed's gossip of our alive message to reach them.

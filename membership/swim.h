@@ -49,6 +49,17 @@ struct Config {
   bool nat = false;
   bool adopt_reflexive = false;
 
+  // Bounded view (0 = off: every member is known, as in memberlist). With a bound, the node
+  // holds at most this many other members, a random subset of the cluster, so its memory and
+  // its per-round work stay bounded however large the cluster grows. A member it does not hold
+  // is admitted while there is room; when full, only a member that introduces itself (its own
+  // alive message or join push-pull, straight from it) is admitted, in place of an alive member
+  // (a random one; for a joiner at its seed, the one held longest), which is forgotten (a
+  // kReaped event). News about members not held is dropped and not passed on, a sender not held
+  // is no reason for a push-pull, and the small-cluster shortcuts that introduce a node to every
+  // member it learns of are off (see docs/simulator.md).
+  size_t max_members = 0;
+
   static Config Lan();
   static Config Wan();
   static Config Local();

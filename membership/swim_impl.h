@@ -69,6 +69,7 @@ struct NodeState {
   Member m;
   std::optional<Suspicion> suspicion;
   TimeMs reap_at = kNever;
+  uint64_t admitted = 0;  // order of addition (bounded views evict the longest held first)
 };
 
 // Our own probe in flight (memberlist probeNode, as a resumable state machine).
@@ -116,6 +117,10 @@ struct Swim::Impl {
   bool Confirm(NodeState* st, const std::string& from);
   // `spread` = false learns without re-gossiping (state that is old news to the cluster).
   void OnAlive(const AliveMsg& a, bool spread = true);
+  // Bounded views (Config::max_members): whether an alive member we do not hold may be added,
+  // evicting an alive member when the view is full. `direct`: it introduces itself.
+  bool Admit(bool direct);
+  bool Bounded() const { return cfg_.max_members > 0; }
   void OnSuspect(const SuspectMsg& s);
   void OnDead(const DeadMsg& d);
   void OnProgress(const ProgressMsg& p);
@@ -123,7 +128,7 @@ struct Swim::Impl {
   void Refute(uint32_t accused);
   void NoteStale(const NodeState* st);
   void MergeState(const std::vector<MemberState>& remote, bool spread = true);
-  std::vector<MemberState> LocalState() const;
+  std::vector<MemberState> LocalState(bool without_self = false) const;
 
   // ---- failure detector ----
   NodeState* NextProbeTarget();
@@ -188,6 +193,7 @@ struct Swim::Impl {
   }
 
   uint32_t NextSeq() { return next_seq_++; }
+  uint64_t admissions_ = 0;
 
   Config cfg_;
   std::mt19937_64 rng_;
@@ -220,6 +226,11 @@ struct Swim::Impl {
 
   // Senders not in our member list, by name: (address, first heard).
   std::map<std::string, std::pair<std::string, TimeMs>> unknown_senders_;
+
+  // The member whose packet or push-pull is being handled (bounded views: an alive message
+  // about its sender is a self-introduction); null outside.
+  const std::string* source_ = nullptr;
+  bool admitting_joiner_ = false;  // handling a join push-pull (Admit: see there)
 
   // Corrections for stale accusations found in the packet being handled (see NoteStale).
   bool collecting_ = false;

@@ -618,7 +618,11 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
         // The event carries a copy; the record may have changed since (and a reaped member is
         // gone: the copy says how it left).
         const ms::Member* m = swim_->Find(ev.member.name);
-        OnPeerChanged(RefOf(m != nullptr ? *m : ev.member), true, now);
+        PeerRef ref = RefOf(m != nullptr ? *m : ev.member);
+        // A member the core no longer holds (reaped, or evicted from a bounded view while
+        // alive) leaves the barrier and the candidates.
+        if (m == nullptr) ref.live = ref.alive = false;
+        OnPeerChanged(ref, true, now);
       }
       if (ev.kind == ms::Event::Kind::kUpdated) continue;
       changed = true;

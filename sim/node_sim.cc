@@ -167,8 +167,10 @@ learn::Status NodeSim::SetupTasks() {
 }
 
 void NodeSim::SetupNodes() {
-  full_view_ = o_.membership || NeedsFullView(o_.barrier.policy) ||
-               (o_.view == 0 && n_ <= kAutoFullViewMax) || o_.view + 1 >= n_;
+  // With SWIM (--membership) a partial view is SWIM's bounded view (membership::Config::
+  // max_members): the node's barrier and receivers come from it, as in an agent.
+  full_view_ = NeedsFullView(o_.barrier.policy) || (o_.view == 0 && n_ <= kAutoFullViewMax) ||
+               o_.view + 1 >= n_;
   view_ = full_view_ ? n_ - 1 : (o_.view == 0 ? kAutoPartialView : o_.view);
   const membership::Config profile =
       membership::Config::Profile(o_.profile).value_or(membership::Config::Lan());
@@ -198,6 +200,7 @@ void NodeSim::SetupNodes() {
     // daemon). Without SWIM that timeout is the simulator's --probe-timeout; with SWIM, the
     // profile's, so that failure detection keeps its timing.
     if (cfg.external_membership) cfg.membership.probe_timeout = o_.barrier.probe_timeout;
+    if (!full_view_) cfg.membership.max_members = view_;
     cfg.seed = SubSeed(o_.seed, 12, i);
     cfg.training = true;
     cfg.barrier = o_.barrier;
@@ -249,10 +252,11 @@ void NodeSim::SetupNodes() {
 }
 
 learn::Status NodeSim::WarmUpMembership() {
-  // Every node joins through n0; training starts once every view is complete.
+  // Every node joins through n0; training starts once every view is complete (every member,
+  // or a bounded view full).
   const auto converged = [this] {
     for (const auto& nd : nodes_) {
-      if (nd->PeersAlive() + 1 < n_) return false;
+      if (nd->PeersAlive() < view_) return false;
     }
     return true;
   };

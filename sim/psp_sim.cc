@@ -8,9 +8,9 @@ namespace {
 
 // bsp/ssp/dssp need a full view per node: n² entries. Beyond this the run would need gigabytes.
 constexpr size_t kMaxFullViewNodes = 4000;
-// --membership runs SWIM in every node, and SWIM's view is the whole mesh: n² member records
-// (about 1.2 KB per pair with the runs' state: 1000 nodes take 1.2 GB). Beyond this bound the
-// run would need tens of gigabytes; larger meshes use the simulator's membership (partial views).
+// --membership with full SWIM views (every node knows the whole mesh: n² member records, about
+// 1.2 KB per pair with the runs' state) is for barriers that need them (bsp, ssp, dssp, wbsp);
+// beyond this bound they would need tens of gigabytes. pbsp/pssp/asp run bounded SWIM views.
 constexpr size_t kMaxSwimNodes = 2000;
 
 }  // namespace
@@ -61,12 +61,11 @@ learn::Status ValidatePspSimOptions(const PspSimOptions& o) {
                                    "n² progress entries); use at most " +
                                    std::to_string(kMaxFullViewNodes) + " nodes, or pbsp/pssp");
   }
-  if (o.membership && o.nodes > kMaxSwimNodes) {
+  if (o.membership && o.nodes > kMaxSwimNodes && NeedsFullView(o.barrier.policy)) {
     return Status::InvalidArgument(
-        "--membership runs SWIM in every node, whose view is the whole mesh (n² member "
-        "records); use at most " +
-        std::to_string(kMaxSwimNodes) +
-        " nodes with it, or leave it off (partial views fed by the simulator)");
+        std::string(sync::PolicyName(o.barrier.policy)) +
+        " needs every node's SWIM to know the whole mesh (n² member records); use at most " +
+        std::to_string(kMaxSwimNodes) + " nodes with --membership, or pbsp/pssp/asp");
   }
   if (!(o.compute.step_ms >= 1)) return Status::InvalidArgument("--step-time must be >= 1 ms");
   if (!(o.compute.step_cv >= 0) || !(o.compute.node_cv >= 0) || o.compute.step_cv > 10 ||

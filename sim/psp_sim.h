@@ -31,8 +31,9 @@
 //   View. Without `membership` the simulator feeds every node its membership (PeerView inputs):
 //     bsp/ssp/dssp nodes know everyone; pbsp/pssp/asp nodes know `view` random peers (0 =
 //     everyone up to 2000 nodes, else 500), a peer-sampling partial view, so 10 000 nodes do not
-//     need 10^8 view entries. With `membership` every node runs SWIM and knows everyone (at most
-//     2000 nodes: n² member records).
+//     need 10^8 view entries. With `membership` every node runs SWIM, whose view is the same
+//     choice: everyone, or (pbsp/pssp/asp beyond 2000 nodes, or `view` given) a bounded view
+//     of `view` members (membership::Config::max_members) that SWIM itself keeps.
 //   Failures. `crashes` stop nodes at given times. With membership off an oracle tells every
 //     node that knows a crashed node at once (PeerView alive = false); with membership on, SWIM
 //     must detect it, and the result reports when the first and the last live node marked it

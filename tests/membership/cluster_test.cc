@@ -239,6 +239,75 @@ TEST_CASE("a crashed node that restarts rejoins as alive", "[membership][cluster
   CHECK(c.view(0, 3)->incarnation > dead_inc);
 }
 
+TEST_CASE("bounded views: 300 nodes holding 20 members each detect a crash",
+          "[membership][cluster]") {
+  // Config::max_members: each node holds a random subset of 20 members, so memory and per-round
+  // work do not grow with the cluster. Views fill while the nodes join, every node is held by
+  // some others (it introduced itself to them), and those holders detect its crash.
+  constexpr size_t kNodes = 300, kView = 20;
+  Config lan = Config::Lan();
+  lan.max_members = kView;
+  SwimCluster c(Options(kNodes, lan, 21));
+  c.start_all_via(0, 2);
+  const auto full = [&] {
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (!c.is_up(i) || c.node(i).NumAlive() != kView + 1) return false;
+    }
+    return true;
+  };
+  auto r = c.run_until(full, 120000, std::numeric_limits<uint64_t>::max(), 100);
+  REQUIRE(r.ok);
+  c.run_for(5000);
+  std::vector<size_t> held_by(kNodes, 0);
+  for (size_t o = 0; o < kNodes; ++o) {
+    CHECK(c.node(o).NumMembers() <= kView + 1);
+    for (size_t t = 0; t < kNodes; ++t) held_by[t] += t != o && c.view(o, t) != nullptr;
+  }
+  std::vector<size_t> sorted = held_by;
+  std::sort(sorted.begin(), sorted.end());
+  std::printf(
+      "[bounded] %zu nodes, views of %zu: full at t=%.2f s virtual; held by min %zu, median "
+      "%zu, max %zu others\n",
+      kNodes, kView, r.at / 1000.0, sorted.front(), sorted[kNodes / 2], sorted.back());
+  CHECK(sorted.front() >= 3);
+  CHECK(sorted.back() <= 4 * kView);  // no hub (a seed held by nearly every node)
+  const size_t victim = 123;
+  std::vector<size_t> holders;
+  for (size_t o = 0; o < kNodes; ++o) {
+    if (o != victim && c.view(o, victim) != nullptr) holders.push_back(o);
+  }
+  int false_failures = 0;
+  std::map<size_t, TimeMs> detected;
+  c.set_event_hook([&](size_t observer, TimeMs at, const Event& e) {
+    if (e.kind != Event::Kind::kFailed) return;
+    if (e.member.name == c.name(victim)) {
+      detected.emplace(observer, at);
+    } else {
+      ++false_failures;
+    }
+  });
+  const TimeMs crash_at = c.now();
+  c.crash(victim);
+  // Every holder sees it failed (or forgot it: a newcomer took its place).
+  auto d = c.run_until(
+      [&] {
+        for (size_t o : holders) {
+          const membership::Member* m = c.view(o, victim);
+          if (m != nullptr && m->status != Status::kFailed) return false;
+        }
+        return true;
+      },
+      120000, std::numeric_limits<uint64_t>::max(), 100);
+  REQUIRE(d.ok);
+  std::printf("[bounded] crash of %s held by %zu: %zu saw it failed, all within %.2f s\n",
+              c.name(victim).c_str(), holders.size(), detected.size(), (d.at - crash_at) / 1000.0);
+  CHECK(detected.size() >= holders.size() / 2);
+  // Bound: probed about once per probe interval by some holder, suspected, confirmed, and the
+  // suspicion's maximum timeout at the view's size (6 × 4 × log10(21) s ≈ 32 s).
+  CHECK(d.at - crash_at <= 45000);
+  CHECK(false_failures == 0);
+}
+
 // Not run by default (hidden tag): 1000 nodes, for checking how the core scales.
 TEST_CASE("1000 nodes join through one seed and detect a crash", "[.][scale][membership]") {
   SwimCluster c(Options(1000, Config::Lan(), 7));

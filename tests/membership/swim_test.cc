@@ -690,3 +690,59 @@ TEST_CASE("metadata changes travel with a new incarnation and raise kUpdated",
 
 }  // namespace
 }  // namespace meshtrain::membership
+
+namespace meshtrain::membership {
+namespace {
+
+MemberState AliveState(const std::string& name) {
+  MemberState m;
+  m.name = name;
+  m.addr = name + ":7950";
+  m.status = Status::kAlive;
+  return m;
+}
+
+TEST_CASE("a bounded view admits strangers while there is room, then only self-introductions",
+          "[membership][swim]") {
+  Config c = TestConfig("a");
+  c.max_members = 2;
+  Swim s(c, 1, 0);
+  // A push-pull from x carrying y, z and x itself: y and z fill the view; x introduces itself
+  // and takes the place of one of them, which is forgotten with a kReaped event.
+  s.HandlePushPullRequest(PushPull{false, "x", {AliveState("y"), AliveState("z"), AliveState("x")}},
+                          10);
+  CHECK(s.NumMembers() == 3);
+  CHECK(s.Find("x") != nullptr);
+  CHECK((s.Find("y") == nullptr) != (s.Find("z") == nullptr));
+  size_t reaped = 0;
+  for (const Event& e : s.TakeEvents()) {
+    if (e.kind != Event::Kind::kReaped) continue;
+    ++reaped;
+    CHECK(s.Find(e.member.name) == nullptr);
+  }
+  CHECK(reaped == 1);
+
+  // News about a stranger from a third party is dropped (and not passed on); the sender's own
+  // alive message is admitted.
+  Packet p;
+  p.from = "q";
+  p.from_addr = "q:7950";
+  p.updates.push_back(AliveMsg{"r", "r:7950", 1, {}});
+  const size_t pending = s.PendingUpdates();
+  s.HandlePacket("q:7950", p, 20);
+  CHECK(s.Find("r") == nullptr);
+  CHECK(s.PendingUpdates() == pending);
+  p.updates = {AliveMsg{"q", "q:7950", 1, {}}};
+  s.HandlePacket("q:7950", p, 30);
+  CHECK(s.Find("q") != nullptr);
+  CHECK(s.NumMembers() == 3);
+
+  // Without a bound (the default) every member is held.
+  Swim full(TestConfig("b"), 1, 0);
+  full.HandlePushPullRequest(
+      PushPull{false, "x", {AliveState("y"), AliveState("z"), AliveState("x")}}, 10);
+  CHECK(full.NumMembers() == 4);
+}
+
+}  // namespace
+}  // namespace meshtrain::membership

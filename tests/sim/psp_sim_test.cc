@@ -232,6 +232,41 @@ TEST_CASE("SWIM membership detects a crash and the barriers move on", "[sim][psp
   CHECK(r.steps_min > 25);
 }
 
+TEST_CASE("SWIM with bounded views: 300 nodes holding 30 members each train and detect crashes",
+          "[sim][psp][membership]") {
+  // Beyond 2000 nodes (or with --view) --membership runs every node's SWIM on a bounded view
+  // (membership::Config::max_members): the barrier samples from it and a crash is detected by
+  // the nodes that held the victim.
+  PspSimOptions o = SmallPreset(Policy::kPssp, 10);
+  o.nodes = 300;
+  o.view = 30;
+  o.duration_s = 30;
+  o.membership = true;
+  o.profile = "lan";
+  o.crashes.push_back(CrashSpec{2, 5});
+  const PspSimResult r = Run(o);
+  Print("swim-30", r);
+  CHECK(r.view == 30);
+  REQUIRE(r.crashes.size() == 2);
+  for (const CrashReport& c : r.crashes) {
+    std::printf("[sim] swim-30: %s held by %zu live nodes, %zu detected, first after %.2f s\n",
+                c.node.c_str(), c.observers, c.detected, c.first_detect_s.value_or(-1));
+    // Held by some, not by everyone (about 30 of 299).
+    CHECK(c.observers >= 3);
+    CHECK(c.observers <= 120);
+    CHECK(c.unaware >= 150);
+    // lan: suspicion min 4 × log10(31) × 1 s ≈ 6 s after the first failed probe; all of the
+    // holders that still hold it by 25 s after the crash.
+    REQUIRE(c.first_detect_s.has_value());
+    CHECK(*c.first_detect_s < 20);
+    CHECK(c.detected * 10 >= c.observers * 8);
+  }
+  CHECK(r.false_failures == 0);
+  // Training went on: about 1 step a second for 30 s, the stragglers at a quarter of that.
+  CHECK(r.steps_median > 15);
+  CHECK(r.steps_min > 2);
+}
+
 TEST_CASE("partial views bound each node's knowledge", "[sim][psp]") {
   PspSimOptions o = SmallPreset(Policy::kPssp);
   o.nodes = 200;
