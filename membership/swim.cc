@@ -52,7 +52,9 @@ void Swim::Impl::RemoveNode(NodeState* st) {
   ClearSuspicion(st);
   if (st->reap_at != kNever) reap_timers_.erase({st->reap_at, st->m.name});
   if (IsLive(st->m.status)) --num_live_;
-  if (!st->m.meta.relay.empty()) relayed_addr_.erase(st->m.addr);
+  if (auto it = nat_addr_.find(st->m.addr); it != nat_addr_.end() && it->second == st->m.name) {
+    nat_addr_.erase(it);
+  }
   auto it = std::find(nodes_.begin(), nodes_.end(), st);
   if (it != nodes_.end()) {
     const size_t idx = static_cast<size_t>(it - nodes_.begin());
@@ -147,7 +149,7 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
     st->m.addr = a.addr;
     st->m.incarnation = a.incarnation;
     st->m.meta = a.meta;
-    IndexRelayed(*st, std::string());
+    IndexNat(*st, std::string());
     ++num_live_;  // AddNode creates it alive
     if (spread) queue_.Queue(a);
     Emit(Event::Kind::kJoined, st);
@@ -187,7 +189,7 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
   const std::string old_addr = std::move(st->m.addr);
   st->m.meta = a.meta;
   st->m.addr = a.addr;
-  IndexRelayed(*st, old_addr);
+  IndexNat(*st, old_addr);
   SetStatus(st, Status::kAlive);
   if (path_changed) Punch(*st);
   if (old_status != Status::kAlive) {
@@ -768,6 +770,7 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
   observed_[peer] = addr;
   // Only live members' reports count (and are kept).
   size_t agree = 0, elsewhere = 0, reports = 0;
+  std::set<std::string> outside;  // addresses seen other than our own inner one
   for (auto it = observed_.begin(); it != observed_.end();) {
     const NodeState* o = FindState(it->first);
     if (o == nullptr || !IsLive(o->m.status)) {
@@ -777,7 +780,22 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
     ++reports;
     agree += it->second == addr;
     elsewhere += it->second != cfg_.addr;
+    if (it->second != configured_addr_) outside.insert(it->second);
     ++it;
+  }
+  // Peers see us at different outside addresses: a symmetric NAT (a new mapping per
+  // destination), even when we moved to where our first peer saw us (it was alone then). No
+  // address of ours reaches us from everywhere: we need a relay (issue 34). (A peer behind the
+  // same NAT sees our inner address: no evidence.)
+  if (outside.size() >= 2 && cfg_.adopt_reflexive && cfg_.relay_mode != Config::RelayMode::kOff &&
+      !need_relay_ && self_->m.meta.reach != Reach::kPublic) {
+    need_relay_ = true;
+    if (self_->m.meta.reach == Reach::kUnknown) {
+      self_->m.meta.reach = Reach::kNat;
+      PublishSelf();
+    }
+    RelayTick();
+    return;
   }
   // Peers that can answer before we moved: a member behind NAT drops our pings until we
   // advertise an address it sends to, so only the others count towards the quorum.
@@ -792,15 +810,6 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
     // Seen elsewhere than where we are: behind a NAT, until something reaches us unsolicited.
     self_->m.meta.reach = Reach::kNat;
     changed = true;
-  }
-  // Peers see us at different addresses and none twice: a symmetric NAT (a new mapping per
-  // destination). No address of ours reaches us from everywhere: we need a relay (issue 34).
-  if (cfg_.adopt_reflexive && cfg_.relay_mode != Config::RelayMode::kOff && !need_relay_ &&
-      self_->m.meta.reach == Reach::kNat && cfg_.addr == configured_addr_ && agree < quorum) {
-    need_relay_ = true;
-    if (changed) PublishSelf();
-    RelayTick();
-    return;
   }
   bool moved = false;
   if (cfg_.adopt_reflexive && !need_relay_ && addr != cfg_.addr && agree >= quorum) {

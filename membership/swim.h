@@ -233,11 +233,16 @@ class Swim {
   void NoteSent(const std::string& addr);  // stamped with the last time the core was given
 
   // Relays (issue 34). The route of a datagram the caller sends to `addr` outside the core
-  // (barrier queries and replies): nullopt = straight there. A relay frame from `sender` for
-  // member `dest` carrying `bytes`: what to do with it (counted; *to_addr set for kForward).
+  // (barrier queries and replies): nullopt = straight there. Through a relayed member's relay;
+  // from a relayed node to a member behind (cone) NAT, through its own relay.
   std::optional<RelayRoute> Route(const std::string& addr) const;
-  RelayVerdict OnRelayFrame(const std::string& sender, const std::string& dest, size_t bytes,
-                            TimeMs now, std::string* to_addr);
+  // A relay frame from member `sender`, arriving from `from_addr`, for member `dest`, carrying
+  // `bytes`: what to do with it (counted; *to_addr set for kForward). A relay forwards to
+  // members registered with it, and to members that sent frames through it within relay_ttl
+  // (at the address they came from: their return path).
+  RelayVerdict OnRelayFrame(const std::string& sender, const std::string& from_addr,
+                            const std::string& dest, size_t bytes, TimeMs now,
+                            std::string* to_addr);
   // The relay this node is registered with ("" = none; registered() false while waiting for
   // its first answer), and the members registered with this node as their relay.
   const std::string& relay() const;

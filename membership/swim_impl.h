@@ -248,10 +248,10 @@ struct Swim::Impl {
   void Discover();
 
   // ---- Relays (issue 34) ----
-  // Advertised address -> name of each member that advertises a relay (its address is where its
-  // relay sees it: unique), so SendPacket finds the route of any address it is handed.
-  std::unordered_map<std::string, std::string> relayed_addr_;
-  void IndexRelayed(const NodeState& st, const std::string& old_addr);
+  // Advertised address -> name of each member behind NAT (a relayed member's address is where
+  // its relay sees it: unique), so SendPacket finds the route of any address it is handed.
+  std::unordered_map<std::string, std::string> nat_addr_;
+  void IndexNat(const NodeState& st, const std::string& old_addr);
   std::optional<RelayRoute> RouteFor(const std::string& addr) const;
   // As a relayed node: set once peers saw us at different addresses and we could not move.
   bool need_relay_ = false;
@@ -277,6 +277,9 @@ struct Swim::Impl {
     TimeMs last = 0;
   };
   std::map<std::string, RelayEntry> relay_clients_;
+  // Members that sent frames through us lately, where they came from: a member behind a cone
+  // NAT admits datagrams from us there, so a relayed node's answers reach it (return paths).
+  std::map<std::string, RelayEntry> relay_returns_;
   double relay_tokens_ = 0;
   TimeMs relay_refill_ = 0;
   void OnRelayRegister(const RelayRegisterMsg& r, const Packet& p, const std::string& from_addr);

@@ -28,24 +28,35 @@ const char* RelayVerdictName(RelayVerdict v) {
 
 // ---- routing ----------------------------------------------------------------------------------
 
-void Swim::Impl::IndexRelayed(const NodeState& st, const std::string& old_addr) {
-  if (auto it = relayed_addr_.find(old_addr);
-      it != relayed_addr_.end() && it->second == st.m.name) {
-    relayed_addr_.erase(it);
+void Swim::Impl::IndexNat(const NodeState& st, const std::string& old_addr) {
+  if (auto it = nat_addr_.find(old_addr); it != nat_addr_.end() && it->second == st.m.name) {
+    nat_addr_.erase(it);
   }
-  if (&st != self_ && !st.m.meta.relay.empty()) relayed_addr_[st.m.addr] = st.m.name;
+  if (&st != self_ && (!st.m.meta.relay.empty() || st.m.meta.reach == Reach::kNat)) {
+    nat_addr_[st.m.addr] = st.m.name;
+  }
 }
 
 std::optional<RelayRoute> Swim::Impl::RouteFor(const std::string& addr) const {
-  if (relayed_addr_.empty()) return std::nullopt;
-  auto it = relayed_addr_.find(addr);
-  if (it == relayed_addr_.end()) return std::nullopt;
+  if (nat_addr_.empty()) return std::nullopt;
+  auto it = nat_addr_.find(addr);
+  if (it == nat_addr_.end()) return std::nullopt;
   const auto st = map_.find(it->second);
   if (st == map_.end() || st->second->m.addr != addr) return std::nullopt;
   const Member& m = st->second->m;
-  // We are its relay: its address is the mapping its registrations opened towards us.
-  if (m.meta.relay.empty() || m.meta.relay == cfg_.name) return std::nullopt;
-  const auto relay = map_.find(m.meta.relay);
+  std::string via;
+  if (!m.meta.relay.empty()) {
+    // We are its relay: its address is the mapping its registrations opened towards us.
+    if (m.meta.relay == cfg_.name) return std::nullopt;
+    via = m.meta.relay;
+  } else if (m.meta.reach == Reach::kNat && need_relay_ && relay_.registered) {
+    // A member behind a cone NAT admits only addresses it sent to, and our NAT gives every
+    // destination a new port: we reach it through our own relay, which it sends to.
+    via = relay_.name;
+  } else {
+    return std::nullopt;
+  }
+  const auto relay = map_.find(via);
   if (relay == map_.end() || !IsLive(relay->second->m.status)) return std::nullopt;
   return RelayRoute{relay->second->m.addr, m.name};
 }
@@ -90,8 +101,10 @@ void Swim::Impl::SendRegistration() {
 
 void Swim::Impl::RelayTick() {
   // As a relay: forget registrations that were not renewed.
-  for (auto it = relay_clients_.begin(); it != relay_clients_.end();) {
-    it = now_ - it->second.last > cfg_.relay_ttl ? relay_clients_.erase(it) : std::next(it);
+  for (auto* table : {&relay_clients_, &relay_returns_}) {
+    for (auto it = table->begin(); it != table->end();) {
+      it = now_ - it->second.last > cfg_.relay_ttl ? table->erase(it) : std::next(it);
+    }
   }
   if (!need_relay_ || left_ || cfg_.relay_mode == Config::RelayMode::kOff) return;
   if (!relay_.name.empty()) {
@@ -160,15 +173,22 @@ void Swim::Impl::OnRelayRegister(const RelayRegisterMsg& r, const Packet& p,
   SendPacket(from_addr, AckMsg{r.seq, from_addr}, {}, false);
 }
 
-RelayVerdict Swim::OnRelayFrame(const std::string& sender, const std::string& dest, size_t bytes,
-                                TimeMs now, std::string* to_addr) {
+RelayVerdict Swim::OnRelayFrame(const std::string& sender, const std::string& from_addr,
+                                const std::string& dest, size_t bytes, TimeMs now,
+                                std::string* to_addr) {
   Impl& s = *impl_;
   s.now_ = now;
   if (dest == s.cfg_.name) {
-    // For us: only from the relay we registered with (or the one before, for a moment).
+    // For us: a relayed node takes frames from the relay it registered with (or the one
+    // before, for a moment); any other node from a member that serves as a relay (a relayed
+    // node's answers come back through the relay it was sent through).
+    const NodeState* from = s.FindState(sender);
     const bool ours = !sender.empty() && (sender == s.relay_.name ||
                                           (sender == s.relay_.prev && now < s.relay_.prev_until));
-    if (!ours) {
+    const bool a_relay = !s.need_relay_ && from != nullptr && from != s.self_ &&
+                         IsLive(from->m.status) && from->m.meta.serves_relay &&
+                         from->m.meta.relay.empty();
+    if (!ours && !a_relay) {
       ++s.stats_.relay_refused_loop;
       return RelayVerdict::kLoop;
     }
@@ -188,8 +208,18 @@ RelayVerdict Swim::OnRelayFrame(const std::string& sender, const std::string& de
     ++s.stats_.relay_refused_loop;
     return RelayVerdict::kLoop;
   }
-  auto it = s.relay_clients_.find(dest);
-  if (it == s.relay_clients_.end() || now - it->second.last > s.cfg_.relay_ttl) {
+  // The sender's return path: where its frames come from (its registration, if it has one,
+  // says where it is reached).
+  if (!from_addr.empty() && s.relay_clients_.count(sender) == 0) {
+    s.relay_returns_[sender] = Impl::RelayEntry{from_addr, now};
+  }
+  auto fresh = [&](const std::map<std::string, Impl::RelayEntry>& table) {
+    auto e = table.find(dest);
+    return e != table.end() && now - e->second.last <= s.cfg_.relay_ttl ? &e->second : nullptr;
+  };
+  const Impl::RelayEntry* entry = fresh(s.relay_clients_);
+  if (entry == nullptr) entry = fresh(s.relay_returns_);
+  if (entry == nullptr) {
     ++s.stats_.relay_refused_not_registered;
     return RelayVerdict::kNotRegistered;
   }
@@ -207,7 +237,7 @@ RelayVerdict Swim::OnRelayFrame(const std::string& sender, const std::string& de
   }
   ++s.stats_.relay_frames;
   s.stats_.relay_bytes += bytes;
-  if (to_addr != nullptr) *to_addr = it->second.addr;
+  if (to_addr != nullptr) *to_addr = entry->addr;
   return RelayVerdict::kForward;
 }
 

@@ -238,7 +238,8 @@ void Node::OnRelayFrame(const DatagramIn& in, const gossip::RelayFrame& rf, Time
   // Frames come straight from their sender or relay: one delivered through a relay is nested.
   if (!swim_ || in.from.empty()) return Reject();
   std::string to;
-  const ms::RelayVerdict v = swim_->OnRelayFrame(in.msg.sender, rf.dest, rf.inner.size(), now, &to);
+  const ms::RelayVerdict v =
+      swim_->OnRelayFrame(in.msg.sender, in.from, rf.dest, rf.inner.size(), now, &to);
   if (v == ms::RelayVerdict::kDeliver) {
     Emit(RelayedIn{in.msg.sender, in.from, rf.inner});
   } else if (v == ms::RelayVerdict::kForward) {

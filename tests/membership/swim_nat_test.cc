@@ -136,17 +136,19 @@ class NatWire {
   // the destination (bytes: a fixed frame size, for the relay's counters and cap).
   static constexpr size_t kFrameBytes = 500;
   void Relayed(Host& h, const OutPacket& out) {
+    const std::string src = SourceFor(h, out.via);
     Host* relay = Send(h, out.via);
     if (relay == nullptr) return;
     std::string to_addr;
-    if (relay->swim->OnRelayFrame(h.name, out.dest, kFrameBytes, now_, &to_addr) !=
+    if (relay->swim->OnRelayFrame(h.name, src, out.dest, kFrameBytes, now_, &to_addr) !=
         RelayVerdict::kForward) {
       return;
     }
     ++relayed;
+    const std::string relay_src = SourceFor(*relay, to_addr);
     Host* dest = Send(*relay, to_addr);
     if (dest == nullptr) return;
-    if (dest->swim->OnRelayFrame(relay->name, out.dest, kFrameBytes, now_, nullptr) ==
+    if (dest->swim->OnRelayFrame(relay->name, relay_src, out.dest, kFrameBytes, now_, nullptr) ==
         RelayVerdict::kDeliver) {
       dest->swim->HandlePacket("", out.packet, now_);
     }
@@ -530,7 +532,7 @@ TEST_CASE("relay: members behind symmetric NAT register with a public relay and 
   CHECK(r.n3->stats().relay_delivered > 0);
   // A relayed node relays for nobody (no loops): it refuses a frame and a registration.
   std::string to;
-  CHECK(r.n3->OnRelayFrame("p1", "n4", 100, w.now(), &to) == RelayVerdict::kLoop);
+  CHECK(r.n3->OnRelayFrame("p1", "", "n4", 100, w.now(), &to) == RelayVerdict::kLoop);
   Packet reg;
   reg.from = "n4";
   reg.from_addr = r.n4->config().addr;
@@ -543,6 +545,80 @@ TEST_CASE("relay: members behind symmetric NAT register with a public relay and 
     if (const auto* n = std::get_if<NackMsg>(&o.packet.primary)) nacked |= n->seq == 77;
   }
   CHECK(nacked);
+}
+
+TEST_CASE(
+    "relay: a node behind symmetric NAT that moved while it had one peer takes a relay "
+    "once a second peer sees it elsewhere",
+    "[membership][nat][relay]") {
+  // With only p1 to ask, n3 moves to where p1 sees it (a quorum of one); p2 joins later and
+  // sees it at another port: the NAT is symmetric after all.
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  Swim& n3 = w.Add("n3", Nat::kSymmetric);
+  n3.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(3000);
+  CHECK(n3.stats().reflexive_moves == 1);
+  CHECK(n3.relay().empty());
+  Swim& p2 = w.Add("p2", Nat::kNone);
+  p2.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(20000);
+  CHECK(n3.relay_registered());
+  CHECK(n3.Find("n3")->meta.relay == n3.relay());
+  CHECK(p2.Find("n3")->meta.relay == n3.relay());
+  CHECK(p2.Find("n3")->addr == n3.config().addr);
+  w.ClearEvents();
+  w.RunUntil(50000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+}
+
+TEST_CASE("relay: a node joining behind symmetric NAT takes a relay within a round trip",
+          "[membership][nat][relay]") {
+  // Its join's discovery pings go to two public members, which see it at different ports.
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  w.Add("p2", Nat::kNone);
+  w.Get("p2").Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(5000);
+  Swim& n3 = w.Add("n3", Nat::kSymmetric);
+  n3.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();  // the join, the discovery pings, their acks, the registration and its answer
+  CHECK(n3.reach() == Reach::kNat);
+  CHECK(n3.relay_registered());
+  w.ClearEvents();
+  w.RunUntil(30000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+}
+
+TEST_CASE("relay: a relayed node and one behind a cone NAT reach each other through the relay",
+          "[membership][nat][relay]") {
+  // n3 is behind a cone NAT: its router admits only addresses n3 sent to, and n4's symmetric
+  // NAT has a new port for each destination, so n4 cannot reach n3 directly. n4 sends to n3
+  // through its own relay (n3 sends to n4 through that relay: its return path is open).
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  w.Add("p2", Nat::kNone);
+  Swim& n3 = w.Add("n3", Nat::kCone);
+  Swim& n4 = w.Add("n4", Nat::kSymmetric);
+  for (const char* j : {"p2", "n3", "n4"}) w.Get(j).Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(15000);
+  REQUIRE(n4.relay_registered());
+  CHECK(n3.config().addr == "203.0.113.3:7950");
+  auto route = n4.Route("203.0.113.3:7950");
+  REQUIRE(route.has_value());
+  CHECK(route->via == w.Get(n4.relay()).config().addr);
+  CHECK(route->dest == "n3");
+  CHECK_FALSE(w.Get("p1").Route("203.0.113.3:7950").has_value());  // public: straight there
+  w.ClearEvents();
+  const uint64_t indirect = n3.stats().indirect_probes + n4.stats().indirect_probes;
+  w.RunUntil(60000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+  // Their probes of each other succeed directly (through the relay): no ping-reqs needed.
+  CHECK(n3.stats().indirect_probes + n4.stats().indirect_probes == indirect);
 }
 
 TEST_CASE("relay: without relays a node behind symmetric NAT is suspected",
@@ -667,8 +743,8 @@ TEST_CASE("relay: a relay serves registered members only and counts every refusa
   CHECK(r.stats().relay_refused_not_member == 1);
   CHECK(r.relay_clients() == 0);
   // Nobody registered: a frame for m2 is refused; so is one from a stranger.
-  CHECK(r.OnRelayFrame("m1", "m2", 100, 20, &to) == RelayVerdict::kNotRegistered);
-  CHECK(r.OnRelayFrame("x", "m2", 100, 20, &to) == RelayVerdict::kNotMember);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 100, 20, &to) == RelayVerdict::kNotRegistered);
+  CHECK(r.OnRelayFrame("x", "", "m2", 100, 20, &to) == RelayVerdict::kNotMember);
   // m2 registers from its router's mapping: the ack says where the relay sees it.
   const Primary ack = h.Register("m2", "203.0.113.3:40002", 10, 30);
   REQUIRE(std::holds_alternative<AckMsg>(ack));
@@ -676,18 +752,18 @@ TEST_CASE("relay: a relay serves registered members only and counts every refusa
   CHECK(std::get<AckMsg>(ack).observed == "203.0.113.3:40002");
   CHECK(r.relay_clients() == 1);
   CHECK(r.stats().relay_registrations == 1);
-  CHECK(r.OnRelayFrame("m1", "m2", 400, 40, &to) == RelayVerdict::kForward);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 400, 40, &to) == RelayVerdict::kForward);
   CHECK(to == "203.0.113.3:40002");
-  CHECK(r.OnRelayFrame("x", "m2", 100, 40, &to) == RelayVerdict::kNotMember);
-  CHECK(r.OnRelayFrame("m1", "m9", 100, 40, &to) == RelayVerdict::kNotRegistered);
+  CHECK(r.OnRelayFrame("x", "", "m2", 100, 40, &to) == RelayVerdict::kNotMember);
+  CHECK(r.OnRelayFrame("m1", "", "m9", 100, 40, &to) == RelayVerdict::kNotRegistered);
   // The cap (1000 B/s, a second's burst): 400 + 400 pass, the third 400 does not, a second
   // later it does.
-  CHECK(r.OnRelayFrame("m1", "m2", 400, 40, &to) == RelayVerdict::kForward);
-  CHECK(r.OnRelayFrame("m1", "m2", 400, 40, &to) == RelayVerdict::kOverRate);
-  CHECK(r.OnRelayFrame("m1", "m2", 400, 1040, &to) == RelayVerdict::kForward);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 400, 40, &to) == RelayVerdict::kForward);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 400, 40, &to) == RelayVerdict::kOverRate);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 400, 1040, &to) == RelayVerdict::kForward);
   // A frame for the relay itself from a member it did not register with: refused (the node
   // accepts frames from its own relay only).
-  CHECK(r.OnRelayFrame("m1", "r", 100, 1040, &to) == RelayVerdict::kLoop);
+  CHECK(r.OnRelayFrame("m1", "", "r", 100, 1040, &to) == RelayVerdict::kLoop);
   const Stats& s = r.stats();
   CHECK(s.relay_frames == 3);
   CHECK(s.relay_bytes == 1200);
@@ -696,9 +772,16 @@ TEST_CASE("relay: a relay serves registered members only and counts every refusa
   CHECK(s.relay_refused_over_rate == 1);
   CHECK(s.relay_refused_loop == 1);
   CHECK(s.relay_refused() == 7);
+  // A member that sends frames through the relay can be answered through it: its return path
+  // is where its frames come from (a cone NAT admits the relay there), for relay_ttl.
+  CHECK(r.OnRelayFrame("m1", "10.0.0.2:7950", "m2", 10, 1040, &to) == RelayVerdict::kForward);
+  CHECK(r.OnRelayFrame("m2", "203.0.113.3:40002", "m1", 10, 1040, &to) == RelayVerdict::kForward);
+  CHECK(to == "10.0.0.2:7950");
+  CHECK(r.OnRelayFrame("m2", "203.0.113.3:40002", "m1", 10, 1040 + Config::Local().relay_ttl + 1,
+                       &to) == RelayVerdict::kNotRegistered);
   // Without renewal the registration lapses.
   const TimeMs ttl = Config::Local().relay_ttl;
-  CHECK(r.OnRelayFrame("m1", "m2", 10, 30 + ttl + 1, &to) == RelayVerdict::kNotRegistered);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 10, 1040 + ttl + 2, &to) == RelayVerdict::kNotRegistered);
 }
 
 TEST_CASE("relay: a node with --serve-relay off refuses registrations and frames",
@@ -709,7 +792,7 @@ TEST_CASE("relay: a node with --serve-relay off refuses registrations and frames
   REQUIRE(std::holds_alternative<NackMsg>(nack));
   CHECK(std::get<NackMsg>(nack).seq == 11);
   std::string to;
-  CHECK(h.r.OnRelayFrame("m1", "m2", 100, 40, &to) == RelayVerdict::kNotServing);
+  CHECK(h.r.OnRelayFrame("m1", "", "m2", 100, 40, &to) == RelayVerdict::kNotServing);
   CHECK(h.r.stats().relay_refused_not_serving == 2);
   CHECK(h.r.relay_clients() == 0);
 }
