@@ -704,8 +704,10 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     if (in.from.empty()) {
       // Delivered by our relay: the answer goes to the querier's advertised address (through
       // its relay, if it has one).
+      // A member that learned of us first queries before we know it: nothing says where to
+      // answer (a well-formed query: dropped, not counted as refused), and it asks again.
       const ms::Member* m = swim_ ? swim_->Find(dg.sender) : nullptr;
-      if (m == nullptr) return Reject();
+      if (m == nullptr) return;
       in.from = m->addr;
     }
     gossip::Datagram reply;
