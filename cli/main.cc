@@ -113,6 +113,19 @@ void AddAgentOptions(CLI::App* a, meshtrain::daemon::AgentConfig& c) {
                 "where they came from, publishes whether it is reachable from outside and, "
                 "without --advertise, moves to the address its peers agree on) or off")
       ->capture_default_str();
+  a->add_option("--relay", c.relay,
+                "With --nat auto, behind a symmetric NAT (peers see this node at a different "
+                "address each): auto (register with any public member that serves relays, and "
+                "be reached through it), NAME (that member only) or off")
+      ->capture_default_str();
+  a->add_option("--serve-relay", c.serve_relay,
+                "on: relay membership datagrams for members behind symmetric NAT that register "
+                "here (they stay sealed end to end); off: refuse")
+      ->capture_default_str();
+  a->add_option("--relay-rate", c.relay_rate_mbit,
+                "Cap on what this node relays, in Mbit/s (token bucket; frames over it are "
+                "dropped and counted); 0 = no cap")
+      ->capture_default_str();
   a->add_option("--rpc", c.rpc, "Control endpoint for the CLI")
       ->envname("MESHTRAIN_RPC_ADDR")
       ->capture_default_str();
@@ -577,7 +590,7 @@ int main(int argc, char** argv) {
           row["tags"] = cell;
         }
         PrintTable({"name", "addr", "status", "incarnation", "step", "training", "uplink_mbps",
-                    "downlink_mbps", "reach", "path", "tags"},
+                    "downlink_mbps", "reach", "path", "relay", "tags"},
                    rows);
       }
       return 0;

@@ -248,6 +248,8 @@ struct Agent::Impl : RpcBackend {
             gave_up->attempts);
         exit_code = 1;
         Shutdown();
+      } else if (auto* ri = std::get_if<node::RelayedIn>(&o)) {
+        OnRelayed(*ri);
       } else if (std::holds_alternative<node::MembershipChanged>(o)) {
         std::vector<std::string> addrs;
         for (auto& [name, addr] : LivePeers(node->Members(), config.name)) addrs.push_back(addr);
@@ -266,6 +268,13 @@ struct Agent::Impl : RpcBackend {
     }
     auto dg = inbound->OnDatagram(data, len, from.ToString(), MonoSeconds());
     if (dg) Feed(node::DatagramIn{from.ToString(), std::move(*dg)});
+  }
+
+  // A datagram our relay delivered (issue 34): untrusted like any other (rate limit, decode,
+  // replay guard), and never a relay frame again (no nesting).
+  void OnRelayed(const node::RelayedIn& ri) {
+    auto dg = inbound->OnRelayed(ri.inner.data(), ri.inner.size(), ri.via_addr, MonoSeconds());
+    if (dg) Feed(node::DatagramIn{std::string(), std::move(*dg), ri.via});
   }
 
   void OnIncomingFrame(TcpHub::ConnId id, Bytes&& payload) {
@@ -421,6 +430,7 @@ struct Agent::Impl : RpcBackend {
       in.probe_trains_queued = prober->stats().trains_queued;
       in.probe_rejects = prober->stats().rejected;
     }
+    in.relay_nested = inbound->nested();
     in.uptime_s = metrics.Elapsed();
     if (loop_monitor) in.loop = loop_monitor->Stats();
     if (streamer) {
@@ -602,6 +612,7 @@ struct Agent::Impl : RpcBackend {
     // The datagram budget must leave room for the envelope, cluster label and seal.
     nc.membership.packet_overhead_bytes =
         std::max(nc.membership.packet_overhead_bytes, codec->DatagramOverhead());
+    nc.membership.relay_overhead_bytes = gossip::kRelayFrameOverhead;
     if (trainer) nc.expected_params = static_cast<uint32_t>(trainer->num_params());
     node = std::make_unique<node::Node>(std::move(nc), Now());
     if (trainer && trainer->num_params() > 0) {

@@ -126,6 +126,16 @@ Status AgentConfig::Finalize() {
   if (nat != "auto" && nat != "off") {
     return Status::InvalidArgument("invalid --nat " + Quoted(nat) + ": auto or off");
   }
+  if (relay.empty() || (relay != "auto" && relay != "off" && !gossip::ValidNodeName(relay))) {
+    return Status::InvalidArgument("invalid --relay " + Quoted(relay) +
+                                   ": auto, off or a member's name");
+  }
+  if (serve_relay != "on" && serve_relay != "off") {
+    return Status::InvalidArgument("invalid --serve-relay " + Quoted(serve_relay) + ": on or off");
+  }
+  if (!(relay_rate_mbit >= 0) || !std::isfinite(relay_rate_mbit)) {
+    return Status::InvalidArgument("invalid --relay-rate: a rate in Mbit/s >= 0 (0 = no cap)");
+  }
   advertise_given = !advertise.empty();
   if (!advertise.empty()) {
     auto adv = ParseHostPort(advertise);
@@ -388,6 +398,13 @@ membership::Config AgentConfig::MembershipConfig() const {
   c.addr = advertise;
   c.nat = nat == "auto";
   c.adopt_reflexive = c.nat && !advertise_given;
+  using RelayMode = membership::Config::RelayMode;
+  c.relay_mode = relay == "off"    ? RelayMode::kOff
+                 : relay == "auto" ? RelayMode::kAuto
+                                   : RelayMode::kNamed;
+  if (c.relay_mode == RelayMode::kNamed) c.relay_name = relay;
+  c.serve_relay = serve_relay == "on";
+  c.relay_rate_bytes_per_s = relay_rate_mbit * 1e6 / 8;
   if (probe_interval_ms > 0) c.probe_interval = probe_interval_ms;
   if (probe_timeout_ms > 0) c.probe_timeout = probe_timeout_ms;
   if (suspicion_mult > 0) c.suspicion_mult = suspicion_mult;
@@ -395,6 +412,9 @@ membership::Config AgentConfig::MembershipConfig() const {
   if (push_pull_interval_s >= 0) {
     c.push_pull_interval = static_cast<membership::TimeMs>(push_pull_interval_s * 1000);
   }
+  // A keepalive a probe interval: the relay is also probed as a member, so failing over on
+  // missed keepalives happens within the suspicion timeout.
+  c.relay_keepalive = c.probe_interval;
   return c;
 }
 

@@ -26,6 +26,12 @@ struct AgentConfig {
   // --nat auto|off (issue 34): find this node's reachability, answer packets where they came
   // from, and (without --advertise) move to the address peers agree they see it at.
   std::string nat = "auto";
+  // Relays (issue 34, with --nat auto): --relay auto|NAME|off picks the member this node is
+  // reached through when it is behind symmetric NAT; --serve-relay on|off whether it relays for
+  // others; --relay-rate MBIT caps what it relays (0 = no cap).
+  std::string relay = "auto";
+  std::string serve_relay = "on";
+  double relay_rate_mbit = 0;
   std::string rpc = "127.0.0.1:7951";
   std::string rpc_token;  // required from RPC clients when set
   std::string http;       // --http IP:PORT: /metrics and the dashboard (issue 19); empty = off

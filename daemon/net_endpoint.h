@@ -30,6 +30,8 @@ class NetEndpoint : public node::Endpoint {
               OnReply on_reply);
 
   void SendDatagram(const std::string& to, const gossip::Datagram& msg) override;
+  void SendRelayed(const std::string& to, const std::string& via, const std::string& dest,
+                   const gossip::Datagram& msg) override;
   void Connect(node::ConnId conn, const std::string& to) override;
   void SendFrame(node::ConnId conn, const gossip::Frame& msg) override;
   // Streamed by the ParamStreamer when one is set (issue 31), else encoded at once.

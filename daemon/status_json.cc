@@ -63,6 +63,7 @@ std::vector<std::pair<std::string, std::string>> LivePeers(
 
 const char* PathName(const membership::Member& m, const std::string& self) {
   if (m.name == self) return "self";
+  if (!m.meta.relay.empty()) return "relayed";
   return m.meta.reach == membership::Reach::kNat ? "punched" : "direct";
 }
 
@@ -83,6 +84,7 @@ json MembersJson(const std::vector<membership::Member>& members, const std::stri
                    {"downlink_mbps", m.meta.downlink_mbps},
                    {"reach", membership::ReachName(m.meta.reach)},
                    {"path", PathName(m, self)},
+                   {"relay", m.meta.relay},
                    {"tags", tags}});
   }
   return {{"members", arr}};
@@ -104,6 +106,34 @@ json LoopJson(const StatusInputs& in) {
           {"ticks_late_50ms", l.ticks_late_50ms},
           {"model_passes", l.model_passes},
           {"model_pass_largest_floats", l.model_pass_largest}};
+}
+
+// Issue 34: NAT traversal and relays. `relay`: the member this node is reached through ("" =
+// none) and whether it answered; the rest counts what this node relayed for others and what it
+// refused, by reason.
+json NatJson(const StatusInputs& in) {
+  const membership::Swim* sw = in.node.swim();
+  if (sw == nullptr) return nullptr;
+  const membership::Stats& s = sw->stats();
+  return {{"relay", sw->relay()},
+          {"relay_registered", sw->relay_registered()},
+          {"relay_keepalives", s.relay_keepalives},
+          {"relay_failovers", s.relay_failovers},
+          {"relay_delivered", s.relay_delivered},
+          {"relay_clients", sw->relay_clients()},
+          {"relay_registrations", s.relay_registrations},
+          {"relayed_frames", s.relay_frames},
+          {"relayed_bytes", s.relay_bytes},
+          {"relay_refused", s.relay_refused() + in.relay_nested},
+          {"relay_refused_by_reason",
+           {{"not_serving", s.relay_refused_not_serving},
+            {"not_member", s.relay_refused_not_member},
+            {"not_registered", s.relay_refused_not_registered},
+            {"loop", s.relay_refused_loop},
+            {"over_rate", s.relay_refused_over_rate},
+            {"nested", in.relay_nested}}},
+          {"punches", s.punches},
+          {"reflexive_moves", s.reflexive_moves}};
 }
 
 }  // namespace
@@ -210,6 +240,7 @@ json StatusJson(const StatusInputs& in) {
           {"incarnation", n.Incarnation()},
           {"advertise", n.AdvertisedAddr()},
           {"reach", membership::ReachName(n.Reach())},
+          {"nat", NatJson(in)},
           {"uptime_s", in.uptime_s},
           {"loop", LoopJson(in)},
           {"param_streams",

@@ -53,6 +53,7 @@ struct StatusInputs {
   uint64_t mix_chunks_dropped = 0;  // incoming chunks the mixer's queue had no room for
   double models_mixed = 0;          // streamed peer models mixed, in whole models
   uint64_t read_pauses = 0;         // parameter connections paused: the running sum was behind
+  uint64_t relay_nested = 0;        // relay frames delivered inside a relay frame (issue 34)
 };
 
 nlohmann::json StatusJson(const StatusInputs& in);

@@ -55,8 +55,9 @@ fb::Offset<w::Meta> EncodeMeta(fb::FlatBufferBuilder& b, const ms::Meta& m) {
     keys = b.CreateVector(k);
     values = b.CreateVector(v);
   }
+  const auto relay = m.relay.empty() ? 0 : b.CreateString(m.relay);
   return w::CreateMeta(b, data_addr, m.training, m.uplink_mbps, m.downlink_mbps, keys, values,
-                       static_cast<uint8_t>(m.reach));
+                       static_cast<uint8_t>(m.reach), relay, m.serves_relay);
 }
 
 struct UpdateEncoder {
@@ -112,6 +113,9 @@ struct PrimaryEncoder {
   }
   std::pair<w::Primary, fb::Offset<void>> operator()(const ms::NackMsg& m) const {
     return {w::Primary::Nack, w::CreateNack(b, m.seq).Union()};
+  }
+  std::pair<w::Primary, fb::Offset<void>> operator()(const ms::RelayRegisterMsg& m) const {
+    return {w::Primary::RelayRegister, w::CreateRelayRegister(b, m.seq).Union()};
   }
 };
 
@@ -221,6 +225,13 @@ bool DecodeMeta(const w::Meta* m, ms::Meta* out, Reject* why) {
   if (!ValidTags(out->tags)) return Fail(Reject::kSemantic, why);
   if (m->reach() > static_cast<uint8_t>(ms::Reach::kNat)) return Fail(Reject::kSemantic, why);
   out->reach = static_cast<ms::Reach>(m->reach());
+  // Optional (older peers leave it out); when present, a member name.
+  if (m->relay() != nullptr && m->relay()->size() > 0) {
+    std::string_view v(m->relay()->data(), m->relay()->size());
+    if (!ValidName(v, kMaxSenderBytes)) return Fail(Reject::kSemantic, why);
+    out->relay.assign(v);
+  }
+  out->serves_relay = m->serves_relay();
   return true;
 }
 
@@ -349,6 +360,9 @@ bool DecodePrimary(w::Primary type, const void* value, ms::Primary* out, Reject*
     }
     case w::Primary::Nack:
       *out = ms::NackMsg{static_cast<const w::Nack*>(value)->seq()};
+      return true;
+    case w::Primary::RelayRegister:
+      *out = ms::RelayRegisterMsg{static_cast<const w::RelayRegister*>(value)->seq()};
       return true;
     default:
       return Fail(Reject::kSemantic, why);
@@ -620,6 +634,11 @@ std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
     body = EncodePacket(b, *p);
   } else if (const auto* q = std::get_if<ProgressQuery>(&d.body)) {
     body = {w::Body::ProgressQuery, w::CreateProgressQuery(b, q->seq, q->step, q->need).Union()};
+  } else if (const auto* rf = std::get_if<RelayFrame>(&d.body)) {
+    if (rf->inner.size() > kMaxRelayInnerBytes || !ValidNodeName(rf->dest)) return {};
+    const auto dest = b.CreateString(rf->dest);
+    const auto inner = b.CreateVector(rf->inner);
+    body = {w::Body::RelayFrame, w::CreateRelayFrame(b, dest, inner).Union()};
   } else {
     const auto& r = std::get<ProgressReply>(d.body);
     body = {w::Body::ProgressReply, w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
@@ -721,6 +740,31 @@ std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, R
     case w::Body::ProgressReply: {
       const auto* r = env->body_as_ProgressReply();
       out.body = ProgressReply{r->seq(), r->step(), r->training()};
+      break;
+    }
+    case w::Body::RelayFrame: {
+      // A member name, and a datagram that could be one (at least a marker and an envelope's
+      // header, at most what fits in a frame). Whether the inner bytes are a valid datagram is
+      // for its receiver to find out: a relay cannot open them.
+      const auto* r = env->body_as_RelayFrame();
+      RelayFrame rf;
+      if (!DecodeName(r->dest(), &rf.dest, why)) return std::nullopt;
+      if (!ValidNodeName(rf.dest)) {
+        Fail(Reject::kSemantic, why);
+        return std::nullopt;
+      }
+      const auto* inner = r->inner();
+      if (inner == nullptr) {
+        Fail(Reject::kVerify, why);
+        return std::nullopt;
+      }
+      if (inner->size() > kMaxRelayInnerBytes ||
+          inner->size() < kPlainOverhead + kMinEnvelopeBytes) {
+        Fail(Reject::kSemantic, why);
+        return std::nullopt;
+      }
+      rf.inner.assign(inner->begin(), inner->end());
+      out.body = std::move(rf);
       break;
     }
     default:

@@ -32,6 +32,21 @@ std::optional<Datagram> Inbound::OnDatagram(const uint8_t* data, size_t len,
   return d;
 }
 
+std::optional<Datagram> Inbound::OnRelayed(const uint8_t* data, size_t len,
+                                           const std::string& via_addr, double now_s) {
+  if (len > kMaxRelayInnerBytes) {
+    rejects_.add(Reject::kTooLarge);
+    return std::nullopt;
+  }
+  auto d = OnDatagram(data, len, via_addr + "/relayed", now_s);
+  if (d && std::holds_alternative<RelayFrame>(d->body)) {
+    rejects_.add(Reject::kSemantic);
+    ++nested_;
+    return std::nullopt;
+  }
+  return d;
+}
+
 std::optional<Frame> Inbound::OnFrame(const uint8_t* data, size_t len) {
   if (len > options_.max_frame_bytes) {
     rejects_.add(Reject::kTooLarge);

@@ -41,6 +41,14 @@ class Inbound {
   // (monotonic seconds). Nullopt, counted, when any check refuses it.
   std::optional<Datagram> OnDatagram(const uint8_t* data, size_t len, const std::string& from_addr,
                                      double now_s);
+  // The inner datagram of a relay frame our relay delivered (issue 34; `via_addr`: where the
+  // frame came from): the same checks (at most kMaxRelayInnerBytes; the rate limiter's key is
+  // the relay's address marked as relayed), and a relay frame inside is refused (kSemantic,
+  // counted in nested()): frames do not nest.
+  std::optional<Datagram> OnRelayed(const uint8_t* data, size_t len, const std::string& via_addr,
+                                    double now_s);
+  uint64_t nested() const { return nested_; }
+
   // One frame payload (without its length prefix). Nullopt, counted, when refused.
   std::optional<Frame> OnFrame(const uint8_t* data, size_t len);
   // The same for a payload in a buffer `owner` keeps alive (Codec::DecodeFrameHeld: a parameter
@@ -60,6 +68,7 @@ class Inbound {
   SourceRateLimiter rate_limiter_;
   ReplayGuard replay_guard_;
   RejectCounters rejects_;
+  uint64_t nested_ = 0;
 };
 
 }  // namespace meshtrain::gossip

@@ -168,11 +168,25 @@ constexpr size_t kMaxKeysInReply = 64;
 bool ValidKeyOp(const KeyOpMsg& m);
 bool ValidKeyOpReply(const KeyOpReplyMsg& m);
 
+// Relays (issue 34): a datagram for member `dest`, carried through its relay. `inner` is a whole
+// datagram (marker, envelope, seal) as its sender encoded it: a relay forwards it as it came,
+// and with --encrypt cannot read it. A relay frame rides in an ordinary datagram (authenticated
+// with the cluster key like any other), so `inner` is at most kMaxRelayInnerBytes, and never
+// itself a relay frame (the receiver refuses nesting).
+struct RelayFrame {
+  std::string dest;
+  std::vector<uint8_t> inner;
+};
+// The worst case of the wrapping: envelope, sender, cluster label and destination names (64
+// bytes each), the inner vector's prefix and padding, and the seal.
+constexpr size_t kRelayFrameOverhead = 384;
+constexpr size_t kMaxRelayInnerBytes = kMaxDatagramBytes - kRelayFrameOverhead;
+
 // A UDP datagram. For a Packet, the wire carries the sender name once, as `sender`: Packet::from
 // is not encoded, and the decoder sets it to `sender`.
 struct Datagram {
   std::string sender;
-  std::variant<membership::Packet, ProgressQuery, ProgressReply> body;
+  std::variant<membership::Packet, ProgressQuery, ProgressReply, RelayFrame> body;
   // Sender's wall clock in ms since the Unix epoch. The encoder stamps it from the codec's wall
   // clock (Codec::set_wall_clock) when left 0. Receivers never compare it with their own clock:
   // a ReplayGuard only compares it with the same sender's earlier stamps, to order its sessions.

@@ -18,6 +18,9 @@ Swim::Impl::Impl(Config c, uint64_t seed, TimeMs now)
   self_ = AddNode(cfg_.name);
   self_->m.addr = cfg_.addr;
   configured_addr_ = cfg_.addr;
+  self_->m.meta.serves_relay = cfg_.nat && cfg_.serve_relay;
+  relay_tokens_ = cfg_.relay_rate_bytes_per_s;
+  relay_refill_ = now;
   self_->m.state_change = now;
   self_->m.step_learned = now;
   num_live_ = 1;
@@ -50,6 +53,9 @@ void Swim::Impl::RemoveNode(NodeState* st) {
   ClearSuspicion(st);
   if (st->reap_at != kNever) reap_timers_.erase({st->reap_at, st->m.name});
   if (IsLive(st->m.status)) --num_live_;
+  if (auto it = nat_addr_.find(st->m.addr); it != nat_addr_.end() && it->second == st->m.name) {
+    nat_addr_.erase(it);
+  }
   auto it = std::find(nodes_.begin(), nodes_.end(), st);
   if (it != nodes_.end()) {
     const size_t idx = static_cast<size_t>(it - nodes_.begin());
@@ -145,6 +151,7 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
     st->m.addr = a.addr;
     st->m.incarnation = a.incarnation;
     st->m.meta = a.meta;
+    IndexNat(*st, std::string());
     ++num_live_;  // AddNode creates it alive
     if (spread) queue_.Queue(a);
     Emit(Event::Kind::kJoined, st);
@@ -181,8 +188,10 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
   const bool meta_changed = st->m.meta != a.meta;
   const bool path_changed = st->m.addr != a.addr || st->m.meta.reach != a.meta.reach;
   st->m.incarnation = a.incarnation;
+  const std::string old_addr = std::move(st->m.addr);
   st->m.meta = a.meta;
   st->m.addr = a.addr;
+  IndexNat(*st, old_addr);
   SetStatus(st, Status::kAlive);
   if (path_changed) Punch(*st);
   if (old_status != Status::kAlive) {
@@ -392,6 +401,7 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   Impl& s = *impl_;
   s.now_ = now;
   NodeState* sender = s.FindState(packet.from);
+  if (!s.relay_.name.empty() && packet.from == s.relay_.name) s.relay_.last_heard = now;
   if (sender != nullptr && sender != s.self_) {
     // Straight from the source: authoritative.
     if (packet.from_step != sender->m.step) {
@@ -443,8 +453,12 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
     r.expire_at = now + s.cfg_.probe_timeout;
     s.relays_.emplace(seq, std::move(r));
     s.SendPacket(ind->target_addr, PingMsg{seq, ind->target});
+  } else if (const auto* reg = std::get_if<RelayRegisterMsg>(&packet.primary)) {
+    s.OnRelayRegister(*reg, packet, from_addr);
   } else if (const auto* ack = std::get_if<AckMsg>(&packet.primary)) {
-    if (s.probe_.active && ack->seq == s.probe_.seq) {
+    if (s.relay_.awaiting && ack->seq == s.relay_.seq) {
+      s.OnRelayAck(*ack, packet.from);
+    } else if (s.probe_.active && ack->seq == s.probe_.seq) {
       if (s.cfg_.nat && !ack->observed.empty()) s.NoteObserved(packet.from, ack->observed);
       s.ProbeSucceeded();
     } else if (auto d = s.discovery_.find(ack->seq); d != s.discovery_.end()) {
@@ -459,7 +473,11 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
       s.SendPacket(r.origin_addr, AckMsg{r.origin_seq, std::string()});
     }
   } else if (const auto* nack = std::get_if<NackMsg>(&packet.primary)) {
-    if (s.probe_.active && nack->seq == s.probe_.seq) ++s.probe_.nacks;
+    if (s.relay_.awaiting && nack->seq == s.relay_.seq) {
+      s.OnRelayNack(packet.from);
+    } else if (s.probe_.active && nack->seq == s.probe_.seq) {
+      ++s.probe_.nacks;
+    }
   }
 }
 
@@ -522,6 +540,7 @@ void Swim::Tick(TimeMs now) {
   }
   if (s.probe_.active && now >= s.probe_.deadline) s.ProbeFailed();
   if (!s.left_ && now >= s.next_probe_) s.StartProbe();
+  s.RelayTick();
 
   while (!s.suspicion_timers_.empty() && s.suspicion_timers_.begin()->first <= now) {
     const std::string name = s.suspicion_timers_.begin()->second;
@@ -588,6 +607,8 @@ TimeMs Swim::NextDeadline() const {
   const Impl& s = *impl_;
   TimeMs d = kNever;
   if (!s.left_) d = std::min(d, s.next_probe_);
+  if (s.need_relay_ && !s.left_) d = std::min(d, s.relay_.next_keepalive);
+  if (!s.relay_clients_.empty()) d = std::min(d, s.now_ + s.cfg_.relay_keepalive);
   if (s.probe_.active) {
     d = std::min(d, s.probe_.deadline);
     if (!s.probe_.indirect_sent) d = std::min(d, s.probe_.timeout_at);
@@ -652,9 +673,11 @@ void Swim::SetMeta(const Meta& meta, TimeMs now) {
   Impl& s = *impl_;
   s.now_ = now;
   if (s.left_) return;
-  const Reach reach = s.self_->m.meta.reach;  // ours to set, not the caller's
-  s.self_->m.meta = meta;
-  s.self_->m.meta.reach = reach;
+  Meta mine = meta;  // reachability and relay fields are ours to set, not the caller's
+  mine.reach = s.self_->m.meta.reach;
+  mine.relay = s.self_->m.meta.relay;
+  mine.serves_relay = s.self_->m.meta.serves_relay;
+  s.self_->m.meta = std::move(mine);
   s.PublishSelf();
 }
 
@@ -758,6 +781,9 @@ void Swim::Impl::NoteSentTo(const std::string& addr) {
 void Swim::Impl::Punch(const NodeState& st) {
   if (!cfg_.nat || left_ || &st == self_ || !IsLive(st.m.status)) return;
   if (self_->m.meta.reach != Reach::kNat || st.m.meta.reach != Reach::kNat) return;
+  // A relayed member is reached through its relay; a relayed node's NAT opens a new mapping
+  // per destination, which no punch can predict.
+  if (!st.m.meta.relay.empty() || need_relay_) return;
   ++stats_.punches;
   SendPacket(st.m.addr, std::monostate{},
              {AliveMsg{cfg_.name, cfg_.addr, self_->m.incarnation, self_->m.meta}}, false);
@@ -791,6 +817,7 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
   observed_[peer] = addr;
   // Only live members' reports count (and are kept).
   size_t agree = 0, elsewhere = 0, reports = 0;
+  std::set<std::string> outside;  // addresses seen other than our own inner one
   for (auto it = observed_.begin(); it != observed_.end();) {
     const NodeState* o = FindState(it->first);
     if (o == nullptr || !IsLive(o->m.status)) {
@@ -800,7 +827,22 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
     ++reports;
     agree += it->second == addr;
     elsewhere += it->second != cfg_.addr;
+    if (it->second != configured_addr_) outside.insert(it->second);
     ++it;
+  }
+  // Peers see us at different outside addresses: a symmetric NAT (a new mapping per
+  // destination), even when we moved to where our first peer saw us (it was alone then). No
+  // address of ours reaches us from everywhere: we need a relay (issue 34). (A peer behind the
+  // same NAT sees our inner address: no evidence.)
+  if (outside.size() >= 2 && cfg_.adopt_reflexive && cfg_.relay_mode != Config::RelayMode::kOff &&
+      !need_relay_ && self_->m.meta.reach != Reach::kPublic) {
+    need_relay_ = true;
+    if (self_->m.meta.reach == Reach::kUnknown) {
+      self_->m.meta.reach = Reach::kNat;
+      PublishSelf();
+    }
+    RelayTick();
+    return;
   }
   // Peers that can answer before we moved: a member behind NAT drops our pings until we
   // advertise an address it sends to, so only the others count towards the quorum.
@@ -817,7 +859,7 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
     changed = true;
   }
   bool moved = false;
-  if (cfg_.adopt_reflexive && addr != cfg_.addr && agree >= quorum) {
+  if (cfg_.adopt_reflexive && !need_relay_ && addr != cfg_.addr && agree >= quorum) {
     cfg_.addr = addr;
     self_->m.addr = addr;
     ++stats_.reflexive_moves;

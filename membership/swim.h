@@ -60,6 +60,24 @@ struct Config {
   // member it learns of are off (see docs/simulator.md).
   size_t max_members = 0;
 
+  // Relays (issue 34; with `nat` and `adopt_reflexive`). A node behind NAT that peers see at
+  // different addresses (symmetric NAT: it cannot move to one) registers with a relay: a live
+  // member that is public, serves relays and is not itself relayed (kAuto: any such member;
+  // kNamed: `relay_name` only; kOff: never). It repeats the registration every
+  // `relay_keepalive` (the relay's answer says where it sees the node: the node advertises that
+  // address and the relay's name), and fails over to another relay when its relay is no longer
+  // alive in its view or it heard nothing from the relay for `relay_keepalive_misses`
+  // keepalive periods. A relay keeps a registration for `relay_ttl` after the last one.
+  enum class RelayMode : uint8_t { kAuto, kNamed, kOff };
+  RelayMode relay_mode = RelayMode::kAuto;
+  std::string relay_name;
+  bool serve_relay = true;            // forward for registered members (--serve-relay)
+  double relay_rate_bytes_per_s = 0;  // cap on the bytes forwarded (token bucket); 0 = none
+  TimeMs relay_keepalive = 1000;
+  int relay_keepalive_misses = 2;
+  TimeMs relay_ttl = 10000;
+  size_t relay_overhead_bytes = 384;  // datagram budget a relay frame's wrapping takes
+
   static Config Lan();
   static Config Wan();
   static Config Local();
@@ -91,7 +109,30 @@ struct Event {
 struct OutPacket {
   std::string to_addr;
   Packet packet;
+  // Non-empty: `to_addr` is a member behind a relay (issue 34); send the datagram to `via` (the
+  // relay's address) wrapped in a relay frame for member `dest`.
+  std::string via{};
+  std::string dest{};
 };
+
+// Where a datagram for a relayed member goes (Swim::Route).
+struct RelayRoute {
+  std::string via;   // the relay's address
+  std::string dest;  // the member's name
+};
+
+// What to do with a relay frame (Swim::OnRelayFrame). kForward and kDeliver accept it; the
+// rest refuse it (counted in Stats).
+enum class RelayVerdict : uint8_t {
+  kForward,        // we relay for `dest`: send the inner datagram on to *to_addr
+  kDeliver,        // for us, from our relay: handle the inner datagram
+  kNotServing,     // --serve-relay off
+  kNotMember,      // the sender is not a live member
+  kNotRegistered,  // `dest` has no live registration with us
+  kLoop,           // we are relayed ourselves (or the frame for us came from another node)
+  kOverRate,       // over the bandwidth cap
+};
+const char* RelayVerdictName(RelayVerdict v);
 
 // A push-pull exchange to start over TCP: send `request` to `to_addr`, read one PushPull back
 // and pass it to HandlePushPullResponse. If the connection fails, call PushPullFailed.
@@ -110,6 +151,25 @@ struct Stats {
   uint64_t pushpulls = 0;
   uint64_t reflexive_moves = 0;  // times this node moved to an address its peers see it at
   uint64_t punches = 0;          // alive messages sent to open our NAT towards a NATed member
+  // Relays (issue 34). As a relay: registrations accepted, frames and their bytes forwarded,
+  // refusals by reason (RelayVerdict, and registrations refused: kNotServing, kNotMember, kLoop).
+  uint64_t relay_registrations = 0;
+  uint64_t relay_frames = 0;
+  uint64_t relay_bytes = 0;
+  uint64_t relay_refused_not_serving = 0;
+  uint64_t relay_refused_not_member = 0;
+  uint64_t relay_refused_not_registered = 0;
+  uint64_t relay_refused_loop = 0;
+  uint64_t relay_refused_over_rate = 0;
+  // As a relayed node: frames delivered to us, registrations (keepalives) sent, relays chosen
+  // after the first (failovers).
+  uint64_t relay_delivered = 0;
+  uint64_t relay_keepalives = 0;
+  uint64_t relay_failovers = 0;
+  uint64_t relay_refused() const {
+    return relay_refused_not_serving + relay_refused_not_member + relay_refused_not_registered +
+           relay_refused_loop + relay_refused_over_rate;
+  }
 };
 
 class Swim {
@@ -182,6 +242,23 @@ class Swim {
   // A datagram the caller sent to `addr` outside the core (barrier queries and replies on the
   // same socket): a NAT now lets that address answer, so what comes from it is not unsolicited.
   void NoteSent(const std::string& addr);  // stamped with the last time the core was given
+
+  // Relays (issue 34). The route of a datagram the caller sends to `addr` outside the core
+  // (barrier queries and replies): nullopt = straight there. Through a relayed member's relay;
+  // from a relayed node to a member behind (cone) NAT, through its own relay.
+  std::optional<RelayRoute> Route(const std::string& addr) const;
+  // A relay frame from member `sender`, arriving from `from_addr`, for member `dest`, carrying
+  // `bytes`: what to do with it (counted; *to_addr set for kForward). A relay forwards to
+  // members registered with it, and to members that sent frames through it within relay_ttl
+  // (at the address they came from: their return path).
+  RelayVerdict OnRelayFrame(const std::string& sender, const std::string& from_addr,
+                            const std::string& dest, size_t bytes, TimeMs now,
+                            std::string* to_addr);
+  // The relay this node is registered with ("" = none; registered() false while waiting for
+  // its first answer), and the members registered with this node as their relay.
+  const std::string& relay() const;
+  bool relay_registered() const;
+  size_t relay_clients() const;
 
  private:
   struct Impl;

@@ -258,6 +258,43 @@ struct Swim::Impl {
   std::map<uint32_t, std::string> discovery_;
   void Discover();
 
+  // ---- Relays (issue 34) ----
+  // Advertised address -> name of each member behind NAT (a relayed member's address is where
+  // its relay sees it: unique), so SendPacket finds the route of any address it is handed.
+  std::unordered_map<std::string, std::string> nat_addr_;
+  void IndexNat(const NodeState& st, const std::string& old_addr);
+  std::optional<RelayRoute> RouteFor(const std::string& addr) const;
+  // As a relayed node: set once peers saw us at different addresses and we could not move.
+  bool need_relay_ = false;
+  struct RelayClient {
+    std::string name;  // "" = none chosen
+    bool registered = false;
+    bool awaiting = false;  // the last registration is unanswered
+    uint32_t seq = 0;
+    TimeMs last_heard = 0;  // last datagram from it (an answer, a probe)
+    TimeMs next_keepalive = 0;
+    std::string prev;  // the relay before (frames it still forwards are delivered)
+    TimeMs prev_until = 0;
+  } relay_;
+  void RelayTick();
+  void ChooseRelay(const std::string& avoid);
+  void SendRegistration();
+  void OnRelayAck(const AckMsg& ack, const std::string& from);
+  void OnRelayNack(const std::string& from);
+  // As a relay: registered members (name -> the address their registrations came from, last
+  // registration) and the bandwidth cap's token bucket.
+  struct RelayEntry {
+    std::string addr;
+    TimeMs last = 0;
+  };
+  std::map<std::string, RelayEntry> relay_clients_;
+  // Members that sent frames through us lately, where they came from: a member behind a cone
+  // NAT admits datagrams from us there, so a relayed node's answers reach it (return paths).
+  std::map<std::string, RelayEntry> relay_returns_;
+  double relay_tokens_ = 0;
+  TimeMs relay_refill_ = 0;
+  void OnRelayRegister(const RelayRegisterMsg& r, const Packet& p, const std::string& from_addr);
+
   std::vector<OutPacket> out_packets_;
   std::vector<OutPushPull> out_push_pulls_;
   std::vector<Event> events_;

@@ -83,9 +83,11 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
   p.from_addr = cfg_.addr;
   p.from_step = self_->m.step;
   p.primary = std::move(primary);
-  const size_t limit = cfg_.max_packet_bytes > cfg_.packet_overhead_bytes
-                           ? cfg_.max_packet_bytes - cfg_.packet_overhead_bytes
-                           : 0;
+  // A datagram for a relayed member travels inside a relay frame (issue 34): less room.
+  std::optional<RelayRoute> route = RouteFor(to);
+  const size_t overhead =
+      cfg_.packet_overhead_bytes + (route ? cfg_.relay_overhead_bytes : size_t{0});
+  const size_t limit = cfg_.max_packet_bytes > overhead ? cfg_.max_packet_bytes - overhead : 0;
   const size_t header = EstimatePacketOverhead(p);
   size_t budget = limit > header ? limit - header : 0;
   for (Update& u : extra) {
@@ -97,8 +99,13 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
   if (piggyback) queue_.Fill(budget, RetransmitLimit(), &p.updates);
   if (std::holds_alternative<std::monostate>(p.primary) && p.updates.empty()) return;
   ++stats_.packets_sent;
-  if (cfg_.nat) NoteSentTo(to);
-  out_packets_.push_back(OutPacket{to, std::move(p)});
+  if (cfg_.nat) NoteSentTo(route ? route->via : to);
+  if (route) {
+    out_packets_.push_back(
+        OutPacket{to, std::move(p), std::move(route->via), std::move(route->dest)});
+  } else {
+    out_packets_.push_back(OutPacket{to, std::move(p), {}, {}});
+  }
 }
 
 void Swim::Impl::Announce(const Update& u) {
@@ -151,8 +158,10 @@ void Swim::Impl::StartPushPulls() {
 }
 
 NodeState* Swim::Impl::PickAlivePeer() {
-  return PickOne(
-      [&](const NodeState* st) { return st != self_ && st->m.status == Status::kAlive; });
+  // Push-pull is TCP: a member behind a relay accepts no connections (issue 34).
+  return PickOne([&](const NodeState* st) {
+    return st != self_ && st->m.status == Status::kAlive && st->m.meta.relay.empty();
+  });
 }
 
 void Swim::Impl::PushPullWith(const NodeState& st) {

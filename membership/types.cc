@@ -18,6 +18,8 @@ size_t MetaSize(const Meta& m) {
   // The reach byte (issue 34) fits in this bound's slack (a vtable slot and one byte against
   // 16 B per field; tests/gossip/codec_test.cc checks the bound with random metadata).
   size_t n = kTableBytes + 4 * kFieldBytes + m.data_addr.size();
+  // The relay fields (issue 34): the name's slot, prefix and padding, and the flag.
+  if (!m.relay.empty() || m.serves_relay) n += 2 * kFieldBytes + m.relay.size();
   if (!m.tags.empty()) n += 2 * kFieldBytes;
   for (const auto& [key, value] : m.tags) n += 2 * kFieldBytes + key.size() + value.size();
   return n;
@@ -88,7 +90,7 @@ size_t EstimatePacketOverhead(const Packet& p) {
         } else if constexpr (std::is_same_v<T, AckMsg>) {
           return kTableBytes + 2 * kFieldBytes + m.observed.size();
         } else {
-          static_assert(std::is_same_v<T, NackMsg>);
+          static_assert(std::is_same_v<T, NackMsg> || std::is_same_v<T, RelayRegisterMsg>);
           return kTableBytes + kFieldBytes;
         }
       },

@@ -43,10 +43,16 @@ struct Meta {
   // gossip::ValidTags.
   std::vector<std::pair<std::string, std::string>> tags;
   Reach reach = Reach::kUnknown;  // set by the membership core itself (Swim), not the caller
+  // Relays (issue 34), set by the core too: `relay` names the member this one is reached
+  // through (empty: reached at its address); `serves_relay`: it forwards for members behind
+  // symmetric NAT (--serve-relay on).
+  std::string relay{};
+  bool serves_relay = false;
 
   bool operator==(const Meta& o) const {
     return data_addr == o.data_addr && training == o.training && uplink_mbps == o.uplink_mbps &&
-           downlink_mbps == o.downlink_mbps && tags == o.tags && reach == o.reach;
+           downlink_mbps == o.downlink_mbps && tags == o.tags && reach == o.reach &&
+           relay == o.relay && serves_relay == o.serves_relay;
   }
   bool operator!=(const Meta& o) const { return !(*this == o); }
 };
@@ -123,7 +129,16 @@ struct NackMsg {
   uint32_t seq = 0;
 };
 
-using Primary = std::variant<std::monostate, PingMsg, IndirectPingMsg, AckMsg, NackMsg>;
+// Relays (issue 34): a member behind symmetric NAT asks a reachable member to relay for it, and
+// repeats the request as a keepalive that holds its NAT's mapping towards the relay open. The
+// relay answers with an AckMsg (seq echoed, `observed`: where it sees the requester, the
+// mapping it forwards over) or a NackMsg when it refuses (not serving, itself relayed).
+struct RelayRegisterMsg {
+  uint32_t seq = 0;
+};
+
+using Primary =
+    std::variant<std::monostate, PingMsg, IndirectPingMsg, AckMsg, NackMsg, RelayRegisterMsg>;
 
 // One UDP datagram worth of membership traffic: at most one primary message plus piggybacked
 // updates (a "compound" packet in memberlist terms). Every packet carries the sender's own

@@ -8,7 +8,11 @@ std::vector<Output> RouteNetwork(std::vector<Output> outputs, Endpoint& endpoint
   std::vector<Output> rest;
   for (auto& o : outputs) {
     if (auto* d = std::get_if<SendDatagram>(&o)) {
-      endpoint.SendDatagram(d->to, d->msg);
+      if (d->via.empty()) {
+        endpoint.SendDatagram(d->to, d->msg);
+      } else {
+        endpoint.SendRelayed(d->to, d->via, d->dest, d->msg);
+      }
     } else if (auto* c = std::get_if<Connect>(&o)) {
       endpoint.Connect(c->conn, c->to);
     } else if (auto* f = std::get_if<SendFrame>(&o)) {

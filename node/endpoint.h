@@ -22,6 +22,12 @@ class Endpoint {
  public:
   virtual ~Endpoint() = default;
   virtual void SendDatagram(const std::string& to, const gossip::Datagram& msg) = 0;
+  // A datagram for member `dest` at `to`, through its relay at `via` (issue 34). A network
+  // without relays (the simulator: no NAT) sends it straight to `to`.
+  virtual void SendRelayed(const std::string& to, const std::string& /*via*/,
+                           const std::string& /*dest*/, const gossip::Datagram& msg) {
+    SendDatagram(to, msg);
+  }
   // Opens connection `conn` (a node id >= kFirstOutgoingConn) to `to`.
   virtual void Connect(ConnId conn, const std::string& to) = 0;
   virtual void SendFrame(ConnId conn, const gossip::Frame& msg) = 0;

@@ -219,6 +219,40 @@ void Node::TakeOutput(std::vector<Output>* out) {
 
 void Node::Reject() { stats_.rejected++; }
 
+void Node::SendTo(std::string addr, gossip::Datagram dg) {
+  if (!swim_) {
+    Emit(SendDatagram{std::move(addr), std::move(dg), {}, {}});
+    return;
+  }
+  auto route = swim_->Route(addr);
+  swim_->NoteSent(route ? route->via : addr);
+  if (route) {
+    Emit(SendDatagram{std::move(addr), std::move(dg), std::move(route->via),
+                      std::move(route->dest)});
+  } else {
+    Emit(SendDatagram{std::move(addr), std::move(dg), {}, {}});
+  }
+}
+
+void Node::OnRelayFrame(const DatagramIn& in, const gossip::RelayFrame& rf, TimeMs now) {
+  // Frames come straight from their sender or relay: one delivered through a relay is nested.
+  if (!swim_ || in.from.empty()) return Reject();
+  std::string to;
+  const ms::RelayVerdict v =
+      swim_->OnRelayFrame(in.msg.sender, in.from, rf.dest, rf.inner.size(), now, &to);
+  if (v == ms::RelayVerdict::kDeliver) {
+    Emit(RelayedIn{in.msg.sender, in.from, rf.inner});
+  } else if (v == ms::RelayVerdict::kForward) {
+    // The inner bytes as they came, in a frame of ours: the receiver accepts frames from the
+    // relay it registered with.
+    gossip::Datagram dg;
+    dg.sender = config_.name;
+    dg.body = rf;
+    swim_->NoteSent(to);
+    Emit(SendDatagram{std::move(to), std::move(dg), {}, {}});
+  }
+}
+
 void Node::Prefetch(int stage, const Input* in) const {
   if (stage == 0) {
     // The deadlines and flags read on every input sit together after the barrier state (node.h).
@@ -596,7 +630,7 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
       gossip::Datagram dg;
       dg.sender = config_.name;
       dg.body = std::move(p.packet);
-      Emit(SendDatagram{std::move(p.to_addr), std::move(dg)});
+      Emit(SendDatagram{std::move(p.to_addr), std::move(dg), std::move(p.via), std::move(p.dest)});
     }
     for (auto& pp : swim_->TakePushPulls()) StartPushPull(pp, join_tag, now);
     if (swim_->reach() != logged_reach_ || swim_->config().addr != logged_addr_) {
@@ -608,6 +642,14 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
           false,
           std::string("reachability: ") + ms::ReachName(logged_reach_) +
               (moved ? ", advertising " + logged_addr_ + " (where peers see this node)" : "")});
+    }
+    const std::string relay = swim_->relay_registered() ? swim_->relay() : std::string();
+    if (relay != logged_relay_) {
+      // Issue 34: behind symmetric NAT, the relay this node is reached through.
+      Emit(LogLine{false, relay.empty() ? "relay: none (looking for one)"
+                                        : "relay: reached through " + relay + ", advertising " +
+                                              swim_->config().addr});
+      logged_relay_ = relay;
     }
     for (const std::string& name : swim_->TakeProgressNews()) {
       const ms::Member* m = swim_->Find(name);
@@ -660,7 +702,18 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     if (!swim_) return Reject();
     swim_->HandlePacket(in.from, *pkt, now);
     progress_dirty_ = true;
+  } else if (auto* rf = std::get_if<gossip::RelayFrame>(&dg.body)) {
+    OnRelayFrame(in, *rf, now);
   } else if (auto* q = std::get_if<gossip::ProgressQuery>(&dg.body)) {
+    if (in.from.empty()) {
+      // Delivered by our relay: the answer goes to the querier's advertised address (through
+      // its relay, if it has one).
+      // A member that learned of us first queries before we know it: nothing says where to
+      // answer (a well-formed query: dropped, not counted as refused), and it asks again.
+      const ms::Member* m = swim_ ? swim_->Find(dg.sender) : nullptr;
+      if (m == nullptr) return;
+      in.from = m->addr;
+    }
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
@@ -669,8 +722,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
     if (barrier_ && training()) barrier_->OnKnownProgress(dg.sender, q->step, now);
-    if (swim_) swim_->NoteSent(in.from);
-    Emit(SendDatagram{in.from, std::move(reply)});
+    SendTo(in.from, std::move(reply));
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
     if (!barrier_) return;
     const bool changed = rep->training ? barrier_->OnReply(dg.sender, rep->seq, rep->step, now)
@@ -832,8 +884,7 @@ void Node::NotifyWatchers() {
     gossip::Datagram reply;
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{w.seq, progress_.step, training()};
-    if (swim_) swim_->NoteSent(w.addr);
-    Emit(SendDatagram{std::move(w.addr), std::move(reply)});
+    SendTo(std::move(w.addr), std::move(reply));
   }
 }
 
@@ -902,8 +953,7 @@ void Node::SendBarrierQueries(uint64_t step) {
     const uint64_t need = step > bound ? step - bound : 0;
     // Our own step is what we completed (a prefetch runs ahead of it, the report never does).
     dg.body = gossip::ProgressQuery{q.seq, progress_.step, need};
-    if (swim_) swim_->NoteSent(*addr);
-    Emit(SendDatagram{*addr, std::move(dg)});
+    SendTo(*addr, std::move(dg));
   }
 }
 

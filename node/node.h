@@ -121,8 +121,9 @@ struct NodeConfig {
 // ---- Inputs ----------------------------------------------------------------------------------
 
 struct DatagramIn {
-  std::string from;  // source "ip:port"
+  std::string from;  // source "ip:port"; empty for a datagram a relay delivered (`via`)
   gossip::Datagram msg;
+  std::string via{};  // the relay that delivered it (issue 34); empty: it came straight
 };
 struct FrameIn {
   ConnId conn;
@@ -204,6 +205,18 @@ using Input =
 struct SendDatagram {
   std::string to;
   gossip::Datagram msg;
+  // Issue 34: non-empty when `to` is a member behind a relay: send `msg` to `via` (the relay's
+  // address) inside a relay frame for member `dest` (Endpoint::SendRelayed).
+  std::string via{};
+  std::string dest{};
+};
+// A relay frame for this node came from its relay (issue 34): the driver decodes `inner` as an
+// inbound datagram (counting what it refuses, a nested relay frame included) and feeds it as a
+// DatagramIn with `via` set and no source address.
+struct RelayedIn {
+  std::string via;       // the relay's name
+  std::string via_addr;  // where the frame came from (the rate limiter's key)
+  std::vector<uint8_t> inner;
 };
 // Open a TCP connection; its id is used by the SendFrame/Close outputs that follow at once.
 struct Connect {
@@ -365,7 +378,7 @@ struct AdoptConsensus {
 using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,
                             MemberEvent, RoundDone, ParamsReceived, CommandDone, LogLine, LeaveDone,
                             MembershipChanged, AdoptState, RetryJoin, JoinGaveUp, ProbeLink,
-                            SendParams, MixChunk, ConsensusReduce, AdoptConsensus>;
+                            SendParams, MixChunk, ConsensusReduce, AdoptConsensus, RelayedIn>;
 
 // ---- Counters and state for status --------------------------------------------------------------
 
@@ -434,6 +447,8 @@ class Node {
   // (its reflexive address after a move behind NAT).
   membership::Reach Reach() const;
   std::string AdvertisedAddr() const;
+  // The membership core (null with external membership): relay state and counters (issue 34).
+  const membership::Swim* swim() const { return swim_.get(); }
   bool leaving() const { return leaving_; }
   // Whether `name` is a live (alive or suspect) member other than self, by one lookup.
   bool KnowsLive(const std::string& name) const { return PeerLive(name); }
@@ -546,6 +561,10 @@ class Node {
 
   void UpdateBandwidth(TimeMs now);
   void Reject();  // counts an input the node refused
+  // A datagram the node itself addresses (barrier queries and replies): through the member's
+  // relay when it has one (issue 34).
+  void SendTo(std::string addr, gossip::Datagram dg);
+  void OnRelayFrame(const DatagramIn& in, const gossip::RelayFrame& rf, TimeMs now);
 
   // Join with state and final-model serving (node_state.cc).
   bool StateReady(TimeMs now);       // false while a fresh node fetches a peer's model
@@ -614,6 +633,7 @@ class Node {
   bool progress_dirty_ = false;
   membership::Reach logged_reach_ = membership::Reach::kUnknown;  // last logged (issue 34)
   std::string logged_addr_;
+  std::string logged_relay_;  // the relay last logged as registered ("" = none)
   // What NextDeadline, Tick and the barrier read on every input, kept on a few cache lines next
   // to the barrier state above (with thousands of simulated nodes, each line is a cache miss).
   TimeMs bandwidth_at_ = 0;                    // bandwidth estimates are published

@@ -26,11 +26,15 @@ void Str(json* arr, const std::string& s) {
   arr->push_back(s);
 }
 
-void Meta(json* arr, const ms::Meta& m) { Str(arr, m.data_addr); }
+void Meta(json* arr, const ms::Meta& m) {
+  Str(arr, m.data_addr);
+  Str(arr, m.relay);
+}
 
 [[maybe_unused]] json Strings(const g::Datagram& d) {
   json a = json::array();
   Str(&a, d.sender);
+  if (const auto* rf = std::get_if<g::RelayFrame>(&d.body)) Str(&a, rf->dest);
   if (const auto* p = std::get_if<ms::Packet>(&d.body)) {
     Str(&a, p->from);
     Str(&a, p->from_addr);
@@ -114,6 +118,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Serialize(Strings(*d));
   FUZZ_CHECK(!inbound.OnDatagram(wire.data(), wire.size(), "127.0.0.1:7950", 2.0));
   FUZZ_CHECK(inbound.rejects().get(g::Reject::kReplay) == 1);
+  if (const auto* rf = std::get_if<g::RelayFrame>(&d->body)) {
+    // A relay frame (issue 34): within its limits; its inner datagram as the receiver would
+    // take it once delivered, counted when refused, never a relay frame again.
+    FUZZ_CHECK(g::ValidNodeName(rf->dest) && rf->inner.size() <= g::kMaxRelayInnerBytes);
+    const uint64_t before = inbound.rejects().total();
+    const auto inner = inbound.OnRelayed(rf->inner.data(), rf->inner.size(), "127.0.0.1:7950", 3.0);
+    FUZZ_CHECK(inbound.rejects().total() == before + (inner ? 0u : 1u));
+    if (inner) {
+      FUZZ_CHECK(!std::holds_alternative<g::RelayFrame>(inner->body));
+      Serialize(Strings(*inner));
+    }
+  }
 #endif
   return 0;
 }

@@ -140,6 +140,11 @@ struct Checker {
     for (auto& o : outs) {
       if (auto* d = std::get_if<node::SendDatagram>(&o)) {
         (void)PlainCodec().EncodeDatagram(d->msg);  // may refuse an oversize one, never crash
+        // Through a relay (issue 34): to a member by name, never a relay frame in a frame.
+        FUZZ_CHECK(d->via.empty() || !d->dest.empty());
+        if (!d->via.empty()) FUZZ_CHECK(!std::holds_alternative<gossip::RelayFrame>(d->msg.body));
+      } else if (auto* r = std::get_if<node::RelayedIn>(&o)) {
+        FUZZ_CHECK(!r->via.empty() && !r->via_addr.empty());
       } else if (auto* c = std::get_if<node::Connect>(&o)) {
         FUZZ_CHECK(c->conn >= node::kFirstOutgoingConn);
         FUZZ_CHECK(opened.insert(c->conn).second);
@@ -196,7 +201,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: {
         gossip::Datagram dg;
         dg.sender = PickName(in);
-        if (in.ConsumeBool()) {
+        const int kind = in.ConsumeIntegralInRange<int>(0, 2);
+        if (kind == 2) {  // a relay frame (issue 34) for a member of the pool, or for us
+          const auto inner = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange<size_t>(9, 64));
+          dg.body = gossip::RelayFrame{PickName(in), inner};
+        } else if (kind == 1) {
           dg.body = gossip::ProgressQuery{in.ConsumeIntegral<uint32_t>(),
                                           in.ConsumeIntegralInRange<uint64_t>(0, 100)};
         } else {
@@ -219,6 +228,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         a.meta.training = in.ConsumeBool();
         a.meta.uplink_mbps = in.ConsumeFloatingPointInRange<float>(0, 100);
         a.meta.downlink_mbps = in.ConsumeFloatingPointInRange<float>(0, 100);
+        // NAT and relays (issue 34): any reach, a relay from the pool, relay registrations.
+        a.meta.reach = static_cast<ms::Reach>(in.ConsumeIntegralInRange<uint8_t>(0, 2));
+        if (in.ConsumeBool()) a.meta.relay = PickName(in);
+        a.meta.serves_relay = in.ConsumeBool();
+        if (in.ConsumeBool()) p.primary = ms::RelayRegisterMsg{in.ConsumeIntegral<uint32_t>()};
         p.updates.push_back(a);
         if (in.ConsumeBool())
           p.updates.push_back(ms::ProgressMsg{PickName(in), in.ConsumeIntegral<uint8_t>(), {}});

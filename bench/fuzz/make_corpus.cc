@@ -60,7 +60,8 @@ std::vector<g::Datagram> Datagrams() {
                                               ms::PingMsg{2, ""},
                                               ms::IndirectPingMsg{3, "n3", "10.0.0.3:7950", true},
                                               ms::AckMsg{4, "192.0.2.4:7950"},
-                                              ms::NackMsg{5}};
+                                              ms::NackMsg{5},
+                                              ms::RelayRegisterMsg{6}};
   for (size_t i = 0; i < primaries.size(); ++i) {
     ms::Packet p;
     p.from_addr = "127.0.0.1:7950";
@@ -78,6 +79,29 @@ std::vector<g::Datagram> Datagrams() {
     }
     out.push_back(g::Datagram{"n1", p, 1700000000000 + i});
   }
+  // Relays (issue 34): a relayed member's alive message, and relay frames whose inner datagram
+  // is a ping (plaintext and sealed) or itself a relay frame (refused: frames do not nest).
+  ms::Meta relayed;
+  relayed.reach = ms::Reach::kNat;
+  relayed.relay = "n1";
+  ms::Packet alive;
+  alive.from_addr = "127.0.0.1:7950";
+  alive.updates.push_back(ms::AliveMsg{"n8", "203.0.113.8:40001", 3, relayed});
+  out.push_back(g::Datagram{"n1", alive, 1700000000050});
+  g::Datagram inner = out[1];
+  inner.session = 0x5EED0009;
+  inner.counter = 1;
+  const Bytes plain_inner = meshtrain::fuzz::PlainCodec().EncodeDatagram(inner);
+  out.push_back(g::Datagram{"n4", g::RelayFrame{"n2", plain_inner}, 1700000000060});
+  out.push_back(
+      g::Datagram{"n4", g::RelayFrame{"n2", meshtrain::fuzz::SealedCodec().EncodeDatagram(inner)},
+                  1700000000070});
+  g::Datagram nested = out.back();
+  nested.session = 0x5EED0009;
+  nested.counter = 2;
+  out.push_back(
+      g::Datagram{"n4", g::RelayFrame{"n2", meshtrain::fuzz::PlainCodec().EncodeDatagram(nested)},
+                  1700000000080});
   out.push_back(g::Datagram{"n2", g::ProgressQuery{17, 300}, 1700000000100});
   out.push_back(g::Datagram{"n3", g::ProgressReply{17, 301, true}, 1700000000200});
   out.push_back(g::Datagram{"n3", g::ProgressReply{18, 0, false}, 0});

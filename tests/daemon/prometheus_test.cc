@@ -62,7 +62,11 @@ TEST_CASE("the agent's exposition has every listed family, typed, with cumulativ
                {"barrier", "pssp"},
                {"select", "selmcast"},
                {"compress", "none"},
-               {"rejected_by_reason", {{"verify", 3}, {"rpc", 1}}}};
+               {"rejected_by_reason", {{"verify", 3}, {"rpc", 1}}},
+               {"nat",
+                {{"relayed_frames", 12},
+                 {"relayed_bytes", 3400},
+                 {"relay_refused_by_reason", {{"not_member", 2}, {"loop", 0}}}}}};
   meshtrain::membership::Member a, b;
   a.name = "n1";
   a.step = 42;
@@ -105,6 +109,9 @@ TEST_CASE("the agent's exposition has every listed family, typed, with cumulativ
   CHECK(Has(text, "meshtrain_barrier_wait_seconds_bucket{le=\"+Inf\"} 3"));
   CHECK(Has(text, "meshtrain_barrier_wait_seconds_count 3"));
   CHECK(Has(text, "meshtrain_rejected_total{reason=\"verify\"} 3"));
+  CHECK(Has(text, "meshtrain_relayed_frames_total 12"));
+  CHECK(Has(text, "meshtrain_relayed_bytes_total 3400"));
+  CHECK(Has(text, "meshtrain_relay_refused_total{reason=\"not_member\"} 2"));
   CHECK(Has(text, "meshtrain_http_responses_total{code=\"405\"} 1"));
   CHECK(Has(text, "meshtrain_peer_accuracy{peer=\"n1\"} 0.80000001192092896"));
   CHECK(text.find("peer=\"n\\\"2\"") == std::string::npos);  // suspect: not in peer_step

@@ -9,6 +9,7 @@
 #include "gossip/compress.h"
 #include "gossip/crypto.h"
 #include "gossip/framing.h"
+#include "gossip/inbound.h"
 #include "tests/gossip/crafted.h"
 #include "tests/gossip/messages.h"
 #include "tests/gossip/test_keys.h"
@@ -88,7 +89,7 @@ TEST_CASE("codec: every message kind round-trips, plaintext and sealed", "[gossi
     for (const ms::Primary& primary :
          {ms::Primary{}, ms::Primary{ms::IndirectPingMsg{1, "n9", "[::1]:7950", false}},
           ms::Primary{ms::AckMsg{UINT32_MAX, ""}}, ms::Primary{ms::AckMsg{3, "203.0.113.7:7950"}},
-          ms::Primary{ms::NackMsg{5}}}) {
+          ms::Primary{ms::NackMsg{5}}, ms::Primary{ms::RelayRegisterMsg{6}}}) {
       Datagram dg = ping;
       std::get<ms::Packet>(dg.body).primary = primary;
       bytes = codec.EncodeDatagram(dg);
@@ -588,6 +589,56 @@ namespace meshtrain::gossip {
 namespace {
 
 // Buffers a hostile peer could build (tests/gossip/crafted.h), plaintext and sealed.
+TEST_CASE("codec: relay frames carry a sealed datagram unchanged; nesting is refused",
+          "[gossip][codec][relay]") {
+  for (const bool sealed : {false, true}) {
+    CAPTURE(sealed);
+    Codec codec("default", sealed ? MakeKeyring() : nullptr);
+    codec.set_session(0x1234);
+    Inbound inbound(&codec);
+    // A relayed node's metadata travels with the relay's name.
+    Datagram ping = PingDatagram();
+    auto& alive = std::get<ms::AliveMsg>(std::get<ms::Packet>(ping.body).updates[0]);
+    alive.meta.relay = "r1";
+    alive.meta.serves_relay = true;
+    const std::vector<uint8_t> inner = codec.EncodeDatagram(ping);
+    REQUIRE_FALSE(inner.empty());
+    Datagram frame{"n7", RelayFrame{"n2", inner}, 5};
+    const auto bytes = codec.EncodeDatagram(frame);
+    REQUIRE_FALSE(bytes.empty());
+    auto d = inbound.OnDatagram(bytes.data(), bytes.size(), "10.0.0.7:7950", 1.0);
+    REQUIRE(d);
+    const auto& rf = std::get<RelayFrame>(d->body);
+    CHECK(rf.dest == "n2");
+    CHECK(rf.inner == inner);  // the bytes as sealed by their sender
+    auto in = inbound.OnRelayed(rf.inner.data(), rf.inner.size(), "10.0.0.7:7950", 1.0);
+    REQUIRE(in);
+    CheckSame(ping, *in);
+    CHECK(std::get<ms::AliveMsg>(std::get<ms::Packet>(in->body).updates[0]).meta.relay == "r1");
+    // The same inner bytes again: a replay.
+    CHECK_FALSE(inbound.OnRelayed(rf.inner.data(), rf.inner.size(), "10.0.0.7:7950", 1.0));
+    CHECK(inbound.rejects().get(Reject::kReplay) == 1);
+    // A relay frame inside a relay frame is refused and counted.
+    const auto nested = codec.EncodeDatagram(frame);
+    CHECK_FALSE(inbound.OnRelayed(nested.data(), nested.size(), "10.0.0.7:7950", 1.0));
+    CHECK(inbound.nested() == 1);
+    CHECK(inbound.rejects().get(Reject::kSemantic) == 1);
+    // Oversized inner bytes are refused before decoding.
+    const std::vector<uint8_t> big(kMaxRelayInnerBytes + 1, 0x5A);
+    CHECK_FALSE(inbound.OnRelayed(big.data(), big.size(), "10.0.0.7:7950", 1.0));
+    CHECK(inbound.rejects().get(Reject::kTooLarge) == 1);
+    // The encoder refuses what the decoder would: a bad destination, too many inner bytes.
+    CHECK(codec.EncodeDatagram(Datagram{"n7", RelayFrame{"", inner}, 5}).empty());
+    CHECK(codec.EncodeDatagram(Datagram{"n7", RelayFrame{"n\n2", inner}, 5}).empty());
+    CHECK(codec.EncodeDatagram(Datagram{"n7", RelayFrame{"n2", big}, 5}).empty());
+    // A relay name that is not a member name is refused in metadata.
+    alive.meta.relay = std::string(kMaxSenderBytes + 1, 'r');
+    ExpectReject<Datagram>(codec, codec.EncodeDatagram(ping), Reject::kSemantic);
+    alive.meta.relay = "r\x7f";
+    ExpectReject<Datagram>(codec, codec.EncodeDatagram(ping), Reject::kSemantic);
+  }
+}
+
 TEST_CASE("codec: hand-crafted envelopes get the expected verdict", "[gossip][codec]") {
   const auto cases = testing::CraftedCases();
   for (const bool sealed : {false, true}) {

@@ -37,7 +37,8 @@ enum : uint8_t {
   kPushPull = 4,
   kChunk = 5,
   kKeyOp = 6,
-  kKeyOpReply = 7
+  kKeyOpReply = 7,
+  kRelayFrame = 10
 };
 // Update union ids.
 enum : uint8_t { kAlive = 1, kSuspect = 2, kDead = 3, kProgress = 4 };
@@ -182,6 +183,21 @@ inline std::vector<uint8_t> KeyOpReplyBody(const std::vector<const char*>& finge
   return FinishEnvelope(b, kKeyOpReply, b.EndTable(start));
 }
 
+// A relay frame (issue 34): `dest` (nullptr: absent) and `inner` bytes (-1: absent).
+inline std::vector<uint8_t> RelayFrameBody(const char* dest, int inner) {
+  fb::FlatBufferBuilder b;
+  fb::Offset<fb::String> d = dest ? b.CreateString(dest) : 0;
+  fb::Offset<fb::Vector<uint8_t>> in = 0;
+  if (inner >= 0) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(inner), 0x5A);
+    in = b.CreateVector(bytes);
+  }
+  const auto start = b.StartTable();
+  if (dest) b.AddOffset(Slot(0), d);
+  if (inner >= 0) b.AddOffset(Slot(1), in);
+  return FinishEnvelope(b, kRelayFrame, b.EndTable(start));
+}
+
 }  // namespace crafted_detail
 
 // Every crafted case with the reason the codec must give (for cluster "default").
@@ -196,7 +212,24 @@ inline std::vector<Crafted> CraftedCases() {
   c.push_back({"unknown primary type", false, SharedUpdates(1, kProgress, 9), Reject::kSemantic});
   c.push_back({"alive without addr", false, AliveWithoutAddr(), Reject::kVerify});
   c.push_back({"query", false, Query({}), std::nullopt});
-  c.push_back({"unknown body type", false, Query({}, 10), Reject::kSemantic});
+  c.push_back({"unknown body type", false, Query({}, 11), Reject::kSemantic});
+  c.push_back({"relay register", false, SharedUpdates(1, kProgress, 5), std::nullopt});
+  // Relay frames (issue 34): a member name, and inner bytes that could be a datagram.
+  c.push_back({"relay frame", false, RelayFrameBody("n2", 100), std::nullopt});
+  c.push_back({"relay frame, largest inner", false,
+               RelayFrameBody("n2", static_cast<int>(kMaxRelayInnerBytes)), std::nullopt});
+  c.push_back({"relay frame, inner too large", false,
+               RelayFrameBody("n2", static_cast<int>(kMaxRelayInnerBytes) + 1), Reject::kSemantic});
+  c.push_back({"relay frame, inner too small", false, RelayFrameBody("n2", 8), Reject::kSemantic});
+  c.push_back({"relay frame, no inner", false, RelayFrameBody("n2", -1), Reject::kVerify});
+  c.push_back({"relay frame, no dest", false, RelayFrameBody(nullptr, 100), Reject::kVerify});
+  c.push_back({"relay frame, empty dest", false, RelayFrameBody("", 100), Reject::kSemantic});
+  c.push_back({"relay frame, control char in dest", false, RelayFrameBody("n\x01", 100),
+               Reject::kSemantic});
+  c.push_back({"relay frame, 65-byte dest", false,
+               RelayFrameBody(std::string(kMaxSenderBytes + 1, 'd').c_str(), 100),
+               Reject::kSemantic});
+  c.push_back({"relay frame in a TCP frame", true, RelayFrameBody("n2", 100), Reject::kSemantic});
   c.push_back({"no sender", false, Query({kProtocolVersion, "default", nullptr}), Reject::kVerify});
   c.push_back({"no cluster", false, Query({kProtocolVersion, nullptr, "n1"}), Reject::kVerify});
   c.push_back({"empty sender", false, Query({kProtocolVersion, "default", ""}), Reject::kSemantic});

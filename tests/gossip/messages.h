@@ -58,6 +58,8 @@ class Gen {
       }
     }
     m.reach = static_cast<ms::Reach>(U(0, 2));
+    if (Coin()) m.relay = Name();
+    m.serves_relay = Coin();
     return m;
   }
 
@@ -82,9 +84,11 @@ class Gen {
   }
 
   ms::Primary Primary() {
-    switch (U(0, 4)) {
+    switch (U(0, 5)) {
       case 0:
         return std::monostate{};
+      case 5:
+        return ms::RelayRegisterMsg{static_cast<uint32_t>(U(0, UINT32_MAX))};
       case 1:
         return ms::PingMsg{static_cast<uint32_t>(U(0, UINT32_MAX)), Coin() ? Name() : ""};
       case 2:
@@ -155,7 +159,15 @@ class Gen {
     Datagram d;
     d.sender = Name();
     d.sent_ms = U(0, UINT64_MAX);
-    switch (U(0, 3)) {
+    switch (U(0, 4)) {
+      case 4: {
+        RelayFrame rf;
+        rf.dest = Name();
+        rf.inner.resize(U(kPlainOverhead + 8, kMaxRelayInnerBytes));
+        for (auto& b : rf.inner) b = static_cast<uint8_t>(U(0, 255));
+        d.body = std::move(rf);
+        break;
+      }
       case 0:
         d.body = ProgressQuery{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX),
                                U(0, UINT64_MAX)};
@@ -269,6 +281,8 @@ inline void CheckSame(const ms::Primary& a, const ms::Primary& b) {
     CHECK(x->observed == std::get<ms::AckMsg>(b).observed);
   } else if (const auto* x = std::get_if<ms::NackMsg>(&a)) {
     CHECK(x->seq == std::get<ms::NackMsg>(b).seq);
+  } else if (const auto* x = std::get_if<ms::RelayRegisterMsg>(&a)) {
+    CHECK(x->seq == std::get<ms::RelayRegisterMsg>(b).seq);
   }
 }
 
@@ -300,6 +314,9 @@ inline void CheckSame(const Datagram& a, const Datagram& b) {
     CHECK(q->seq == std::get<ProgressQuery>(b.body).seq);
     CHECK(q->need == std::get<ProgressQuery>(b.body).need);
     CHECK(q->step == std::get<ProgressQuery>(b.body).step);
+  } else if (const auto* r = std::get_if<RelayFrame>(&a.body)) {
+    CHECK(r->dest == std::get<RelayFrame>(b.body).dest);
+    CHECK(r->inner == std::get<RelayFrame>(b.body).inner);
   } else {
     const auto& x = std::get<ProgressReply>(a.body);
     const auto& y = std::get<ProgressReply>(b.body);

@@ -4,7 +4,10 @@
 // address (cone: one public port per node, as Linux masquerade keeps the port; symmetric: one per
 // destination), and a datagram to a router reaches the inner node only from an address the node
 // sent to before (inbound admitted for established flows only). Push-pulls (TCP) to a node
-// behind NAT fail. Virtual time in 1 ms steps, fixed seeds, no sleeps.
+// behind NAT fail. A datagram the core routes through a relay (OutPacket::via) goes to the relay,
+// which judges it (Swim::OnRelayFrame) and sends it on over the same routers; the destination
+// judges it again and handles it with no source address, as the daemon does. Virtual time in
+// 1 ms steps, fixed seeds, no sleeps.
 #include <catch2/catch.hpp>
 #include <functional>
 #include <map>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "membership/lifeguard.h"
 #include "membership/swim.h"
 
 namespace meshtrain::membership {
@@ -31,9 +35,11 @@ class NatWire {
     std::set<std::string> open;                // remote addresses it sent to (NAT only)
     std::map<std::string, std::string> ports;  // symmetric: destination -> public address
     std::vector<Event> events;
+    bool dead = false;  // stopped: not ticked, receives nothing
   };
 
-  Swim& Add(const std::string& name, Nat nat, bool nat_on = true) {
+  Swim& Add(const std::string& name, Nat nat, bool nat_on = true,
+            const std::function<void(Config&)>& tweak = nullptr) {
     auto h = std::make_unique<Host>();
     h->name = name;
     h->nat = nat;
@@ -46,6 +52,7 @@ class NatWire {
     c.addr = h->inner;
     c.nat = nat_on;
     c.adopt_reflexive = nat_on;
+    if (tweak) tweak(c);
     h->swim = std::make_unique<Swim>(c, 1000 + i, now_);
     Swim& ref = *h->swim;
     hosts_.push_back(std::move(h));
@@ -71,6 +78,7 @@ class NatWire {
   // The host a datagram to `addr` from `src` reaches, or null (no route, filtered).
   Host* Route(const std::string& addr, const std::string& src) {
     for (auto& h : hosts_) {
+      if (h->dead) continue;
       if (h->nat == Nat::kNone && h->inner == addr) return h.get();
       if (h->nat == Nat::kCone && addr == h->router + ":7950") {
         return h->open.count(src) ? h.get() : nullptr;
@@ -88,18 +96,22 @@ class NatWire {
     for (int rounds = 0; rounds < 100; ++rounds) {
       bool busy = false;
       for (auto& h : hosts_) {
+        if (h->dead) continue;
         for (OutPacket& out : h->swim->TakePackets()) {
           busy = true;
           ++datagrams;
-          const std::string src = SourceFor(*h, out.to_addr);
-          if (h->nat != Nat::kNone) h->open.insert(out.to_addr);
-          if (Host* to = Route(out.to_addr, src)) to->swim->HandlePacket(src, out.packet, now_);
+          if (!out.via.empty()) {
+            Relayed(*h, out);
+            continue;
+          }
+          Host* to = Send(*h, out.to_addr);
+          if (to != nullptr) to->swim->HandlePacket(SourceFor(*h, out.to_addr), out.packet, now_);
         }
         for (OutPushPull& pp : h->swim->TakePushPulls()) {
           busy = true;
           Host* to = nullptr;
           for (auto& t : hosts_) {
-            if (t->nat == Nat::kNone && t->inner == pp.to_addr) to = t.get();
+            if (t->nat == Nat::kNone && !t->dead && t->inner == pp.to_addr) to = t.get();
           }
           if (to == nullptr) {
             h->swim->PushPullFailed(pp.to_addr, now_);
@@ -114,10 +126,38 @@ class NatWire {
     }
   }
 
+  // One datagram from `h` to `addr` through the routers: the host it reaches, or null.
+  Host* Send(Host& h, const std::string& addr) {
+    const std::string src = SourceFor(h, addr);
+    if (h.nat != Nat::kNone) h.open.insert(addr);
+    return Route(addr, src);
+  }
+  // A packet for a relayed member: to its relay in a frame, judged there, sent on, judged at
+  // the destination (bytes: a fixed frame size, for the relay's counters and cap).
+  static constexpr size_t kFrameBytes = 500;
+  void Relayed(Host& h, const OutPacket& out) {
+    const std::string src = SourceFor(h, out.via);
+    Host* relay = Send(h, out.via);
+    if (relay == nullptr) return;
+    std::string to_addr;
+    if (relay->swim->OnRelayFrame(h.name, src, out.dest, kFrameBytes, now_, &to_addr) !=
+        RelayVerdict::kForward) {
+      return;
+    }
+    ++relayed;
+    const std::string relay_src = SourceFor(*relay, to_addr);
+    Host* dest = Send(*relay, to_addr);
+    if (dest == nullptr) return;
+    if (dest->swim->OnRelayFrame(relay->name, relay_src, out.dest, kFrameBytes, now_, nullptr) ==
+        RelayVerdict::kDeliver) {
+      dest->swim->HandlePacket("", out.packet, now_);
+    }
+  }
+
   void RunUntil(TimeMs until) {
     for (; now_ <= until; ++now_) {
       for (auto& h : hosts_) {
-        if (h->swim->NextDeadline() <= now_) h->swim->Tick(now_);
+        if (!h->dead && h->swim->NextDeadline() <= now_) h->swim->Tick(now_);
       }
       Pump();
     }
@@ -138,6 +178,7 @@ class NatWire {
 
   TimeMs now() const { return now_; }
   uint64_t datagrams = 0;
+  uint64_t relayed = 0;
   std::vector<std::unique_ptr<Host>> hosts_;
 
  private:
@@ -249,7 +290,8 @@ TEST_CASE("nat: behind a symmetric NAT peers disagree: the node says nat and doe
   NatWire w;
   w.Add("p1", Nat::kNone);
   w.Add("p2", Nat::kNone);
-  Swim& n3 = w.Add("n3", Nat::kSymmetric);
+  Swim& n3 =
+      w.Add("n3", Nat::kSymmetric, true, [](Config& c) { c.relay_mode = Config::RelayMode::kOff; });
   for (const char* j : {"p2", "n3"}) w.Get(j).Join({"10.0.0.1:7950"}, w.now());
   w.Pump();
   w.RunUntil(10000);
@@ -399,6 +441,409 @@ TEST_CASE("nat: a joining node behind NAT moves within a round trip, before peer
   w.RunUntil(w.now() + 30000);
   CHECK(w.Count(Event::Kind::kSuspect) == 0);
   ExpectAllAliveAt(w, {{"n4", "203.0.113.4:7950"}});
+}
+
+// ---- Relays (issue 34) ----------------------------------------------------------------------
+
+// Two public members and two behind symmetric NAT, formed (the NATed ones registered).
+struct RelayMesh {
+  NatWire w;
+  Swim* n3 = nullptr;
+  Swim* n4 = nullptr;
+  explicit RelayMesh(const std::function<void(Config&)>& p1_tweak = nullptr,
+                     const std::function<void(Config&)>& n4_tweak = nullptr) {
+    w.Add("p1", Nat::kNone, true, p1_tweak);
+    w.Add("p2", Nat::kNone);
+    n3 = &w.Add("n3", Nat::kSymmetric);
+    n4 = &w.Add("n4", Nat::kSymmetric, true, n4_tweak);
+    for (const char* j : {"p2", "n3", "n4"}) w.Get(j).Join({"10.0.0.1:7950"}, w.now());
+    w.Pump();
+    w.RunUntil(15000);
+  }
+  // Every live host sees `name` alive at its advertised address, through its relay.
+  void ExpectRelayedEverywhere(const std::string& name) {
+    const Swim& n = w.Get(name);
+    for (auto& h : w.hosts_) {
+      if (h->dead) continue;
+      CAPTURE(h->name, name);
+      const Member* m = h->swim->Find(name);
+      REQUIRE(m != nullptr);
+      CHECK(m->status == Status::kAlive);
+      CHECK(m->addr == n.config().addr);
+      CHECK(m->meta.relay == n.relay());
+      CHECK(m->meta.reach == Reach::kNat);
+    }
+  }
+  bool SeenEverywhereVia(const std::string& name, const std::string& relay) {
+    for (auto& h : w.hosts_) {
+      if (h->dead || h->name == name) continue;
+      const Member* m = h->swim->Find(name);
+      if (m == nullptr || m->meta.relay != relay || m->status != Status::kAlive) return false;
+    }
+    return true;
+  }
+};
+
+// Suspicions (or, with `failed_only`, failures) of `name` in anyone's events.
+int SuspectEventsAbout(const NatWire& w, const std::string& name, bool failed_only = false) {
+  int n = 0;
+  for (const auto& h : w.hosts_) {
+    for (const Event& e : h->events) {
+      n += e.member.name == name &&
+           (e.kind == Event::Kind::kFailed || (!failed_only && e.kind == Event::Kind::kSuspect));
+    }
+  }
+  return n;
+}
+
+TEST_CASE("relay: members behind symmetric NAT register with a public relay and stay alive",
+          "[membership][nat][relay]") {
+  RelayMesh r;
+  NatWire& w = r.w;
+  for (Swim* n : {r.n3, r.n4}) {
+    CAPTURE(n->config().name);
+    CHECK(n->reach() == Reach::kNat);
+    CHECK((n->relay() == "p1" || n->relay() == "p2"));
+    CHECK(n->relay_registered());
+    CHECK(n->stats().reflexive_moves == 0);
+    // It advertises where its relay sees it: its router's mapping towards the relay.
+    const std::string& router = w.Find(n->config().name)->router;
+    CHECK(n->config().addr.rfind(router + ":", 0) == 0);
+    CHECK(w.Find(n->config().name)->ports.at(w.Get(n->relay()).config().addr) == n->config().addr);
+    r.ExpectRelayedEverywhere(n->config().name);
+  }
+  CHECK(w.Get("p1").relay().empty());
+  CHECK(w.Get("p1").Find("p2")->meta.relay.empty());
+  CHECK(w.Get("p1").Find("p2")->meta.serves_relay);
+  // From then on nobody is suspected; datagrams for n3 and n4 go through their relays.
+  w.ClearEvents();
+  const uint64_t relayed = w.relayed;
+  w.RunUntil(75000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+  CHECK(w.Count(Event::Kind::kFailed) == 0);
+  CHECK(w.relayed > relayed + 100);
+  uint64_t frames = 0, refused = 0;
+  for (const char* p : {"p1", "p2"}) {
+    frames += w.Get(p).stats().relay_frames;
+    refused += w.Get(p).stats().relay_refused();
+  }
+  CHECK(frames == w.relayed);
+  CHECK(refused == 0);
+  CHECK(r.n3->stats().relay_delivered > 0);
+  // A relayed node relays for nobody (no loops): it refuses a frame and a registration.
+  std::string to;
+  CHECK(r.n3->OnRelayFrame("p1", "", "n4", 100, w.now(), &to) == RelayVerdict::kLoop);
+  Packet reg;
+  reg.from = "n4";
+  reg.from_addr = r.n4->config().addr;
+  reg.primary = RelayRegisterMsg{77};
+  const uint64_t loops = r.n3->stats().relay_refused_loop;
+  r.n3->HandlePacket("203.0.113.4:45000", reg, w.now());
+  CHECK(r.n3->stats().relay_refused_loop == loops + 1);
+  bool nacked = false;
+  for (const OutPacket& o : r.n3->TakePackets()) {
+    if (const auto* n = std::get_if<NackMsg>(&o.packet.primary)) nacked |= n->seq == 77;
+  }
+  CHECK(nacked);
+}
+
+TEST_CASE(
+    "relay: a node behind symmetric NAT that moved while it had one peer takes a relay "
+    "once a second peer sees it elsewhere",
+    "[membership][nat][relay]") {
+  // With only p1 to ask, n3 moves to where p1 sees it (a quorum of one); p2 joins later and
+  // sees it at another port: the NAT is symmetric after all.
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  Swim& n3 = w.Add("n3", Nat::kSymmetric);
+  n3.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(3000);
+  CHECK(n3.stats().reflexive_moves == 1);
+  CHECK(n3.relay().empty());
+  Swim& p2 = w.Add("p2", Nat::kNone);
+  p2.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(20000);
+  CHECK(n3.relay_registered());
+  CHECK(n3.Find("n3")->meta.relay == n3.relay());
+  CHECK(p2.Find("n3")->meta.relay == n3.relay());
+  CHECK(p2.Find("n3")->addr == n3.config().addr);
+  w.ClearEvents();
+  w.RunUntil(50000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+}
+
+TEST_CASE("relay: a node joining behind symmetric NAT takes a relay within a round trip",
+          "[membership][nat][relay]") {
+  // Its join's discovery pings go to two public members, which see it at different ports.
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  w.Add("p2", Nat::kNone);
+  w.Get("p2").Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(5000);
+  Swim& n3 = w.Add("n3", Nat::kSymmetric);
+  n3.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();  // the join, the discovery pings, their acks, the registration and its answer
+  CHECK(n3.reach() == Reach::kNat);
+  CHECK(n3.relay_registered());
+  w.ClearEvents();
+  w.RunUntil(30000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+}
+
+TEST_CASE("relay: a relayed node and one behind a cone NAT reach each other through the relay",
+          "[membership][nat][relay]") {
+  // n3 is behind a cone NAT: its router admits only addresses n3 sent to, and n4's symmetric
+  // NAT has a new port for each destination, so n4 cannot reach n3 directly. n4 sends to n3
+  // through its own relay (n3 sends to n4 through that relay: its return path is open).
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  w.Add("p2", Nat::kNone);
+  Swim& n3 = w.Add("n3", Nat::kCone);
+  Swim& n4 = w.Add("n4", Nat::kSymmetric);
+  for (const char* j : {"p2", "n3", "n4"}) w.Get(j).Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(15000);
+  REQUIRE(n4.relay_registered());
+  CHECK(n3.config().addr == "203.0.113.3:7950");
+  auto route = n4.Route("203.0.113.3:7950");
+  REQUIRE(route.has_value());
+  CHECK(route->via == w.Get(n4.relay()).config().addr);
+  CHECK(route->dest == "n3");
+  CHECK_FALSE(w.Get("p1").Route("203.0.113.3:7950").has_value());  // public: straight there
+  w.ClearEvents();
+  const uint64_t indirect = n3.stats().indirect_probes + n4.stats().indirect_probes;
+  w.RunUntil(60000);
+  CHECK(w.Count(Event::Kind::kSuspect) == 0);
+  // Their probes of each other succeed directly (through the relay): no ping-reqs needed.
+  CHECK(n3.stats().indirect_probes + n4.stats().indirect_probes == indirect);
+}
+
+TEST_CASE("relay: without relays a node behind symmetric NAT is suspected",
+          "[membership][nat][relay]") {
+  // The same mesh with --relay off on n4: nobody reaches it at its inner address.
+  RelayMesh r(nullptr, [](Config& c) { c.relay_mode = Config::RelayMode::kOff; });
+  r.w.ClearEvents();
+  r.w.RunUntil(45000);
+  CHECK(r.n4->relay().empty());
+  CHECK(SuspectEventsAbout(r.w, "n4") > 0);
+  CHECK(SuspectEventsAbout(r.w, "n3") == 0);
+}
+
+TEST_CASE("relay: the choice skips members that do not serve; --relay NAME picks that one",
+          "[membership][nat][relay]") {
+  RelayMesh r([](Config& c) { c.serve_relay = false; },
+              [](Config& c) {
+                c.relay_mode = Config::RelayMode::kNamed;
+                c.relay_name = "p2";
+              });
+  CHECK(r.n3->relay() == "p2");
+  CHECK(r.n4->relay() == "p2");
+  CHECK(r.w.Get("p1").Find("p1")->meta.serves_relay == false);
+  CHECK(r.w.Get("p2").relay_clients() == 2);
+  CHECK(r.w.Get("p1").relay_clients() == 0);
+  r.ExpectRelayedEverywhere("n3");
+}
+
+TEST_CASE(
+    "relay: when the relay dies the node fails over to another within the suspicion "
+    "timeout",
+    "[membership][nat][relay]") {
+  RelayMesh r;
+  NatWire& w = r.w;
+  const std::string first = r.n3->relay();
+  const std::string other = first == "p1" ? "p2" : "p1";
+  const uint32_t inc = r.n3->Find("n3")->incarnation;
+  w.ClearEvents();
+  w.Find(first)->dead = true;
+  const TimeMs killed = w.now();
+  TimeMs moved = -1;
+  for (TimeMs t = killed; t < killed + 30000 && moved < 0; t += 10) {
+    w.RunUntil(t);
+    if (r.n3->relay() == other && r.n3->relay_registered() && r.SeenEverywhereVia("n3", other)) {
+      moved = w.now();
+    }
+  }
+  REQUIRE(moved >= 0);
+  const Config cfg = Config::Local();
+  const TimeMs suspicion = SuspicionMinTimeout(cfg.suspicion_mult, 4, cfg.probe_interval);
+  CAPTURE(moved - killed, suspicion);
+  // Re-advertised (a new incarnation) through the other relay, everywhere, within the minimum
+  // suspicion timeout.
+  CHECK(moved - killed <= suspicion);
+  CHECK(r.n3->Find("n3")->incarnation > inc);
+  CHECK(r.n3->stats().relay_failovers >= 1);
+  if (r.n4->relay() == first) CHECK(r.n4->stats().relay_failovers >= 1);
+  w.RunUntil(moved + 30000);
+  CHECK(r.n4->relay() == other);
+  // The dead relay was declared failed; no live member was. (Peers whose probes of n3 or n4
+  // went to the dead relay before the failover may have suspected them; the new incarnation
+  // refuted that.)
+  CHECK(SuspectEventsAbout(w, first, true) > 0);
+  for (const char* n : {"n3", "n4", other.c_str()}) {
+    CAPTURE(n);
+    CHECK(SuspectEventsAbout(w, n, true) == 0);
+    CHECK(w.Get(first == "p1" ? "p2" : "p1").Find(n)->status == Status::kAlive);
+  }
+  CHECK(SuspectEventsAbout(w, other) == 0);
+  r.ExpectRelayedEverywhere("n3");
+  r.ExpectRelayedEverywhere("n4");
+}
+
+// A public relay driven by hand, with members m1 and m2.
+struct HandRelay {
+  Swim r;
+  explicit HandRelay(const std::function<void(Config&)>& tweak = nullptr)
+      : r(
+            [&] {
+              Config c = Config::Local();
+              c.name = "r";
+              c.addr = "10.0.0.1:7950";
+              c.nat = true;
+              c.adopt_reflexive = true;
+              if (tweak) tweak(c);
+              return c;
+            }(),
+            7, 0) {
+    r.Join({"10.0.0.2:7950"}, 0);
+    r.TakePushPulls();
+    PushPull pp;
+    pp.from = "m1";
+    pp.members = {{"m1", "10.0.0.2:7950", 1, Status::kAlive, {}, 0},
+                  {"m2", "192.168.3.2:7950", 1, Status::kAlive, {}, 0}};
+    r.HandlePushPullResponse(pp, 0);
+    r.TakePackets();
+  }
+  // A registration from `name` arriving from `src`; the answer's primary to `src`, if any.
+  Primary Register(const std::string& name, const std::string& src, uint32_t seq, TimeMs now) {
+    Packet reg;
+    reg.from = name;
+    reg.from_addr = "192.168.3.2:7950";
+    reg.primary = RelayRegisterMsg{seq};
+    r.HandlePacket(src, reg, now);
+    Primary answer;
+    for (OutPacket& o : r.TakePackets()) {
+      if (o.to_addr == src && !std::holds_alternative<std::monostate>(o.packet.primary)) {
+        answer = o.packet.primary;
+      }
+    }
+    return answer;
+  }
+};
+
+TEST_CASE("relay: a relay serves registered members only and counts every refusal",
+          "[membership][nat][relay]") {
+  HandRelay h([](Config& c) { c.relay_rate_bytes_per_s = 1000; });
+  Swim& r = h.r;
+  std::string to;
+  // A stranger's registration: counted, not answered.
+  CHECK(std::holds_alternative<std::monostate>(h.Register("x", "198.51.100.7:40001", 9, 10)));
+  CHECK(r.stats().relay_refused_not_member == 1);
+  CHECK(r.relay_clients() == 0);
+  // Nobody registered: a frame for m2 is refused; so is one from a stranger.
+  CHECK(r.OnRelayFrame("m1", "", "m2", 100, 20, &to) == RelayVerdict::kNotRegistered);
+  CHECK(r.OnRelayFrame("x", "", "m2", 100, 20, &to) == RelayVerdict::kNotMember);
+  // m2 registers from its router's mapping: the ack says where the relay sees it.
+  const Primary ack = h.Register("m2", "203.0.113.3:40002", 10, 30);
+  REQUIRE(std::holds_alternative<AckMsg>(ack));
+  CHECK(std::get<AckMsg>(ack).seq == 10);
+  CHECK(std::get<AckMsg>(ack).observed == "203.0.113.3:40002");
+  CHECK(r.relay_clients() == 1);
+  CHECK(r.stats().relay_registrations == 1);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 400, 40, &to) == RelayVerdict::kForward);
+  CHECK(to == "203.0.113.3:40002");
+  CHECK(r.OnRelayFrame("x", "", "m2", 100, 40, &to) == RelayVerdict::kNotMember);
+  CHECK(r.OnRelayFrame("m1", "", "m9", 100, 40, &to) == RelayVerdict::kNotRegistered);
+  // The cap (1000 B/s, a second's burst): 400 + 400 pass, the third 400 does not, a second
+  // later it does.
+  CHECK(r.OnRelayFrame("m1", "", "m2", 400, 40, &to) == RelayVerdict::kForward);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 400, 40, &to) == RelayVerdict::kOverRate);
+  CHECK(r.OnRelayFrame("m1", "", "m2", 400, 1040, &to) == RelayVerdict::kForward);
+  // A frame for the relay itself from a member it did not register with: refused (the node
+  // accepts frames from its own relay only).
+  CHECK(r.OnRelayFrame("m1", "", "r", 100, 1040, &to) == RelayVerdict::kLoop);
+  const Stats& s = r.stats();
+  CHECK(s.relay_frames == 3);
+  CHECK(s.relay_bytes == 1200);
+  CHECK(s.relay_refused_not_member == 3);
+  CHECK(s.relay_refused_not_registered == 2);
+  CHECK(s.relay_refused_over_rate == 1);
+  CHECK(s.relay_refused_loop == 1);
+  CHECK(s.relay_refused() == 7);
+  // A member that sends frames through the relay can be answered through it: its return path
+  // is where its frames come from (a cone NAT admits the relay there), for relay_ttl.
+  CHECK(r.OnRelayFrame("m1", "10.0.0.2:7950", "m2", 10, 1040, &to) == RelayVerdict::kForward);
+  CHECK(r.OnRelayFrame("m2", "203.0.113.3:40002", "m1", 10, 1040, &to) == RelayVerdict::kForward);
+  CHECK(to == "10.0.0.2:7950");
+  CHECK(r.OnRelayFrame("m2", "203.0.113.3:40002", "m1", 10, 1040 + Config::Local().relay_ttl + 1,
+                       &to) == RelayVerdict::kNotRegistered);
+  // Without renewal the registration lapses.
+  const TimeMs ttl = Config::Local().relay_ttl;
+  CHECK(r.OnRelayFrame("m1", "", "m2", 10, 1040 + ttl + 2, &to) == RelayVerdict::kNotRegistered);
+}
+
+TEST_CASE("relay: a node with --serve-relay off refuses registrations and frames",
+          "[membership][nat][relay]") {
+  HandRelay h([](Config& c) { c.serve_relay = false; });
+  CHECK(h.r.Find("r")->meta.serves_relay == false);
+  const Primary nack = h.Register("m2", "203.0.113.3:40002", 11, 30);
+  REQUIRE(std::holds_alternative<NackMsg>(nack));
+  CHECK(std::get<NackMsg>(nack).seq == 11);
+  std::string to;
+  CHECK(h.r.OnRelayFrame("m1", "", "m2", 100, 40, &to) == RelayVerdict::kNotServing);
+  CHECK(h.r.stats().relay_refused_not_serving == 2);
+  CHECK(h.r.relay_clients() == 0);
+}
+
+TEST_CASE("relay: datagrams for a relayed member are routed through its relay, smaller",
+          "[membership][nat][relay]") {
+  HandRelay h;
+  Swim& r = h.r;
+  // m2 advertises p9 as its relay; a new member p9 is public.
+  Packet p;
+  p.from = "m1";
+  p.from_addr = "10.0.0.2:7950";
+  Meta relayed;
+  relayed.reach = Reach::kNat;
+  relayed.relay = "p9";
+  Meta pub;
+  pub.reach = Reach::kPublic;
+  pub.serves_relay = true;
+  p.updates.push_back(AliveMsg{"p9", "10.0.0.9:7950", 1, pub});
+  p.updates.push_back(AliveMsg{"m2", "203.0.113.3:41000", 2, relayed});
+  r.HandlePacket("10.0.0.2:7950", p, 50);
+  REQUIRE(r.Find("m2")->addr == "203.0.113.3:41000");
+  auto route = r.Route("203.0.113.3:41000");
+  REQUIRE(route.has_value());
+  CHECK(route->via == "10.0.0.9:7950");
+  CHECK(route->dest == "m2");
+  CHECK_FALSE(r.Route("10.0.0.2:7950").has_value());
+  CHECK_FALSE(r.Route("192.168.3.2:7950").has_value());
+  // Every packet the core sends m2 goes through p9, within the budget less the frame's share.
+  bool seen = false;
+  for (TimeMs t = 50; t < 20000 && !seen; ++t) {
+    if (r.NextDeadline() <= t) r.Tick(t);
+    for (const OutPacket& o : r.TakePackets()) {
+      if (o.to_addr != "203.0.113.3:41000") continue;
+      seen = true;
+      CHECK(o.via == "10.0.0.9:7950");
+      CHECK(o.dest == "m2");
+      size_t bytes = EstimatePacketOverhead(o.packet);
+      for (const Update& u : o.packet.updates) bytes += EstimateSize(u);
+      const Config& c = r.config();
+      CHECK(bytes <= c.max_packet_bytes - c.packet_overhead_bytes - c.relay_overhead_bytes);
+    }
+  }
+  CHECK(seen);
+  // Once p9 is dead there is no route (a direct attempt is all that is left).
+  Packet d;
+  d.from = "m1";
+  d.from_addr = "10.0.0.2:7950";
+  d.updates.push_back(DeadMsg{"p9", 1, "m1"});
+  r.HandlePacket("10.0.0.2:7950", d, 20000);
+  CHECK_FALSE(r.Route("203.0.113.3:41000").has_value());
 }
 
 }  // namespace
