@@ -32,6 +32,22 @@ TimeMs Median(std::vector<TimeMs> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Records when each observer declares `victim` failed, and counts failures of anyone else.
+struct FailureLog {
+  std::map<size_t, TimeMs> detected;
+  int false_failures = 0;
+};
+void WatchFailures(SwimCluster& c, size_t victim, FailureLog& log) {
+  c.set_event_hook([&c, victim, &log](size_t observer, TimeMs at, const Event& e) {
+    if (e.kind != Event::Kind::kFailed) return;
+    if (e.member.name == c.name(victim)) {
+      log.detected.emplace(observer, at);
+    } else {
+      ++log.false_failures;
+    }
+  });
+}
+
 // Boots `n` nodes through node 0 and waits until everyone sees everyone alive.
 SwimCluster::RunResult Bootstrap(SwimCluster& c, TimeMs max_ms = 120000) {
   c.start_all_via(0, 10);
@@ -77,22 +93,14 @@ TEST_CASE("a crashed node is detected as failed on every live node", "[membershi
     REQUIRE(Bootstrap(c).ok);
     c.run_for(5000);
     const size_t victim = 10 + seed * 7;
-    std::map<size_t, TimeMs> detected;
-    int false_failures = 0;
-    c.set_event_hook([&](size_t observer, TimeMs at, const Event& e) {
-      if (e.kind != Event::Kind::kFailed) return;
-      if (e.member.name == c.name(victim)) {
-        detected.emplace(observer, at);
-      } else {
-        ++false_failures;
-      }
-    });
+    FailureLog log;
+    WatchFailures(c, victim, log);
     const TimeMs crash_at = c.now();
     c.crash(victim);
     auto r = c.run_until([&] { return c.all_see(victim, Status::kFailed); }, 120000);
     REQUIRE(r.ok);
     std::vector<TimeMs> times;
-    for (const auto& [observer, at] : detected) times.push_back(at - crash_at);
+    for (const auto& [observer, at] : log.detected) times.push_back(at - crash_at);
     const TimeMs worst = *std::max_element(times.begin(), times.end());
     std::printf(
         "[detect] seed=%llu: crash of %s seen as failed by %zu nodes: median %.2f s, "
@@ -101,7 +109,7 @@ TEST_CASE("a crashed node is detected as failed on every live node", "[membershi
         Median(times) / 1000.0, worst / 1000.0, bound / 1000.0);
     CHECK(times.size() == 99);
     CHECK(worst <= bound);
-    CHECK(false_failures == 0);
+    CHECK(log.false_failures == 0);
   }
 }
 
@@ -276,16 +284,8 @@ TEST_CASE("bounded views: 300 nodes holding 20 members each detect a crash",
   for (size_t o = 0; o < kNodes; ++o) {
     if (o != victim && c.view(o, victim) != nullptr) holders.push_back(o);
   }
-  int false_failures = 0;
-  std::map<size_t, TimeMs> detected;
-  c.set_event_hook([&](size_t observer, TimeMs at, const Event& e) {
-    if (e.kind != Event::Kind::kFailed) return;
-    if (e.member.name == c.name(victim)) {
-      detected.emplace(observer, at);
-    } else {
-      ++false_failures;
-    }
-  });
+  FailureLog log;
+  WatchFailures(c, victim, log);
   const TimeMs crash_at = c.now();
   c.crash(victim);
   // Every holder sees it failed (or forgot it: a newcomer took its place).
@@ -300,12 +300,13 @@ TEST_CASE("bounded views: 300 nodes holding 20 members each detect a crash",
       120000, std::numeric_limits<uint64_t>::max(), 100);
   REQUIRE(d.ok);
   std::printf("[bounded] crash of %s held by %zu: %zu saw it failed, all within %.2f s\n",
-              c.name(victim).c_str(), holders.size(), detected.size(), (d.at - crash_at) / 1000.0);
-  CHECK(detected.size() >= holders.size() / 2);
+              c.name(victim).c_str(), holders.size(), log.detected.size(),
+              (d.at - crash_at) / 1000.0);
+  CHECK(log.detected.size() >= holders.size() / 2);
   // Bound: probed about once per probe interval by some holder, suspected, confirmed, and the
   // suspicion's maximum timeout at the view's size (6 × 4 × log10(21) s ≈ 32 s).
   CHECK(d.at - crash_at <= 45000);
-  CHECK(false_failures == 0);
+  CHECK(log.false_failures == 0);
 }
 
 // Not run by default (hidden tag): 1000 nodes, for checking how the core scales.
