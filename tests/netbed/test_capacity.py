@@ -1,5 +1,6 @@
 """Link-capacity probes on real shaped links (issue 13 (a), the published-uplink bar): 6 hosts
-on the namespace bed with links of 40, 40, 160, 160, 640, 640 Mbit/s both ways and 20 ms RTT,
+on the namespace bed with links of 40, 40, 160, 160, 640, 640 Mbit/s both ways (the first
+four only in a sanitizer build) and 20 ms RTT,
 agents without a task (membership only: no parameter transfer helps the estimate) and with
 --encrypt (sealed probe headers). Within SETTLE_S every host's published uplink_mbps, as every
 other host sees it, must be within 25 % of its shaped rate; the probe counters must show trains
@@ -17,7 +18,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bed import Bed, available, find_linkemu  # noqa: E402
 import netbed_lib as nl  # noqa: E402
 
-RATES = [40, 40, 160, 160, 640, 640]
+# Under ASan + UBSan the agent's loop is several times slower: a 640 Mbit/s train (1 KB
+# datagrams 13 us apart) is spread by the receiver's own per-datagram work, and one CI run
+# published 156 for a 640 Mbit/s host. The sanitized build checks the same code on the two
+# slower classes of link; the release build keeps all three.
+RATES = [40, 40, 160, 160] if nl.SANITIZED else [40, 40, 160, 160, 640, 640]
 TOLERANCE = 0.25
 SETTLE_S = 60   # ten fast probes 2 s apart, then one per --capacity-probe-interval (5 s here)
 FORM_S = 60
