@@ -73,6 +73,10 @@ def parse_args():
     p.add_argument("--model", default="--layers 2 --d-model 64 --heads 4 --context 64 "
                    "--batch 16 --val-windows 64 --lr 3e-3 --warmup 20",
                    help="examples/torch_charlm.py options shared by both sides")
+    p.add_argument("--shard-mode", choices=["contiguous", "interleaved"], default="contiguous",
+                   help="how the training text is split among the hosts, for DDP and mesh alike "
+                   "(the example's --shard-mode): contiguous pieces, each in its own style, or "
+                   "4096-character blocks dealt out in turn")
     p.add_argument("--threads", type=int, default=1, help="torch threads per trainer")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--agent-args", default="--barrier pssp --sample 2 --staleness 1 "
@@ -151,6 +155,7 @@ def run_ddp(a, emu, workdir):
             t0 = time.time()
             procs = [bed.spawn(i, [a.python, EXAMPLE, "--ddp", f"{i}/{a.nodes}", "--ddp-addr",
                                    bed.addr(0), "--ddp-port", str(DDP_PORT), *a.model.split(),
+                                   "--shard-mode", a.shard_mode,
                                    "--max-steps", str(a.ddp_steps), "--eval-every",
                                    str(a.eval_every), "--threads", str(a.threads), "--seed",
                                    str(a.seed)], outs[i], env=env) for i in range(a.nodes)]
@@ -205,7 +210,8 @@ def run_mesh(a, binary, emu, workdir, setting, target):
                                    os.path.join(workdir, f"n{i + 1}.sock"), "--shard",
                                    f"{i}/{a.nodes}", "--sync-every", h, "--fragments", frags,
                                    *outer_args,
-                                   *a.model.split(), "--max-steps", str(a.mesh_steps),
+                                   *a.model.split(), "--shard-mode", a.shard_mode,
+                                   "--max-steps", str(a.mesh_steps),
                                    "--eval-every", str(a.eval_every), "--target-bpc",
                                    str(target), "--threads", str(a.threads), "--seed",
                                    str(a.seed)], outs[i]) for i in range(a.nodes)]
@@ -251,7 +257,7 @@ def main():
         return 77
     logdir = bl.make_logdir("meshtrain-netbed-charlm-")
     print(f"logs: {logdir}", flush=True)
-    print(f"{a.nodes} hosts, {a.rate:g} Mbit/s links, {a.rtt:g} ms RTT; model {a.model}; "
+    print(f"{a.nodes} hosts, {a.rate:g} Mbit/s links, {a.rtt:g} ms RTT; model {a.model}, shards {a.shard_mode}; "
           f"{a.threads} torch thread(s)/trainer, {os.cpu_count()} cores; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     if a.target_bpc is not None:

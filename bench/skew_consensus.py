@@ -176,6 +176,9 @@ def main():
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--settings", default="avg:1,nesterov:25")
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    ap.add_argument("--mesh-lr", type=float, default=None,
+                    help="Adam's learning rate in the mesh runs (default: --lr); the pooled run "
+                    "keeps --lr")
     ap.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
                     help="inner learning rate over the steps, for pooled and mesh runs alike: "
                     "constant, or cosine decay to 0 at the last step")
@@ -217,7 +220,8 @@ def main():
                 for flag, v in (("--outer-lr", a.outer_lr), ("--outer-momentum", a.outer_momentum)):
                     if v is not None:
                         extra += [flag, v]
-            outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir, a.lr,
+            outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir,
+                                  a.lr if a.mesh_lr is None else a.mesh_lr,
                                   extra, a.compress, a.schedule)
             accs = [o["accuracy"] for o in outs]
             same = len({o["crc"] for o in outs}) == 1

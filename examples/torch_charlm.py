@@ -7,8 +7,11 @@ Data: the plain-text fortune files in --data (default /usr/share/games/fortunes,
 Backspace overstrikes are resolved, tabs become spaces, other bytes outside printable ASCII are
 dropped: 96 symbols (newline and ASCII 32..126), so the vocabulary never depends on the data.
 The last --val-fraction (5 %) of the text is the validation part; the rest is the training part,
-which --shard I/N cuts into N contiguous pieces (node I trains on piece I: the pieces come from
-different fortune files, so the nodes' data differ in style, not only in sample order).
+which --shard I/N splits among N nodes. --shard-mode contiguous (default) cuts it into N
+contiguous pieces (node I trains on piece I: the pieces come from different fortune files, so
+the nodes' data differ in style, not only in sample order); --shard-mode interleaved cuts it
+into blocks of 4096 characters and gives node I blocks I, I+N, I+2N, ... (as PyTorch's
+DistributedSampler deals out shuffled samples: every node sees every style).
 Validation loss: mean cross-entropy in bits per character over a fixed set of --val-windows
 windows of --context characters spread evenly over the validation part (every position of a
 window is predicted), the same windows in every run and every process.
@@ -67,6 +70,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 FORTUNES = "/usr/share/games/fortunes"
 VOCAB = 96  # 0 = newline, 1..95 = ASCII 32..126
+SHARD_BLOCK = 4096  # characters per block of --shard-mode interleaved
 
 
 def fortune_files(data_dir):
@@ -213,7 +217,12 @@ def parse_args(argv=None):
     g.add_argument("--data", default=FORTUNES, help="directory of fortune text files "
                    "(default %(default)s)")
     g.add_argument("--shard", default="0/1", metavar="I/N",
-                   help="train on the I-th of N contiguous pieces of the training text")
+                   help="train on the I-th of N pieces of the training text (see "
+                   "--shard-mode)")
+    g.add_argument("--shard-mode", choices=["contiguous", "interleaved"], default="contiguous",
+                   help="contiguous: N contiguous pieces (the nodes' text differs in style); "
+                   "interleaved: blocks of 4096 characters dealt out in turn (default "
+                   "%(default)s)")
     g.add_argument("--val-fraction", type=float, default=0.05,
                    help="the last fraction of the text that is validation (default 0.05)")
     g.add_argument("--val-windows", type=int, default=128,
@@ -270,11 +279,28 @@ def main():
     text = load_text(a.data)
     n_val = int(len(text) * a.val_fraction)
     train, val = text[:len(text) - n_val], text[len(text) - n_val:]
-    piece = len(train) // shards
-    train = torch.from_numpy(train[shard * piece:(shard + 1) * piece].astype(np.int64))
+    if a.shard_mode == "contiguous":
+        piece = len(train) // shards
+        train = train[shard * piece:(shard + 1) * piece]
+        if len(train) <= a.context + 1:
+            sys.exit("the shard is shorter than one window")
+        # window starts: every position whose window fits in the piece
+        starts_of = lambda idx: idx  # noqa: E731
+        n_starts = len(train) - a.context - 1
+        shard_chars = len(train)
+    else:
+        # window starts in the node's blocks (a window may run on into the next block: the text
+        # there is real, not a seam between blocks)
+        blocks = np.arange(shard, (len(train) - a.context - 1) // SHARD_BLOCK, shards)
+        if len(blocks) == 0:
+            sys.exit("the training text has fewer blocks than --shard's N")
+        block_ids = torch.from_numpy(blocks.astype(np.int64))
+        starts_of = lambda idx: (block_ids[idx // SHARD_BLOCK] * SHARD_BLOCK  # noqa: E731
+                                 + idx % SHARD_BLOCK)
+        n_starts = len(blocks) * SHARD_BLOCK
+        shard_chars = n_starts
+    train = torch.from_numpy(train.astype(np.int64))
     vx, vy = val_windows(val, a.val_windows, a.context)
-    if len(train) <= a.context + 1:
-        sys.exit("the shard is shorter than one window")
 
     torch.manual_seed(a.seed)  # one initial model on every node
     model = CharLM(a.layers, a.d_model, a.heads, a.context)
@@ -309,8 +335,8 @@ def main():
             outer_momentum=a.outer_momentum, model=base, fragments=a.fragments)
     if rank == 0:
         print(json.dumps({"event": "start", "mode": mode, "params": n_params,
-                          "train_chars": len(train), "val_chars": int(n_val),
-                          "shard": a.shard, "layers": a.layers, "d_model": a.d_model,
+                          "train_chars": shard_chars, "val_chars": int(n_val),
+                          "shard": a.shard, "shard_mode": a.shard_mode, "layers": a.layers, "d_model": a.d_model,
                           "heads": a.heads, "context": a.context, "batch": a.batch,
                           "sync_every": a.sync_every if mesh else None,
                           "outer": a.outer if mesh else None, "t": time.time()}), flush=True)
@@ -324,7 +350,7 @@ def main():
     while True:
         done = step >= a.max_steps
         if not done and not first:
-            starts = torch.randint(0, len(train) - a.context - 1, (a.batch,), generator=gen)
+            starts = starts_of(torch.randint(0, n_starts, (a.batch,), generator=gen))
             chunk = train[starts[:, None] + offs]
             stepper.zero_grad()
             out = model(chunk[:, :-1])
@@ -335,7 +361,9 @@ def main():
             sched.step()
             loss_sum += loss.item()
             loss_n += 1
-            step = (mesh.step_count + stepper.local_steps % a.sync_every) if mesh else step + 1
+            # the mesh counts H / F steps per mesh step (one fragment's sync)
+            step = (mesh.step_count + stepper.local_steps % (a.sync_every // a.fragments)
+                    if mesh else step + 1)
             done = step >= a.max_steps or (mesh is not None and not mesh.training)
         due = first or done or step % a.eval_every == 0
         first = False
