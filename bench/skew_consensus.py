@@ -139,8 +139,9 @@ def pooled(py, script, steps, seed, workdir, lr, schedule):
     return last_json(log)
 
 
-def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, extra, compress, schedule):
-    mesh = external_mesh(binary, 3, f"sk{seed}", 4)
+def mesh_run(binary, py, script, steps, outer, h, seed, workdir, lr, extra, compress, schedule,
+             staleness):
+    mesh = external_mesh(binary, 3, f"sk{seed}", staleness)
     mesh.common[mesh.common.index("--barrier") + 1] = "pssp"
     mesh.common += ["--sample", "2", "--compress", compress]
     procs, logs = [], []
@@ -188,6 +189,8 @@ def main():
                     help="MeshOptimizer(drift_correction=True or 'gradient'): SCAFFOLD-style")
     ap.add_argument("--compress", default="none",
                     help="the agents' --compress for the mesh runs (none, fp16, int8)")
+    ap.add_argument("--staleness", type=int, default=4,
+                    help="the agents' pssp staleness (in mesh steps, each H local steps)")
     ap.add_argument("--outer-lr", type=float, default=None, help="MeshOptimizer outer_lr")
     ap.add_argument("--outer-momentum", type=float, default=None,
                     help="MeshOptimizer outer_momentum")
@@ -222,7 +225,7 @@ def main():
                         extra += [flag, v]
             outs, sent = mesh_run(binary, py, script, a.steps, outer, h, seed, workdir,
                                   a.lr if a.mesh_lr is None else a.mesh_lr,
-                                  extra, a.compress, a.schedule)
+                                  extra, a.compress, a.schedule, a.staleness)
             accs = [o["accuracy"] for o in outs]
             same = len({o["crc"] for o in outs}) == 1
             worst = max(ref["accuracy"] - x for x in accs)
