@@ -63,7 +63,7 @@ std::vector<std::pair<std::string, std::string>> LivePeers(
 
 const char* PathName(const membership::Member& m, const std::string& self) {
   if (m.name == self) return "self";
-  if (!m.meta.relay.empty()) return "relayed";
+  if (!m.meta.relay.empty()) return m.direct ? "punched" : "relayed";
   return m.meta.reach == membership::Reach::kNat ? "punched" : "direct";
 }
 

@@ -226,7 +226,10 @@ void Node::SendTo(std::string addr, gossip::Datagram dg) {
   }
   auto route = swim_->Route(addr);
   swim_->NoteSent(route ? route->via : addr);
-  if (route) {
+  if (route && route->dest.empty()) {
+    // A relayed member's direct return path (membership::Config::direct_ttl).
+    Emit(SendDatagram{std::move(route->via), std::move(dg), {}, {}});
+  } else if (route) {
     Emit(SendDatagram{std::move(addr), std::move(dg), std::move(route->via),
                       std::move(route->dest)});
   } else {
@@ -705,6 +708,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
   } else if (auto* rf = std::get_if<gossip::RelayFrame>(&dg.body)) {
     OnRelayFrame(in, *rf, now);
   } else if (auto* q = std::get_if<gossip::ProgressQuery>(&dg.body)) {
+    if (swim_ && !in.from.empty()) swim_->NoteDirect(dg.sender, in.from, now);
     if (in.from.empty()) {
       // Delivered by our relay: the answer goes to the querier's advertised address (through
       // its relay, if it has one).
@@ -724,6 +728,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     if (barrier_ && training()) barrier_->OnKnownProgress(dg.sender, q->step, now);
     SendTo(in.from, std::move(reply));
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
+    if (swim_ && !in.from.empty()) swim_->NoteDirect(dg.sender, in.from, now);
     if (!barrier_) return;
     const bool changed = rep->training ? barrier_->OnReply(dg.sender, rep->seq, rep->step, now)
                                        : barrier_->OnPeerRemoved(dg.sender);
