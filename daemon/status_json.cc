@@ -132,6 +132,12 @@ json NatJson(const StatusInputs& in) {
             {"loop", s.relay_refused_loop},
             {"over_rate", s.relay_refused_over_rate},
             {"nested", in.relay_nested}}},
+          // Direct return paths to relayed members (membership::Config::direct_ttl):
+          // membership datagrams sent on them, paths learned, paths dropped (a probe on one
+          // went unanswered).
+          {"direct_packets", s.direct_packets},
+          {"direct_paths", s.direct_paths},
+          {"direct_dropped", s.direct_dropped},
           {"punches", s.punches},
           {"reflexive_moves", s.reflexive_moves}};
 }

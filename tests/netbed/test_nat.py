@@ -225,8 +225,14 @@ def main():
                         want_reach = "nat" if j in natted else "public"
                         want_path = "self" if i == j else (
                             "relayed" if j == SYMMETRIC else "punched" if j in natted else "direct")
+                        paths = {want_path}
+                        if j == SYMMETRIC and i not in natted and i != j and \
+                                m is not None and m.get("relay") != names[i]:
+                            # The public host that is not its relay sends to it at the source of
+                            # its own recent datagrams (a direct return path) while it has one.
+                            paths.add("punched")
                         if m is None or m["status"] != "alive" or m["addr"] != want[n] or \
-                                m.get("reach") != want_reach or m.get("path") != want_path or \
+                                m.get("reach") != want_reach or m.get("path") not in paths or \
                                 (j == SYMMETRIC and (m["relay"] not in names[:2] or
                                                      m["relay"] != views[SYMMETRIC][sym]["relay"])):
                             bad.append((names[i], n, m))
@@ -253,6 +259,9 @@ def main():
             for path in logs:
                 with open(path, "rb") as f:
                     offsets.append(len(f.read()))
+            # The public host that is not the relay: its path to the relayed host, sampled.
+            direct_host = names.index(names[1] if relay == names[0] else names[0])
+            seen_paths = []
             t0 = time.monotonic()
             while time.monotonic() - t0 < a.observe:
                 views = [nl.members(bed, i, a.bin) for i in range(N)]
@@ -260,7 +269,13 @@ def main():
                     assert v is not None, f"{names[i]} stopped answering"
                     bad = {n: m["status"] for n, m in v.items() if m["status"] != "alive"}
                     assert not bad, f"{names[i]} sees {bad} {time.monotonic() - t0:.1f} s in"
+                seen_paths.append(views[direct_host][sym]["path"])
                 time.sleep(1)
+            changes = sum(x != y for x, y in zip(seen_paths, seen_paths[1:]))
+            print(f"{names[direct_host]}'s path to {sym} over {len(seen_paths)} samples: "
+                  f"punched {seen_paths.count('punched')}, relayed {seen_paths.count('relayed')}, "
+                  f"{changes} changes")
+            assert seen_paths.count("punched") > 0, seen_paths
             for i, path in enumerate(logs):
                 with open(path, "rb") as f:
                     f.seek(offsets[i])
@@ -291,6 +306,11 @@ def main():
                     refused = nat["relay_refused_by_reason"]
                     assert nat["relay_refused"] == refused["not_registered"], nat
                     assert refused["not_registered"] * 100 <= nat["relayed_frames"], nat
+                if i == direct_host:
+                    print(f"{names[i]}: {nat['direct_packets']} membership datagrams to {sym} on "
+                          f"direct return paths ({nat['direct_paths']} learned, "
+                          f"{nat['direct_dropped']} dropped)")
+                    assert nat["direct_packets"] > 0, nat
                 if i == SYMMETRIC:
                     assert nat["relay"] == relay and nat["relay_registered"], nat
                     assert nat["relay_delivered"] > 0, nat
