@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "node/node_internal.h"
 
@@ -308,6 +309,7 @@ Node::PeerRef Node::RefOf(const ms::Member& m) {
   r.uplink_mbps = m.meta.uplink_mbps;
   r.downlink_mbps = m.meta.downlink_mbps;
   r.step_ms = m.step_ms;
+  r.nat = m.meta.reach == ms::Reach::kNat;
   return r;
 }
 
@@ -455,11 +457,20 @@ void Node::SendProbe(TimeMs now) {
   const auto loopback = [](const std::string& a) {
     return a.rfind("127.", 0) == 0 || a.rfind("[::1]", 0) == 0;
   };
+  // Issue 34: trains go on direct or punched paths only, never through a relay (they would
+  // measure the relay's links, and load them): a relayed member is probed at its direct return
+  // path while it has one (membership::Config::direct_ttl), else not; a member that only our
+  // relay reaches (we are relayed, it is behind NAT) is not probed.
   std::vector<PeerRef> peers;
+  std::map<std::string, std::string> direct;  // name -> where its train goes, if not p.addr
   ForEachPeer([&](const PeerRef& p) {
-    if (p.alive && !p.addr->empty() && (config_.probe_loopback || !loopback(*p.addr))) {
-      peers.push_back(p);
+    if (!p.alive || p.addr->empty() || (!config_.probe_loopback && loopback(*p.addr))) return;
+    if (swim_ && p.nat) {
+      auto route = swim_->Route(*p.addr);
+      if (route && !route->dest.empty()) return;  // through a relay only
+      if (route) direct[*p.name] = std::move(route->via);
     }
+    peers.push_back(p);
   });
   // The order SWIM's sorted member list gave (the shuffle below draws the same numbers).
   std::sort(peers.begin(), peers.end(),
@@ -516,9 +527,11 @@ void Node::SendProbe(TimeMs now) {
   if (probed_.size() > 4096) probed_.clear();
   probe_sent_at_ = now;
   stats_.probes_sent++;
+  const auto d = direct.find(probe_peer_);
+  const std::string& to = d != direct.end() ? d->second : *peers[pick].addr;
   // The train opens a NAT's way for the peer's datagrams: not unsolicited (issue 34).
-  if (swim_) swim_->NoteSent(*peers[pick].addr);
-  Emit(ProbeLink{probe_id_, *peers[pick].addr, packets});
+  if (swim_) swim_->NoteSent(to);
+  Emit(ProbeLink{probe_id_, to, packets});
   const TimeMs base = stats_.probes_sent <= static_cast<uint64_t>(kProbeFastProbes)
                           ? 2000
                           : config_.capacity_probe_interval_ms;
@@ -743,8 +756,11 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
   // Replies on connections this node opened.
   if (auto pull = pulls_.find(in.conn); pull != pulls_.end()) {
     auto* chunk = std::get_if<gossip::ParamChunk>(&f.body);
+    // A snapshot as a whole; the consensus model only from the consensus leader we asked.
+    const bool consensus_ok = chunk != nullptr && chunk->consensus && config_.consensus &&
+                              !consensus_.leader.empty() && f.sender == consensus_.leader;
     if (chunk == nullptr || f.sender != pull->second || chunk->base != 0 || chunk->keyed ||
-        chunk->final || chunk->consensus || chunk->fragment) {
+        chunk->final || (chunk->consensus && !consensus_ok) || chunk->fragment) {
       Reject();
       pulls_.erase(pull);
       Emit(Close{in.conn, true});

@@ -24,6 +24,9 @@ fmnist-mlp. Checks that:
   (params_received > 0: the NATed ones by pulling over connections they open), and no agent
   rejected anything; the relay forwarded frames and refused none but a few for a member whose
   return path was not fresh;
+- once every agent ran its --steps, all 5 hold the same consensus model (status consensus:
+  serving or adopted, 5 participants, one crc32; the leader is a public host, which the NATed
+  agents pull it from);
 - then the relay's agent is killed (by PID): h5 registers with the other public host and every
   remaining agent lists h5 through it within the suspicion timeout (lan profile, 4 members).
 Skips (exit 77) where no bed or no NAT router can be built, or Fashion-MNIST is missing.
@@ -49,6 +52,8 @@ OBSERVE_S = 60
 TARGET = 0.80 if nl.SANITIZED else 0.85  # the sanitizer build trains ~10x slower
 STEP_BUDGET = 3000
 STALL_S = 120
+# Every agent has run its STEP_BUDGET steps by then (the observation alone takes OBSERVE_S).
+CONSENSUS_S = 60
 DATASET = "/usr/share/datasets/fashion-mnist"
 
 ECHO = r"""
@@ -132,6 +137,26 @@ def check_routers(binary, kind):
             bed.stop(lst)
         print(f"{kind}: unsolicited datagram to {router}:7950 -> {out}")
         assert out == "none", out
+
+
+def check_consensus(bed, binary, names):
+    """Once every agent finished its --steps, all hold one model: the consensus (issue 32) reaches
+    the NATed agents too (they pull it from the leader, a public host), bit for bit."""
+    t = time.monotonic()
+    while True:
+        sts = [nl.status(bed, i, binary) for i in range(N)]
+        cs = [s["consensus"] for s in sts]
+        if all(c["state"] in ("serving", "adopted") and c["participants"] == N for c in cs) and \
+                len({c["crc32"] for c in cs}) == 1:
+            break
+        assert time.monotonic() - t < CONSENSUS_S, \
+            f"no consensus in {CONSENSUS_S} s: " + \
+            str({n: (s["step"], c["state"], c["leader"], c["participants"], c["crc32"])
+                 for n, s, c in zip(names, sts, cs)})
+        time.sleep(0.5)
+    print(f"consensus: leader {cs[0]['leader']}, model crc32 {cs[0]['crc32']:08x} on all {N} "
+          f"(states {[c['state'] for c in cs]}), {time.monotonic() - t:.1f} s after the check began")
+    assert cs[0]["crc32"] != 0 and cs[0]["leader"] in names[:2], cs
 
 
 def check_failover(bed, binary, names, procs, relay, sym):
@@ -314,6 +339,7 @@ def main():
                 if i == SYMMETRIC:
                     assert nat["relay"] == relay and nat["relay_registered"], nat
                     assert nat["relay_delivered"] > 0, nat
+            check_consensus(bed, a.bin, names)
             check_failover(bed, a.bin, names, procs, relay, sym)
     print("PASS")
 
