@@ -5,8 +5,10 @@
 // go on direct or punched paths only, never to an address that only a relay reaches.
 #include <catch2/catch.hpp>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "node/node.h"
@@ -26,7 +28,8 @@ struct Hand {
   TimeMs now = 0;
   std::vector<Output> out;
 
-  explicit Hand(sync::SelectPolicy select, TimeMs probe_ms = 0) {
+  // `peers_training` false: p1, c2 and r3 finished training at step 10 (consensus tests).
+  explicit Hand(sync::SelectPolicy select, TimeMs probe_ms = 0, bool peers_training = true) {
     NodeConfig c;
     c.name = "n0";
     c.addr = "10.0.0.1:7950";
@@ -54,16 +57,29 @@ struct Hand {
     ms::Meta pub;
     pub.reach = ms::Reach::kPublic;
     pub.serves_relay = true;
-    pub.training = true;
+    pub.training = peers_training;
     ms::Meta cone;
     cone.reach = ms::Reach::kNat;
-    cone.training = true;
+    cone.training = peers_training;
     ms::Meta relayed = cone;
     relayed.relay = "p1";
     p.updates.push_back(ms::AliveMsg{"p1", kP1, 1, pub});
     p.updates.push_back(ms::AliveMsg{"c2", kC2, 2, cone});
     p.updates.push_back(ms::AliveMsg{"r3", kR3, 2, relayed});
+    p.from_step = peers_training ? 0 : 10;
     Datagram(kP1, p);
+    if (!peers_training) {
+      // Their steps, straight from them.
+      for (const auto& [name, from] :
+           {std::pair{"p1", kP1}, std::pair{"c2", kC2}, std::pair{"r3", kR3Direct}}) {
+        ms::Packet q;
+        q.from = name;
+        q.from_addr = name == std::string("r3") ? kR3 : from;
+        q.from_step = 10;
+        q.primary = ms::PingMsg{1, "n0"};
+        Datagram(from, q);
+      }
+    }
   }
   void Datagram(const std::string& from, const ms::Packet& p) {
     gossip::Datagram dg;
@@ -157,6 +173,80 @@ TEST_CASE("nat node: probe trains go on direct or punched paths, never to a rela
   }
   CHECK(to.count(kR3Direct) > 0);
   CHECK(to.count(kR3) == 0);
+}
+
+TEST_CASE("nat node: the consensus leader is not behind NAT; those behind NAT pull its result",
+          "[node][nat][consensus]") {
+  // Participants c2 < n0 < p1 < r3 (names): c2 and r3 are behind NAT, so n0 leads.
+  Hand h(sync::SelectPolicy::kRandom, 0, false);
+  h.n->Step(TrainerProgress{10, false, false, {}, 0}, h.now);
+  h.n->Step(SnapshotIn{10, std::make_shared<const std::vector<float>>(8, 1.0f), true, {}}, h.now);
+  h.RunUntil(h.now + 500);
+  CHECK(h.n->consensus().participants == 4);
+  CHECK(h.n->consensus().leader == "n0");
+  CHECK(h.n->consensus().state == "collecting");
+  // c2 asks for the result before there is one: closed, nothing sent.
+  auto request = [&](ConnId conn) {
+    h.out.clear();
+    gossip::Frame f;
+    f.sender = "c2";
+    f.body = gossip::StateRequestMsg{10};
+    h.n->Step(FrameIn{conn, std::move(f)}, h.now);
+    h.Drain();
+    const SendParams* sent = nullptr;
+    bool closed = false;
+    for (const Output& o : h.out) {
+      if (const auto* sp = std::get_if<SendParams>(&o); sp && sp->conn == conn) sent = sp;
+      if (const auto* c = std::get_if<Close>(&o); c && c->conn == conn) closed = true;
+    }
+    CHECK(closed);
+    return sent != nullptr ? std::optional<SendParams>(*sent) : std::nullopt;
+  };
+  CHECK_FALSE(request(5).has_value());
+  // The three final models come in (c2 and r3 connect out to us; p1 as anyone).
+  ConnId conn = 10;
+  for (const char* name : {"c2", "p1", "r3"}) {
+    gossip::ParamChunk c;
+    c.round = 1;
+    c.step = 10;
+    c.chunks = 1;
+    c.total = 8;
+    c.count = 8;
+    c.data.assign(8, 3.0f);
+    c.final = true;
+    gossip::Frame f;
+    f.sender = name;
+    f.body = std::move(c);
+    h.n->Step(FrameIn{conn++, std::move(f)}, h.now);
+    h.Drain();
+  }
+  const ConsensusReduce* reduce = nullptr;
+  for (const Output& o : h.out) {
+    if (const auto* r = std::get_if<ConsensusReduce>(&o)) reduce = r;
+  }
+  REQUIRE(reduce != nullptr);
+  CHECK(reduce->models.size() == 4);
+  const uint64_t id = reduce->id;
+  auto result = std::make_shared<const std::vector<float>>(8, 2.5f);
+  h.out.clear();
+  h.n->Step(ConsensusResult{id, result}, h.now);
+  h.Drain();
+  h.RunUntil(h.now + 100);
+  CHECK(h.n->consensus().state == "serving");
+  // The result is pushed to p1 only (nothing connects to c2 or r3)...
+  std::set<std::string> to;
+  for (const Output& o : h.out) {
+    if (const auto* c = std::get_if<Connect>(&o)) to.insert(c->to);
+  }
+  CHECK(to == std::set<std::string>{kP1});
+  // ... and c2's request now gets it: the consensus model, marked so.
+  auto sent = request(20);
+  REQUIRE(sent.has_value());
+  CHECK(sent->consensus);
+  CHECK_FALSE(sent->final);
+  REQUIRE(sent->params != nullptr);
+  CHECK(*sent->params == *result);
+  CHECK(h.n->stats().consensus_pulls_served == 1);
 }
 
 }  // namespace
