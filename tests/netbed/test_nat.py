@@ -10,8 +10,8 @@ First the routers themselves, with plain UDP sockets:
 - symmetric (`masquerade random`, with --nat symmetric): a different public port per
   destination.
 Then the issue's setup: every agent started with `--bind 0.0.0.0:7950 --join 10.213.17.1:7950`
-(plus --name, its data shard, a step budget and --rpc on each namespace's own loopback), training
-fmnist-mlp. Checks that:
+(plus --name, its data shard, a step budget, --target-accuracy and --rpc on each namespace's own
+loopback), training fmnist-mlp. Checks that:
 - every agent lists all 4 alive within FORM_S;
 - each cone-NATed agent moved to the reflexive address its peers see (<router>:7950) and every
   agent lists it there; `members` shows reach "nat" for h3/h4/h5 and "public" for h1/h2, and the
@@ -24,7 +24,7 @@ fmnist-mlp. Checks that:
   (params_received > 0: the NATed ones by pulling over connections they open), and no agent
   rejected anything; the relay forwarded frames and refused none but a few for a member whose
   return path was not fresh;
-- once every agent ran its --steps, all 5 hold the same consensus model (status consensus:
+- once every agent finished (--target-accuracy), all 5 hold the same consensus model (status consensus:
   serving or adopted, 5 participants, one crc32; the leader is a public host, which the NATed
   agents pull it from);
 - then the relay's agent is killed (by PID): h5 registers with the other public host and every
@@ -52,8 +52,9 @@ OBSERVE_S = 60
 TARGET = 0.80 if nl.SANITIZED else 0.85  # the sanitizer build trains ~10x slower
 STEP_BUDGET = 3000
 STALL_S = 120
-# Every agent has run its STEP_BUDGET steps by then (the observation alone takes OBSERVE_S).
-CONSENSUS_S = 60
+# Training ended at TARGET by then (the observation alone takes OBSERVE_S); the backstop allows
+# a node that misses the target to run its STEP_BUDGET.
+CONSENSUS_S = 120
 DATASET = "/usr/share/datasets/fashion-mnist"
 
 ECHO = r"""
@@ -140,7 +141,7 @@ def check_routers(binary, kind):
 
 
 def check_consensus(bed, binary, names):
-    """Once every agent finished its --steps, all hold one model: the consensus (issue 32) reaches
+    """Once every agent finished training, all hold one model: the consensus (issue 32) reaches
     the NATed agents too (they pull it from the leader, a public host), bit for bit."""
     t = time.monotonic()
     while True:
@@ -217,8 +218,11 @@ def main():
             for i in range(N):
                 argv = [a.bin, "agent", "--name", names[i], "--bind", f"0.0.0.0:{nl.PORT}",
                         "--rpc", nl.RPC]
+                # Training ends at TARGET (the consensus follows at once; the sanitizer build
+                # would take minutes for the whole STEP_BUDGET).
                 argv += ["--task", "fmnist-mlp", "--shard", f"{i}/{N}", "--eval-every", "50",
-                         "--steps", str(STEP_BUDGET), "--metrics-file", metrics[i]]
+                         "--steps", str(STEP_BUDGET), "--target-accuracy", str(TARGET),
+                         "--metrics-file", metrics[i]]
                 if i > 0:
                     argv += ["--join", f"{bed.public_addr(0)}:{nl.PORT}"]
                 bed.spawn(i, argv, logs[i])
