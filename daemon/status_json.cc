@@ -222,7 +222,11 @@ json StatusJson(const StatusInputs& in) {
             {"leader", in.node.consensus().leader},
             {"participants", in.node.consensus().participants},
             {"models", st.consensus_models},
-            {"crc32", st.consensus_crc32}}},
+            {"crc32", st.consensus_crc32},
+            // Behind NAT (issue 34): requests for the consensus model made (a participant
+            // behind NAT pulls it) and answered with it (the leader).
+            {"pulls", s.consensus_pulls},
+            {"pulls_served", s.consensus_pulls_served}}},
           {"params_bytes_sent", s.params_bytes_sent},
           {"params_bytes_raw", s.params_bytes_raw},
           {"compression_ratio",

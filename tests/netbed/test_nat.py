@@ -10,8 +10,8 @@ First the routers themselves, with plain UDP sockets:
 - symmetric (`masquerade random`, with --nat symmetric): a different public port per
   destination.
 Then the issue's setup: every agent started with `--bind 0.0.0.0:7950 --join 10.213.17.1:7950`
-(plus --name, its data shard, a step budget, --target-accuracy and --rpc on each namespace's own
-loopback), training fmnist-mlp. Checks that:
+(plus --name, its data shard, a step budget and --rpc on each namespace's own loopback), training
+fmnist-mlp. Checks that:
 - every agent lists all 4 alive within FORM_S;
 - each cone-NATed agent moved to the reflexive address its peers see (<router>:7950) and every
   agent lists it there; `members` shows reach "nat" for h3/h4/h5 and "public" for h1/h2, and the
@@ -24,7 +24,7 @@ loopback), training fmnist-mlp. Checks that:
   (params_received > 0: the NATed ones by pulling over connections they open), and no agent
   rejected anything; the relay forwarded frames and refused none but a few for a member whose
   return path was not fresh;
-- once every agent finished (--target-accuracy), all 5 hold the same consensus model (status consensus:
+- once every agent ran its --steps, all 5 hold the same consensus model (status consensus:
   serving or adopted, 5 participants, one crc32; the leader is a public host, which the NATed
   agents pull it from);
 - then the relay's agent is killed (by PID): h5 registers with the other public host and every
@@ -50,10 +50,12 @@ FORM_S = 45
 SUSPICION_S = 4.0
 OBSERVE_S = 60
 TARGET = 0.80 if nl.SANITIZED else 0.85  # the sanitizer build trains ~10x slower
-STEP_BUDGET = 3000
+# Every agent trains this many steps (then the consensus); the sanitizer build's ~10x slower
+# agents reach their TARGET within 600 steps and run fewer, so that training ends within about
+# the observation time there too.
+STEP_BUDGET = 1000 if nl.SANITIZED else 3000
 STALL_S = 120
-# Training ended at TARGET by then (the observation alone takes OBSERVE_S); the backstop allows
-# a node that misses the target to run its STEP_BUDGET.
+# Every agent ran its STEP_BUDGET by then, or soon after (the observation alone takes OBSERVE_S).
 CONSENSUS_S = 120
 DATASET = "/usr/share/datasets/fashion-mnist"
 
@@ -147,17 +149,29 @@ def check_consensus(bed, binary, names):
     while True:
         sts = [nl.status(bed, i, binary) for i in range(N)]
         cs = [s["consensus"] for s in sts]
-        if all(c["state"] in ("serving", "adopted") and c["participants"] == N for c in cs) and \
-                len({c["crc32"] for c in cs}) == 1:
+        # Every agent holds the leader's model (a participant's view of who took part may
+        # lag: one that finished without a step of its own counts once its evaluation is
+        # known), and the leader averaged all N final models.
+        leads = [c for n, c in zip(names, cs) if c["leader"] == n]
+        if all(c["state"] in ("serving", "adopted") for c in cs) and \
+                len({c["crc32"] for c in cs}) == 1 and len(leads) == 1 and \
+                leads[0]["participants"] == N and leads[0]["models"] == N:
             break
         assert time.monotonic() - t < CONSENSUS_S, \
             f"no consensus in {CONSENSUS_S} s: " + \
-            str({n: (s["step"], c["state"], c["leader"], c["participants"], c["crc32"])
+            str({n: (s["step"], c["state"], c["leader"], c["participants"], c["models"],
+                     c["crc32"])
                  for n, s, c in zip(names, sts, cs)})
         time.sleep(0.5)
     print(f"consensus: leader {cs[0]['leader']}, model crc32 {cs[0]['crc32']:08x} on all {N} "
           f"(states {[c['state'] for c in cs]}), {time.monotonic() - t:.1f} s after the check began")
     assert cs[0]["crc32"] != 0 and cs[0]["leader"] in names[:2], cs
+    # The NATed agents got it by asking the leader (nothing can push to them).
+    leader = cs[names.index(cs[0]["leader"])]
+    print(f"consensus pulls answered by {cs[0]['leader']}: {leader['pulls_served']}, made: "
+          f"{[c['pulls'] for c in cs]}")
+    assert leader["pulls_served"] >= len(NATTED), leader
+    assert all(cs[i]["pulls"] >= 1 for i in NATTED), cs
 
 
 def check_failover(bed, binary, names, procs, relay, sym):
@@ -218,11 +232,8 @@ def main():
             for i in range(N):
                 argv = [a.bin, "agent", "--name", names[i], "--bind", f"0.0.0.0:{nl.PORT}",
                         "--rpc", nl.RPC]
-                # Training ends at TARGET (the consensus follows at once; the sanitizer build
-                # would take minutes for the whole STEP_BUDGET).
                 argv += ["--task", "fmnist-mlp", "--shard", f"{i}/{N}", "--eval-every", "50",
-                         "--steps", str(STEP_BUDGET), "--target-accuracy", str(TARGET),
-                         "--metrics-file", metrics[i]]
+                         "--steps", str(STEP_BUDGET), "--metrics-file", metrics[i]]
                 if i > 0:
                     argv += ["--join", f"{bed.public_addr(0)}:{nl.PORT}"]
                 bed.spawn(i, argv, logs[i])
@@ -334,7 +345,7 @@ def main():
                     # (docs/guide.md#nat), and few; nothing hostile here.
                     refused = nat["relay_refused_by_reason"]
                     assert nat["relay_refused"] == refused["not_registered"], nat
-                    assert refused["not_registered"] * 100 <= nat["relayed_frames"], nat
+                    assert refused["not_registered"] <= max(10, nat["relayed_frames"] // 100), nat
                 if i == direct_host:
                     print(f"{names[i]}: {nat['direct_packets']} membership datagrams to {sym} on "
                           f"direct return paths ({nat['direct_paths']} learned, "
