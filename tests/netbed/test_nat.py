@@ -53,7 +53,7 @@ TARGET = 0.80 if nl.SANITIZED else 0.85  # the sanitizer build trains ~10x slowe
 # Every agent trains this many steps (then the consensus); the sanitizer build's ~10x slower
 # agents reach their TARGET within 600 steps and run fewer, so that training ends within about
 # the observation time there too.
-STEP_BUDGET = 1000 if nl.SANITIZED else 3000
+STEP_BUDGET = 1000 if nl.SANITIZED else 2500
 STALL_S = 120
 # Every agent ran its STEP_BUDGET by then, or soon after (the observation alone takes OBSERVE_S).
 CONSENSUS_S = 120
