@@ -63,7 +63,7 @@ std::vector<std::pair<std::string, std::string>> LivePeers(
 
 const char* PathName(const membership::Member& m, const std::string& self) {
   if (m.name == self) return "self";
-  if (!m.meta.relay.empty()) return "relayed";
+  if (!m.meta.relay.empty()) return m.direct ? "punched" : "relayed";
   return m.meta.reach == membership::Reach::kNat ? "punched" : "direct";
 }
 
@@ -132,6 +132,12 @@ json NatJson(const StatusInputs& in) {
             {"loop", s.relay_refused_loop},
             {"over_rate", s.relay_refused_over_rate},
             {"nested", in.relay_nested}}},
+          // Direct return paths to relayed members (membership::Config::direct_ttl):
+          // membership datagrams sent on them, paths learned, paths dropped (a probe on one
+          // went unanswered).
+          {"direct_packets", s.direct_packets},
+          {"direct_paths", s.direct_paths},
+          {"direct_dropped", s.direct_dropped},
           {"punches", s.punches},
           {"reflexive_moves", s.reflexive_moves}};
 }
@@ -216,7 +222,11 @@ json StatusJson(const StatusInputs& in) {
             {"leader", in.node.consensus().leader},
             {"participants", in.node.consensus().participants},
             {"models", st.consensus_models},
-            {"crc32", st.consensus_crc32}}},
+            {"crc32", st.consensus_crc32},
+            // Behind NAT (issue 34): requests for the consensus model made (a participant
+            // behind NAT pulls it) and answered with it (the leader).
+            {"pulls", s.consensus_pulls},
+            {"pulls_served", s.consensus_pulls_served}}},
           {"params_bytes_sent", s.params_bytes_sent},
           {"params_bytes_raw", s.params_bytes_raw},
           {"compression_ratio",

@@ -61,7 +61,8 @@ nlohmann::json StatusJson(const StatusInputs& in);
 nlohmann::json MembersJson(const std::vector<membership::Member>& members,
                            const std::string& self = "");
 // How this node reaches member `m` (issue 34): "self", "punched" (the member is behind NAT:
-// the path exists because its own traffic opened it) or "direct".
+// the path exists because its own traffic opened it; for a relayed member, while we send to
+// it at the source of its own recent datagrams, Member::direct), "relayed" or "direct".
 const char* PathName(const membership::Member& m, const std::string& self);
 // Writes what a node event means to the operator: member and sync lines in the metrics file,
 // log lines. False for outputs that are not such events.

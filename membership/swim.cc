@@ -56,6 +56,7 @@ void Swim::Impl::RemoveNode(NodeState* st) {
   if (auto it = nat_addr_.find(st->m.addr); it != nat_addr_.end() && it->second == st->m.name) {
     nat_addr_.erase(it);
   }
+  direct_.erase(st->m.name);
   auto it = std::find(nodes_.begin(), nodes_.end(), st);
   if (it != nodes_.end()) {
     const size_t idx = static_cast<size_t>(it - nodes_.begin());
@@ -429,6 +430,8 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   if (s.cfg_.nat && !from_addr.empty() && s.sent_to_.count(from_addr) == 0) {
     s.NoteUnsolicited();
   }
+  // Straight from a relayed member: its NAT lets us answer there for a while.
+  if (s.cfg_.nat && !from_addr.empty()) s.NoteDirectFrom(s.FindState(packet.from), from_addr);
   const auto* ping = std::get_if<PingMsg>(&packet.primary);
   // A ping for another name reached us at a stale address: stay silent.
   if (ping != nullptr && !ping->target.empty() && ping->target != s.cfg_.name) return;
@@ -452,7 +455,9 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
         now + static_cast<TimeMs>(kNackFraction * static_cast<double>(s.cfg_.probe_timeout));
     r.expire_at = now + s.cfg_.probe_timeout;
     s.relays_.emplace(seq, std::move(r));
+    s.no_direct_ = true;
     s.SendPacket(ind->target_addr, PingMsg{seq, ind->target});
+    s.no_direct_ = false;
   } else if (const auto* reg = std::get_if<RelayRegisterMsg>(&packet.primary)) {
     s.OnRelayRegister(*reg, packet, from_addr);
   } else if (const auto* ack = std::get_if<AckMsg>(&packet.primary)) {
@@ -735,7 +740,11 @@ size_t Swim::NumMembers() const { return impl_->nodes_.size(); }
 std::vector<Member> Swim::Members() const {
   std::vector<Member> out;
   out.reserve(impl_->nodes_.size());
-  for (const NodeState* st : impl_->nodes_) out.push_back(st->m);
+  for (const NodeState* st : impl_->nodes_) {
+    out.push_back(st->m);
+    out.back().direct = st != impl_->self_ && st->m.meta.relay != impl_->cfg_.name &&
+                        impl_->DirectPath(st->m) != nullptr;
+  }
   std::sort(out.begin(), out.end(),
             [](const Member& a, const Member& b) { return a.name < b.name; });
   return out;

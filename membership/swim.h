@@ -77,6 +77,18 @@ struct Config {
   int relay_keepalive_misses = 2;
   TimeMs relay_ttl = 10000;
   size_t relay_overhead_bytes = 384;  // datagram budget a relay frame's wrapping takes
+  // Direct return paths to relayed members (issue 34). A relayed member's own datagrams reach
+  // us straight from its NAT (it sends to public members directly), and that NAT lets our
+  // answers in at their source address while the member keeps sending to us. While a datagram
+  // straight from it (HandlePacket with a source address, or NoteDirect) is at most
+  // `direct_ttl` old and came from the IP it advertises, we send to it there instead of
+  // through its relay. 10 s: a third of the shortest NAT mapping timeout in use (Linux
+  // conntrack keeps an unreplied UDP mapping 30 s, a replied one 120 s), so the mapping
+  // outlives our use of it by 20 s or more; and longer than the gap between two probes of one
+  // member in a small mesh, so the path does not flap in a quiet mesh. A probe the member does
+  // not answer on that path drops it at once (the ping is repeated through the relay).
+  // 0 = never (always through the relay).
+  TimeMs direct_ttl = 10000;
 
   static Config Lan();
   static Config Wan();
@@ -97,6 +109,10 @@ struct Member {
   float step_ms = 0;        // its compute time per step as published (0 = unknown)
   TimeMs state_change = 0;  // when status last changed
   TimeMs step_learned = 0;  // when `step` was last learned (for progress views)
+  // Issue 34: a relayed member we reach straight at the source of its own recent datagrams
+  // (Config::direct_ttl) instead of through its relay. Set in the copies Members() returns
+  // only (Find and ForEachMember leave it false).
+  bool direct = false;
 };
 
 // Something the application may want to know about.
@@ -117,8 +133,8 @@ struct OutPacket {
 
 // Where a datagram for a relayed member goes (Swim::Route).
 struct RelayRoute {
-  std::string via;   // the relay's address
-  std::string dest;  // the member's name
+  std::string via;   // the relay's address; with `dest` empty, the member's direct return path
+  std::string dest;  // the member's name; empty: send the datagram plainly to `via`
 };
 
 // What to do with a relay frame (Swim::OnRelayFrame). kForward and kDeliver accept it; the
@@ -166,6 +182,12 @@ struct Stats {
   uint64_t relay_delivered = 0;
   uint64_t relay_keepalives = 0;
   uint64_t relay_failovers = 0;
+  // Direct return paths (Config::direct_ttl): datagrams sent straight to a relayed member
+  // instead of through its relay, paths learned (a relayed member's first direct datagram
+  // after none or a lapse), and paths dropped because a probe on one went unanswered.
+  uint64_t direct_packets = 0;
+  uint64_t direct_paths = 0;
+  uint64_t direct_dropped = 0;
   uint64_t relay_refused() const {
     return relay_refused_not_serving + relay_refused_not_member + relay_refused_not_registered +
            relay_refused_loop + relay_refused_over_rate;
@@ -182,7 +204,9 @@ class Swim {
   // Contact these addresses ("ip:port") with a join push-pull.
   void Join(const std::vector<std::string>& addrs, TimeMs now);
 
-  // Inbound UDP packet; `from_addr` is the transport source address.
+  // Inbound UDP packet; `from_addr` is the transport source address (empty: a relay delivered
+  // it). The caller hands in only packets that decoded (and, with encryption, authenticated):
+  // the source of one from a relayed member may become its direct return path.
   void HandlePacket(const std::string& from_addr, const Packet& packet, TimeMs now);
   // Inbound push-pull request (TCP): merges it and returns our state for the reply.
   PushPull HandlePushPullRequest(const PushPull& request, TimeMs now);
@@ -246,7 +270,13 @@ class Swim {
   // Relays (issue 34). The route of a datagram the caller sends to `addr` outside the core
   // (barrier queries and replies): nullopt = straight there. Through a relayed member's relay;
   // from a relayed node to a member behind (cone) NAT, through its own relay.
+  // A relayed member with a fresh direct return path (Config::direct_ttl) is sent to there:
+  // RelayRoute{that address, ""}.
   std::optional<RelayRoute> Route(const std::string& addr) const;
+  // An authenticated datagram from member `name` arrived straight (not through a relay) from
+  // `from_addr`, outside the core (barrier queries and replies): as HandlePacket does for
+  // membership datagrams, a relayed member's direct return path is refreshed.
+  void NoteDirect(const std::string& name, const std::string& from_addr, TimeMs now);
   // A relay frame from member `sender`, arriving from `from_addr`, for member `dest`, carrying
   // `bytes`: what to do with it (counted; *to_addr set for kForward). A relay forwards to
   // members registered with it, and to members that sent frames through it within relay_ttl

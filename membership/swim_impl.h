@@ -291,6 +291,15 @@ struct Swim::Impl {
   // Members that sent frames through us lately, where they came from: a member behind a cone
   // NAT admits datagrams from us there, so a relayed node's answers reach it (return paths).
   std::map<std::string, RelayEntry> relay_returns_;
+  // As any node: direct return paths to relayed members (Config::direct_ttl), by name: where
+  // their last datagram straight to us came from, and when.
+  std::unordered_map<std::string, RelayEntry> direct_;
+  void NoteDirectFrom(const NodeState* st, const std::string& from_addr);
+  const RelayEntry* DirectPath(const Member& m) const;
+  // Set while sending an indirect ping (SWIM ping-req) for another member: it goes through the
+  // target's relay even when a direct path is fresh (the path the origin's probe failed on may
+  // be the one that broke).
+  bool no_direct_ = false;
   double relay_tokens_ = 0;
   TimeMs relay_refill_ = 0;
   void OnRelayRegister(const RelayRegisterMsg& r, const Packet& p, const std::string& from_addr);

@@ -50,6 +50,12 @@ void Swim::Impl::SendIndirectPings() {
       RandomNodes(static_cast<size_t>(std::max(0, cfg_.indirect_checks)), [&](const NodeState* st) {
         return st != self_ && st != target && st->m.status == Status::kAlive;
       });
+  // The direct return path to a relayed target went unanswered: drop it, and ping again
+  // through the target's relay (its ack comes straight back to us).
+  if (direct_.erase(target->m.name) > 0) {
+    ++stats_.direct_dropped;
+    SendPacket(target->m.addr, PingMsg{probe_.seq, target->m.name});
+  }
   for (NodeState* peer : peers) {
     SendPacket(peer->m.addr, IndirectPingMsg{probe_.seq, target->m.name, target->m.addr, true});
     ++probe_.expected_nacks;
@@ -85,8 +91,9 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
   p.primary = std::move(primary);
   // A datagram for a relayed member travels inside a relay frame (issue 34): less room.
   std::optional<RelayRoute> route = RouteFor(to);
+  const bool framed = route && !route->dest.empty();
   const size_t overhead =
-      cfg_.packet_overhead_bytes + (route ? cfg_.relay_overhead_bytes : size_t{0});
+      cfg_.packet_overhead_bytes + (framed ? cfg_.relay_overhead_bytes : size_t{0});
   const size_t limit = cfg_.max_packet_bytes > overhead ? cfg_.max_packet_bytes - overhead : 0;
   const size_t header = EstimatePacketOverhead(p);
   size_t budget = limit > header ? limit - header : 0;
@@ -100,7 +107,11 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
   if (std::holds_alternative<std::monostate>(p.primary) && p.updates.empty()) return;
   ++stats_.packets_sent;
   if (cfg_.nat) NoteSentTo(route ? route->via : to);
-  if (route) {
+  if (route && route->dest.empty()) {
+    // A relayed member's direct return path: a plain datagram there.
+    ++stats_.direct_packets;
+    out_packets_.push_back(OutPacket{std::move(route->via), std::move(p), {}, {}});
+  } else if (route) {
     out_packets_.push_back(
         OutPacket{to, std::move(p), std::move(route->via), std::move(route->dest)});
   } else {

@@ -48,6 +48,10 @@ std::optional<RelayRoute> Swim::Impl::RouteFor(const std::string& addr) const {
   if (!m.meta.relay.empty()) {
     // We are its relay: its address is the mapping its registrations opened towards us.
     if (m.meta.relay == cfg_.name) return std::nullopt;
+    // It sent to us straight lately: its NAT lets us in where that came from.
+    if (!no_direct_) {
+      if (const RelayEntry* d = DirectPath(m)) return RelayRoute{d->addr, std::string()};
+    }
     via = m.meta.relay;
   } else if (m.meta.reach == Reach::kNat && need_relay_ && relay_.registered) {
     // A member behind a cone NAT admits only addresses it sent to, and our NAT gives every
@@ -63,6 +67,43 @@ std::optional<RelayRoute> Swim::Impl::RouteFor(const std::string& addr) const {
 
 std::optional<RelayRoute> Swim::Route(const std::string& addr) const {
   return impl_->RouteFor(addr);
+}
+
+namespace {
+// The host part of "ip:port" (or "[v6]:port").
+std::string_view HostOf(std::string_view addr) {
+  const size_t colon = addr.rfind(':');
+  return colon == std::string_view::npos ? addr : addr.substr(0, colon);
+}
+}  // namespace
+
+void Swim::Impl::NoteDirectFrom(const NodeState* st, const std::string& from_addr) {
+  // Only a relayed member's (not ours: we reach our clients at their registration's address),
+  // from the IP it advertises (its NAT's; a datagram naming it from elsewhere is not its own).
+  if (cfg_.direct_ttl <= 0 || st == nullptr || st == self_ || from_addr.empty() ||
+      st->m.meta.relay.empty() || st->m.meta.relay == cfg_.name || !IsLive(st->m.status) ||
+      HostOf(from_addr) != HostOf(st->m.addr)) {
+    return;
+  }
+  RelayEntry& e = direct_[st->m.name];
+  if (e.addr != from_addr || now_ - e.last > cfg_.direct_ttl) ++stats_.direct_paths;
+  e.addr = from_addr;
+  e.last = now_;
+}
+
+const Swim::Impl::RelayEntry* Swim::Impl::DirectPath(const Member& m) const {
+  if (direct_.empty()) return nullptr;
+  const auto it = direct_.find(m.name);
+  if (it == direct_.end() || now_ - it->second.last > cfg_.direct_ttl ||
+      HostOf(it->second.addr) != HostOf(m.addr)) {
+    return nullptr;
+  }
+  return &it->second;
+}
+
+void Swim::NoteDirect(const std::string& name, const std::string& from_addr, TimeMs now) {
+  impl_->now_ = now;
+  impl_->NoteDirectFrom(impl_->FindState(name), from_addr);
 }
 
 // ---- as a relayed node --------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "node/node_internal.h"
 
@@ -226,7 +227,10 @@ void Node::SendTo(std::string addr, gossip::Datagram dg) {
   }
   auto route = swim_->Route(addr);
   swim_->NoteSent(route ? route->via : addr);
-  if (route) {
+  if (route && route->dest.empty()) {
+    // A relayed member's direct return path (membership::Config::direct_ttl).
+    Emit(SendDatagram{std::move(route->via), std::move(dg), {}, {}});
+  } else if (route) {
     Emit(SendDatagram{std::move(addr), std::move(dg), std::move(route->via),
                       std::move(route->dest)});
   } else {
@@ -305,6 +309,7 @@ Node::PeerRef Node::RefOf(const ms::Member& m) {
   r.uplink_mbps = m.meta.uplink_mbps;
   r.downlink_mbps = m.meta.downlink_mbps;
   r.step_ms = m.step_ms;
+  r.nat = m.meta.reach == ms::Reach::kNat;
   return r;
 }
 
@@ -452,11 +457,20 @@ void Node::SendProbe(TimeMs now) {
   const auto loopback = [](const std::string& a) {
     return a.rfind("127.", 0) == 0 || a.rfind("[::1]", 0) == 0;
   };
+  // Issue 34: trains go on direct or punched paths only, never through a relay (they would
+  // measure the relay's links, and load them): a relayed member is probed at its direct return
+  // path while it has one (membership::Config::direct_ttl), else not; a member that only our
+  // relay reaches (we are relayed, it is behind NAT) is not probed.
   std::vector<PeerRef> peers;
+  std::map<std::string, std::string> direct;  // name -> where its train goes, if not p.addr
   ForEachPeer([&](const PeerRef& p) {
-    if (p.alive && !p.addr->empty() && (config_.probe_loopback || !loopback(*p.addr))) {
-      peers.push_back(p);
+    if (!p.alive || p.addr->empty() || (!config_.probe_loopback && loopback(*p.addr))) return;
+    if (swim_ && p.nat) {
+      auto route = swim_->Route(*p.addr);
+      if (route && !route->dest.empty()) return;  // through a relay only
+      if (route) direct[*p.name] = std::move(route->via);
     }
+    peers.push_back(p);
   });
   // The order SWIM's sorted member list gave (the shuffle below draws the same numbers).
   std::sort(peers.begin(), peers.end(),
@@ -513,9 +527,11 @@ void Node::SendProbe(TimeMs now) {
   if (probed_.size() > 4096) probed_.clear();
   probe_sent_at_ = now;
   stats_.probes_sent++;
+  const auto d = direct.find(probe_peer_);
+  const std::string& to = d != direct.end() ? d->second : *peers[pick].addr;
   // The train opens a NAT's way for the peer's datagrams: not unsolicited (issue 34).
-  if (swim_) swim_->NoteSent(*peers[pick].addr);
-  Emit(ProbeLink{probe_id_, *peers[pick].addr, packets});
+  if (swim_) swim_->NoteSent(to);
+  Emit(ProbeLink{probe_id_, to, packets});
   const TimeMs base = stats_.probes_sent <= static_cast<uint64_t>(kProbeFastProbes)
                           ? 2000
                           : config_.capacity_probe_interval_ms;
@@ -705,6 +721,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
   } else if (auto* rf = std::get_if<gossip::RelayFrame>(&dg.body)) {
     OnRelayFrame(in, *rf, now);
   } else if (auto* q = std::get_if<gossip::ProgressQuery>(&dg.body)) {
+    if (swim_ && !in.from.empty()) swim_->NoteDirect(dg.sender, in.from, now);
     if (in.from.empty()) {
       // Delivered by our relay: the answer goes to the querier's advertised address (through
       // its relay, if it has one).
@@ -724,6 +741,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     if (barrier_ && training()) barrier_->OnKnownProgress(dg.sender, q->step, now);
     SendTo(in.from, std::move(reply));
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
+    if (swim_ && !in.from.empty()) swim_->NoteDirect(dg.sender, in.from, now);
     if (!barrier_) return;
     const bool changed = rep->training ? barrier_->OnReply(dg.sender, rep->seq, rep->step, now)
                                        : barrier_->OnPeerRemoved(dg.sender);
@@ -738,8 +756,11 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
   // Replies on connections this node opened.
   if (auto pull = pulls_.find(in.conn); pull != pulls_.end()) {
     auto* chunk = std::get_if<gossip::ParamChunk>(&f.body);
+    // A snapshot as a whole; the consensus model only from the consensus leader we asked.
+    const bool consensus_ok = chunk != nullptr && chunk->consensus && config_.consensus &&
+                              !consensus_.leader.empty() && f.sender == consensus_.leader;
     if (chunk == nullptr || f.sender != pull->second || chunk->base != 0 || chunk->keyed ||
-        chunk->final || chunk->consensus || chunk->fragment) {
+        chunk->final || (chunk->consensus && !consensus_ok) || chunk->fragment) {
       Reject();
       pulls_.erase(pull);
       Emit(Close{in.conn, true});

@@ -383,6 +383,10 @@ using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix
 // ---- Counters and state for status --------------------------------------------------------------
 
 struct NodeStats {
+  // The end-of-training consensus behind NAT (issue 34): pulls of the consensus model this
+  // node (a participant behind NAT) made, and answered with it (as the leader).
+  uint64_t consensus_pulls = 0;
+  uint64_t consensus_pulls_served = 0;
   uint64_t rounds = 0;
   uint64_t fanout_sum = 0;
   uint64_t params_bytes_sent = 0;  // acknowledged parameter bytes on the wire
@@ -498,6 +502,9 @@ class Node {
     float uplink_mbps = 0;
     float downlink_mbps = 0;
     float step_ms = 0;  // published compute time per step (SWIM only)
+    // Behind NAT (its reach is nat, issue 34): nothing can open a parameter connection to it;
+    // it pulls models over connections it opens (MaybePull).
+    bool nat = false;
   };
   static PeerRef RefOf(const membership::Member& m);
   // Visits every peer but self, in the source's own order (not sorted), copying nothing. Each
@@ -510,6 +517,8 @@ class Node {
   bool PeerLive(const std::string& name) const;
   // Alive, training peers: the receivers a round may choose from. Kept between membership
   // changes (PeerView inputs, SWIM events), sorted by name.
+  // Candidates() that a push can reach: not behind NAT (issue 34; those pull). Same cache.
+  const std::vector<std::string>& PushCandidates();
   const std::vector<std::string>& Candidates();
   // A peer's membership record changed (joined, status, metadata, step): the incremental state
   // (barrier view with SWIM, candidates, the largest peer step for Joining) follows it.
@@ -617,6 +626,8 @@ class Node {
   PeerRef RefOf(const ExternalPeer& v) const;
   std::vector<std::string> candidates_;  // Candidates()
   bool candidates_stale_ = true;
+  // Candidates() less the members behind NAT (PeerRef::nat): the receivers a push may choose.
+  std::vector<std::string> push_candidates_;
   std::vector<Output> out_;
   NodeStats stats_;
   ConnId next_conn_ = kFirstOutgoingConn;
@@ -713,8 +724,12 @@ class Node {
   // Issue 34: behind NAT nobody can open a parameter connection to this node, so it asks a
   // reachable training peer for its model (StateRequest) on a connection it opens itself, once
   // per sync round, and mixes the answer like a received snapshot. At most one at a time.
+  // At the end of training a participant behind NAT pulls the consensus model from the leader
+  // the same way (node_consensus.cc): the leader answers such a request with the consensus
+  // model (ParamChunk::consensus) once it has one, and closes before.
   std::map<ConnId, std::string> pulls_;  // by connection: the peer asked
   void MaybePull();
+  void PullFrom(const std::string& name, const std::string& data_addr);
   // Parameter connections stay open between transfers (one transfer at a time on each), so a
   // transfer skips TCP's handshake and slow start; the driver's idle timeout closes unused ones
   // and at most kMaxDataConns stay open (the least recently used idle one is closed).
@@ -732,7 +747,11 @@ class Node {
   std::vector<ConnId> state_waiters_;  // joiners' state requests waiting for a snapshot
   uint64_t latest_step_ = 0;
   struct ConsensusState {
-    std::vector<std::string> participants;  // sorted, self included; the first leads
+    std::vector<std::string> participants;  // sorted, self included
+    // The first participant not behind NAT (every other pushes to it; issue 34), else the first.
+    std::string leader;
+    std::set<std::string> natted;  // participants behind NAT: they pull the result (PullFrom)
+    TimeMs next_pull = 0;
     // Leader: the finished peers' final models (the newest per sender).
     std::map<std::string, std::shared_ptr<const std::vector<float>>> finals;
     uint64_t reduce_id = 0;

@@ -2,13 +2,16 @@
 // them its final model (node_state.cc, ServeFinal). Once no live member trains any more, the
 // finished nodes — the participants: live members that stopped training after at least one step,
 // and this node — agree on one model:
-//   1. The leader is the participant with the smallest name. Every other participant sends it
-//      its final model (a final transfer, compressed as configured) until it holds a consensus
-//      model from that leader.
+//   1. The leader is the participant with the smallest name among those not behind NAT (issue
+//      34; the smallest of all when every one is). Every other participant sends it its final
+//      model (a final transfer, compressed as configured) until it holds a consensus model from
+//      that leader.
 //   2. The leader, once it holds every participant's final model (its own included), asks the
 //      driver for their plain average (ConsensusReduce: equal weights, off the event loop).
 //   3. It adopts the average (AdoptConsensus) and sends it, as plain floats, to every
-//      participant that has not acknowledged it yet; each adopts it bit for bit.
+//      participant that has not acknowledged it yet; each adopts it bit for bit. A participant
+//      behind NAT, which nothing can connect to, asks the leader for it instead, on a connection
+//      it opens (a state request the leader answers with the consensus model once it has one).
 // A participant that fails leaves the view: the leader reduces over the rest (a result that
 // covers every participant still alive stays valid). A leader that fails is replaced by the next
 // name: it serves the result it holds, or collects and reduces anew, and everyone adopts the
@@ -26,13 +29,29 @@ bool Node::ConsensusParticipants(TimeMs now) {
   if (!config_.consensus || !config_.training || !final_ || !latest_ || leaving_) return false;
   if (!Candidates().empty()) return false;  // peers still train: ServeFinal offers them our model
   std::vector<std::string> parts{config_.name};
+  std::set<std::string> natted;
+  if (swim_ && swim_->reach() == ms::Reach::kNat) natted.insert(config_.name);
   ForEachPeer([&](const PeerRef& p) {
-    if (p.live && !p.training && p.step > 0) parts.push_back(*p.name);
+    if (!p.live || p.training || p.step == 0) return;
+    parts.push_back(*p.name);
+    if (p.nat) natted.insert(*p.name);
   });
   std::sort(parts.begin(), parts.end());
-  if (parts != cs.participants) {
+  // Issue 34: nobody can push to a participant behind NAT, so the leader is the first one
+  // that is not (when there is one); those behind NAT pull the result from it.
+  std::string leader = parts.front();
+  for (const std::string& p : parts) {
+    if (natted.count(p) == 0) {
+      leader = p;
+      break;
+    }
+  }
+  if (parts != cs.participants || leader != cs.leader || natted != cs.natted) {
     cs.participants = std::move(parts);
+    cs.leader = std::move(leader);
+    cs.natted = std::move(natted);
     cs.next_send = now;  // a new leader or member: act at once
+    cs.next_pull = now;
   }
   return true;
 }
@@ -41,7 +60,7 @@ void Node::Consensus(TimeMs now) {
   ConsensusState& cs = consensus_;
   if (!ConsensusParticipants(now)) return;
   const std::vector<std::string>& parts = cs.participants;
-  const std::string& leader = parts.front();
+  const std::string leader = cs.leader;
   if (leader != config_.name) {
     // A participant: the leader's consensus model (it may have come before our view agreed
     // that everyone finished), else our final model to the leader until it comes.
@@ -52,6 +71,16 @@ void Node::Consensus(TimeMs now) {
       Emit(AdoptConsensus{leader, cs.result, parts.size()});
     }
     if (cs.result && cs.result_from == leader) return;
+    if (cs.natted.count(config_.name) > 0 && pulls_.empty() && now >= cs.next_pull &&
+        cs.natted.count(leader) == 0) {
+      // Behind NAT: the leader cannot push the result to us; we ask for it (it closes until it
+      // has one). Our final model goes to it as below.
+      if (auto peer = FindPeer(leader)) {
+        cs.next_pull = now + config_.consensus_retry_ms;
+        stats_.consensus_pulls++;
+        PullFrom(leader, *peer->data_addr);
+      }
+    }
     if (round_ || pending_ || now < cs.next_send) return;
     cs.next_send = now + config_.consensus_retry_ms;
     pending_ = SnapshotIn{latest_step_, latest_, true, {}};
@@ -69,9 +98,9 @@ void Node::Consensus(TimeMs now) {
       cs.result_from = config_.name;  // we serve it from now on
       cs.acked.clear();
     }
-    std::vector<std::string> due;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      if (!cs.acked.count(parts[i])) due.push_back(parts[i]);
+    std::vector<std::string> due;  // (those behind NAT pull it)
+    for (const std::string& p : parts) {
+      if (p != config_.name && !cs.acked.count(p) && !cs.natted.count(p)) due.push_back(p);
     }
     if (due.empty() || round_ || pending_ || now < cs.next_send) return;
     cs.next_send = now + config_.consensus_retry_ms;
@@ -134,7 +163,7 @@ Node::ConsensusView Node::consensus() const {
   const ConsensusState& cs = consensus_;
   if (!config_.consensus || !config_.training) return v;
   v.participants = cs.participants.size();
-  v.leader = cs.participants.empty() ? std::string() : cs.participants.front();
+  v.leader = cs.leader;
   v.models = cs.finals.size() + (final_ ? 1 : 0);
   if (!final_) {
     v.state = "training";

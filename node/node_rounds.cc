@@ -78,13 +78,22 @@ const Node::ExternalPeer* Node::FindExternal(const std::string& name) const {
 const std::vector<std::string>& Node::Candidates() {
   if (candidates_stale_) {
     candidates_.clear();
+    push_candidates_.clear();
     ForEachPeer([&](const PeerRef& p) {
-      if (p.alive && p.training) candidates_.push_back(*p.name);
+      if (!p.alive || !p.training) return;
+      candidates_.push_back(*p.name);
+      if (!p.nat) push_candidates_.push_back(*p.name);
     });
     std::sort(candidates_.begin(), candidates_.end());  // independent of the hash order
+    std::sort(push_candidates_.begin(), push_candidates_.end());
     candidates_stale_ = false;
   }
   return candidates_;
+}
+
+const std::vector<std::string>& Node::PushCandidates() {
+  Candidates();
+  return push_candidates_;
 }
 
 // `fanout` distinct candidates, uniformly (sync::Select's kRandom, drawn by index: Select copies
@@ -147,6 +156,10 @@ void Node::MaybePull() {
   std::sort(reachable.begin(), reachable.end());
   const auto& [name, addr] =
       reachable[std::uniform_int_distribution<size_t>(0, reachable.size() - 1)(rng_)];
+  PullFrom(name, addr);
+}
+
+void Node::PullFrom(const std::string& name, const std::string& addr) {
   const ConnId conn = next_conn_++;
   pulls_[conn] = name;
   in_streams_.erase(name);  // a pulled snapshot is always round 1 (SendState)
@@ -169,8 +182,8 @@ void Node::StartRound(TimeMs now) {
     if (!receivers.empty()) return SendRound(std::move(receivers), now);
   }
   if (pending_->final || config_.select != sync::SelectPolicy::kSelmcast) {
-    // all and random need no bandwidth view.
-    const std::vector<std::string>& candidates = Candidates();
+    // all and random need no bandwidth view. Members behind NAT are no receivers (they pull).
+    const std::vector<std::string>& candidates = PushCandidates();
     if (candidates.empty()) {
       pending_.reset();
       return ReleaseSnapshot();
@@ -196,7 +209,10 @@ void Node::StartRound(TimeMs now) {
     pv.candidates.clear();
     pv.bw.clear();
     ForEachPeer([&](const PeerRef& p) {
-      if (!p.alive || !p.training) return;
+      // A member behind NAT is no receiver (nothing can connect to it: it pulls, MaybePull),
+      // so the plan spends no sender's fanout or uplink on it. Its own plan has it as a
+      // sender to the others.
+      if (!p.alive || !p.training || p.nat) return;
       pv.bw[*p.name] = sync::NodeBandwidth{p.uplink_mbps, p.downlink_mbps, 0};
       pv.candidates.push_back(*p.name);
     });

@@ -169,6 +169,21 @@ void Node::ServeState(ConnId conn, const std::string& from) {
     Emit(Close{conn, false});
     return;
   }
+  // The end-of-training consensus (issue 34): a participant behind NAT asks its leader for the
+  // consensus model. Answered with it once it is ready; closed before (not our final model:
+  // that is no consensus, and the participant asks again).
+  const ConsensusState& cs = consensus_;
+  if (config_.consensus && final_ && cs.leader == config_.name &&
+      std::binary_search(cs.participants.begin(), cs.participants.end(), from)) {
+    if (cs.result && cs.result_from == config_.name) {
+      Emit(SendParams{conn, config_.name, cs.result, 1, latest_step_, false, gossip::CompressSpec{},
+                      std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats),
+                      true});
+      stats_.consensus_pulls_served++;
+    }
+    Emit(Close{conn, false});
+    return;
+  }
   if (latest_) return SendState(conn);
   constexpr size_t kMaxStateWaiters = 16;
   if (state_waiters_.size() >= kMaxStateWaiters) {

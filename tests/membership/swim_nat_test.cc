@@ -450,12 +450,20 @@ struct RelayMesh {
   NatWire w;
   Swim* n3 = nullptr;
   Swim* n4 = nullptr;
+  // `all_tweak` first, then p1's or n4's.
   explicit RelayMesh(const std::function<void(Config&)>& p1_tweak = nullptr,
-                     const std::function<void(Config&)>& n4_tweak = nullptr) {
-    w.Add("p1", Nat::kNone, true, p1_tweak);
-    w.Add("p2", Nat::kNone);
-    n3 = &w.Add("n3", Nat::kSymmetric);
-    n4 = &w.Add("n4", Nat::kSymmetric, true, n4_tweak);
+                     const std::function<void(Config&)>& n4_tweak = nullptr,
+                     const std::function<void(Config&)>& all_tweak = nullptr) {
+    auto both = [&](const std::function<void(Config&)>& one) {
+      return [&all_tweak, &one](Config& c) {
+        if (all_tweak) all_tweak(c);
+        if (one) one(c);
+      };
+    };
+    w.Add("p1", Nat::kNone, true, both(p1_tweak));
+    w.Add("p2", Nat::kNone, true, both(nullptr));
+    n3 = &w.Add("n3", Nat::kSymmetric, true, both(nullptr));
+    n4 = &w.Add("n4", Nat::kSymmetric, true, both(n4_tweak));
     for (const char* j : {"p2", "n3", "n4"}) w.Get(j).Join({"10.0.0.1:7950"}, w.now());
     w.Pump();
     w.RunUntil(15000);
@@ -521,7 +529,9 @@ TEST_CASE("relay: members behind symmetric NAT register with a public relay and 
   w.RunUntil(75000);
   CHECK(w.Count(Event::Kind::kSuspect) == 0);
   CHECK(w.Count(Event::Kind::kFailed) == 0);
-  CHECK(w.relayed > relayed + 100);
+  // (p1's and p2's datagrams to the member whose relay they are not take its direct return
+  // path instead: see the "direct:" tests.)
+  CHECK(w.relayed > relayed + 50);
   uint64_t frames = 0, refused = 0;
   for (const char* p : {"p1", "p2"}) {
     frames += w.Get(p).stats().relay_frames;
@@ -844,6 +854,242 @@ TEST_CASE("relay: datagrams for a relayed member are routed through its relay, s
   d.updates.push_back(DeadMsg{"p9", 1, "m1"});
   r.HandlePacket("10.0.0.2:7950", d, 20000);
   CHECK_FALSE(r.Route("203.0.113.3:41000").has_value());
+}
+
+// The relay mesh's view at p of n: the route of a datagram to n's advertised address.
+std::optional<RelayRoute> RouteAt(NatWire& w, const std::string& at, const std::string& n) {
+  return w.Get(at).Route(w.Get(n).config().addr);
+}
+
+bool DirectIn(const Swim& s, const std::string& name) {
+  for (const Member& m : s.Members()) {
+    if (m.name == name) return m.direct;
+  }
+  return false;
+}
+
+// The relay mesh run for 60 s once formed: relay frames, datagrams p1 and p2 sent on direct
+// paths, paths dropped, suspicions.
+struct DirectRun {
+  uint64_t frames = 0, direct = 0, dropped = 0;
+  int suspects = 0;
+};
+DirectRun RunRelayMesh(RelayMesh* r) {
+  NatWire& w = r->w;
+  w.ClearEvents();
+  const uint64_t relayed = w.relayed;
+  DirectRun out;
+  uint64_t direct_before = 0;
+  for (const char* p : {"p1", "p2"}) direct_before += w.Get(p).stats().direct_packets;
+  w.RunUntil(w.now() + 60000);
+  out.suspects = w.Count(Event::Kind::kSuspect);
+  for (const char* p : {"p1", "p2"}) {
+    out.direct += w.Get(p).stats().direct_packets;
+    out.dropped += w.Get(p).stats().direct_dropped;
+  }
+  out.direct -= direct_before;
+  out.frames = w.relayed - relayed;
+  return out;
+}
+
+TEST_CASE("direct: a public member sends to a relayed one where its own datagrams come from",
+          "[membership][nat][relay][direct]") {
+  // n3 and n4 behind symmetric NATs send straight to p1 and p2 (public); their NATs let p1
+  // and p2 answer at those sources, so the public member that is not n's relay sends to n
+  // there, not through the relay.
+  RelayMesh r;
+  NatWire& w = r.w;
+  for (Swim* n : {r.n3, r.n4}) {
+    const std::string name = n->config().name;
+    const std::string other = n->relay() == "p1" ? "p2" : "p1";
+    CAPTURE(name, other);
+    auto route = RouteAt(w, other, name);
+    REQUIRE(route.has_value());
+    CHECK(route->dest.empty());
+    // Its NAT's mapping towards `other` (not the advertised one, towards its relay).
+    CHECK(route->via == w.Find(name)->ports.at(w.Get(other).config().addr));
+    CHECK(route->via != n->config().addr);
+    CHECK(DirectIn(w.Get(other), name));
+    // Its relay reaches it at its registration's address anyway (no route, not "direct").
+    CHECK_FALSE(RouteAt(w, n->relay(), name).has_value());
+    CHECK_FALSE(DirectIn(w.Get(n->relay()), name));
+    // The other relayed member cannot: its datagrams to n go through n's relay.
+    const std::string peer = name == "n3" ? "n4" : "n3";
+    auto via = RouteAt(w, peer, name);
+    REQUIRE(via.has_value());
+    CHECK(via->dest == name);
+    CHECK_FALSE(DirectIn(w.Get(peer), name));
+  }
+  const DirectRun on = RunRelayMesh(&r);
+  // The comparison: the same mesh (same seeds) with direct paths off (direct_ttl 0) sends p1's
+  // and p2's datagrams for n3 and n4 through the relays.
+  RelayMesh off(nullptr, nullptr, [](Config& c) { c.direct_ttl = 0; });
+  for (const char* n : {"n3", "n4"}) {
+    const std::string other = off.w.Get(n).relay() == "p1" ? "p2" : "p1";
+    CHECK(RouteAt(off.w, other, n)->dest == n);
+    CHECK_FALSE(DirectIn(off.w.Get(other), n));
+  }
+  const DirectRun without = RunRelayMesh(&off);
+  CAPTURE(on.frames, on.direct, without.frames, without.direct);
+  CHECK(on.suspects == 0);
+  CHECK(without.suspects == 0);
+  CHECK(on.dropped == 0);  // nothing flaps: no probe on a direct path went unanswered
+  CHECK(without.direct == 0);
+  CHECK(on.direct > 20);
+  // What went on direct paths no longer went through a relay (n3 <-> n4 still does).
+  CHECK(on.frames + on.direct / 2 <= without.frames);
+}
+
+TEST_CASE(
+    "direct: the path lapses after direct_ttl; only a relayed member's own datagrams "
+    "from its advertised IP make one",
+    "[membership][nat][relay][direct]") {
+  HandRelay h;
+  Swim& r = h.r;  // public, not m2's relay
+  Packet p;
+  p.from = "m1";
+  p.from_addr = "10.0.0.2:7950";
+  Meta relayed;
+  relayed.reach = Reach::kNat;
+  relayed.relay = "p9";
+  Meta pub;
+  pub.reach = Reach::kPublic;
+  pub.serves_relay = true;
+  p.updates.push_back(AliveMsg{"p9", "10.0.0.9:7950", 1, pub});
+  p.updates.push_back(AliveMsg{"m2", "203.0.113.3:41000", 2, relayed});
+  r.HandlePacket("10.0.0.2:7950", p, 50);
+  r.TakePackets();
+  const std::string adv = "203.0.113.3:41000";
+  auto through_relay = [&] {
+    auto route = r.Route(adv);
+    return route.has_value() && route->via == "10.0.0.9:7950" && route->dest == "m2";
+  };
+  REQUIRE(through_relay());
+  Packet from_m2;
+  from_m2.from = "m2";
+  from_m2.from_addr = adv;
+  from_m2.primary = PingMsg{5, "r"};
+  // Delivered by a relay (no source address): no direct path.
+  r.HandlePacket("", from_m2, 100);
+  CHECK(through_relay());
+  // Naming m2 but from another IP (spoofed, or not m2's NAT): ignored.
+  r.HandlePacket("198.51.100.7:41001", from_m2, 110);
+  CHECK(through_relay());
+  CHECK(r.stats().direct_paths == 0);
+  CHECK_FALSE(DirectIn(r, "m2"));
+  // Straight from m2's NAT (its mapping towards us): used while fresh.
+  r.HandlePacket("203.0.113.3:45000", from_m2, 120);
+  r.TakePackets();
+  auto route = r.Route(adv);
+  REQUIRE(route.has_value());
+  CHECK(route->via == "203.0.113.3:45000");
+  CHECK(route->dest.empty());
+  CHECK(r.stats().direct_paths == 1);
+  CHECK(DirectIn(r, "m2"));
+  const TimeMs ttl = r.config().direct_ttl;
+  REQUIRE(ttl > 0);
+  // The core's own datagrams to m2 go there as plain datagrams (no frame).
+  r.Tick(120 + ttl / 2);
+  bool plain = false;
+  for (TimeMs t = 120 + ttl / 2; t < 120 + ttl && !plain; t += 10) {
+    if (r.NextDeadline() <= t) r.Tick(t);
+    for (const OutPacket& o : r.TakePackets()) {
+      if (o.to_addr == "203.0.113.3:45000") {
+        plain = true;
+        CHECK(o.via.empty());
+        CHECK(o.dest.empty());
+      }
+      CHECK(o.to_addr != adv);  // nothing goes to the advertised address plainly
+    }
+  }
+  CHECK(plain);
+  // Barrier traffic outside the core refreshes it too (NoteDirect), but only from m2's IP.
+  r.NoteDirect("m2", "198.51.100.7:41001", 120 + ttl);
+  r.NoteDirect("m2", "203.0.113.3:45000", 120 + ttl);
+  r.Tick(120 + 2 * ttl);
+  CHECK(r.Route(adv)->dest.empty());
+  CHECK(r.Route(adv)->via == "203.0.113.3:45000");
+  // Nothing from m2 for longer than direct_ttl: back through the relay.
+  r.Tick(120 + 2 * ttl + 1);
+  CHECK(through_relay());
+  CHECK_FALSE(DirectIn(r, "m2"));
+  // A stranger's datagram (not a member) makes nothing either.
+  Packet x = from_m2;
+  x.from = "x";
+  r.HandlePacket("203.0.113.3:45000", x, 120 + 2 * ttl + 2);
+  CHECK(through_relay());
+  CHECK(r.stats().direct_paths == 1);
+}
+
+TEST_CASE("direct: a probe unanswered on the direct path drops it and pings through the relay",
+          "[membership][nat][relay][direct]") {
+  // m2's NAT forgot its mapping towards r (a router restart): r's probe on the direct path
+  // goes unanswered; at the probe timeout r drops the path and pings again through m2's relay
+  // (besides the indirect pings), so m2 is not suspected for a path that broke.
+  HandRelay h;
+  Swim& r = h.r;
+  Packet p;
+  p.from = "m1";
+  p.from_addr = "10.0.0.2:7950";
+  Meta relayed;
+  relayed.reach = Reach::kNat;
+  relayed.relay = "p9";
+  Meta pub;
+  pub.reach = Reach::kPublic;
+  pub.serves_relay = true;
+  p.updates.push_back(AliveMsg{"p9", "10.0.0.9:7950", 1, pub});
+  p.updates.push_back(AliveMsg{"m2", "203.0.113.3:41000", 2, relayed});
+  r.HandlePacket("10.0.0.2:7950", p, 50);
+  r.TakePackets();
+  Packet from_m2;
+  from_m2.from = "m2";
+  from_m2.from_addr = "203.0.113.3:41000";
+  // m2 keeps talking to r until r's probe of m2 goes out on the direct path.
+  std::optional<uint32_t> seq;
+  TimeMs sent = 0;
+  for (TimeMs t = 60; t < 60000 && !seq; t += 10) {
+    from_m2.primary = PingMsg{static_cast<uint32_t>(t), "r"};
+    r.HandlePacket("203.0.113.3:45000", from_m2, t);
+    if (r.NextDeadline() <= t) r.Tick(t);
+    for (const OutPacket& o : r.TakePackets()) {
+      const auto* ping = std::get_if<PingMsg>(&o.packet.primary);
+      if (ping != nullptr && ping->target == "m2") {
+        CHECK(o.to_addr == "203.0.113.3:45000");
+        CHECK(o.via.empty());
+        seq = ping->seq;
+        sent = t;
+      }
+    }
+  }
+  REQUIRE(seq.has_value());
+  // Silence from m2; past the probe timeout the same ping goes through p9.
+  bool through_relay = false;
+  // (Its probe timeout stretches with its health score: nobody answers its other probes.)
+  TimeMs t = sent + 1;
+  for (; t <= sent + 8 * r.config().probe_interval && !through_relay; ++t) {
+    if (r.NextDeadline() <= t) r.Tick(t);
+    for (const OutPacket& o : r.TakePackets()) {
+      const auto* ping = std::get_if<PingMsg>(&o.packet.primary);
+      if (ping != nullptr && ping->seq == *seq) {
+        through_relay = true;
+        CHECK(o.via == "10.0.0.9:7950");
+        CHECK(o.dest == "m2");
+      }
+    }
+  }
+  CHECK(through_relay);
+  CHECK(r.stats().direct_dropped == 1);
+  CHECK(r.Route("203.0.113.3:41000")->dest == "m2");
+  // Its ack (straight from m2, whose NAT opened a new mapping towards r) is taken: no
+  // suspicion, and the new source is the path from then on.
+  Packet ack;
+  ack.from = "m2";
+  ack.from_addr = "203.0.113.3:41000";
+  ack.primary = AckMsg{*seq, ""};
+  r.HandlePacket("203.0.113.3:45123", ack, t);
+  r.Tick(t + 1);
+  CHECK(r.Find("m2")->status == Status::kAlive);
+  CHECK(r.Route("203.0.113.3:41000")->via == "203.0.113.3:45123");
 }
 
 }  // namespace
