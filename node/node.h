@@ -747,7 +747,12 @@ class Node {
   std::vector<ConnId> state_waiters_;  // joiners' state requests waiting for a snapshot
   uint64_t latest_step_ = 0;
   struct ConsensusState {
-    std::vector<std::string> participants;  // sorted, self included
+    // Sorted; self included unless we are a spectator: a node that took no step of its own
+    // (it took a finished peer's final model over before its first step) is no participant by
+    // its peers' rule (stopped after at least one step), so by ours neither: it pulls the
+    // leader's result instead of sending it a final model.
+    std::vector<std::string> participants;
+    bool spectator = false;
     // The first participant not behind NAT (every other pushes to it; issue 34), else the first.
     std::string leader;
     std::set<std::string> natted;  // participants behind NAT: they pull the result (PullFrom)

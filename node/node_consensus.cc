@@ -28,14 +28,22 @@ bool Node::ConsensusParticipants(TimeMs now) {
   ConsensusState& cs = consensus_;
   if (!config_.consensus || !config_.training || !final_ || !latest_ || leaving_) return false;
   if (!Candidates().empty()) return false;  // peers still train: ServeFinal offers them our model
-  std::vector<std::string> parts{config_.name};
+  // Participants: live members that stopped training after at least one step, by the same rule
+  // for ourselves as for our peers (a node that took a final model over before its first step
+  // is a spectator: every view leaves it out, and it pulls the result).
+  const bool spectator = progress_.step == 0;
+  std::vector<std::string> parts;
   std::set<std::string> natted;
-  if (swim_ && swim_->reach() == ms::Reach::kNat) natted.insert(config_.name);
+  if (!spectator) {
+    parts.push_back(config_.name);
+    if (swim_ && swim_->reach() == ms::Reach::kNat) natted.insert(config_.name);
+  }
   ForEachPeer([&](const PeerRef& p) {
     if (!p.live || p.training || p.step == 0) return;
     parts.push_back(*p.name);
     if (p.nat) natted.insert(*p.name);
   });
+  if (parts.empty()) return false;  // a spectator with nobody who trained: it keeps its model
   std::sort(parts.begin(), parts.end());
   // Issue 34: nobody can push to a participant behind NAT, so the leader is the first one
   // that is not (when there is one); those behind NAT pull the result from it.
@@ -46,8 +54,10 @@ bool Node::ConsensusParticipants(TimeMs now) {
       break;
     }
   }
-  if (parts != cs.participants || leader != cs.leader || natted != cs.natted) {
+  if (parts != cs.participants || leader != cs.leader || natted != cs.natted ||
+      spectator != cs.spectator) {
     cs.participants = std::move(parts);
+    cs.spectator = spectator;
     cs.leader = std::move(leader);
     cs.natted = std::move(natted);
     cs.next_send = now;  // a new leader or member: act at once
@@ -71,17 +81,18 @@ void Node::Consensus(TimeMs now) {
       Emit(AdoptConsensus{leader, cs.result, parts.size()});
     }
     if (cs.result && cs.result_from == leader) return;
-    if (cs.natted.count(config_.name) > 0 && pulls_.empty() && now >= cs.next_pull &&
-        cs.natted.count(leader) == 0) {
-      // Behind NAT: the leader cannot push the result to us; we ask for it (it closes until it
-      // has one). Our final model goes to it as below.
+    if ((cs.spectator || cs.natted.count(config_.name) > 0) && pulls_.empty() &&
+        now >= cs.next_pull && cs.natted.count(leader) == 0) {
+      // Behind NAT the leader cannot push the result to us, and to a spectator it does not:
+      // we ask for it (it closes until it has one). A participant's final model goes to it as
+      // below.
       if (auto peer = FindPeer(leader)) {
         cs.next_pull = now + config_.consensus_retry_ms;
         stats_.consensus_pulls++;
         PullFrom(leader, *peer->data_addr);
       }
     }
-    if (round_ || pending_ || now < cs.next_send) return;
+    if (cs.spectator || round_ || pending_ || now < cs.next_send) return;
     cs.next_send = now + config_.consensus_retry_ms;
     pending_ = SnapshotIn{latest_step_, latest_, true, {}};
     return SendRound({leader}, now);

@@ -172,9 +172,15 @@ void Node::ServeState(ConnId conn, const std::string& from) {
   // The end-of-training consensus (issue 34): a participant behind NAT asks its leader for the
   // consensus model. Answered with it once it is ready; closed before (not our final model:
   // that is no consensus, and the participant asks again).
+  // A spectator (a finished member that took no step of its own) asks the same way.
   const ConsensusState& cs = consensus_;
+  const auto spectator = [&] {
+    const auto p = FindPeer(from);
+    return p && p->live && !p->training && p->step == 0;
+  };
   if (config_.consensus && final_ && cs.leader == config_.name &&
-      std::binary_search(cs.participants.begin(), cs.participants.end(), from)) {
+      (std::binary_search(cs.participants.begin(), cs.participants.end(), from) ||
+       spectator())) {
     if (cs.result && cs.result_from == config_.name) {
       Emit(SendParams{conn, config_.name, cs.result, 1, latest_step_, false, gossip::CompressSpec{},
                       std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats),

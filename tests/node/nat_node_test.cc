@@ -184,7 +184,7 @@ TEST_CASE("nat node: the consensus leader is not behind NAT; those behind NAT pu
   h.RunUntil(h.now + 500);
   CHECK(h.n->consensus().participants == 4);
   CHECK(h.n->consensus().leader == "n0");
-  CHECK(h.n->consensus().state == "collecting");
+  CHECK(std::string(h.n->consensus().state) == "collecting");
   // c2 asks for the result before there is one: closed, nothing sent.
   auto request = [&](ConnId conn) {
     h.out.clear();
@@ -232,7 +232,7 @@ TEST_CASE("nat node: the consensus leader is not behind NAT; those behind NAT pu
   h.n->Step(ConsensusResult{id, result}, h.now);
   h.Drain();
   h.RunUntil(h.now + 100);
-  CHECK(h.n->consensus().state == "serving");
+  CHECK(std::string(h.n->consensus().state) == "serving");
   // The result is pushed to p1 only (nothing connects to c2 or r3)...
   std::set<std::string> to;
   for (const Output& o : h.out) {

@@ -1,0 +1,190 @@
+// A spectator at the end-of-training consensus (issue 32, node/node_consensus.cc), driven by
+// hand: a node that took a finished peer's final model over before its first step finishes at
+// step 0. Its peers leave it out of the participants (they count members that stopped after at
+// least one step), so it leaves itself out too: it sends the leader no final model, pulls the
+// leader's result and adopts it; the leader serves it the result like a participant.
+#include <catch2/catch.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "node/node.h"
+
+namespace meshtrain::node {
+namespace {
+
+namespace ms = ::meshtrain::membership;
+
+constexpr const char* kP1 = "10.0.0.2:7950";
+constexpr const char* kP2 = "10.0.0.3:7950";
+constexpr const char* kS3 = "10.0.0.4:7950";
+
+// n0 hears of p1 and p2 (finished at step 10) and s3 (finished at step 0: a spectator).
+struct Hand {
+  std::unique_ptr<Node> n;
+  TimeMs now = 0;
+  std::vector<Output> out;
+
+  Hand() {
+    NodeConfig c;
+    c.name = "n0";
+    c.addr = "10.0.0.1:7950";
+    c.data_addr = c.addr;
+    c.membership = ms::Config::Local();
+    c.membership.name = c.name;
+    c.membership.addr = c.addr;
+    c.membership.probe_interval = 10 * 60 * 1000;  // no probes (nobody here answers them)
+    c.seed = 3;
+    c.training = true;
+    c.select = sync::SelectPolicy::kAll;
+    c.fanout = 3;
+    c.min_peers = 0;
+    n = std::make_unique<Node>(std::move(c), 0);
+    n->Start(0);
+    Drain();
+    ms::Meta done;
+    done.training = false;
+    ms::Packet p;
+    p.from = "p1";
+    p.from_addr = kP1;
+    p.updates.push_back(ms::AliveMsg{"p1", kP1, 1, done});
+    p.updates.push_back(ms::AliveMsg{"p2", kP2, 1, done});
+    p.updates.push_back(ms::AliveMsg{"s3", kS3, 1, done});
+    p.from_step = 10;
+    Datagram(kP1, p);
+    for (const auto& [name, addr, step] :
+         {std::tuple{"p1", kP1, 10}, std::tuple{"p2", kP2, 10}, std::tuple{"s3", kS3, 0}}) {
+      ms::Packet q;
+      q.from = name;
+      q.from_addr = addr;
+      q.from_step = step;
+      q.primary = ms::PingMsg{1, "n0"};
+      Datagram(addr, q);
+    }
+  }
+  void Datagram(const std::string& from, const ms::Packet& p) {
+    gossip::Datagram dg;
+    dg.sender = p.from;
+    dg.body = p;
+    n->Step(DatagramIn{from, std::move(dg)}, now);
+    Drain();
+  }
+  void Drain() {
+    for (Output& o : n->TakeOutput()) out.push_back(std::move(o));
+  }
+  void RunUntil(TimeMs until) {
+    for (; now <= until; ++now) {
+      if (n->NextDeadline() <= now) n->Tick(now);
+      Drain();
+    }
+  }
+  void Finish(uint64_t step, float value) {
+    n->Step(TrainerProgress{step, false, false, {}, 0}, now);
+    n->Step(SnapshotIn{step, std::make_shared<const std::vector<float>>(8, value), true, {}}, now);
+    Drain();
+  }
+  // A model chunk from `sender` on connection `conn` (final or consensus as asked).
+  void Chunk(ConnId conn, const char* sender, float value, bool final_model, bool consensus) {
+    gossip::ParamChunk c;
+    c.round = 1;
+    c.step = 10;
+    c.chunks = 1;
+    c.total = 8;
+    c.count = 8;
+    c.data.assign(8, value);
+    c.final = final_model;
+    c.consensus = consensus;
+    gossip::Frame f;
+    f.sender = sender;
+    f.body = std::move(c);
+    n->Step(FrameIn{conn, std::move(f)}, now);
+    Drain();
+  }
+};
+
+TEST_CASE("consensus spectator: a node that took no step pulls the leader's result",
+          "[node][consensus]") {
+  Hand h;
+  h.Finish(0, 3.0f);  // took a finished peer's model over, never stepped
+  h.RunUntil(h.now + 500);
+  const auto v = h.n->consensus();
+  CHECK(v.participants == 2);  // p1 and p2; not s3 (step 0), not ourselves
+  CHECK(v.leader == "p1");
+  // No final model goes to the leader (nothing pushed); a pull to p1 asks for the result.
+  std::optional<ConnId> pull;
+  for (const Output& o : h.out) {
+    CHECK_FALSE(std::holds_alternative<SendParams>(o));
+    if (const auto* c = std::get_if<Connect>(&o)) {
+      CHECK(c->to == kP1);
+      pull = c->conn;
+    }
+  }
+  REQUIRE(pull.has_value());
+  CHECK(h.n->stats().consensus_pulls >= 1);
+  // p1 answers with the consensus model: adopted, from the leader.
+  h.out.clear();
+  h.Chunk(*pull, "p1", 2.5f, false, true);
+  h.RunUntil(h.now + 10);
+  const AdoptConsensus* adopted = nullptr;
+  for (const Output& o : h.out) {
+    if (const auto* a = std::get_if<AdoptConsensus>(&o)) adopted = a;
+  }
+  REQUIRE(adopted != nullptr);
+  CHECK(adopted->leader == "p1");
+  REQUIRE(adopted->params != nullptr);
+  CHECK(*adopted->params == std::vector<float>(8, 2.5f));
+  CHECK(h.n->consensus().state == std::string("adopted"));
+}
+
+TEST_CASE("consensus spectator: the leader averages the participants and serves a spectator",
+          "[node][consensus]") {
+  Hand h;
+  h.Finish(10, 1.0f);  // n0 leads (n0 < p1 < p2; s3 took no step)
+  h.RunUntil(h.now + 500);
+  CHECK(h.n->consensus().participants == 3);
+  CHECK(h.n->consensus().leader == "n0");
+  // s3 asks for the result before there is one: closed, nothing sent.
+  auto request = [&](ConnId conn) {
+    h.out.clear();
+    gossip::Frame f;
+    f.sender = "s3";
+    f.body = gossip::StateRequestMsg{0};
+    h.n->Step(FrameIn{conn, std::move(f)}, h.now);
+    h.Drain();
+    std::optional<SendParams> sent;
+    bool closed = false;
+    for (const Output& o : h.out) {
+      if (const auto* sp = std::get_if<SendParams>(&o); sp && sp->conn == conn) sent = *sp;
+      if (const auto* c = std::get_if<Close>(&o); c && c->conn == conn) closed = true;
+    }
+    CHECK(closed);
+    return sent;
+  };
+  CHECK_FALSE(request(5).has_value());
+  // p1's and p2's final models: the reduce covers the three participants, not s3.
+  h.Chunk(10, "p1", 3.0f, true, false);
+  h.Chunk(11, "p2", 5.0f, true, false);
+  const ConsensusReduce* reduce = nullptr;
+  for (const Output& o : h.out) {
+    if (const auto* r = std::get_if<ConsensusReduce>(&o)) reduce = r;
+  }
+  REQUIRE(reduce != nullptr);
+  CHECK(reduce->models.size() == 3);
+  auto result = std::make_shared<const std::vector<float>>(8, 3.0f);
+  h.n->Step(ConsensusResult{reduce->id, result}, h.now);
+  h.Drain();
+  h.RunUntil(h.now + 100);
+  CHECK(h.n->consensus().state == std::string("serving"));
+  // Now s3's request gets the consensus model, marked so.
+  auto sent = request(20);
+  REQUIRE(sent.has_value());
+  CHECK(sent->consensus);
+  REQUIRE(sent->params != nullptr);
+  CHECK(*sent->params == *result);
+  CHECK(h.n->stats().consensus_pulls_served == 1);
+}
+
+}  // namespace
+}  // namespace meshtrain::node
