@@ -155,7 +155,8 @@ std::pair<w::Body, fb::Offset<void>> EncodePushPull(fb::FlatBufferBuilder& b,
                                            static_cast<w::MemberStatus>(s.status), meta, s.step));
   }
   const auto vec = b.CreateVector(members);
-  return {w::Body::PushPull, w::CreatePushPull(b, m.response, m.state.join, vec).Union()};
+  return {w::Body::PushPull,
+          w::CreatePushPull(b, m.response, m.state.join, vec, m.state.shuffle).Union()};
 }
 
 // `slot` non-null (a chunk with a view): its floats are left uninitialized in the builder, and
@@ -389,6 +390,7 @@ bool DecodePacket(const w::MembershipPacket* p, ms::Packet* out, Reject* why) {
 bool DecodePushPull(const w::PushPull* p, PushPullMsg* out, Reject* why) {
   out->response = p->response();
   out->state.join = p->join();
+  out->state.shuffle = p->shuffle();
   const auto* members = p->members();
   if (members == nullptr) return true;
   if (members->size() > kMaxPushPullMembers) return Fail(Reject::kSemantic, why);

@@ -138,6 +138,7 @@ class Gen {
     m.state.from = from;
     const size_t n = U(0, max_members);
     for (size_t i = 0; i < n; ++i) m.state.members.push_back(Member());
+    m.state.shuffle = Coin();
     return m;
   }
 
@@ -334,6 +335,7 @@ inline void CheckSame(const Frame& a, const Frame& b) {
     const auto& y = std::get<PushPullMsg>(b.body);
     CHECK(x->response == y.response);
     CHECK(x->state.join == y.state.join);
+    CHECK(x->state.shuffle == y.state.shuffle);
     CHECK(x->state.from == y.state.from);
     REQUIRE(x->state.members.size() == y.state.members.size());
     for (size_t i = 0; i < x->state.members.size(); ++i) {

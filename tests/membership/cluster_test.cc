@@ -247,11 +247,12 @@ TEST_CASE("a crashed node that restarts rejoins as alive", "[membership][cluster
   CHECK(c.view(0, 3)->incarnation > dead_inc);
 }
 
-TEST_CASE("bounded views: 300 nodes holding 20 members each detect a crash",
+TEST_CASE("bounded views: 300 nodes holding 20 members each keep mixing and detect a crash",
           "[membership][cluster]") {
   // Config::max_members: each node holds a random subset of 20 members, so memory and per-round
   // work do not grow with the cluster. Views fill while the nodes join, every node is held by
-  // some others (it introduced itself to them), and those holders detect its crash.
+  // some others (it introduced itself to them), the shuffles (Config::shuffle_interval) keep
+  // replacing the entries a node got at its join, and the holders detect a crash.
   constexpr size_t kNodes = 300, kView = 20;
   Config lan = Config::Lan();
   lan.max_members = kView;
@@ -266,17 +267,36 @@ TEST_CASE("bounded views: 300 nodes holding 20 members each detect a crash",
   auto r = c.run_until(full, 120000, std::numeric_limits<uint64_t>::max(), 100);
   REQUIRE(r.ok);
   c.run_for(5000);
+  const auto views = [&] {
+    std::vector<std::vector<bool>> v(kNodes, std::vector<bool>(kNodes, false));
+    for (size_t o = 0; o < kNodes; ++o) {
+      for (size_t t = 0; t < kNodes; ++t) v[o][t] = t != o && c.view(o, t) != nullptr;
+    }
+    return v;
+  };
+  const std::vector<std::vector<bool>> before = views();
+  c.run_for(30000);
+  const std::vector<std::vector<bool>> after = views();
+  // The views 30 s later: how much of each is still what it was (without shuffles nearly all
+  // of it: only self-introductions replace entries once the views are full).
+  size_t kept = 0, held = 0;
   std::vector<size_t> held_by(kNodes, 0);
   for (size_t o = 0; o < kNodes; ++o) {
     CHECK(c.node(o).NumMembers() <= kView + 1);
-    for (size_t t = 0; t < kNodes; ++t) held_by[t] += t != o && c.view(o, t) != nullptr;
+    for (size_t t = 0; t < kNodes; ++t) {
+      held += before[o][t];
+      kept += before[o][t] && after[o][t];
+      held_by[t] += after[o][t];
+    }
   }
   std::vector<size_t> sorted = held_by;
   std::sort(sorted.begin(), sorted.end());
+  const double kept_share = static_cast<double>(kept) / static_cast<double>(held);
   std::printf(
-      "[bounded] %zu nodes, views of %zu: full at t=%.2f s virtual; held by min %zu, median "
-      "%zu, max %zu others\n",
-      kNodes, kView, r.at / 1000.0, sorted.front(), sorted[kNodes / 2], sorted.back());
+      "[bounded] %zu nodes, views of %zu: full at t=%.2f s virtual; 30 s later %.2f of the "
+      "entries kept; held by min %zu, median %zu, max %zu others\n",
+      kNodes, kView, r.at / 1000.0, kept_share, sorted.front(), sorted[kNodes / 2], sorted.back());
+  CHECK(kept_share < 0.5);
   CHECK(sorted.front() >= 3);
   CHECK(sorted.back() <= 4 * kView);  // no hub (a seed held by nearly every node)
   const size_t victim = 123;
@@ -288,24 +308,42 @@ TEST_CASE("bounded views: 300 nodes holding 20 members each detect a crash",
   WatchFailures(c, victim, log);
   const TimeMs crash_at = c.now();
   c.crash(victim);
-  // Every holder sees it failed (or forgot it: a newcomer took its place).
-  auto d = c.run_until(
-      [&] {
-        for (size_t o : holders) {
-          const membership::Member* m = c.view(o, victim);
-          if (m != nullptr && m->status != Status::kFailed) return false;
-        }
-        return true;
-      },
-      120000, std::numeric_limits<uint64_t>::max(), 100);
+  // Every holder at the crash sees it failed (or no longer holds it: it made room with it, or
+  // gave it away in a shuffle, before the crash could be noticed) ...
+  const auto settled = [&](bool everyone) {
+    for (size_t o = 0; o < kNodes; ++o) {
+      if (o == victim ||
+          (!everyone && std::find(holders.begin(), holders.end(), o) == holders.end())) {
+        continue;
+      }
+      const membership::Member* m = c.view(o, victim);
+      if (m != nullptr && m->status != Status::kFailed) return false;
+    }
+    return true;
+  };
+  const uint64_t kAny = std::numeric_limits<uint64_t>::max();
+  auto d = c.run_until([&] { return settled(false); }, 120000, kAny, 100);
   REQUIRE(d.ok);
-  std::printf("[bounded] crash of %s held by %zu: %zu saw it failed, all within %.2f s\n",
-              c.name(victim).c_str(), holders.size(), log.detected.size(),
-              (d.at - crash_at) / 1000.0);
-  CHECK(log.detected.size() >= holders.size() / 2);
-  // Bound: probed about once per probe interval by some holder, suspected, confirmed, and the
-  // suspicion's maximum timeout at the view's size (6 × 4 × log10(21) s ≈ 32 s).
-  CHECK(d.at - crash_at <= 45000);
+  // ... and so does every node that took it for alive from one of them since.
+  auto e = c.run_until([&] { return settled(true); }, 120000, kAny, 100);
+  REQUIRE(e.ok);
+  size_t dropped = 0;
+  for (size_t o : holders) dropped += log.detected.count(o) == 0;
+  std::printf(
+      "[bounded] crash of %s held by %zu: %zu of them saw it failed (%zu gave it away first), "
+      "all within %.2f s; %zu nodes saw it failed, the last after %.2f s\n",
+      c.name(victim).c_str(), holders.size(), holders.size() - dropped, dropped,
+      (d.at - crash_at) / 1000.0, log.detected.size(), (e.at - crash_at) / 1000.0);
+  // A holder that heard from it within a probe interval before the crash may still trade it
+  // away (seeds 21-28: 0-3 of 15-27 holders); with a 5-s window 12 of 19 did.
+  CHECK(dropped * 5 <= holders.size());
+  // Bound: probed about once per probe interval by some holder, suspected; the suspicion and
+  // then the failure reach every holder through any node (RelayNews), however little the
+  // holders' views overlap, and confirmations bring the timeout down to its minimum
+  // (4 × log10(21) s ≈ 5.3 s). Spread among the holders only, the last of them found out by
+  // its own probe and timed its suspicion out alone, 40-50 s after the crash.
+  CHECK(d.at - crash_at <= 20000);
+  CHECK(e.at - crash_at <= 20000);
   CHECK(log.false_failures == 0);
 }
 
