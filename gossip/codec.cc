@@ -643,7 +643,8 @@ std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
     body = {w::Body::RelayFrame, w::CreateRelayFrame(b, dest, inner).Union()};
   } else {
     const auto& r = std::get<ProgressReply>(d.body);
-    body = {w::Body::ProgressReply, w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
+    body = {w::Body::ProgressReply,
+            w::CreateProgressReply(b, r.seq, r.step, r.training, r.watched).Union()};
   }
   Stamps stamps{Stamp(d.sent_ms), d.session != 0 ? d.session : session_, d.counter};
   // A datagram numbered by the caller (tests, replays of recorded traffic) keeps its number;
@@ -741,7 +742,7 @@ std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, R
     }
     case w::Body::ProgressReply: {
       const auto* r = env->body_as_ProgressReply();
-      out.body = ProgressReply{r->seq(), r->step(), r->training()};
+      out.body = ProgressReply{r->seq(), r->step(), r->training(), r->watched()};
       break;
     }
     case w::Body::RelayFrame: {

@@ -174,7 +174,8 @@ class Gen {
                                U(0, UINT64_MAX)};
         break;
       case 1:
-        d.body = ProgressReply{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX), Coin()};
+        d.body = ProgressReply{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX), Coin(),
+                               Coin()};
         break;
       default:
         d.body = Packet(d.sender, kMaxDatagramBytes - codec.DatagramOverhead());
@@ -324,6 +325,7 @@ inline void CheckSame(const Datagram& a, const Datagram& b) {
     CHECK(x.seq == y.seq);
     CHECK(x.step == y.step);
     CHECK(x.training == y.training);
+    CHECK(x.watched == y.watched);
   }
 }
 
