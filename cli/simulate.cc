@@ -485,6 +485,7 @@ int RunSimulateCommand() {
                              {"all_detect_s", OptionalNumber(c.all_detect_s, 3)},
                              {"observers", c.observers},
                              {"detected", c.detected},
+                             {"dropped", c.dropped},
                              {"unaware", c.unaware}});
         }
         p["crashes"] = crashes;
@@ -550,11 +551,12 @@ int RunSimulateCommand() {
                          c.first_detect_s ? Fixed(*c.first_detect_s, 2) : "-",
                          c.all_detect_s ? Fixed(*c.all_detect_s, 2) : "-",
                          std::to_string(c.detected) + "/" + std::to_string(c.observers),
-                         std::to_string(c.unaware), std::to_string(r.false_failures)});
+                         std::to_string(c.dropped), std::to_string(c.unaware),
+                         std::to_string(r.false_failures)});
       }
     }
     PrintTable({"run", "node", "crash_at_s", "first_detect_s", "all_detect_s", "detected",
-                "unaware", "false_failures"},
+                "dropped", "unaware", "false_failures"},
                crows);
   }
   if (!a.no_wall) {

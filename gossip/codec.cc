@@ -155,7 +155,8 @@ std::pair<w::Body, fb::Offset<void>> EncodePushPull(fb::FlatBufferBuilder& b,
                                            static_cast<w::MemberStatus>(s.status), meta, s.step));
   }
   const auto vec = b.CreateVector(members);
-  return {w::Body::PushPull, w::CreatePushPull(b, m.response, m.state.join, vec).Union()};
+  return {w::Body::PushPull,
+          w::CreatePushPull(b, m.response, m.state.join, vec, m.state.shuffle).Union()};
 }
 
 // `slot` non-null (a chunk with a view): its floats are left uninitialized in the builder, and
@@ -389,6 +390,7 @@ bool DecodePacket(const w::MembershipPacket* p, ms::Packet* out, Reject* why) {
 bool DecodePushPull(const w::PushPull* p, PushPullMsg* out, Reject* why) {
   out->response = p->response();
   out->state.join = p->join();
+  out->state.shuffle = p->shuffle();
   const auto* members = p->members();
   if (members == nullptr) return true;
   if (members->size() > kMaxPushPullMembers) return Fail(Reject::kSemantic, why);
@@ -641,7 +643,8 @@ std::vector<uint8_t> Codec::EncodeDatagram(const Datagram& d) const {
     body = {w::Body::RelayFrame, w::CreateRelayFrame(b, dest, inner).Union()};
   } else {
     const auto& r = std::get<ProgressReply>(d.body);
-    body = {w::Body::ProgressReply, w::CreateProgressReply(b, r.seq, r.step, r.training).Union()};
+    body = {w::Body::ProgressReply,
+            w::CreateProgressReply(b, r.seq, r.step, r.training, r.watched).Union()};
   }
   Stamps stamps{Stamp(d.sent_ms), d.session != 0 ? d.session : session_, d.counter};
   // A datagram numbered by the caller (tests, replays of recorded traffic) keeps its number;
@@ -739,7 +742,7 @@ std::optional<Datagram> Codec::DecodeDatagram(const uint8_t* data, size_t len, R
     }
     case w::Body::ProgressReply: {
       const auto* r = env->body_as_ProgressReply();
-      out.body = ProgressReply{r->seq(), r->step(), r->training()};
+      out.body = ProgressReply{r->seq(), r->step(), r->training(), r->watched()};
       break;
     }
     case w::Body::RelayFrame: {

@@ -65,6 +65,9 @@ struct ProgressReply {
   uint32_t seq = 0;  // echoes the query
   uint64_t step = 0;
   bool training = false;  // false: the replier finished training; barriers ignore it (SPEC §6)
+  // Sent when the replier reached the query's `need` (a watcher's answer), not at once: no
+  // round trip to measure.
+  bool watched = false;
 };
 
 // Floats [offset, offset + data.size()) of a model of `total` floats, chunk `chunk` of `chunks`.

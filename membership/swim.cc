@@ -32,6 +32,10 @@ Swim::Impl::Impl(Config c, uint64_t seed, TimeMs now)
   next_probe_ = now + stagger(cfg_.probe_interval);
   next_gossip_ = now + stagger(cfg_.gossip_interval);
   next_push_pull_ = now + cfg_.push_pull_interval + stagger(cfg_.push_pull_interval);
+  // Drawn only with a bounded view, so an unbounded node's random stream is as before.
+  if (Bounded() && cfg_.shuffle_interval > 0 && cfg_.shuffle_length > 0) {
+    next_shuffle_ = now + cfg_.shuffle_interval + stagger(cfg_.shuffle_interval);
+  }
 }
 
 NodeState* Swim::Impl::AddNode(const std::string& name) {
@@ -44,6 +48,16 @@ NodeState* Swim::Impl::AddNode(const std::string& name) {
   // Insert at a random offset, not at the end, so a new member is probed after a random
   // fraction of the round, keeping the expected detection bound low (memberlist aliveNode).
   const size_t n = nodes_.size();
+  if (Bounded()) {
+    // A bounded view keeps replacing members (shuffles): the swap below would send the member
+    // it displaces to the end of the round each time, and one displaced again and again would
+    // go unprobed for many rounds (a crashed member went 45 s undetected by a holder with a
+    // view of 20). Inserting shifts the rest by one place instead.
+    const size_t pos = n > 0 ? rng_() % (n + 1) : 0;
+    nodes_.insert(nodes_.begin() + static_cast<std::ptrdiff_t>(pos), st);
+    if (pos < probe_index_) ++probe_index_;
+    return st;
+  }
   nodes_.push_back(st);
   if (n > 0) std::swap(nodes_[rng_() % n], nodes_[n]);
   return st;
@@ -147,7 +161,11 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
     return;
   }
   if (st == nullptr) {
-    if (Bounded() && !Admit(source_ != nullptr && *source_ == a.name)) return;
+    if (Bounded() && !Admit(source_ != nullptr && *source_ == a.name)) {
+      // The refutation of a suspicion we passed on travels the same way.
+      if (RelayNews(a.name, a.incarnation, kRelayAlive)) queue_.Queue(a);
+      return;
+    }
     st = AddNode(a.name);
     st->m.addr = a.addr;
     st->m.incarnation = a.incarnation;
@@ -205,25 +223,36 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
 
 bool Swim::Impl::Admit(bool direct) {
   if (nodes_.size() - 1 < cfg_.max_members) return true;
-  if (!direct) return false;
+  const auto evictable = [&](const NodeState* st) {
+    return st != self_ && st->m.status == Status::kAlive &&
+           !(probe_.active && st->m.name == probe_.target);
+  };
+  // A shuffle's entries take the places of the entries sent in exchange (MergeShuffle).
+  while (shuffle_pool_ != nullptr && !shuffle_pool_->empty()) {
+    NodeState* st = FindState(shuffle_pool_->front());
+    shuffle_pool_->erase(shuffle_pool_->begin());
+    if (st == nullptr || !evictable(st)) continue;
+    events_.push_back(Event{Event::Kind::kReaped, st->m});
+    RemoveNode(st);
+    return true;
+  }
+  if (!direct || shuffle_pool_ != nullptr) return false;
   // An alive member makes room; not a suspect (its suspicion runs to the end here) nor the
   // target of our probe in flight. A joiner admitted by its seed displaces the member held
   // longest: the seed hands its view to the next joiners, so each member then stays in it for
   // the same number of joins and is copied into about as many views (random eviction there
   // gave a geometric spread: in a 300-node test, one member held by 73 others). Otherwise a
   // random one (evicting the longest held would drop first the entries a node got from its
-  // seed, the very copies that make a member held by others).
-  const auto evictable = [&](const NodeState* st) {
-    return st != self_ && st->m.status == Status::kAlive &&
-           !(probe_.active && st->m.name == probe_.target);
-  };
+  // seed, the very copies that make a member held by others), preferably one heard from lately
+  // (Fresh): a member that crashed a while ago is then kept until this node detects it.
   NodeState* victim = nullptr;
   if (admitting_joiner_) {
     for (NodeState* st : nodes_) {
       if (evictable(st) && (victim == nullptr || st->admitted < victim->admitted)) victim = st;
     }
   } else {
-    auto picked = RandomNodes(1, evictable);
+    auto picked = RandomNodes(1, [&](const NodeState* st) { return evictable(st) && Fresh(*st); });
+    if (picked.empty()) picked = RandomNodes(1, evictable);
     if (!picked.empty()) victim = picked.front();
   }
   if (victim == nullptr) return false;
@@ -257,9 +286,32 @@ void Swim::Impl::NoteStale(const NodeState* st) {
   }
 }
 
+bool Swim::Impl::RelayNews(const std::string& name, uint32_t incarnation, uint8_t kind) {
+  if (!Bounded() || !collecting_ || left_ || name == cfg_.name) return false;
+  const uint64_t rank = (uint64_t{incarnation} << 2) | kind;
+  auto it = relayed_.find(name);
+  if (it == relayed_.end()) {
+    if (kind == kRelayAlive) return false;  // only a refutation of an accusation we relayed
+    if (relayed_.size() >= kMaxRelayed) {
+      for (auto r = relayed_.begin(); r != relayed_.end();) {
+        r = now_ - r->second.at > cfg_.reap_timeout ? relayed_.erase(r) : std::next(r);
+      }
+      if (relayed_.size() >= kMaxRelayed) relayed_.clear();
+    }
+    relayed_.emplace(name, Relayed{rank, now_});
+    return true;
+  }
+  if (rank <= it->second.rank) return false;
+  it->second = Relayed{rank, now_};
+  return true;
+}
+
 void Swim::Impl::OnSuspect(const SuspectMsg& s) {
   NodeState* st = FindState(s.name);
-  if (st == nullptr) return;
+  if (st == nullptr) {
+    if (RelayNews(s.name, s.incarnation, kRelaySuspect)) queue_.Queue(s);
+    return;
+  }
   if (s.incarnation < st->m.incarnation) {
     NoteStale(st);
     return;
@@ -287,7 +339,10 @@ void Swim::Impl::OnSuspect(const SuspectMsg& s) {
 
 void Swim::Impl::OnDead(const DeadMsg& d) {
   NodeState* st = FindState(d.name);
-  if (st == nullptr) return;
+  if (st == nullptr) {
+    if (RelayNews(d.name, d.incarnation, kRelayDead)) queue_.Queue(d);
+    return;
+  }
   if (d.incarnation < st->m.incarnation) {
     NoteStale(st);
     return;
@@ -371,6 +426,20 @@ void Swim::Impl::MergeState(const std::vector<MemberState>& remote, bool spread)
   }
 }
 
+void Swim::Impl::MergeShuffle(const std::vector<MemberState>& entries,
+                              std::vector<std::string> pool) {
+  // Only alive entries are taken (a shuffle sends no others), and they are not gossiped on:
+  // they are old news to their holders, and a bounded view's gossip reaches holders only.
+  shuffle_pool_ = &pool;
+  for (const MemberState& r : entries) {
+    if (r.status != Status::kAlive || r.name == cfg_.name) continue;
+    OnAlive(AliveMsg{r.name, r.addr, r.incarnation, r.meta}, /*spread=*/false);
+    NodeState* st = FindState(r.name);
+    if (st != nullptr && st != self_ && r.step > st->m.step) NoteStep(st, r.step, now_);
+  }
+  shuffle_pool_ = nullptr;
+}
+
 std::vector<MemberState> Swim::Impl::LocalState(bool without_self) const {
   std::vector<MemberState> out;
   out.reserve(nodes_.size());
@@ -404,6 +473,7 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   NodeState* sender = s.FindState(packet.from);
   if (!s.relay_.name.empty() && packet.from == s.relay_.name) s.relay_.last_heard = now;
   if (sender != nullptr && sender != s.self_) {
+    sender->heard = now;
     // Straight from the source: authoritative.
     if (packet.from_step != sender->m.step) {
       s.NoteStep(sender, packet.from_step, now);
@@ -421,6 +491,10 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   for (const Update& u : packet.updates) s.OnUpdate(u);
   s.source_ = nullptr;
   s.collecting_ = false;
+  if (sender == nullptr && s.Bounded()) {
+    // Admitted by its own alive message just now.
+    if (NodeState* st = s.FindState(packet.from); st != nullptr && st != s.self_) st->heard = now;
+  }
   std::vector<Update> corrections = std::move(s.corrections_);
   s.corrections_.clear();
   // Behind a NAT only the path the packet came over leads back (issue 34); without NAT
@@ -490,6 +564,26 @@ PushPull Swim::HandlePushPullRequest(const PushPull& request, TimeMs now) {
   impl_->now_ = now;
   // A connection we did not open: nothing between us and the requester filters inbound.
   if (impl_->cfg_.nat) impl_->NoteUnsolicited();
+  if (impl_->Bounded()) {
+    if (NodeState* st = impl_->FindState(request.from); st != nullptr) st->heard = now;
+  }
+  if (request.shuffle && impl_->Bounded() && !request.join) {
+    // A view shuffle (Cyclon): answer with a few of our alive members that the requester did
+    // not send, and take its entries (the requester itself among them) in their place.
+    Impl& s = *impl_;
+    std::vector<MemberState> reply = s.ShuffleEntries(std::max<size_t>(1, s.cfg_.shuffle_length),
+                                                      request.from, &request.members);
+    std::vector<std::string> pool;
+    pool.reserve(reply.size());
+    for (const MemberState& m : reply) pool.push_back(m.name);
+    s.source_ = &request.from;
+    s.MergeShuffle(request.members, std::move(pool));
+    s.source_ = nullptr;
+    if (NodeState* st = s.FindState(request.from); st != nullptr && st != s.self_) st->heard = now;
+    PushPull out{false, s.cfg_.name, std::move(reply)};
+    out.shuffle = true;
+    return out;
+  }
   impl_->source_ = &request.from;
   impl_->admitting_joiner_ = request.join;
   impl_->MergeState(request.members);
@@ -507,6 +601,21 @@ PushPull Swim::HandlePushPullRequest(const PushPull& request, TimeMs now) {
 
 void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
   impl_->now_ = now;
+  if (impl_->Bounded()) {
+    if (NodeState* st = impl_->FindState(response.from); st != nullptr) st->heard = now;
+  }
+  if (response.shuffle && impl_->Bounded()) {
+    // The answer to our shuffle: its entries replace those we sent, then the peer itself.
+    Impl& s = *impl_;
+    std::vector<std::string> pool;
+    if (s.shuffle_ && s.shuffle_->peer == response.from) {
+      pool = std::move(s.shuffle_->sent);
+      pool.push_back(s.shuffle_->peer);
+      s.shuffle_.reset();
+    }
+    s.MergeShuffle(response.members, std::move(pool));
+    return;
+  }
   // A node that knows nobody yet is joining: the state it receives is what the cluster already
   // knows, so re-gossiping all of it would only cost O(n) updates per joiner (O(n²) for a mass
   // join). Everything else — suspicions, leaves, refutations about ourselves — still applies.
@@ -523,10 +632,14 @@ void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
   }
 }
 
-void Swim::PushPullFailed(const std::string& /*to_addr*/, TimeMs now) {
+void Swim::PushPullFailed(const std::string& to_addr, TimeMs now) {
   // Nothing to undo: the failure detector, not the stream, decides liveness, and the next
-  // push-pull round picks another peer.
+  // push-pull round picks another peer (a shuffle in flight with it is dropped).
   impl_->now_ = now;
+  if (impl_->shuffle_) {
+    const NodeState* st = impl_->FindState(impl_->shuffle_->peer);
+    if (st == nullptr || st->m.addr == to_addr) impl_->shuffle_.reset();
+  }
 }
 
 void Swim::Tick(TimeMs now) {
@@ -587,6 +700,7 @@ void Swim::Tick(TimeMs now) {
     s.next_gossip_ = s.NextGossip();
   }
   if (s.cfg_.push_pull_interval > 0 && !s.left_ && now >= s.next_push_pull_) s.StartPushPulls();
+  if (!s.left_ && now >= s.next_shuffle_) s.StartShuffle();
   // Anti-entropy on demand: a member that talks to us but is still unknown after the grace
   // period was missed by gossip (or reaped while cut off); a push-pull with it merges both
   // views, which also makes it learn that it may have been declared dead and refute.
@@ -628,6 +742,7 @@ TimeMs Swim::NextDeadline() const {
   // Idle gossip rounds do nothing, so they need no wake-up.
   if (!s.queue_.empty()) d = std::min(d, s.NextGossip());
   if (s.cfg_.push_pull_interval > 0 && !s.left_) d = std::min(d, s.next_push_pull_);
+  if (!s.left_) d = std::min(d, s.next_shuffle_);
   if (s.progress_dirty_) d = std::min(d, s.last_progress_queued_ + s.cfg_.probe_interval);
   for (const auto& [name, entry] : s.unknown_senders_) {
     d = std::min(d, entry.second + kUnknownSenderGraceIntervals * s.cfg_.probe_interval);

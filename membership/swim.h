@@ -59,6 +59,19 @@ struct Config {
   // is no reason for a push-pull, and the small-cluster shortcuts that introduce a node to every
   // member it learns of are off (see docs/simulator.md).
   size_t max_members = 0;
+  // Bounded views only: every `shuffle_interval` (0 = never) the node swaps up to
+  // `shuffle_length` view entries with a random live member (Cyclon's shuffle, as a small
+  // push-pull: PushPull::shuffle). It sends itself and shuffle_length − 1 random alive members;
+  // the peer answers with up to shuffle_length of its own and each side takes the entries it
+  // lacks, making room by dropping those it sent (the initiator also the peer it shuffled
+  // with), so views keep mixing after the join while every member stays held by about as many
+  // others, and a node's view does not stay the copy of its seed's it started from. Only
+  // members heard from (a packet or push-pull straight from them) within a probe interval are
+  // shuffled away, or evicted to make room (swim_impl.h, kFreshIntervals): a member that
+  // crashed a while ago stays with its holders until they detect it, and is not handed on as
+  // alive.
+  TimeMs shuffle_interval = 2000;
+  size_t shuffle_length = 8;
 
   // Relays (issue 34; with `nat` and `adopt_reflexive`). A node behind NAT that peers see at
   // different addresses (symmetric NAT: it cannot move to one) registers with a relay: a live
@@ -165,6 +178,7 @@ struct Stats {
   uint64_t failures_declared = 0;  // times this node's suspicion timer expired
   uint64_t packets_sent = 0;
   uint64_t pushpulls = 0;
+  uint64_t shuffles = 0;         // view shuffles this node started (bounded views)
   uint64_t reflexive_moves = 0;  // times this node moved to an address its peers see it at
   uint64_t punches = 0;          // alive messages sent to open our NAT towards a NATed member
   // Relays (issue 34). As a relay: registrations accepted, frames and their bytes forwarded,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -38,6 +39,12 @@ constexpr size_t kReflexiveQuorum = 2;
 constexpr TimeMs kSentToMemoryMs = 10 * 60 * 1000;
 constexpr size_t kMaxSentTo = 4096;
 
+// Bounded views: a member heard from (a packet or push-pull straight from it) within this many
+// probe intervals may be shuffled away or evicted to make room for another. The shorter, the
+// fewer holders let a member go that crashed just after they heard from it (before they could
+// detect it), and the fewer entries each shuffle finds to trade.
+constexpr TimeMs kFreshIntervals = 1;
+
 // memberlist pushPullScale: above this many members the push-pull interval grows with
 // log2(n), so full-state syncs stay O(1) per second cluster-wide instead of O(n).
 constexpr size_t kPushPullScaleThreshold = 32;
@@ -70,6 +77,9 @@ struct NodeState {
   std::optional<Suspicion> suspicion;
   TimeMs reap_at = kNever;
   uint64_t admitted = 0;  // order of addition (bounded views evict the longest held first)
+  // Last packet or push-pull straight from the member (bounded views: only members heard from
+  // within a shuffle interval are shuffled, so a crashed member is not handed on).
+  TimeMs heard = std::numeric_limits<TimeMs>::min() / 2;
 };
 
 // Our own probe in flight (memberlist probeNode, as a resumable state machine).
@@ -121,6 +131,26 @@ struct Swim::Impl {
   // evicting an alive member when the view is full. `direct`: it introduces itself.
   bool Admit(bool direct);
   bool Bounded() const { return cfg_.max_members > 0; }
+  // Bounded views: heard from within kFreshIntervals probe intervals. Only such members are
+  // shuffled away or evicted to make room for another.
+  bool Fresh(const NodeState& st) const {
+    return now_ - st.heard <= kFreshIntervals * cfg_.probe_interval;
+  }
+  // Bounded views: a holder's view and a crashed member's other holders overlap little once
+  // shuffles have mixed the views, so news of a failure spread among holders only would reach
+  // few of them (each would find out by its own probe, up to a view's worth of probe intervals
+  // later, and time its suspicion out alone). Suspicions and failures of members not held are
+  // therefore passed on once (per incarnation and kind; remembered in relayed_), as in
+  // unbounded SWIM, and so is the refutation of a suspicion passed on. Progress and alive news
+  // about members not held are still dropped. True: queue `kind` news about `name`.
+  static constexpr uint8_t kRelayAlive = 0, kRelaySuspect = 1, kRelayDead = 2;
+  bool RelayNews(const std::string& name, uint32_t incarnation, uint8_t kind);
+  struct Relayed {
+    uint64_t rank = 0;  // incarnation << 2 | kind
+    TimeMs at = 0;
+  };
+  static constexpr size_t kMaxRelayed = 4096;
+  std::unordered_map<std::string, Relayed> relayed_;
   void OnSuspect(const SuspectMsg& s);
   void OnDead(const DeadMsg& d);
   void OnProgress(const ProgressMsg& p);
@@ -160,6 +190,14 @@ struct Swim::Impl {
   static constexpr size_t kAnnounceFanout = 32;
   void Gossip();
   void StartPushPulls();
+  // Bounded views: a view shuffle with one random live member (Config::shuffle_interval).
+  void StartShuffle();
+  // Up to `k` random alive members for a shuffle, none of them `skip` (self is never one).
+  std::vector<MemberState> ShuffleEntries(size_t k, const std::string& skip,
+                                          const std::vector<MemberState>* not_in);
+  // Takes a shuffle's entries: the alive ones not held are admitted, in place of the members
+  // named in `pool` (front first) once the view is full; held ones are merged as usual.
+  void MergeShuffle(const std::vector<MemberState>& entries, std::vector<std::string> pool);
   NodeState* PickAlivePeer();              // uniformly, or null
   void PushPullWith(const NodeState& st);  // queues a push-pull request with our state
   void QueueProgress();
@@ -216,6 +254,16 @@ struct Swim::Impl {
   TimeMs next_probe_;
   TimeMs next_gossip_;
   TimeMs next_push_pull_;
+  TimeMs next_shuffle_ = kNever;  // bounded views with a shuffle interval only
+  // The shuffle in flight: the peer asked and the entries sent (dropped first to make room for
+  // its answer's).
+  struct PendingShuffle {
+    std::string peer;
+    std::vector<std::string> sent;
+  };
+  std::optional<PendingShuffle> shuffle_;
+  // While a shuffle's entries are merged: the members that may make room for them (Admit).
+  std::vector<std::string>* shuffle_pool_ = nullptr;
   bool progress_dirty_ = false;
   TimeMs last_progress_queued_ = std::numeric_limits<TimeMs>::min() / 2;
   TimeMs last_extra_push_pull_ = std::numeric_limits<TimeMs>::min() / 2;  // RequestPushPull

@@ -168,6 +168,60 @@ void Swim::Impl::StartPushPulls() {
   }
 }
 
+void Swim::Impl::StartShuffle() {
+  next_shuffle_ = now_ + cfg_.shuffle_interval;
+  // Push-pull is TCP: a member behind a relay accepts no connections (issue 34).
+  const auto peers = RandomNodes(1, [&](const NodeState* st) {
+    return st != self_ && st->m.status == Status::kAlive && st->m.meta.relay.empty();
+  });
+  if (peers.empty()) return;
+  const NodeState& peer = *peers.front();
+  std::vector<MemberState> entries = ShuffleEntries(cfg_.shuffle_length - 1, peer.m.name, nullptr);
+  PendingShuffle pending{peer.m.name, {}};
+  pending.sent.reserve(entries.size());
+  for (const MemberState& m : entries) pending.sent.push_back(m.name);
+  // Ourselves first: the peer makes room for us before the others.
+  const Member& me = self_->m;
+  entries.insert(entries.begin(),
+                 MemberState{me.name, me.addr, me.incarnation, me.status, me.meta, me.step});
+  shuffle_ = std::move(pending);
+  PushPull request{false, cfg_.name, std::move(entries)};
+  request.shuffle = true;
+  out_push_pulls_.push_back(OutPushPull{peer.m.addr, std::move(request)});
+  ++stats_.shuffles;
+}
+
+std::vector<MemberState> Swim::Impl::ShuffleEntries(size_t k, const std::string& skip,
+                                                    const std::vector<MemberState>* not_in) {
+  // Only members heard from lately (Fresh): one that crashed since is not handed on to nodes
+  // that would take it for alive (and hold it until their own probe finds it dead), and a
+  // holder keeps it, so the holders at a crash detect it (nearly: one heard from just before
+  // the crash may still go, within a probe interval of it). Few members are fresh at a time,
+  // so they are found by one walk over the view (rejection sampling would spend its 3·n
+  // draws), then k of them drawn.
+  std::vector<NodeState*> fresh;
+  for (NodeState* st : nodes_) {
+    if (st == self_ || st->m.status != Status::kAlive || !Fresh(*st) || st->m.name == skip) {
+      continue;
+    }
+    if (not_in != nullptr && std::any_of(not_in->begin(), not_in->end(), [&](const MemberState& m) {
+          return m.name == st->m.name;
+        })) {
+      continue;
+    }
+    fresh.push_back(st);
+  }
+  const size_t take = std::min(k, fresh.size());
+  std::vector<MemberState> out;
+  out.reserve(take);
+  for (size_t i = 0; i < take; ++i) {
+    std::swap(fresh[i], fresh[i + rng_() % (fresh.size() - i)]);
+    const Member& m = fresh[i]->m;
+    out.push_back(MemberState{m.name, m.addr, m.incarnation, m.status, m.meta, m.step});
+  }
+  return out;
+}
+
 NodeState* Swim::Impl::PickAlivePeer() {
   // Push-pull is TCP: a member behind a relay accepts no connections (issue 34).
   return PickOne([&](const NodeState* st) {

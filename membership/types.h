@@ -166,6 +166,11 @@ struct PushPull {
   bool join = false;  // the sender is joining: its first contact with this cluster
   std::string from;
   std::vector<MemberState> members;
+  // A view shuffle (bounded views, Config::shuffle_interval): `members` is a few random entries
+  // of the sender's view, not its whole state, and the reply is a few of the receiver's; each
+  // side takes the entries it lacks in place of those it sent (Cyclon). A receiver that does
+  // not know shuffles treats it as an ordinary push-pull.
+  bool shuffle = false;
 };
 
 // Conservative upper bound on the encoded size of one update / packet header, in bytes. The

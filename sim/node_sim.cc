@@ -436,9 +436,17 @@ void NodeSim::SolvePlan(uint32_t i, node::PlanRequest& req) {
 
 void NodeSim::OnMemberEvent(uint32_t observer, const node::MemberEvent& e) {
   using Kind = membership::Event::Kind;
-  if (e.kind != Kind::kFailed && e.kind != Kind::kLeft) return;
+  if (e.kind != Kind::kFailed && e.kind != Kind::kLeft && e.kind != Kind::kReaped) return;
   const int64_t target = net_->IndexOf(e.member.name);
   if (target < 0 || !started_) return;  // warm-up and setup are not reported
+  if (e.kind == Kind::kReaped) {
+    // Forgotten while still taken for alive (bounded views): the observer holds it no more.
+    if (e.member.status != membership::Status::kAlive) return;
+    for (CrashTrack& c : crash_tracks_) {
+      if (c.node == target && c.detected_at[observer] < 0) c.dropped[observer] = true;
+    }
+    return;
+  }
   for (CrashTrack& c : crash_tracks_) {
     if (c.node == target && c.detected_at[observer] < 0) c.detected_at[observer] = now_;
   }
@@ -733,7 +741,8 @@ void NodeSim::Crash(uint32_t spec) {
     trainers_[victim].inbox.clear();
     net_->Crash(victim, now_);
     const std::string& name = net_->name(victim);
-    CrashTrack track{victim, now_, std::vector<TimeMs>(n_, -1), std::vector<bool>(n_, false)};
+    CrashTrack track{victim, now_, std::vector<TimeMs>(n_, -1), std::vector<bool>(n_, false),
+                     std::vector<bool>(n_, false)};
     for (uint32_t j = 0; j < n_; ++j) {
       // One lookup in j's view (SWIM's member table, or the PeerViews it was fed).
       if (j != victim && live_[j]) track.knew[j] = nodes_[j]->KnowsLive(name);
@@ -899,13 +908,16 @@ PspSimResult NodeSim::Collect() {
       }
       ++cr.observers;
       const TimeMs d = c.detected_at[j];
-      if (d < 0) continue;
+      if (d < 0) {
+        cr.dropped += c.dropped[j];
+        continue;
+      }
       ++cr.detected;
       first = first < 0 ? d : std::min(first, d);
       last = std::max(last, d);
     }
     if (first >= 0) cr.first_detect_s = static_cast<double>(first - c.at) / 1000.0;
-    if (cr.detected == cr.observers && last >= 0) {
+    if (cr.detected + cr.dropped == cr.observers && last >= 0) {
       cr.all_detect_s = static_cast<double>(last - c.at) / 1000.0;
     }
     r.crashes.push_back(cr);

@@ -98,6 +98,9 @@ class NodeSim {
     // Per observer: it knew the victim as a live member when it crashed (SWIM ignores news about
     // members it never heard of, so such a node has nothing to detect).
     std::vector<bool> knew;
+    // Per observer: it stopped holding the victim (made room with it, or gave it away in a
+    // shuffle of bounded views) before it saw it failed.
+    std::vector<bool> dropped;
   };
 
   // Every call into node i's core goes through these (the replay records the traced nodes').

@@ -184,10 +184,13 @@ struct CrashReport {
   std::string node;
   double crash_at_s = 0;
   std::optional<double> first_detect_s;  // crash → first live node marks it failed
-  std::optional<double> all_detect_s;    // crash → every live node has
+  std::optional<double> all_detect_s;    // crash → every observer that kept it has
   size_t observers = 0;                  // live nodes at the end that knew it when it crashed
   size_t detected = 0;                   // of those, how many did
-  size_t unaware = 0;                    // live nodes that had not yet heard of it at the crash
+  // Of the observers, how many forgot it, still taken for alive, before they saw it failed
+  // (bounded views: made room with it, or gave it away in a shuffle).
+  size_t dropped = 0;
+  size_t unaware = 0;  // live nodes that had not yet heard of it at the crash
 };
 
 struct PspSimResult {

@@ -303,11 +303,13 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
     NewRound(rng);
   } else if (now >= round_deadline_) {
     // Probe timeout: peers that never answered and still block are replaced (marked silent,
-    // sampled last), and a fresh sample is drawn.
+    // sampled last), and a fresh sample is drawn. With peers_watch a peer below need answers
+    // only when it gets there, so no answer says nothing: nobody is marked.
     ++stats_.timeouts;
     for (Slot& slot : slots_) {
       const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
-      if (slot.seq != 0 && !slot.answered && p && !Within(my_step, p->step, bound)) {
+      if (slot.seq != 0 && !slot.answered && !config_.peers_watch && p &&
+          !Within(my_step, p->step, bound)) {
         silent_.insert(view_.name_of_id(slot.id));
       }
     }
@@ -468,7 +470,8 @@ bool BarrierCore::OnKnownProgress(const std::string& name, uint64_t step, TimeMs
   return changed;
 }
 
-bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now) {
+bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now,
+                          bool round_trip) {
   bool matched = false;
   // Sampled peers are in the view (a peer leaving it leaves the sample), so a name the view does
   // not hold matches no slot.
@@ -487,7 +490,7 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
       ++stats_.replies;
       // Query round trip (EWMA), for Prefetch's look-ahead.
       const double rtt = static_cast<double>(std::max<TimeMs>(0, now - slot.asked_at));
-      rtt_ms_ = rtt_ms_ > 0 ? 0.8 * rtt_ms_ + 0.2 * rtt : rtt;
+      if (round_trip) rtt_ms_ = rtt_ms_ > 0 ? 0.8 * rtt_ms_ + 0.2 * rtt : rtt;
     }
   }
   silent_.erase(name);

@@ -32,7 +32,8 @@
 //     for pbsp/pssp: its queries carry `need` and a peer below it answers again when it gets
 //     there) a peer whose answer to its latest query was below `need` is not re-queried: its
 //     own answer at `need` releases the node, and a lost answer is made up for by the probe
-//     timeout's new round.
+//     timeout's new round. node::Node's peers below `need` answer only then (not at once), so
+//     with `peers_watch` an unanswered peer is not marked silent at the timeout.
 //   - At the probe timeout the round ends and a new sample is drawn (SPEC: "re-samples after
 //     each probe timeout"). Peers that did not answer a query and still block are marked silent
 //     and are replaced by other peers: the next sample draws from non-silent peers first and
@@ -166,7 +167,10 @@ class BarrierCore {
   bool OnKnownProgress(const std::string& name, uint64_t step, TimeMs now);
   // Answer to ProgressQuery `seq`. The step is used even when `seq` is stale (progress is
   // progress), but only for peers still in the view. True if anything changed.
-  bool OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now);
+  // `round_trip`: answered at once (false: a watcher's answer, node::Node), so the time since
+  // the query is a round trip (Prefetch's look-ahead estimates it).
+  bool OnReply(const std::string& name, uint32_t seq, uint64_t step, TimeMs now,
+               bool round_trip = true);
   // The peer failed, left or stopped training: it leaves the view and the sample at once.
   // True if it was known (re-Check).
   bool OnPeerRemoved(const std::string& name);

@@ -138,6 +138,7 @@ class Gen {
     m.state.from = from;
     const size_t n = U(0, max_members);
     for (size_t i = 0; i < n; ++i) m.state.members.push_back(Member());
+    m.state.shuffle = Coin();
     return m;
   }
 
@@ -173,7 +174,8 @@ class Gen {
                                U(0, UINT64_MAX)};
         break;
       case 1:
-        d.body = ProgressReply{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX), Coin()};
+        d.body = ProgressReply{static_cast<uint32_t>(U(0, UINT32_MAX)), U(0, UINT64_MAX), Coin(),
+                               Coin()};
         break;
       default:
         d.body = Packet(d.sender, kMaxDatagramBytes - codec.DatagramOverhead());
@@ -323,6 +325,7 @@ inline void CheckSame(const Datagram& a, const Datagram& b) {
     CHECK(x.seq == y.seq);
     CHECK(x.step == y.step);
     CHECK(x.training == y.training);
+    CHECK(x.watched == y.watched);
   }
 }
 
@@ -334,6 +337,7 @@ inline void CheckSame(const Frame& a, const Frame& b) {
     const auto& y = std::get<PushPullMsg>(b.body);
     CHECK(x->response == y.response);
     CHECK(x->state.join == y.state.join);
+    CHECK(x->state.shuffle == y.state.shuffle);
     CHECK(x->state.from == y.state.from);
     REQUIRE(x->state.members.size() == y.state.members.size());
     for (size_t i = 0; i < x->state.members.size(); ++i) {

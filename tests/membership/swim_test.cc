@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -742,6 +743,95 @@ TEST_CASE("a bounded view admits strangers while there is room, then only self-i
   full.HandlePushPullRequest(
       PushPull{false, "x", {AliveState("y"), AliveState("z"), AliveState("x")}}, 10);
   CHECK(full.NumMembers() == 4);
+}
+
+TEST_CASE("a bounded view's shuffle swaps entries with a peer", "[membership][swim]") {
+  Config c = TestConfig("a");
+  c.max_members = 4;
+  c.shuffle_interval = 1000;
+  c.shuffle_length = 3;
+  c.probe_interval = 1000000;  // no probe (and no suspicion) of these silent members
+  Swim a(c, 7, 0);
+  a.HandlePushPullRequest(
+      PushPull{
+          false, "p1", {AliveState("p1"), AliveState("p2"), AliveState("p3"), AliveState("p4")}},
+      10);
+  REQUIRE(a.NumMembers() == 5);
+  a.TakeEvents();
+  // Only members heard from lately are shuffled: these talk to the node all the time.
+  const auto hear = [](Swim& s, const std::string& from, TimeMs t) {
+    Packet p;
+    p.from = from;
+    p.from_addr = from + ":7950";
+    s.HandlePacket(p.from_addr, p, t);
+  };
+  // Within two intervals a shuffle goes to one member: the node itself and two others.
+  std::optional<OutPushPull> shuffle;
+  for (TimeMs t = 20; t <= 2100 && !shuffle; t += 10) {
+    for (const char* n : {"p1", "p2", "p3", "p4"}) hear(a, n, t);
+    a.Tick(t);
+    for (OutPushPull& pp : a.TakePushPulls()) {
+      if (pp.request.shuffle) shuffle = std::move(pp);
+    }
+    a.TakePackets();
+  }
+  REQUIRE(shuffle.has_value());
+  CHECK(a.stats().shuffles == 1);
+  const std::string peer = shuffle->to_addr.substr(0, shuffle->to_addr.find(':'));
+  std::set<std::string> sent;
+  for (const MemberState& m : shuffle->request.members) sent.insert(m.name);
+  CHECK(sent.size() == 3);
+  CHECK(sent.count("a") == 1);
+  CHECK(sent.count(peer) == 0);
+  // Three new members come back: they take the places of the two sent and of the peer.
+  PushPull reply{false, peer, {AliveState("n1"), AliveState("n2"), AliveState("n3")}};
+  reply.shuffle = true;
+  a.HandlePushPullResponse(reply, 2200);
+  CHECK(a.NumMembers() == 5);
+  for (const char* n : {"n1", "n2", "n3"}) CHECK(a.Find(n) != nullptr);
+  CHECK(a.Find(peer) == nullptr);
+  for (const std::string& n : sent) {
+    if (n != "a") CHECK(a.Find(n) == nullptr);
+  }
+  size_t reaped = 0;
+  for (const Event& e : a.TakeEvents()) reaped += e.kind == Event::Kind::kReaped;
+  CHECK(reaped == 3);
+
+  // The receiving side answers with members the requester did not send and takes the
+  // requester's entries in their place.
+  Config cb = TestConfig("b");
+  cb.max_members = 4;
+  cb.shuffle_length = 3;
+  Swim b(cb, 8, 0);
+  b.HandlePushPullRequest(
+      PushPull{
+          false, "q1", {AliveState("q1"), AliveState("q2"), AliveState("q3"), AliveState("x")}},
+      10);
+  REQUIRE(b.NumMembers() == 5);
+  for (const char* n : {"q1", "q2", "q3", "x"}) hear(b, n, 15);
+  PushPull request{false, "r", {AliveState("x"), AliveState("y"), AliveState("r")}};
+  request.shuffle = true;
+  const PushPull answer = b.HandlePushPullRequest(request, 20);
+  CHECK(answer.shuffle);
+  CHECK(answer.members.size() == 3);
+  size_t given = 0;  // y and r need two places: two of the answer's members make them
+  for (const MemberState& m : answer.members) {
+    CHECK(m.name != "x");
+    CHECK(m.name != "b");
+    given += b.Find(m.name) == nullptr;
+  }
+  CHECK(given == 2);
+  CHECK(b.NumMembers() == 5);
+  for (const char* n : {"x", "y", "r"}) CHECK(b.Find(n) != nullptr);
+
+  // Without a bound nothing is shuffled: an unbounded node never starts one and treats a
+  // shuffle as an ordinary push-pull (its whole state back).
+  Swim full(TestConfig("f"), 1, 0);
+  for (TimeMs t = 0; t <= 10000; t += 100) full.Tick(t);
+  CHECK(full.stats().shuffles == 0);
+  const PushPull whole = full.HandlePushPullRequest(request, 10100);
+  CHECK_FALSE(whole.shuffle);
+  CHECK(whole.members.size() == 4);  // f, x, y and r
 }
 
 }  // namespace
