@@ -179,8 +179,7 @@ void Node::ServeState(ConnId conn, const std::string& from) {
     return p && p->live && !p->training && p->step == 0;
   };
   if (config_.consensus && final_ && cs.leader == config_.name &&
-      (std::binary_search(cs.participants.begin(), cs.participants.end(), from) ||
-       spectator())) {
+      (std::binary_search(cs.participants.begin(), cs.participants.end(), from) || spectator())) {
     if (cs.result && cs.result_from == config_.name) {
       Emit(SendParams{conn, config_.name, cs.result, 1, latest_step_, false, gossip::CompressSpec{},
                       std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats),
