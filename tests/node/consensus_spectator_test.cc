@@ -13,7 +13,8 @@
 #include "node/node.h"
 
 namespace meshtrain::node {
-namespace {
+// Named, not anonymous: the unity build compiles this file with nat_node_test.cc's `Hand`.
+namespace spectator_test {
 
 namespace ms = ::meshtrain::membership;
 
@@ -186,5 +187,5 @@ TEST_CASE("consensus spectator: the leader averages the participants and serves 
   CHECK(h.n->stats().consensus_pulls_served == 1);
 }
 
-}  // namespace
+}  // namespace spectator_test
 }  // namespace meshtrain::node
