@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "node/node.h"
+#include "tests/node/hand_driver.h"
 
 namespace meshtrain::node {
 // Named, not anonymous: the unity build compiles this file with nat_node_test.cc's `Hand`.
@@ -23,28 +24,9 @@ constexpr const char* kP2 = "10.0.0.3:7950";
 constexpr const char* kS3 = "10.0.0.4:7950";
 
 // n0 hears of p1 and p2 (finished at step 10) and s3 (finished at step 0: a spectator).
-struct Hand {
-  std::unique_ptr<Node> n;
-  TimeMs now = 0;
-  std::vector<Output> out;
-
+struct Hand : testing::HandDriver {
   Hand() {
-    NodeConfig c;
-    c.name = "n0";
-    c.addr = "10.0.0.1:7950";
-    c.data_addr = c.addr;
-    c.membership = ms::Config::Local();
-    c.membership.name = c.name;
-    c.membership.addr = c.addr;
-    c.membership.probe_interval = 10 * 60 * 1000;  // no probes (nobody here answers them)
-    c.seed = 3;
-    c.training = true;
-    c.select = sync::SelectPolicy::kAll;
-    c.fanout = 3;
-    c.min_peers = 0;
-    n = std::make_unique<Node>(std::move(c), 0);
-    n->Start(0);
-    Drain();
+    Start(Config(3, sync::SelectPolicy::kAll));
     ms::Meta done;
     done.training = false;
     ms::Packet p;
@@ -63,22 +45,6 @@ struct Hand {
       q.from_step = step;
       q.primary = ms::PingMsg{1, "n0"};
       Datagram(addr, q);
-    }
-  }
-  void Datagram(const std::string& from, const ms::Packet& p) {
-    gossip::Datagram dg;
-    dg.sender = p.from;
-    dg.body = p;
-    n->Step(DatagramIn{from, std::move(dg)}, now);
-    Drain();
-  }
-  void Drain() {
-    for (Output& o : n->TakeOutput()) out.push_back(std::move(o));
-  }
-  void RunUntil(TimeMs until) {
-    for (; now <= until; ++now) {
-      if (n->NextDeadline() <= now) n->Tick(now);
-      Drain();
     }
   }
   void Finish(uint64_t step, float value) {

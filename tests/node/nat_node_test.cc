@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "node/node.h"
+#include "tests/node/hand_driver.h"
 
 namespace meshtrain::node {
 namespace {
@@ -23,33 +24,14 @@ constexpr const char* kC2 = "203.0.113.3:7950";         // its cone router's map
 constexpr const char* kR3 = "203.0.113.4:41000";        // where its relay p1 sees it
 constexpr const char* kR3Direct = "203.0.113.4:45000";  // its NAT's mapping towards us
 
-struct Hand {
-  std::unique_ptr<Node> n;
-  TimeMs now = 0;
-  std::vector<Output> out;
-
+struct Hand : testing::HandDriver {
   // `peers_training` false: p1, c2 and r3 finished training at step 10 (consensus tests).
   explicit Hand(sync::SelectPolicy select, TimeMs probe_ms = 0, bool peers_training = true) {
-    NodeConfig c;
-    c.name = "n0";
-    c.addr = "10.0.0.1:7950";
-    c.data_addr = c.addr;
-    c.membership = ms::Config::Local();
-    c.membership.name = c.name;
-    c.membership.addr = c.addr;
+    NodeConfig c = Config(5, select);
     c.membership.nat = true;
     c.membership.adopt_reflexive = true;
-    // Nobody here answers SWIM probes: none go out during a test (no suspicions).
-    c.membership.probe_interval = 10 * 60 * 1000;
-    c.seed = 5;
-    c.training = true;
-    c.select = select;
-    c.fanout = 3;
-    c.min_peers = 0;
     c.capacity_probe_interval_ms = probe_ms;
-    n = std::make_unique<Node>(std::move(c), 0);
-    n->Start(0);
-    Drain();
+    Start(std::move(c));
     // p1 tells us about itself, c2 and r3 (all training).
     ms::Packet p;
     p.from = "p1";
@@ -79,22 +61,6 @@ struct Hand {
         q.primary = ms::PingMsg{1, "n0"};
         Datagram(from, q);
       }
-    }
-  }
-  void Datagram(const std::string& from, const ms::Packet& p) {
-    gossip::Datagram dg;
-    dg.sender = p.from;
-    dg.body = p;
-    n->Step(DatagramIn{from, std::move(dg)}, now);
-    Drain();
-  }
-  void Drain() {
-    for (Output& o : n->TakeOutput()) out.push_back(std::move(o));
-  }
-  void RunUntil(TimeMs until) {
-    for (; now <= until; ++now) {
-      if (n->NextDeadline() <= now) n->Tick(now);
-      Drain();
     }
   }
   void Snapshot(uint64_t step) {
