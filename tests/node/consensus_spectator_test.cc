@@ -114,18 +114,8 @@ TEST_CASE("consensus spectator: the leader averages the participants and serves 
   CHECK(h.n->consensus().leader == "n0");
   // s3 asks for the result before there is one: closed, nothing sent.
   auto request = [&](ConnId conn) {
-    h.out.clear();
-    gossip::Frame f;
-    f.sender = "s3";
-    f.body = gossip::StateRequestMsg{0};
-    h.n->Step(FrameIn{conn, std::move(f)}, h.now);
-    h.Drain();
-    std::optional<SendParams> sent;
     bool closed = false;
-    for (const Output& o : h.out) {
-      if (const auto* sp = std::get_if<SendParams>(&o); sp && sp->conn == conn) sent = *sp;
-      if (const auto* c = std::get_if<Close>(&o); c && c->conn == conn) closed = true;
-    }
+    auto sent = h.StateRequest(conn, "s3", 0, &closed);
     CHECK(closed);
     return sent;
   };

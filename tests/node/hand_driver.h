@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,24 @@ struct HandDriver {
   }
   void Drain() {
     for (Output& o : n->TakeOutput()) out.push_back(std::move(o));
+  }
+  // `from` asks for our model on connection `conn`: what was sent on it (if anything), and
+  // whether it was closed.
+  std::optional<SendParams> StateRequest(ConnId conn, const std::string& from, uint64_t step,
+                                         bool* closed) {
+    out.clear();
+    gossip::Frame f;
+    f.sender = from;
+    f.body = gossip::StateRequestMsg{step};
+    n->Step(FrameIn{conn, std::move(f)}, now);
+    Drain();
+    std::optional<SendParams> sent;
+    *closed = false;
+    for (const Output& o : out) {
+      if (const auto* sp = std::get_if<SendParams>(&o); sp && sp->conn == conn) sent = *sp;
+      if (const auto* c = std::get_if<Close>(&o); c && c->conn == conn) *closed = true;
+    }
+    return sent;
   }
   void RunUntil(TimeMs until) {
     for (; now <= until; ++now) {

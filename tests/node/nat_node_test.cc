@@ -153,20 +153,10 @@ TEST_CASE("nat node: the consensus leader is not behind NAT; those behind NAT pu
   CHECK(std::string(h.n->consensus().state) == "collecting");
   // c2 asks for the result before there is one: closed, nothing sent.
   auto request = [&](ConnId conn) {
-    h.out.clear();
-    gossip::Frame f;
-    f.sender = "c2";
-    f.body = gossip::StateRequestMsg{10};
-    h.n->Step(FrameIn{conn, std::move(f)}, h.now);
-    h.Drain();
-    const SendParams* sent = nullptr;
     bool closed = false;
-    for (const Output& o : h.out) {
-      if (const auto* sp = std::get_if<SendParams>(&o); sp && sp->conn == conn) sent = sp;
-      if (const auto* c = std::get_if<Close>(&o); c && c->conn == conn) closed = true;
-    }
+    auto sent = h.StateRequest(conn, "c2", 10, &closed);
     CHECK(closed);
-    return sent != nullptr ? std::optional<SendParams>(*sent) : std::nullopt;
+    return sent;
   };
   CHECK_FALSE(request(5).has_value());
   // The three final models come in (c2 and r3 connect out to us; p1 as anyone).
