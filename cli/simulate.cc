@@ -462,6 +462,14 @@ int RunSimulateCommand() {
                 {"work_per_node", Round(static_cast<double>(r.work) /
                                             static_cast<double>(std::max<size_t>(1, r.nodes)),
                                         1)}};
+      {
+        // The barrier's samples and progress queries per trainer step of the mesh.
+        uint64_t steps = 0;
+        for (uint64_t s : r.final_steps) steps += s;
+        const double per = 1.0 / static_cast<double>(std::max<uint64_t>(1, steps));
+        p["samples_per_step"] = Round(static_cast<double>(r.rounds) * per, 3);
+        p["queries_per_step"] = Round(static_cast<double>(r.queries) * per, 3);
+      }
       if (!a.no_wall) {
         // Measured (not reproducible bit for bit): resident memory per node and the node
         // cores' time per trainer step.

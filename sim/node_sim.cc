@@ -860,6 +860,7 @@ PspSimResult NodeSim::Collect() {
     messages += net_->traffic()[i].messages - traffic_at_t0_[i].messages;
     bytes += net_->traffic()[i].bytes - traffic_at_t0_[i].bytes;
     if (const sync::BarrierCore* b = nodes_[i]->barrier()) {
+      r.rounds += b->stats().rounds;
       r.queries += b->stats().queries;
       r.replies += b->stats().replies;
       r.timeouts += b->stats().timeouts;

@@ -228,6 +228,7 @@ struct PspSimResult {
 
   // Counters, for tests and curiosity.
   uint64_t events = 0;
+  uint64_t rounds = 0;  // barrier samples drawn (sync::BarrierStats::rounds)
   uint64_t queries = 0;
   uint64_t replies = 0;
   uint64_t timeouts = 0;

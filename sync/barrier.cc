@@ -194,11 +194,15 @@ bool BarrierCore::PassesAhead(uint64_t next_step) const {
   if (config_.sample == 0 || view_.empty()) return true;  // as EvaluateSampled
   if (!in_episode_ || !prefetched_ || episode_step_ != next_step) return false;
   if (slots_.size() < std::min(config_.sample, view_.size())) return false;  // Check refills
+  return SampleWithin(next_step);
+}
+
+bool BarrierCore::SampleWithin(uint64_t my_step) const {
   const uint64_t bound = SampledBound();
   for (const Slot& slot : slots_) {
     size_t hint = slot.pos;
     const PeerProgress* p = view_.FindId(slot.id, &hint);
-    if (p && !Within(next_step, p->step, bound)) return false;
+    if (p && !Within(my_step, p->step, bound)) return false;
   }
   return true;
 }
@@ -301,10 +305,14 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   const uint64_t bound = SampledBound();
   if (!round_active_) {
     NewRound(rng);
-  } else if (now >= round_deadline_) {
-    // Probe timeout: peers that never answered and still block are replaced (marked silent,
-    // sampled last), and a fresh sample is drawn. With peers_watch a peer below need answers
-    // only when it gets there, so no answer says nothing: nobody is marked.
+  } else if (now >= round_deadline_ &&
+             !(slots_.size() >= std::min(config_.sample, view_.size()) && SampleWithin(my_step))) {
+    // Probe timeout of a sample that still blocks (one that passes by now, e.g. a prefetched
+    // sample whose answers came in while the step computed, is kept: a new sample would only
+    // cost another round of queries and could block where this one passes): peers that never
+    // answered and still block are replaced (marked silent, sampled last), and a fresh sample is
+    // drawn. With peers_watch a peer below need answers only when it gets there, so no answer says
+    // nothing: nobody is marked.
     ++stats_.timeouts;
     for (Slot& slot : slots_) {
       const PeerProgress* p = view_.FindId(slot.id, &slot.pos);

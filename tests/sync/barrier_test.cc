@@ -579,4 +579,39 @@ TEST_CASE("dssp picks the r that best matches, and non-fastest nodes obey SSP(s_
 }
 
 }  // namespace
+
+// A prefetched sample (OSP) whose answers came in while the step computed still passes when
+// the step ends after its probe timeout: it is kept, with no new sample and no new queries (a
+// new one would cost another round of queries and could block where this one passes). A
+// sample that still blocks at its timeout is replaced as before.
+TEST_CASE("a prefetched sample that passes is kept past its probe timeout", "[sync][barrier]") {
+  Rng rng(11);
+  BarrierConfig cfg = Config(Policy::kPssp, 1, 2);
+  cfg.peers_watch = true;
+  BarrierCore core(cfg, "me");
+  for (const char* p : {"a", "b", "c", "d"}) core.OnProgress(p, 0, 0);
+  REQUIRE(core.Check(0, 0, rng) == Decision::kPass);
+  core.Prefetch(3, 0, rng);  // the sampled peers (step 0) block step 4: both are asked
+  auto q = core.TakeQueries();
+  REQUIRE(q.size() == 2);
+  const uint64_t rounds = core.stats().rounds;
+  for (const ProgressQuery& x : q) REQUIRE(core.OnReply(x.to, x.seq, 2, 20));
+  // The step ends long after the probe timeout (500): the sample passes, and is kept.
+  REQUIRE(core.Check(3, 1200, rng) == Decision::kPass);
+  CHECK(core.stats().rounds == rounds);
+  CHECK(core.stats().timeouts == 0);
+  CHECK(core.TakeQueries().empty());
+
+  // Next step: the prefetched sample blocks at the end (a peer at 1 < need 3), so the timeout
+  // draws a new sample as before.
+  core.Prefetch(4, 1200, rng);
+  q = core.TakeQueries();
+  REQUIRE(!q.empty());
+  REQUIRE(core.stats().rounds == rounds + 1);
+  for (const ProgressQuery& x : q) core.OnReply(x.to, x.seq, 1, 1210);  // behind: watching
+  REQUIRE(core.Check(4, 2400, rng) == Decision::kWait);
+  CHECK(core.stats().rounds == rounds + 2);
+  CHECK(core.stats().timeouts == 1);
+}
+
 }  // namespace meshtrain::sync
