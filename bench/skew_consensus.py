@@ -10,10 +10,14 @@ the union of the shards, the same steps) — the issue's reference.
     /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25
 
 A setting is OUTER:H[:DRIFT] (MeshOptimizer(outer=OUTER, sync_every=H, drift_correction=DRIFT),
-DRIFT params or gradient; --drift sets it for settings that name none). Acceptance: every node
-within 0.02 of pooled in every run; nesterov:25 with at most 1/10 of avg:1's bytes:
+DRIFT params or gradient; --drift sets it for settings that name none). --lr, --batch,
+--warmup and --schedule are the training recipe of the pooled and the mesh runs alike.
+Acceptance: every node within 0.02 of pooled in every run; nesterov:25 with at most 1/10 of
+avg:1's bytes (docs/benchmarks.md, "one model at the end"):
 
-    /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25:gradient
+    /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1 --mix-state
+    /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings nesterov:25:gradient \\
+        --schedule cosine --lr 3e-4
 
 A bench (minutes on 2 cores), not a test. Needs numpy and torch (Debian's /usr/bin/python3)
 and the dataset-fashion-mnist package.
