@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Skewed shards end in one model (issue 32): 3 agents (--trainer external, pssp) each train a
-PyTorch MLP (784-256-LayerNorm-ReLU-4, Adam, --lr 1e-3, batch 64) on Fashion-MNIST classes 0-3,
+PyTorch MLP (784-256-LayerNorm-ReLU-4, Adam, --lr 1e-3, --batch 64) on Fashion-MNIST classes 0-3,
 node i on classes {i, i+1} only, for --steps steps through meshtrain.torch.MeshOptimizer, then
 call opt.finish(). Reported per setting and run: each node's accuracy on the test images of the
 4 classes after finish(), whether the three hold the same parameters (CRC-32), and the parameter
@@ -10,10 +10,14 @@ the union of the shards, the same steps) — the issue's reference.
     /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25
 
 A setting is OUTER:H[:DRIFT] (MeshOptimizer(outer=OUTER, sync_every=H, drift_correction=DRIFT),
-DRIFT params or gradient; --drift sets it for settings that name none). Acceptance: every node
-within 0.02 of pooled in every run; nesterov:25 with at most 1/10 of avg:1's bytes:
+DRIFT params or gradient; --drift sets it for settings that name none). --lr, --batch,
+--warmup and --schedule are the training recipe of the pooled and the mesh runs alike.
+Acceptance: every node within 0.02 of pooled in every run; nesterov:25 with at most 1/10 of
+avg:1's bytes (docs/benchmarks.md, "one model at the end"):
 
-    /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25:gradient
+    /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1 --mix-state
+    /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings nesterov:25:gradient \\
+        --schedule cosine --lr 3e-4
 
 A bench (minutes on 2 cores), not a test. Needs numpy and torch (Debian's /usr/bin/python3)
 and the dataset-fashion-mnist package.
@@ -34,7 +38,7 @@ from external_lib import external_mesh, start_all  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 WORKER = r'''
-import argparse, gzip, json, os, struct, sys, zlib
+import argparse, gzip, json, math, os, struct, sys, zlib
 import numpy as np
 import torch
 sys.path.insert(0, os.environ["MESHTRAIN_PYTHON"])
@@ -52,6 +56,8 @@ p.add_argument("--drift", default="")
 p.add_argument("--outer-lr", type=float, default=None)
 p.add_argument("--outer-momentum", type=float, default=None)
 p.add_argument("--schedule", default="constant")
+p.add_argument("--batch", type=int, default=64)
+p.add_argument("--warmup", type=int, default=0)
 p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
 a = p.parse_args()
 torch.set_num_threads(1)
@@ -83,7 +89,14 @@ model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.LayerNorm(256), 
                             torch.nn.Linear(256, 4))
 inner = torch.optim.Adam(model.parameters(), lr=a.lr)
 sched = None
-if a.schedule == "cosine":  # to 0 at the last step, as DiLoCo's inner schedule
+if a.warmup:  # linear from lr / warmup to lr over the first steps, then the schedule
+    def factor(t):
+        w = min(1.0, (t + 1) / a.warmup)
+        if a.schedule == "cosine":
+            return w * 0.5 * (1 + math.cos(math.pi * t / a.steps))
+        return w
+    sched = torch.optim.lr_scheduler.LambdaLR(inner, factor)
+elif a.schedule == "cosine":  # to 0 at the last step, as DiLoCo's inner schedule
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(inner, T_max=a.steps)
 g = torch.Generator().manual_seed(1000 + a.seed + 7 * classes[0])
 opt = inner
@@ -95,7 +108,7 @@ if a.socket:
                            drift_correction={"": False, "params": True}.get(a.drift, a.drift),
                            outer_lr=a.outer_lr, outer_momentum=a.outer_momentum)
 for step in range(a.steps):
-    i = torch.randint(0, len(x), (64,), generator=g)
+    i = torch.randint(0, len(x), (a.batch,), generator=g)
     opt.zero_grad()
     torch.nn.functional.cross_entropy(model(x[i]), y[i]).backward()
     opt.step()
@@ -131,10 +144,10 @@ def last_json(path):
     return json.loads(lines[-1]) if lines else None
 
 
-def pooled(py, script, steps, seed, workdir, lr, schedule):
+def pooled(py, script, steps, seed, workdir, lr, schedule, recipe):
     log = os.path.join(workdir, f"pooled-{seed}.out")
     p = run_worker(py, script, ["--classes", "0,1,2,3", "--steps", steps, "--seed", seed,
-                                "--lr", lr, "--schedule", schedule], log)
+                                "--lr", lr, "--schedule", schedule] + recipe, log)
     p.wait(timeout=3600)
     return last_json(log)
 
@@ -183,6 +196,11 @@ def main():
     ap.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
                     help="inner learning rate over the steps, for pooled and mesh runs alike: "
                     "constant, or cosine decay to 0 at the last step")
+    ap.add_argument("--batch", type=int, default=64,
+                    help="batch size, for pooled and mesh runs alike")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="inner learning rate warm-up: linear over the first WARMUP steps, "
+                    "then --schedule (pooled and mesh runs alike)")
     ap.add_argument("--mix-state", action="store_true",
                     help="MeshOptimizer(mix_state=True): Adam's moments mix with the parameters")
     ap.add_argument("--drift", choices=["params", "gradient"], default=None,
@@ -210,14 +228,16 @@ def main():
                 not parts[1].isdigit() or parts[2:] not in ([], ["params"], ["gradient"]):
             ap.error(f"a setting is OUTER:H[:params|gradient], not {text!r}")
         settings.append((parts[0], int(parts[1]), (parts[2:] or [a.drift])[0]))
+    # The training recipe shared by the pooled and the mesh runs.
+    recipe = ["--batch", a.batch, "--warmup", a.warmup]
     rows, ok = [], True
     bytes_by = {}
     for seed in range(a.runs):
-        ref = pooled(py, script, a.steps, seed, workdir, a.lr, a.schedule)
+        ref = pooled(py, script, a.steps, seed, workdir, a.lr, a.schedule, recipe)
         rows.append([seed, "pooled", "-", f"{ref['accuracy']:.4f}", "-", "-", "-"])
         for outer, h, drift in settings:
             t0 = time.monotonic()
-            extra = ["--mix-state"] if a.mix_state else []
+            extra = recipe + (["--mix-state"] if a.mix_state else [])
             extra += ["--drift", drift] if drift else []
             if outer != "avg":
                 for flag, v in (("--outer-lr", a.outer_lr), ("--outer-momentum", a.outer_momentum)):
