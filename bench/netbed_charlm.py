@@ -290,7 +290,9 @@ def main():
                      bl.fmt(m.get("params_bytes") and m["params_bytes"] / 1e6, ".2f")])
     print()
     print(f"{a.nodes} hosts on the namespace bed, {a.rate:g} Mbit/s, {a.rtt:g} ms RTT; target "
-          f"{ddp['target']} bpc (DDP after {a.ddp_steps} steps)")
+          f"{ddp['target']} bpc ("
+          + ("--target-bpc" if a.target_bpc is not None else f"DDP after {a.ddp_steps} steps")
+          + ")")
     print(bl.table(["run", "nodes reached", "s to target", "time vs DDP", "step",
                     "MB sent/node (eth0)", "bytes vs DDP", "agent param MB/node"], rows))
     return 0
