@@ -462,22 +462,18 @@ int RunSimulateCommand() {
                 {"work_per_node", Round(static_cast<double>(r.work) /
                                             static_cast<double>(std::max<size_t>(1, r.nodes)),
                                         1)}};
-      {
-        // The barrier's samples and progress queries per trainer step of the mesh.
-        uint64_t steps = 0;
-        for (uint64_t s : r.final_steps) steps += s;
-        const double per = 1.0 / static_cast<double>(std::max<uint64_t>(1, steps));
-        p["samples_per_step"] = Round(static_cast<double>(r.rounds) * per, 3);
-        p["queries_per_step"] = Round(static_cast<double>(r.queries) * per, 3);
-      }
+      // Per trainer step of the mesh (all nodes' steps): the barrier's samples and progress
+      // queries, and below the node cores' time.
+      uint64_t steps = 0;
+      for (uint64_t s : r.final_steps) steps += s;
+      const double per_step = 1.0 / static_cast<double>(std::max<uint64_t>(1, steps));
+      p["samples_per_step"] = Round(static_cast<double>(r.rounds) * per_step, 3);
+      p["queries_per_step"] = Round(static_cast<double>(r.queries) * per_step, 3);
       if (!a.no_wall) {
         // Measured (not reproducible bit for bit): resident memory per node and the node
         // cores' time per trainer step.
         p["mem_bytes_per_node"] = Round(r.mem_bytes_per_node, 0);
-        uint64_t steps = 0;
-        for (uint64_t s : r.final_steps) steps += s;
-        p["node_us_per_step"] =
-            Round(r.node_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, steps)), 2);
+        p["node_us_per_step"] = Round(r.node_core_s * 1e6 * per_step, 2);
         // The same for a few nodes' inputs replayed alone, as in an agent (null: not measured).
         p["node_us_per_step_alone"] =
             r.alone_steps > 0

@@ -193,11 +193,11 @@ bool BarrierCore::PassesAhead(uint64_t next_step) const {
   }
   if (config_.sample == 0 || view_.empty()) return true;  // as EvaluateSampled
   if (!in_episode_ || !prefetched_ || episode_step_ != next_step) return false;
-  if (slots_.size() < std::min(config_.sample, view_.size())) return false;  // Check refills
   return SampleWithin(next_step);
 }
 
 bool BarrierCore::SampleWithin(uint64_t my_step) const {
+  if (slots_.size() < std::min(config_.sample, view_.size())) return false;  // Check refills
   const uint64_t bound = SampledBound();
   for (const Slot& slot : slots_) {
     size_t hint = slot.pos;
@@ -305,8 +305,7 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   const uint64_t bound = SampledBound();
   if (!round_active_) {
     NewRound(rng);
-  } else if (now >= round_deadline_ &&
-             !(slots_.size() >= std::min(config_.sample, view_.size()) && SampleWithin(my_step))) {
+  } else if (now >= round_deadline_ && !SampleWithin(my_step)) {
     // Probe timeout of a sample that still blocks (one that passes by now, e.g. a prefetched
     // sample whose answers came in while the step computed, is kept: a new sample would only
     // cost another round of queries and could block where this one passes): peers that never

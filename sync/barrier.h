@@ -240,7 +240,8 @@ class BarrierCore {
   bool DsspGrant(uint64_t my_step, uint64_t min, uint64_t max, TimeMs now);
   uint64_t ChooseDsspExtra(TimeMs now, uint64_t min);
   bool EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng);
-  // Every sampled peer's known step is within SampledBound() of `my_step`.
+  // The sample is full (min(β, live peers)) and every sampled peer's known step is within
+  // SampledBound() of `my_step`.
   bool SampleWithin(uint64_t my_step) const;
   void NewRound(Rng& rng);
   void Refill(Rng& rng);
