@@ -73,6 +73,11 @@ def parse_args():
     p.add_argument("--model", default="--layers 2 --d-model 64 --heads 4 --context 64 "
                    "--batch 16 --val-windows 64 --lr 3e-3 --warmup 20",
                    help="examples/torch_charlm.py options shared by both sides")
+    p.add_argument("--ddp-extra", default="",
+                   help="more example options for DDP only, after --model (e.g. '--lr 5e-4': "
+                   "a learning rate tuned to DDP's N-times larger batch)")
+    p.add_argument("--mesh-extra", default="",
+                   help="more example options for the mesh's trainers only, after --model")
     p.add_argument("--shard-mode", choices=["contiguous", "interleaved"], default="contiguous",
                    help="how the training text is split among the hosts, for DDP and mesh alike "
                    "(the example's --shard-mode): contiguous pieces, each in its own style, or "
@@ -155,6 +160,7 @@ def run_ddp(a, emu, workdir):
             t0 = time.time()
             procs = [bed.spawn(i, [a.python, EXAMPLE, "--ddp", f"{i}/{a.nodes}", "--ddp-addr",
                                    bed.addr(0), "--ddp-port", str(DDP_PORT), *a.model.split(),
+                                   *a.ddp_extra.split(),
                                    "--shard-mode", a.shard_mode,
                                    "--max-steps", str(a.ddp_steps), "--eval-every",
                                    str(a.eval_every), "--threads", str(a.threads), "--seed",
@@ -210,7 +216,8 @@ def run_mesh(a, binary, emu, workdir, setting, target):
                                    os.path.join(workdir, f"n{i + 1}.sock"), "--shard",
                                    f"{i}/{a.nodes}", "--sync-every", h, "--fragments", frags,
                                    *outer_args,
-                                   *a.model.split(), "--shard-mode", a.shard_mode,
+                                   *a.model.split(), *a.mesh_extra.split(),
+                                   "--shard-mode", a.shard_mode,
                                    "--max-steps", str(a.mesh_steps),
                                    "--eval-every", str(a.eval_every), "--target-bpc",
                                    str(target), "--threads", str(a.threads), "--seed",
@@ -257,7 +264,9 @@ def main():
         return 77
     logdir = bl.make_logdir("meshtrain-netbed-charlm-")
     print(f"logs: {logdir}", flush=True)
-    print(f"{a.nodes} hosts, {a.rate:g} Mbit/s links, {a.rtt:g} ms RTT; model {a.model}, shards {a.shard_mode}; "
+    print(f"{a.nodes} hosts, {a.rate:g} Mbit/s links, {a.rtt:g} ms RTT; model {a.model}"
+          + (f", DDP also {a.ddp_extra}" if a.ddp_extra else "")
+          + (f", mesh also {a.mesh_extra}" if a.mesh_extra else "") + f", shards {a.shard_mode}; "
           f"{a.threads} torch thread(s)/trainer, {os.cpu_count()} cores; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     if a.target_bpc is not None:

@@ -19,7 +19,8 @@ window is predicted), the same windows in every run and every process.
 Model: GPT-style, pre-LayerNorm, learned positions, causal self-attention, GELU MLP (4x),
 output tied to the input embedding. Default 4 layers, d_model 256, 4 heads, context 128
 (3.2 M parameters); --layers/--d-model/--heads/--context change it. Inner optimizer AdamW
-(--lr, --weight-decay, linear warm-up over --warmup steps, gradients clipped to norm 1).
+(--lr, --weight-decay, linear warm-up over --warmup steps, then --schedule constant or cosine,
+gradients clipped to norm 1).
 
 Three modes, as examples/torch_fmnist.py:
   alone   no --socket, no --ddp: one process on its shard (default all the training text).
@@ -238,6 +239,11 @@ def parse_args(argv=None):
     g.add_argument("--weight-decay", type=float, default=0.01)
     g.add_argument("--warmup", type=int, default=100, help="steps of linear learning-rate "
                    "warm-up")
+    g.add_argument("--schedule", choices=["constant", "cosine"], default="constant",
+                   help="learning rate after the warm-up: constant, or a cosine from --lr down "
+                   "to --min-lr-ratio x --lr at --max-steps")
+    g.add_argument("--min-lr-ratio", type=float, default=0.1,
+                   help="cosine: the last step's learning rate as a fraction of --lr")
     g.add_argument("--max-steps", type=int, default=5000, help="stop after this many steps")
     g.add_argument("--target-bpc", type=float, default=0.0,
                    help="stop once the validation loss is at or below this many bits per "
@@ -264,6 +270,18 @@ def parse_args(argv=None):
     if a.fragments < 1 or a.sync_every % a.fragments:
         p.error("--fragments must be at least 1 and divide --sync-every")
     return a
+
+
+def lr_factor(a, s):
+    """The learning rate of step s (0-based) as a fraction of --lr: linear warm-up over
+    --warmup steps, then constant or a cosine down to --min-lr-ratio at --max-steps."""
+    if s < a.warmup:
+        return (s + 1) / a.warmup
+    if a.schedule == "constant":
+        return 1.0
+    span = max(1, a.max_steps - a.warmup)
+    done = min(1.0, (s - a.warmup) / span)
+    return a.min_lr_ratio + (1 - a.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * done))
 
 
 def main():
@@ -323,8 +341,7 @@ def main():
             return fut.then(lambda f: f.value()[0])
         model.register_comm_hook(None, counting_allreduce)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / max(1, a.warmup)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(a, s))
     stepper = opt
     if a.socket:
         import meshtrain

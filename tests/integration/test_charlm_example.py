@@ -71,6 +71,23 @@ def main():
     assert again and again[0]["crc"] == final[0]["crc"], (final, again)
     print(f"  same seed, same parameters: CRC {final[0]['crc']}")
 
+    # the learning-rate schedule: warm-up, then constant or a cosine down to --min-lr-ratio
+    check = ("import sys; sys.path.insert(0, sys.argv[1]); import torch_charlm as t\n"
+             "for sched in ('constant', 'cosine'):\n"
+             "    a = t.parse_args(['--warmup', '10', '--max-steps', '110', '--schedule', sched,"
+             " '--min-lr-ratio', '0.1'])\n"
+             "    print(sched, ' '.join(f'{t.lr_factor(a, s):.4f}' for s in (0, 9, 10, 60, 110,"
+             " 200)))\n")
+    r = subprocess.run([py, "-c", check, os.path.dirname(EXAMPLE)], capture_output=True,
+                       text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr[-2000:]
+    factors = dict((ln.split()[0], [float(x) for x in ln.split()[1:]])
+                   for ln in r.stdout.splitlines())
+    assert factors["constant"] == [0.1, 1.0, 1.0, 1.0, 1.0, 1.0], factors
+    # cosine: full lr after the warm-up, half way down at the middle, the floor at --max-steps
+    assert factors["cosine"] == [0.1, 1.0, 1.0, 0.55, 0.1, 0.1], factors
+    print(f"  lr schedules: {factors}")
+
     # 2. two agents, outer nesterov every 5 steps
     with external_mesh(args.bin, 2, "lm", 1) as mesh, Workers() as workers:
         start_all(mesh)
