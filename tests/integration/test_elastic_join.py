@@ -5,9 +5,9 @@ have passed 0.80 a 4th agent starts fresh and joins. Checks that:
 - its first eval is >= 0.70 and the best of its first three >= 0.78 (its own initialisation
   would give ~0.10);
 - no eval of the first three in the 10 s after the arrival (the seed lists the joiner) is more
-  than 0.06 below its last eval before (progress-aware mixing: the joiner's model never pulls them back; a 50/50 mix with a
-  fresh model would cost far more; single evals of fmnist-mlp at lr 0.05 swing by a few
-  hundredths without any join);
+  than 0.06 below its last eval before (progress-aware mixing: the joiner's model never pulls
+  them back; a 50/50 mix with a fresh model would cost far more; single evals of fmnist-mlp at
+  lr 0.05 swing by a few hundredths without any join);
 - the first three keep stepping; their step rates over the 10 s before and after the join are
   printed.
 `--join-at ACC` moves the join later (the plateau, where a drop would show).
