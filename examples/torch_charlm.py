@@ -267,6 +267,10 @@ def parse_args(argv=None):
         p.error("--socket and --ddp exclude each other")
     if a.outer == "avg" and (a.outer_lr is not None or a.outer_momentum is not None):
         p.error("--outer-lr/--outer-momentum need --outer sgd or nesterov")
+    if a.warmup < 0:
+        p.error("--warmup must be at least 0")
+    if not 0.0 <= a.min_lr_ratio <= 1.0:
+        p.error("--min-lr-ratio must be within [0, 1]")
     if a.fragments < 1 or a.sync_every % a.fragments:
         p.error("--fragments must be at least 1 and divide --sync-every")
     return a

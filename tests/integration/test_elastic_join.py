@@ -101,8 +101,9 @@ def run(binary, policy, acceptance, extra=(), control=False, eval_every=50, join
         def arrived():
             nonlocal last_before, n_before, t_member
             if last_before is None and (control or joiner.name in (seed.members() or {})):
-                last_before = [metrics(a)[-1]["accuracy"] for a in first]
-                n_before = [len(metrics(a)) for a in first]
+                evs = [metrics(a) for a in first]
+                last_before = [e[-1]["accuracy"] for e in evs]
+                n_before = [len(e) for e in evs]
                 t_member = time.monotonic()
             return last_before is not None
         # 10 s of step rates after the join, and 10 s of evals after the arrival; on a loaded
