@@ -124,7 +124,7 @@ void Node::SetOwnMeta(TimeMs now) {
   swim_->SetMeta(meta, now);
 }
 
-void Node::Step(Input input, TimeMs now) {
+void Node::StepIn(Input& input, TimeMs now) {
   ++stats_.inputs;
   std::visit(
       [&](auto& in) {

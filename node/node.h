@@ -36,6 +36,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -414,7 +415,10 @@ class Node {
 
   // Starts: joins the configured peers. Call once, before any other input.
   void Start(TimeMs now);
-  void Step(Input input, TimeMs now);
+  void Step(Input input, TimeMs now) { StepIn(input, now); }
+  // The same, on an input the caller keeps (the simulator's in-flight slot): the node may move
+  // from it, and the caller only destroys or reassigns it afterwards.
+  void StepIn(Input& input, TimeMs now);
   void Tick(TimeMs now);
   // Earliest time Tick must run; never in the past by more than the caller's lateness.
   TimeMs NextDeadline() const;
@@ -475,7 +479,11 @@ class Node {
   struct Reference;
   struct PushPull;
 
-  void Emit(Output o) { out_.push_back(std::move(o)); }
+  // Constructs the output in place (an Output alternative or an Output).
+  template <typename T>
+  void Emit(T&& o) {
+    out_.emplace_back(std::forward<T>(o));
+  }
   // Runs after every input: drains the membership core and re-runs the barrier if needed.
   void Pump(TimeMs now, uint64_t join_tag);
   void OnDatagram(DatagramIn& in, TimeMs now);

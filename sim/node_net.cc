@@ -102,26 +102,6 @@ bool NodeNet::PopUntil(TimeMs until, SimEvent* ev) {
   }
 }
 
-void NodeNet::Deliver(TimeMs at, uint32_t node, node::Input in) {
-  uint32_t slot;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-    slots_[slot] = std::move(in);
-  } else {
-    slot = static_cast<uint32_t>(slots_.size());
-    slots_.push_back(std::move(in));
-  }
-  Push(at, SimEvent::kInput, node, slot);
-}
-
-node::Input NodeNet::TakeInput(uint32_t slot) {
-  node::Input in = std::move(slots_[slot]);
-  slots_[slot] = node::ConnClosed{};  // releases what the moved-from value may still hold
-  free_slots_.push_back(slot);
-  return in;
-}
-
 int64_t NodeNet::IndexOf(const std::string& name) const {
   if (name.size() < 2 || name.size() > 12 || name[0] != 'n') return -1;
   int64_t v = 0;

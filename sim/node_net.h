@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "learn/rng.h"
@@ -89,10 +90,29 @@ class NodeNet {
   const node::Input* PeekInput(uint32_t slot) const {
     return slot < slots_.size() ? &slots_[slot] : nullptr;
   }
-  // Delivers `in` to `node` at `at` (a kInput event).
-  void Deliver(TimeMs at, uint32_t node, node::Input in);
-  // The input of a kInput event (once).
-  node::Input TakeInput(uint32_t slot);
+  // Delivers `in` (a node::Input alternative) to `node` at `at` (a kInput event), constructed in
+  // its slot: an input is moved once on its way to the node core.
+  template <typename T>
+  void Deliver(TimeMs at, uint32_t node, T&& in) {
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+      slots_[slot] = std::forward<T>(in);
+    } else {
+      slot = static_cast<uint32_t>(slots_.size());
+      slots_.emplace_back(std::forward<T>(in));
+    }
+    Push(at, SimEvent::kInput, node, slot);
+  }
+  // The input of a kInput event, in place: valid until ReleaseInput(slot) or the next Deliver;
+  // the node core may move from it.
+  node::Input& InputAt(uint32_t slot) { return slots_[slot]; }
+  // The event's input is done with: its slot is free for the next Deliver.
+  void ReleaseInput(uint32_t slot) {
+    slots_[slot] = node::ConnClosed{};  // releases what a moved-from value may still hold
+    free_slots_.push_back(slot);
+  }
   // Whether a popped input may reach `node`: false for frames and closes of connection ends that
   // are already closed. Records a delivered ConnClosed.
   bool Admit(uint32_t node, const node::Input& in);

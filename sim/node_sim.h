@@ -104,7 +104,8 @@ class NodeSim {
   };
 
   // Every call into node i's core goes through these (the replay records the traced nodes').
-  void StepNode(uint32_t i, node::Input in);
+  void StepNode(uint32_t i, node::Input& in);
+  void StepNode(uint32_t i, node::Input&& in) { StepNode(i, in); }
   void TickNode(uint32_t i);
   // replay_alone: the traced nodes' inputs replayed one node at a time (after the run).
   void ReplayAlone(PspSimResult* r);
@@ -182,13 +183,18 @@ class NodeSim {
 
   // Issue 33: what the run costs. Node-core time (Step/Tick calls during training, measured),
   // and resident memory (RSS growth from construction to the end of the run, over n_).
+  // The calls are timed with the CPU's time-stamp counter (a clock read costs a tenth of
+  // clock_gettime's, and the run makes tens of millions), converted to seconds with the ticks
+  // per second measured over the whole run (ticks_at_start_, ns_at_start_).
   struct CoreTimer {
     explicit CoreTimer(NodeSim* sim);
     ~CoreTimer();
     NodeSim* sim;
-    int64_t start_ns;
+    uint64_t start;
   };
-  int64_t core_ns_ = 0;
+  uint64_t core_ticks_ = 0;
+  uint64_t ticks_at_start_ = 0;
+  int64_t ns_at_start_ = 0;
   // replay_alone: what a traced node's core was given, in order (input or tick; during training).
   struct Call {
     TimeMs now;
