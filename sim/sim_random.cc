@@ -1,6 +1,8 @@
 #include "sim/sim_random.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 
 namespace meshtrain::sim {
 uint64_t SplitMix(uint64_t x) {
@@ -46,6 +48,36 @@ std::vector<uint32_t> SampleDistinct(learn::Rng& rng, uint32_t n, uint32_t k) {
   if (k >= n) {
     out.resize(n);
     for (uint32_t i = 0; i < n; ++i) out[i] = i;
+    return out;
+  }
+  if (uint64_t{k} * 8 < n) {
+    // A small sample of a large range (a view of 500 of 100 000 nodes): the chosen values in a
+    // hash set of O(k) (linear probing, at most half full) instead of n flags scanned in full.
+    // The same draws choose the same set; sorted, it comes out in the scan's order.
+    size_t size = 16;
+    while (size < 2 * static_cast<size_t>(k)) size *= 2;
+    constexpr uint32_t kEmpty = UINT32_MAX;  // n - 1 < UINT32_MAX: never a value
+    std::vector<uint32_t> set(size, kEmpty);
+    const size_t mask = size - 1;
+    // Inserts `v`; false if it was there.
+    const auto insert = [&](uint32_t v) {
+      for (size_t b = (v * size_t{0x9e3779b1}) & mask;; b = (b + 1) & mask) {
+        if (set[b] == v) return false;
+        if (set[b] == kEmpty) {
+          set[b] = v;
+          return true;
+        }
+      }
+    };
+    out.reserve(k);
+    for (uint32_t j = n - k; j < n; ++j) {
+      const auto t = static_cast<uint32_t>(rng.UniformInt(uint64_t{j} + 1));
+      // j itself is new: every value chosen before is at most j - 1.
+      const uint32_t v = insert(t) ? t : j;
+      if (v == j) insert(j);
+      out.push_back(v);
+    }
+    std::sort(out.begin(), out.end());
     return out;
   }
   std::vector<bool> chosen(n, false);

@@ -8,9 +8,11 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "sim/sim_random.h"
 #include "sim/svg_plot.h"
 #include "tests/sim/sim_test_util.h"
 
@@ -328,6 +330,39 @@ TEST_CASE("the SVG plot has one line per run and an error panel with a task", "[
   // Without a task: progress only.
   const std::vector<PlotRun> plain = {{"x", Run(SmallPreset(Policy::kAsp)).series}};
   CHECK(RenderProgressSvg(plain, "t").find("model error") == std::string::npos);
+}
+
+}  // namespace
+}  // namespace meshtrain::sim
+
+namespace meshtrain::sim {
+namespace {
+
+// Floyd's algorithm with an ordered set: the reference for both of SampleDistinct's paths.
+std::vector<uint32_t> FloydReference(learn::Rng& rng, uint32_t n, uint32_t k) {
+  std::set<uint32_t> chosen;
+  for (uint32_t j = n - k; j < n; ++j) {
+    const auto t = static_cast<uint32_t>(rng.UniformInt(uint64_t{j} + 1));
+    chosen.insert(chosen.count(t) != 0 ? j : t);
+  }
+  return {chosen.begin(), chosen.end()};
+}
+
+TEST_CASE("SampleDistinct draws the sample of Floyd's algorithm in ascending order") {
+  // (n, k): the hashed path (k * 8 < n) and the flags' path, and the edges between them.
+  const std::vector<std::pair<uint32_t, uint32_t>> cases = {{100000, 200}, {10000, 500}, {801, 100},
+                                                            {800, 100},    {1000, 999},  {64, 1}};
+  for (const auto& [n, k] : cases) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      learn::Rng a(seed), b(seed);
+      const std::vector<uint32_t> got = SampleDistinct(a, n, k);
+      const std::vector<uint32_t> want = FloydReference(b, n, k);
+      INFO("n " << n << " k " << k << " seed " << seed);
+      REQUIRE(got == want);
+      REQUIRE(got.size() == k);
+      REQUIRE(a.UniformInt(1000000) == b.UniformInt(1000000));  // the same draws were used
+    }
+  }
 }
 
 }  // namespace
