@@ -85,8 +85,18 @@ constexpr size_t kHugePagesMinNodes = 5000;
 // (MADV_HUGEPAGE). The run touches every node's state in a random order: with 4 KB pages
 // almost every access also misses the TLB. A hint: any failure is ignored, and the results do
 // not depend on it.
+#if defined(__SANITIZE_ADDRESS__)
+#define MESHTRAIN_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MESHTRAIN_ASAN 1
+#endif
+#endif
 void AdviseHugePages() {
-#ifdef __linux__
+  // Not under ASan, whose shadow memory is a vast anonymous mapping, nor on mappings larger
+  // than any heap this process builds (a reservation, mostly not backed).
+#if defined(__linux__) && !defined(MESHTRAIN_ASAN)
+  constexpr uintptr_t kMaxRange = uintptr_t{64} << 30;
   std::FILE* f = std::fopen("/proc/self/maps", "r");
   if (f == nullptr) return;
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
@@ -111,7 +121,7 @@ void AdviseHugePages() {
   for (const auto& [lo, hi] : ranges) {
     const uintptr_t a = (lo + kHuge - 1) & ~(kHuge - 1);
     const uintptr_t b = hi & ~(kHuge - 1);
-    if (b <= a) continue;
+    if (b <= a || b - a > kMaxRange) continue;
     void* p = reinterpret_cast<void*>(a);
     madvise(p, b - a, MADV_HUGEPAGE);
     madvise(p, b - a, kMadvCollapse);
