@@ -322,6 +322,11 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
                 "the host's cores; nobody waits for it")
       ->capture_default_str();
   s->add_option("--seed", o.seed, "Random seed (same seed, same output)")->capture_default_str();
+  s->add_option("--threads", o.threads,
+                "1, or 2: node cores stepped ahead on a second thread (same output); 0 = 2 from " +
+                    std::to_string(sim::kAheadMinNodes) + " nodes on")
+      ->check(CLI::Range(0, 2))
+      ->capture_default_str();
   s->add_option("--csv", a.csv, "Write barrier,t,node,step rows (one per node per second)");
   s->add_option("--plot", a.plot, "Write an SVG of progress (and error) over time");
   s->add_option("--format", a.format, "table or json")
@@ -473,6 +478,7 @@ int RunSimulateCommand() {
         // Measured (not reproducible bit for bit): resident memory per node and the node
         // cores' time per trainer step.
         p["mem_bytes_per_node"] = Round(r.mem_bytes_per_node, 0);
+        p["threads"] = r.threads;
         p["node_us_per_step"] = Round(r.node_core_s * 1e6 * per_step, 2);
         // The same for a few nodes' inputs replayed alone, as in an agent (null: not measured).
         p["node_us_per_step_alone"] =

@@ -43,12 +43,19 @@ NodeNet::NodeNet(size_t nodes, const NetModel& model, size_t param_bytes, uint64
       traffic_(nodes) {
   for (size_t i = 0; i < nodes; ++i) names_[i] = "n" + std::to_string(i);
   wheel_.resize(static_cast<size_t>(kWheelMs));
-  slots_.reserve(4 * nodes + 1024);
 }
 
-void NodeNet::Push(TimeMs at, SimEvent::Kind kind, uint32_t node, uint32_t slot) {
+size_t NodeNet::Upcoming(const SimEvent** first) const {
+  if (!far_.empty() && far_.front().at == cur_) return 0;
+  const std::vector<SimEvent>& bucket = wheel_[static_cast<size_t>(cur_ & (kWheelMs - 1))];
+  if (pos_ >= bucket.size()) return 0;
+  *first = bucket.data() + pos_;
+  return bucket.size() - pos_;
+}
+
+void NodeNet::Push(TimeMs at, SimEvent::Kind kind, uint32_t node, uint32_t slot, uint8_t input) {
   at = std::max(at, cur_);
-  const SimEvent ev{at, seq_++, node, slot, kind};
+  const SimEvent ev{at, seq_++, node, slot, kind, input};
   if (at - cur_ < kWheelMs) {
     std::vector<SimEvent>& bucket = wheel_[static_cast<size_t>(at & (kWheelMs - 1))];
     if (bucket.capacity() == 0 && !spare_.empty()) {

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -51,6 +52,7 @@ struct SimEvent {
   uint32_t node;
   uint32_t slot;
   Kind kind;
+  uint8_t input = 0;  // kInput: the input's alternative (node::Input::index()), for a look ahead
 };
 
 // Per-node traffic, counted at the sender.
@@ -70,7 +72,7 @@ class NodeNet {
 
   // ---- the event queue ----
   // Schedules an event; `at` must not be before the last popped event (it is clamped).
-  void Push(TimeMs at, SimEvent::Kind kind, uint32_t node, uint32_t slot = 0);
+  void Push(TimeMs at, SimEvent::Kind kind, uint32_t node, uint32_t slot = 0, uint8_t input = 0);
   // The earliest event if it is due at or before `until`; false otherwise. After false, events
   // may still be pushed for any time >= `until`.
   bool PopUntil(TimeMs until, SimEvent* ev);
@@ -101,9 +103,9 @@ class NodeNet {
       slots_[slot] = std::forward<T>(in);
     } else {
       slot = static_cast<uint32_t>(slots_.size());
-      slots_.emplace_back(std::forward<T>(in));
+      slots_.push_back(std::forward<T>(in));
     }
-    Push(at, SimEvent::kInput, node, slot);
+    Push(at, SimEvent::kInput, node, slot, static_cast<uint8_t>(slots_[slot].index()));
   }
   // The input of a kInput event, in place: valid until ReleaseInput(slot) or the next Deliver;
   // the node core may move from it.
@@ -113,6 +115,12 @@ class NodeNet {
     slots_[slot] = node::ConnClosed{};  // releases what a moved-from value may still hold
     free_slots_.push_back(slot);
   }
+  // The events still due in the current millisecond after the last popped one, in the order
+  // PopUntil will return them, if that order is final: events pushed from now on for this
+  // millisecond come after them. 0 (and *first unset) while events that waited in the far heap
+  // for this millisecond are still to come. The pointer is valid until the next Push or Pop.
+  size_t Upcoming(const SimEvent** first) const;
+
   // Whether a popped input may reach `node`: false for frames and closes of connection ends that
   // are already closed. Records a delivered ConnClosed.
   bool Admit(uint32_t node, const node::Input& in);
@@ -178,7 +186,27 @@ class NodeNet {
   size_t in_wheel_ = 0;
   std::vector<SimEvent> far_;  // a binary heap (std::push_heap), earliest on top
   uint64_t seq_ = 0;
-  std::vector<node::Input> slots_;  // inputs in flight, by slot
+  // Inputs in flight, by slot, in chunks that never move: a node core may work on one input (on
+  // another thread, sim/node_sim.h) while others are delivered.
+  class Slots {
+   public:
+    size_t size() const { return size_; }
+    node::Input& operator[](size_t i) { return chunks_[i / kChunk][i % kChunk]; }
+    const node::Input& operator[](size_t i) const { return chunks_[i / kChunk][i % kChunk]; }
+    template <typename T>
+    void push_back(T&& in) {
+      if (size_ == chunks_.size() * kChunk) {
+        chunks_.push_back(std::make_unique<node::Input[]>(kChunk));
+      }
+      (*this)[size_++] = std::forward<T>(in);
+    }
+
+   private:
+    static constexpr size_t kChunk = 1024;
+    std::vector<std::unique_ptr<node::Input[]>> chunks_;
+    size_t size_ = 0;
+  };
+  Slots slots_;
   std::vector<uint32_t> free_slots_;
 
   std::unordered_map<node::ConnId, Conn> conns_;         // by the acceptor's id

@@ -13,7 +13,10 @@
 #include <sys/mman.h>
 #endif
 #include <limits>
+#include <thread>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
 #endif
@@ -78,6 +81,11 @@ uint64_t Ticks() {
 
 // From this many nodes on, the simulator's memory is put on huge pages after the setup.
 constexpr size_t kHugePagesMinNodes = 5000;
+// threads = 2: a batch for the worker is worth its hand-over from this many events on.
+constexpr size_t kAheadMinItems = 8;
+constexpr uint8_t kDatagramIn = 0;  // SimEvent::input of a DatagramIn
+static_assert(
+    std::is_same_v<std::variant_alternative_t<kDatagramIn, node::Input>, node::DatagramIn>);
 
 // Asks the kernel to back the process's anonymous memory (the heap and malloc's mappings: the
 // nodes' state, built by the setup) with transparent huge pages, at once (MADV_COLLAPSE, Linux
@@ -140,7 +148,11 @@ NodeSim::NodeSim(const PspSimOptions& options)
     : o_(options),
       n_(options.nodes),
       crash_rng_(SubSeed(options.seed, 4)),
-      rss_at_start_(ResidentBytes(true)) {}
+      rss_at_start_(ResidentBytes(true)) {
+  threads_ = o_.threads != 0 ? std::min<size_t>(o_.threads, 2)
+             : o_.nodes >= kAheadMinNodes && std::thread::hardware_concurrency() >= 2 ? 2
+                                                                                      : 1;
+}
 
 NodeSim::~NodeSim() = default;
 
@@ -358,9 +370,11 @@ void NodeSim::Prefetch() const {
   // of nodes. A pipeline over the next four events: the node object of the fourth, what it
   // points to and its input for the third, the views' index buckets for the input's sender for
   // the second, the views' entries for the next one. Each stage reads only lines the previous
-  // stage requested an event earlier.
-  const auto node_event = [](const SimEvent* e) {
-    return e != nullptr && (e->kind == SimEvent::kInput || e->kind == SimEvent::kTick);
+  // stage requested an event earlier. Nodes posted to ahead_ are the worker's (it has its own
+  // pipeline; Drain reads nothing of them).
+  const auto node_event = [this](const SimEvent* e) {
+    return e != nullptr && (e->kind == SimEvent::kInput || e->kind == SimEvent::kTick) &&
+           !(ahead_ && ahead_->Posted(e->node));
   };
   if (const SimEvent* e = net_->PeekAhead(3); node_event(e)) nodes_[e->node]->Prefetch(0);
   if (const SimEvent* e = net_->PeekAhead(2); node_event(e)) {
@@ -369,13 +383,14 @@ void NodeSim::Prefetch() const {
   }
   for (size_t k = 0; k < 2; ++k) {
     const SimEvent* e = net_->PeekAhead(1 - k);
-    if (e == nullptr || e->kind != SimEvent::kInput) continue;
+    if (!node_event(e) || e->kind != SimEvent::kInput) continue;
     nodes_[e->node]->Prefetch(static_cast<int>(2 + k), net_->PeekInput(e->slot));
   }
 }
 
-void NodeSim::Arm(uint32_t i) {
-  const TimeMs d = nodes_[i]->NextDeadline();
+void NodeSim::Arm(uint32_t i) { ArmAt(i, nodes_[i]->NextDeadline()); }
+
+void NodeSim::ArmAt(uint32_t i, TimeMs d) {
   if (d == sync::kNoDeadline) return;
   const TimeMs at = std::max(d, now_);
   if (at < tick_at_[i]) {
@@ -448,6 +463,13 @@ void NodeSim::Drain(uint32_t i) {
   for (node::Output& o : outputs_) Dispatch(i, o);
   if (outputs_.capacity() > kMaxKeptOutputs) std::vector<node::Output>().swap(outputs_);
   Arm(i);
+}
+
+void NodeSim::DrainTaken(uint32_t i, std::vector<node::Output>* out, TimeMs deadline) {
+  for (node::Output& o : *out) Dispatch(i, o);
+  out->clear();
+  if (out->capacity() > kMaxKeptOutputs) std::vector<node::Output>().swap(*out);
+  ArmAt(i, deadline);
 }
 
 void NodeSim::Dispatch(uint32_t i, node::Output& out) {
@@ -772,6 +794,19 @@ void NodeSim::Handle(const SimEvent& ev) {
   switch (ev.kind) {
     case SimEvent::kInput: {
       node::Input& in = net_->InputAt(ev.slot);
+      if (ahead_ && ahead_->Posted(i, ev.slot)) {
+        // A datagram to a live node, stepped (or to be stepped here) as the code below would.
+        TimeMs deadline = 0;
+        std::vector<node::Output>* out = ahead_->Take(i, &deadline);
+        if (out == nullptr) StepNode(i, in);
+        net_->ReleaseInput(ev.slot);
+        if (out != nullptr) {
+          DrainTaken(i, out, deadline);
+        } else {
+          Drain(i);
+        }
+        break;
+      }
       const bool admit = live_[i] && net_->Admit(i, in);
       if (admit) StepNode(i, in);  // no Deliver before the release: `in` stays valid
       net_->ReleaseInput(ev.slot);
@@ -781,6 +816,13 @@ void NodeSim::Handle(const SimEvent& ev) {
     case SimEvent::kTick:
       if (!live_[i] || ev.at != tick_at_[i]) break;
       tick_at_[i] = kNever;
+      if (ahead_ && ahead_->Posted(i, CoreAhead::kTickSlot)) {
+        TimeMs deadline = 0;
+        if (std::vector<node::Output>* out = ahead_->Take(i, &deadline)) {
+          DrainTaken(i, out, deadline);
+          break;
+        }
+      }
       if (now_ >= nodes_[i]->NextDeadline()) TickNode(i);
       Drain(i);
       break;
@@ -797,6 +839,43 @@ void NodeSim::Handle(const SimEvent& ev) {
       OnCpuDone(i, ev.slot);
       break;
   }
+}
+
+void NodeSim::PostAhead(const SimEvent& ev) {
+  // Events handled with nothing but their own node's core: a crash reaches every node, a host's
+  // compute completion the nodes of the host.
+  const auto local = [](SimEvent::Kind k) {
+    return k == SimEvent::kInput || k == SimEvent::kTick || k == SimEvent::kStepDone;
+  };
+  if (!local(ev.kind) && ev.kind != SimEvent::kSample) return;
+  const SimEvent* first = nullptr;
+  const size_t n = std::min(net_->Upcoming(&first), CoreAhead::kMaxItems);
+  if (n < kAheadMinItems) return;
+  if (++ahead_scan_ == 0) {
+    ahead_mark_.assign(n_, 0);
+    ahead_scan_ = 1;
+  }
+  if (local(ev.kind)) ahead_mark_[ev.node] = ahead_scan_;
+  ahead_items_.clear();
+  for (size_t k = 0; k < n; ++k) {
+    const SimEvent& e = first[k];
+    if (!local(e.kind)) break;
+    // Only a node's first event: its later ones depend on what the first does.
+    if (ahead_mark_[e.node] == ahead_scan_) continue;
+    ahead_mark_[e.node] = ahead_scan_;
+    if (!live_[e.node] || trace_of_[e.node] >= 0) continue;
+    if (e.kind == SimEvent::kTick) {
+      // A live deadline (Handle's test): the node core's Tick, if the node still wants it.
+      if (e.at == tick_at_[e.node]) {
+        ahead_items_.push_back(CoreAhead::Item{e.node, CoreAhead::kTickSlot, e.at, nullptr});
+      }
+      continue;
+    }
+    // Datagrams only: frames and closes are admitted by the state of their connection then.
+    if (e.kind != SimEvent::kInput || e.input != kDatagramIn) continue;
+    ahead_items_.push_back(CoreAhead::Item{e.node, e.slot, e.at, &net_->InputAt(e.slot)});
+  }
+  if (ahead_items_.size() >= kAheadMinItems) ahead_->Post(ahead_items_);
 }
 
 void NodeSim::Crash(uint32_t spec) {
@@ -899,12 +978,24 @@ PspSimResult NodeSim::Run() {
                SimEvent::kCrash, 0, c);
   }
   Sample();  // t = 0; schedules the next sample
+  if (threads_ > 1) {
+    ahead_ = std::make_unique<CoreAhead>(&nodes_, &Ticks);
+    ahead_mark_.assign(n_, 0);
+  }
   SimEvent ev;
   while (net_->PopUntil(end_, &ev)) {
+    if (ahead_ && !ahead_->busy()) PostAhead(ev);
     Prefetch();
     now_ = std::max(now_, ev.at);
     Handle(ev);
     if (o_.observer) o_.observer(steps_, live_);
+  }
+  if (ahead_) {
+    // Every posted event is due before end_ and so was taken above.
+    core_ticks_ += ahead_->ticks();
+    ahead_posted_ = ahead_->posted_items();
+    ahead_stepped_ = ahead_->worker_items();
+    ahead_.reset();
   }
   now_ = end_;
   // Stopped at the target, between samples: the results end with a sample at the stop.
@@ -1013,6 +1104,9 @@ PspSimResult NodeSim::Collect() {
   r.view_entries = o_.membership ? 0 : static_cast<uint64_t>(n_) * view_;
   const uint64_t ticks = Ticks() - ticks_at_start_;
   const double ns = static_cast<double>(NowNs() - ns_at_start_);
+  r.threads = threads_;
+  r.ahead_posted = ahead_posted_;
+  r.ahead_stepped = ahead_stepped_;
   r.node_core_s =
       ticks == 0 ? 0 : static_cast<double>(core_ticks_) * (ns / 1e9) / static_cast<double>(ticks);
   const uint64_t rss = ResidentBytes();

@@ -33,6 +33,7 @@
 #include "learn/task.h"
 #include "node/endpoint.h"
 #include "node/node.h"
+#include "sim/core_ahead.h"
 #include "sim/node_net.h"
 #include "sim/psp_sim.h"
 #include "sync/selection.h"
@@ -115,11 +116,17 @@ class NodeSim {
   learn::Status WarmUpMembership();
   // Executes node i's outputs and re-arms its deadline.
   void Drain(uint32_t i);
+  // The same for outputs a step on ahead_'s thread left, with the node's deadline after it.
+  void DrainTaken(uint32_t i, std::vector<node::Output>* out, TimeMs deadline);
   void Dispatch(uint32_t i, node::Output& out);
   void Arm(uint32_t i);
+  void ArmAt(uint32_t i, TimeMs deadline);
   // Cache hints for the next events (no effect on behaviour).
   void Prefetch() const;
   void Handle(const SimEvent& ev);
+  // threads = 2: posts the rest of the current millisecond's first datagram event of each node
+  // to ahead_ (none while `ev`, just popped, could touch other nodes than its own).
+  void PostAhead(const SimEvent& ev);
   void RunUntil(TimeMs until);
   void TryCompute(uint32_t i);
   // Schedules the end of a step (global, or a wbsp local one) after its drawn compute time.
@@ -193,6 +200,12 @@ class NodeSim {
     uint64_t start;
   };
   uint64_t core_ticks_ = 0;
+  std::unique_ptr<CoreAhead> ahead_;  // threads = 2, during the training loop
+  std::vector<CoreAhead::Item> ahead_items_;
+  std::vector<uint32_t> ahead_mark_;  // node -> the PostAhead scan that last saw it
+  uint32_t ahead_scan_ = 0;
+  size_t threads_ = 1;
+  uint64_t ahead_posted_ = 0, ahead_stepped_ = 0;
   uint64_t ticks_at_start_ = 0;
   int64_t ns_at_start_ = 0;
   // replay_alone: what a traced node's core was given, in order (input or tick; during training).

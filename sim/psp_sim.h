@@ -110,6 +110,9 @@ struct CrashSpec {
   double at_s = 0;   // virtual seconds after training starts
 };
 
+// From this many nodes on, PspSimOptions::threads = 0 uses a second thread.
+inline constexpr size_t kAheadMinNodes = 2000;
+
 struct PspSimOptions {
   size_t nodes = 100;
   double duration_s = 100;
@@ -164,6 +167,10 @@ struct PspSimOptions {
   // configuration, with nothing else running between its calls (an agent's situation: one node
   // per host, its state in the cache). Time only; the run's results do not depend on it.
   bool replay_alone = false;
+  // Threads of the run: 1, or 2 to step node cores ahead on a second thread (sim/core_ahead.h;
+  // the results are identical); 0 = 2 from kAheadMinNodes nodes on where the machine has two
+  // hardware threads, else 1.
+  size_t threads = 0;
   // Called after every event of the training phase with each node's completed steps and
   // whether it is still up (tests check invariants such as the SSP bound with it).
   std::function<void(const std::vector<uint64_t>& steps, const std::vector<uint8_t>& live)>
@@ -244,6 +251,11 @@ struct PspSimResult {
   uint64_t view_entries = 0;
   uint64_t peer_visits = 0;  // of `work`: view entries visited by walks
   double node_core_s = 0;    // measured time in node-core Step/Tick calls during training
+  size_t threads = 1;        // threads the run used (PspSimOptions::threads)
+  // threads = 2: node-core calls posted to the second thread (the same in every run of the same
+  // options), and those of them it stepped (the rest the main thread did; this varies).
+  uint64_t ahead_posted = 0;
+  uint64_t ahead_stepped = 0;
   // With replay_alone: the traced nodes' Step/Tick time during training when replayed alone
   // (the fastest of a few replays each, summed) and the steps they completed.
   double alone_core_s = 0;

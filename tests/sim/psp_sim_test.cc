@@ -87,6 +87,101 @@ TEST_CASE("the same seed gives the same simulation, bit for bit", "[sim][psp]") 
   CHECK(c.final_steps != a.final_steps);
 }
 
+TEST_CASE("two threads give the simulation of one, bit for bit", "[sim][psp][threads]") {
+  // Dense events (short steps, many nodes) so that every millisecond has node cores to step
+  // ahead; each scenario exercises a path of the look ahead: crashes (which end it at the
+  // crash), lost datagrams and frames of a task, hosts (their compute completions end it too),
+  // zero latency (events pushed into the current millisecond), SWIM, and bsp's full views.
+  struct Scenario {
+    const char* name;
+    PspSimOptions o;
+  };
+  std::vector<Scenario> scenarios;
+  PspSimOptions dense = SmallPreset(Policy::kPssp);
+  dense.nodes = 200;
+  dense.duration_s = 2;
+  dense.compute.step_ms = 20;
+  dense.barrier.probe_timeout = 20;
+  dense.record_nodes = true;
+  {
+    PspSimOptions o = dense;
+    o.net.loss = 0.05;
+    o.crashes.push_back(CrashSpec{5, 1});
+    o.crashes.push_back(CrashSpec{5, 1.5});
+    scenarios.push_back({"pssp, loss, crashes", o});
+  }
+  {
+    PspSimOptions o = dense;
+    o.nodes = 60;
+    o.task = "synthetic";
+    o.select = sync::SelectPolicy::kSelmcast;
+    scenarios.push_back({"synthetic task, selmcast", o});
+  }
+  {
+    PspSimOptions o = dense;
+    o.nodes_per_host = 4;
+    o.host_cores = 2;
+    o.step_overhead_ms = 2;
+    scenarios.push_back({"hosts", o});
+  }
+  {
+    PspSimOptions o = dense;
+    o.net.latency_ms = 0;
+    o.net.jitter_ms = 0;
+    o.barrier.policy = Policy::kDssp;
+    o.view = 40;
+    scenarios.push_back({"zero latency, dssp, partial views", o});
+  }
+  {
+    PspSimOptions o = dense;
+    o.nodes = 80;
+    o.membership = true;
+    o.crashes.push_back(CrashSpec{2, 1});
+    scenarios.push_back({"SWIM membership", o});
+  }
+  {
+    PspSimOptions o = dense;
+    o.barrier.policy = Policy::kBsp;
+    o.nodes = 100;
+    scenarios.push_back({"bsp", o});
+  }
+  for (Scenario& sc : scenarios) {
+    INFO(sc.name);
+    sc.o.threads = 1;
+    const PspSimResult one = Run(sc.o);
+    sc.o.threads = 2;
+    const PspSimResult two = Run(sc.o);
+    std::printf("[sim] threads: %-34s %llu node-core calls posted, %llu stepped ahead\n", sc.name,
+                static_cast<unsigned long long>(two.ahead_posted),
+                static_cast<unsigned long long>(two.ahead_stepped));
+    CHECK(one.threads == 1);
+    CHECK(two.threads == 2);
+    CHECK(one.ahead_posted == 0);
+    CHECK(two.ahead_posted > 0);  // the look ahead was used
+    CHECK(two.ahead_stepped <= two.ahead_posted);
+    CHECK(one.final_steps == two.final_steps);
+    CHECK(one.node_steps == two.node_steps);
+    CHECK(SameSeries(one.series, two.series));
+    CHECK(one.messages_per_node == two.messages_per_node);
+    CHECK(one.bytes_per_node == two.bytes_per_node);
+    CHECK(one.wait_share == two.wait_share);
+    CHECK(one.queries == two.queries);
+    CHECK(one.rounds == two.rounds);
+    CHECK(one.events == two.events);
+    CHECK(one.work == two.work);
+    CHECK(one.datagrams_lost == two.datagrams_lost);
+    CHECK(one.false_failures == two.false_failures);
+    REQUIRE(one.crashes.size() == two.crashes.size());
+    for (size_t k = 0; k < one.crashes.size(); ++k) {
+      CHECK(one.crashes[k].node == two.crashes[k].node);
+      CHECK(one.crashes[k].first_detect_s == two.crashes[k].first_detect_s);
+      CHECK(one.crashes[k].all_detect_s == two.crashes[k].all_detect_s);
+      CHECK(one.crashes[k].detected == two.crashes[k].detected);
+    }
+    CHECK(one.error == two.error);
+  }
+}
+
 TEST_CASE("small preset shows the published ordering of the five policies",
           "[sim][psp][ordering]") {
   std::map<Policy, PspSimResult> r;
