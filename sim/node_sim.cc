@@ -87,12 +87,6 @@ constexpr uint8_t kDatagramIn = 0;  // SimEvent::input of a DatagramIn
 static_assert(
     std::is_same_v<std::variant_alternative_t<kDatagramIn, node::Input>, node::DatagramIn>);
 
-// Asks the kernel to back the process's anonymous memory (the heap and malloc's mappings: the
-// nodes' state, built by the setup) with transparent huge pages, at once (MADV_COLLAPSE, Linux
-// 6.1 and later, whatever the system's THP setting) and for later faults in the same mappings
-// (MADV_HUGEPAGE). The run touches every node's state in a random order: with 4 KB pages
-// almost every access also misses the TLB. A hint: any failure is ignored, and the results do
-// not depend on it.
 #if defined(__SANITIZE_ADDRESS__)
 #define MESHTRAIN_ASAN 1
 #elif defined(__has_feature)
@@ -100,6 +94,13 @@ static_assert(
 #define MESHTRAIN_ASAN 1
 #endif
 #endif
+
+// Asks the kernel to back the process's anonymous memory (the heap and malloc's mappings: the
+// nodes' state, built by the setup) with transparent huge pages, at once (MADV_COLLAPSE, Linux
+// 6.1 and later, whatever the system's THP setting) and for later faults in the same mappings
+// (MADV_HUGEPAGE). The run touches every node's state in a random order: with 4 KB pages
+// almost every access also misses the TLB. A hint: any failure is ignored, and the results do
+// not depend on it.
 void AdviseHugePages() {
   // Not under ASan, whose shadow memory is a vast anonymous mapping, nor on mappings larger
   // than any heap this process builds (a reservation, mostly not backed).

@@ -73,8 +73,7 @@ std::vector<uint32_t> SampleDistinct(learn::Rng& rng, uint32_t n, uint32_t k) {
     for (uint32_t j = n - k; j < n; ++j) {
       const auto t = static_cast<uint32_t>(rng.UniformInt(uint64_t{j} + 1));
       // j itself is new: every value chosen before is at most j - 1.
-      const uint32_t v = insert(t) ? t : j;
-      if (v == j) insert(j);
+      const uint32_t v = insert(t) ? t : (insert(j), j);
       out.push_back(v);
     }
     std::sort(out.begin(), out.end());
