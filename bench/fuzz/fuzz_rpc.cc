@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     MustSerialize({{"ok", false}, {"error", error}});
     return 0;
   }
-  for (const std::string* s : {&r->cmd, &r->token, &r->name, &r->key, &r->key_op}) {
+  for (const std::string* s : {&r->cmd, &r->token, &r->name, &r->key, &r->key_op, &r->log_level}) {
     FUZZ_CHECK(g::ValidUtf8(*s));
   }
   for (const auto& a : r->addrs) FUZZ_CHECK(g::NoControlChars(a));
@@ -62,8 +62,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } else if (r->cmd == "keys") {
     FUZZ_CHECK(r->key_op == "install" || r->key_op == "use" || r->key_op == "remove" ||
                r->key_op == "list");
+  } else if (r->cmd == "monitor") {
+    FUZZ_CHECK(d::ValidMonitorLevel(r->log_level));
   } else {
-    FUZZ_CHECK(r->cmd == "members" || r->cmd == "status" || r->cmd == "leave");
+    FUZZ_CHECK(r->cmd == "members" || r->cmd == "status" || r->cmd == "leave" ||
+               r->cmd == "export");
   }
   return 0;
 }

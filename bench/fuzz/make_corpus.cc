@@ -268,7 +268,8 @@ int main(int argc, char** argv) {
 
   // RPC requests (the CLI's JSON frames).
   for (const char* json :
-       {R"({"cmd":"members"})", R"({"cmd":"status"})", R"({"cmd":"leave"})",
+       {R"({"cmd":"members"})", R"({"cmd":"status"})", R"({"cmd":"leave"})", R"({"cmd":"export"})",
+        R"({"cmd":"monitor","level":"debug"})",
         R"({"cmd":"join","addrs":["127.0.0.1:7950","[::1]:7951"]})",
         R"({"cmd":"force-leave","name":"n2"})", R"({"cmd":"keys","op":"list"})",
         R"({"cmd":"keys","op":"install","key":"QEFCQ0RFRkdISUpLTE1OT1BRUlNUVVZXWFlaW1xdXl8="})",
