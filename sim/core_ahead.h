@@ -4,8 +4,9 @@
 // The simulation is one sequence of events; an event's effect on its node core (Node::StepIn)
 // depends only on that node's state, the input and the time. So when the event queue knows the
 // rest of the current millisecond (sim::NodeNet::Upcoming: later pushes for it come after those
-// events), the first datagram event of each node in it can have its node core stepped early:
-// nothing before it in the sequence touches that node. The main thread posts those events as a
+// events), the first input (a datagram, or a frame or close its connection admits) or live
+// deadline of each node in it can have its node core stepped early: nothing before it in the
+// sequence touches that node. The main thread posts those events as a
 // batch; the worker steps them in order while the main thread goes on handling the events
 // before them (the network model, the trainers, the queue). When the main thread reaches a
 // posted event, it finds the node core stepped (waiting if the worker is in the middle of it)

@@ -240,23 +240,37 @@ void NodeNet::Close(uint32_t from, const node::Close& cl, TimeMs now) {
           node::ConnClosed{their_id, !cl.abort});
 }
 
-bool NodeNet::Admit(uint32_t node, const node::Input& in) {
-  node::ConnId id;
+NodeNet::End* NodeNet::ArrivalEnd(uint32_t node, const node::Input& in, bool* opener,
+                                  node::ConnId* id) {
   if (const auto* f = std::get_if<node::FrameIn>(&in)) {
-    id = f->conn;
+    *id = f->conn;
   } else if (const auto* cc = std::get_if<node::ConnClosed>(&in)) {
-    id = cc->conn;
+    *id = cc->conn;
   } else {
-    return true;
+    return nullptr;
   }
+  Conn* c = Find(node, *id, opener);
+  if (c == nullptr) return nullptr;
+  End& mine = *opener ? c->at_opener : c->at_acceptor;
+  return mine.done ? nullptr : &mine;
+}
+
+bool NodeNet::Admissible(uint32_t node, const node::Input& in) {
+  if (std::holds_alternative<node::DatagramIn>(in)) return true;
   bool opener = false;
-  Conn* c = Find(node, id, &opener);
-  if (c == nullptr) return false;
-  End& mine = opener ? c->at_opener : c->at_acceptor;
-  if (mine.done) return false;
+  node::ConnId id = 0;
+  return ArrivalEnd(node, in, &opener, &id) != nullptr;
+}
+
+bool NodeNet::Admit(uint32_t node, const node::Input& in) {
+  if (std::holds_alternative<node::DatagramIn>(in)) return true;
+  bool opener = false;
+  node::ConnId id = 0;
+  End* mine = ArrivalEnd(node, in, &opener, &id);
+  if (mine == nullptr) return false;
   if (std::holds_alternative<node::ConnClosed>(in)) {
-    mine.done = true;
-    MaybeErase(opener ? outgoing_.at(OutKey(c->opener, c->opener_id)) : id);
+    mine->done = true;
+    MaybeErase(opener ? outgoing_.at(OutKey(node, id)) : id);
   }
   return true;
 }

@@ -124,6 +124,11 @@ class NodeNet {
   // Whether a popped input may reach `node`: false for frames and closes of connection ends that
   // are already closed. Records a delivered ConnClosed.
   bool Admit(uint32_t node, const node::Input& in);
+  // Admit's answer without recording anything. It changes only when `node` itself is handed a
+  // close of that connection (or crashes), never by other nodes' inputs: so it holds for a
+  // node's first input of a millisecond from the moment the millisecond's order is known
+  // (NodeSim's look ahead).
+  bool Admissible(uint32_t node, const node::Input& in);
 
   // ---- outputs of node `from` at `now` ----
   void Send(uint32_t from, node::SendDatagram&& d, TimeMs now);
@@ -163,6 +168,9 @@ class NodeNet {
   }
   // The connection `id` of `node`, and whether `node` is its opener; nullptr if unknown.
   Conn* Find(uint32_t node, node::ConnId id, bool* opener);
+  // The end of its connection that frame or close `in` arrives at (sets *opener and *id), or
+  // null where Admit refuses it (also for a datagram).
+  End* ArrivalEnd(uint32_t node, const node::Input& in, bool* opener, node::ConnId* id);
   void MaybeErase(node::ConnId acceptor_id);
   TimeMs Latency();
   bool Lost() { return model_.loss > 0 && rng_.Uniform() < model_.loss; }

@@ -796,7 +796,12 @@ void NodeSim::Handle(const SimEvent& ev) {
     case SimEvent::kInput: {
       node::Input& in = net_->InputAt(ev.slot);
       if (ahead_ && ahead_->Posted(i, ev.slot)) {
-        // A datagram to a live node, stepped (or to be stepped here) as the code below would.
+        // An input to a live node, admitted when posted, stepped (or to be stepped here) as the
+        // code below would. Admit again records a close (and cannot refuse: PostAhead).
+        if (!net_->Admit(i, in)) {
+          std::fprintf(stderr, "simulate: a posted input was refused at its turn\n");
+          std::abort();
+        }
         TimeMs deadline = 0;
         std::vector<node::Output>* out = ahead_->Take(i, &deadline);
         if (out == nullptr) StepNode(i, in);
@@ -872,8 +877,10 @@ void NodeSim::PostAhead(const SimEvent& ev) {
       }
       continue;
     }
-    // Datagrams only: frames and closes are admitted by the state of their connection then.
-    if (e.kind != SimEvent::kInput || e.input != kDatagramIn) continue;
+    if (e.kind != SimEvent::kInput) continue;
+    // A frame or close is admitted by the state of its connection's end, which only this node's
+    // own earlier inputs change: as it is first, the answer now is the answer at its turn.
+    if (e.input != kDatagramIn && !net_->Admissible(e.node, net_->InputAt(e.slot))) continue;
     ahead_items_.push_back(CoreAhead::Item{e.node, e.slot, e.at, &net_->InputAt(e.slot)});
   }
   if (ahead_items_.size() >= kAheadMinItems) ahead_->Post(ahead_items_);

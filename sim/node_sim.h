@@ -124,8 +124,9 @@ class NodeSim {
   // Cache hints for the next events (no effect on behaviour).
   void Prefetch() const;
   void Handle(const SimEvent& ev);
-  // threads = 2: posts the rest of the current millisecond's first datagram event of each node
-  // to ahead_ (none while `ev`, just popped, could touch other nodes than its own).
+  // threads = 2: posts the rest of the current millisecond's first input (admitted) or live
+  // deadline of each node to ahead_ (none while `ev`, just popped, could touch other nodes than its
+  // own).
   void PostAhead(const SimEvent& ev);
   void RunUntil(TimeMs until);
   void TryCompute(uint32_t i);
