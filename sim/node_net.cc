@@ -30,6 +30,11 @@ size_t DatagramBytes(const gossip::Datagram& d) {
   return std::holds_alternative<gossip::ProgressQuery>(d.body) ? kQueryBytes : kReplyBytes;
 }
 
+// Only frames and closes depend on a connection; every other input is admitted.
+bool OnConnection(const node::Input& in) {
+  return std::holds_alternative<node::FrameIn>(in) || std::holds_alternative<node::ConnClosed>(in);
+}
+
 }  // namespace
 
 NodeNet::NodeNet(size_t nodes, const NetModel& model, size_t param_bytes, uint64_t seed)
@@ -247,7 +252,7 @@ NodeNet::End* NodeNet::ArrivalEnd(uint32_t node, const node::Input& in, bool* op
   } else if (const auto* cc = std::get_if<node::ConnClosed>(&in)) {
     *id = cc->conn;
   } else {
-    return nullptr;
+    return nullptr;  // not on a connection
   }
   Conn* c = Find(node, *id, opener);
   if (c == nullptr) return nullptr;
@@ -256,14 +261,14 @@ NodeNet::End* NodeNet::ArrivalEnd(uint32_t node, const node::Input& in, bool* op
 }
 
 bool NodeNet::Admissible(uint32_t node, const node::Input& in) {
-  if (std::holds_alternative<node::DatagramIn>(in)) return true;
+  if (!OnConnection(in)) return true;
   bool opener = false;
   node::ConnId id = 0;
   return ArrivalEnd(node, in, &opener, &id) != nullptr;
 }
 
 bool NodeNet::Admit(uint32_t node, const node::Input& in) {
-  if (std::holds_alternative<node::DatagramIn>(in)) return true;
+  if (!OnConnection(in)) return true;
   bool opener = false;
   node::ConnId id = 0;
   End* mine = ArrivalEnd(node, in, &opener, &id);
