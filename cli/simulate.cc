@@ -1,5 +1,7 @@
 #include "cli/simulate.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -54,6 +56,7 @@ struct SimulateArgs {
   std::string csv;
   std::string plot;
   bool no_wall = false;
+  std::string progress = "auto";
 };
 
 SimulateArgs& Args() {
@@ -333,8 +336,105 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
   s->add_flag("--no-wall", a.no_wall, "Omit the wall-clock time (byte-identical output)");
+  s->add_option("--progress", a.progress,
+                "Show progress on stderr (setup, virtual time, median step, time left): auto = "
+                "when stderr is a terminal, always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
   return s;
 }
+
+// Progress of the runs on stderr (--progress): on a terminal one line rewritten in place at most
+// every half second and cleared when a run ends; elsewhere a line every 10 s of wall time.
+class ProgressLine {
+ public:
+  ProgressLine(bool tty, size_t runs) : tty_(tty), runs_(runs) {}
+
+  void StartRun(size_t index, const std::string& label) {
+    index_ = index;
+    label_ = label;
+    run_start_ = Clock::now();
+    training_start_ = {};
+    last_ = {};
+    setup_s_ = -1;
+  }
+
+  void operator()(const sim::SimProgress& p) {
+    const Clock::time_point now = Clock::now();
+    using Phase = sim::SimProgress::Phase;
+    if (p.phase != Phase::kSetup && setup_s_ < 0) setup_s_ = Seconds(run_start_, now);
+    if (p.phase == Phase::kTraining && training_start_ == Clock::time_point{}) {
+      training_start_ = now;
+    }
+    const bool last = p.phase == Phase::kTraining && p.t_s >= p.duration_s;
+    const double every = tty_ ? 0.5 : 10;
+    if (p.phase != Phase::kSetup && !last && last_ != Clock::time_point{} &&
+        Seconds(last_, now) < every) {
+      return;
+    }
+    last_ = now;
+    char text[256];
+    const std::string head = "simulate " + label_ + " (" + std::to_string(index_ + 1) + "/" +
+                             std::to_string(runs_) + ")";
+    if (p.phase == Phase::kSetup) {
+      std::snprintf(text, sizeof text, "%s: setting up %zu nodes", head.c_str(), p.nodes);
+    } else if (p.phase == Phase::kWarmUp) {
+      std::snprintf(text, sizeof text, "%s: membership warm-up, %.1f virtual s, %.0f s",
+                    head.c_str(), p.t_s, Seconds(run_start_, now));
+    } else {
+      const double share = p.duration_s > 0 ? std::min(1.0, p.t_s / p.duration_s) : 1;
+      const double spent = Seconds(training_start_, now);
+      std::string left;
+      if (p.t_s > 0 && !last) {
+        const double rest = spent / p.t_s * (p.duration_s - p.t_s);
+        left = ", about " + Duration(rest) + " left";
+      }
+      std::snprintf(text, sizeof text,
+                    "%s: %.0f of %.0f virtual s (%.0f %%), median step %llu; setup %s, "
+                    "training %s%s",
+                    head.c_str(), p.t_s, p.duration_s, 100 * share,
+                    static_cast<unsigned long long>(p.median_step), Duration(setup_s_).c_str(),
+                    Duration(spent).c_str(), left.c_str());
+    }
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K%s", text);
+    } else {
+      std::fprintf(stderr, "%s\n", text);
+    }
+    std::fflush(stderr);
+  }
+
+  // The run is over: a terminal's line is cleared (the results follow on stdout).
+  void EndRun() {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double Seconds(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  }
+  static std::string Duration(double s) {
+    char buf[32];
+    if (s < 60) {
+      std::snprintf(buf, sizeof buf, "%.1f s", std::max(0.0, s));
+    } else {
+      const auto whole = static_cast<long long>(std::llround(s));
+      std::snprintf(buf, sizeof buf, "%lld min %02lld s", whole / 60, whole % 60);
+    }
+    return buf;
+  }
+
+  bool tty_;
+  size_t runs_;
+  size_t index_ = 0;
+  std::string label_;
+  Clock::time_point run_start_{};
+  Clock::time_point training_start_{};
+  Clock::time_point last_{};
+  double setup_s_ = -1;
+};
 
 int RunSimulateCommand() {
   SimulateArgs& a = Args();
@@ -389,6 +489,9 @@ int RunSimulateCommand() {
     csv << "barrier,t,node,step\n";
   }
 
+  const bool tty = isatty(STDERR_FILENO) != 0;
+  const bool show_progress = a.progress == "always" || (a.progress == "auto" && tty);
+  ProgressLine progress(tty, specs->size());
   const auto wall_start = std::chrono::steady_clock::now();
   std::vector<sim::PspSimResult> results;
   for (const RunSpec& spec : *specs) {
@@ -396,7 +499,12 @@ int RunSimulateCommand() {
     o.barrier.policy = spec.policy;
     o.barrier.sample = spec.sample;
     o.barrier.staleness = spec.staleness;
+    if (show_progress) {
+      progress.StartRun(results.size(), sim::PolicyLabel(spec.policy, spec.sample, spec.staleness));
+      o.progress = [&progress](const sim::SimProgress& p) { progress(p); };
+    }
     auto r = sim::RunPspSim(o);
+    if (show_progress) progress.EndRun();
     if (!r.ok()) return Fail(r.status().message());
     sim::PspSimResult res = std::move(r).value();
     if (csv.is_open()) {

@@ -157,7 +157,19 @@ NodeSim::NodeSim(const PspSimOptions& options)
 
 NodeSim::~NodeSim() = default;
 
+void NodeSim::Report(SimProgress::Phase phase, double t_s, uint64_t median_step) const {
+  if (!o_.progress) return;
+  SimProgress p;
+  p.phase = phase;
+  p.nodes = n_;
+  p.t_s = t_s;
+  p.duration_s = o_.duration_s;
+  p.median_step = median_step;
+  o_.progress(p);
+}
+
 learn::Status NodeSim::Setup() {
+  Report(SimProgress::Phase::kSetup, 0, 0);
   trainers_.resize(n_);
   steps_.assign(n_, 0);
   live_.assign(n_, 1);
@@ -352,6 +364,7 @@ learn::Status NodeSim::WarmUpMembership() {
                                             " virtual seconds of warm-up");
     }
     RunUntil(now_ + kWarmupCheckMs);
+    Report(SimProgress::Phase::kWarmUp, static_cast<double>(now_) / 1000.0, 0);
   }
   return learn::Status::OK();
 }
@@ -966,6 +979,7 @@ void NodeSim::Sample() {
   result_.series.push_back(tp);
   if (o_.record_nodes && rel % 1000 == 0) result_.node_steps.push_back(steps_);  // whole s
   if (now_ < end_) net_->Push(std::min(end_, now_ + 1000), SimEvent::kSample, 0);
+  Report(SimProgress::Phase::kTraining, tp.t_s, tp.median);
 }
 
 PspSimResult NodeSim::Run() {

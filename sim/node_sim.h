@@ -128,6 +128,8 @@ class NodeSim {
   // deadline of each node to ahead_ (none while `ev`, just popped, could touch other nodes than its
   // own).
   void PostAhead(const SimEvent& ev);
+  // Calls PspSimOptions::progress, if set.
+  void Report(SimProgress::Phase phase, double t_s, uint64_t median_step) const;
   void RunUntil(TimeMs until);
   void TryCompute(uint32_t i);
   // Schedules the end of a step (global, or a wbsp local one) after its drawn compute time.

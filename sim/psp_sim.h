@@ -113,6 +113,18 @@ struct CrashSpec {
 // From this many nodes on, PspSimOptions::threads = 0 uses a second thread.
 inline constexpr size_t kAheadMinNodes = 2000;
 
+// Where a run is, for PspSimOptions::progress: once when the setup starts, after every virtual
+// half second of the membership warm-up (--membership), and at every virtual second of training
+// (the step distribution's samples, the last at the end of the run).
+struct SimProgress {
+  enum class Phase { kSetup, kWarmUp, kTraining };
+  Phase phase = Phase::kSetup;
+  size_t nodes = 0;
+  double t_s = 0;            // virtual seconds of this phase so far
+  double duration_s = 0;     // kTraining: the virtual seconds the run simulates (--duration)
+  uint64_t median_step = 0;  // kTraining: the live nodes' median step
+};
+
 struct PspSimOptions {
   size_t nodes = 100;
   double duration_s = 100;
@@ -175,6 +187,9 @@ struct PspSimOptions {
   // whether it is still up (tests check invariants such as the SSP bound with it).
   std::function<void(const std::vector<uint64_t>& steps, const std::vector<uint8_t>& live)>
       observer;
+  // Called as the run goes (SimProgress); the results do not depend on it. `meshtrain simulate
+  // --progress` shows it on stderr.
+  std::function<void(const SimProgress&)> progress;
 };
 
 // One sample of the step distribution over live nodes (and the error, with a task).

@@ -103,6 +103,38 @@ TEST_CASE("the same seed gives the same simulation, bit for bit", "[sim][psp]") 
   CHECK(c.final_steps != a.final_steps);
 }
 
+TEST_CASE("progress reports the setup, the warm-up and every virtual second", "[sim][psp]") {
+  using Phase = SimProgress::Phase;
+  PspSimOptions o = SmallPreset(Policy::kPssp);
+  o.duration_s = 12;
+  o.membership = true;  // a warm-up to report
+  const PspSimResult quiet = Run(o);
+  std::vector<SimProgress> seen;
+  o.progress = [&seen](const SimProgress& p) { seen.push_back(p); };
+  const PspSimResult told = Run(o);
+  CheckSameRun(quiet, told);  // reporting changes nothing
+
+  REQUIRE(seen.size() > 2);
+  CHECK(seen.front().phase == Phase::kSetup);
+  CHECK(seen.front().nodes == 50);
+  std::vector<SimProgress> warm, training;
+  for (const SimProgress& p : seen) {
+    if (p.phase == Phase::kWarmUp) warm.push_back(p);
+    if (p.phase == Phase::kTraining) training.push_back(p);
+  }
+  CHECK(!warm.empty());
+  CHECK(warm.size() + training.size() + 1 == seen.size());  // one setup report, then these
+  // Training: t = 0, 1, ..., 12 (the samples of the step distribution), medians as in the
+  // result's series.
+  REQUIRE(training.size() == told.series.size());
+  for (size_t k = 0; k < training.size(); ++k) {
+    CHECK(training[k].t_s == static_cast<double>(k));
+    CHECK(training[k].duration_s == 12);
+    CHECK(training[k].median_step == told.series[k].median);
+  }
+  CHECK(training.back().median_step > 0);
+}
+
 TEST_CASE("two threads give the simulation of one, bit for bit", "[sim][psp][threads]") {
   // Dense events (short steps, many nodes) so that every millisecond has node cores to step
   // ahead; each scenario exercises a path of the look ahead: crashes (which end it at the
