@@ -168,8 +168,8 @@ class NodeNet {
   }
   // The connection `id` of `node`, and whether `node` is its opener; nullptr if unknown.
   Conn* Find(uint32_t node, node::ConnId id, bool* opener);
-  // The end of its connection that frame or close `in` arrives at (sets *opener and *id), or
-  // null where Admit refuses it (also for a datagram).
+  // The end of its connection that frame or close `in` arrives at (sets *opener and *id); null
+  // where Admit refuses it, and for an input that is not on a connection.
   End* ArrivalEnd(uint32_t node, const node::Input& in, bool* opener, node::ConnId* id);
   void MaybeErase(node::ConnId acceptor_id);
   TimeMs Latency();
