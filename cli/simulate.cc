@@ -571,6 +571,7 @@ int RunSimulateCommand() {
                 {"live_nodes", r.live_nodes},
                 {"work", r.work},
                 {"peer_visits", r.peer_visits},
+                {"sample_visits", r.sample_visits},
                 {"view_entries", r.view_entries},
                 {"work_per_node", Round(static_cast<double>(r.work) /
                                             static_cast<double>(std::max<size_t>(1, r.nodes)),

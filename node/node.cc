@@ -76,11 +76,13 @@ Node::Node(NodeConfig config, TimeMs now) : config_(std::move(config)), rng_(con
       bc.policy = bc.policy == sync::Policy::kBsp ? sync::Policy::kPbsp : sync::Policy::kPssp;
       bc.sample = std::numeric_limits<size_t>::max();
     }
-    // pbsp/pssp (issue 33): our queries carry `need`, and a peer below it answers again when
-    // it gets there (AddWatcher), so the barrier re-queries nobody who is watching for us. Not
-    // for bsp/ssp (every peer sampled): there the re-queries carry our step to every peer,
-    // whose barriers pass sooner for it (bsp took 5% fewer steps without them at 200 nodes).
-    if (sync::IsProbabilistic(config_.barrier.policy)) bc.peers_watch = true;
+    // Issue 33: our queries carry `need`, and a peer below it answers again when it gets there
+    // (AddWatcher), so the barrier re-queries nobody who is watching for us. With every peer
+    // sampled (bsp, ssp, wbsp) re-queries would ask every blocking peer each requery interval
+    // while the node waits: N² queries a second over the mesh, and (each answer re-deciding
+    // over every peer) N³ work. Not for dssp, whose controller needs the steps of peers below
+    // s_L (a watcher answers only at need).
+    if (WatchesPeers()) bc.peers_watch = true;
     barrier_ = std::make_unique<sync::BarrierCore>(bc, config_.name, names_);
     // --min-peers gates the first step of a fresh run only: a node resuming from its checkpoint
     // rejoins a mesh that is already training (or finished: waiting would then be forever).
@@ -740,11 +742,11 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
     if (barrier_ && training()) barrier_->OnKnownProgress(dg.sender, q->step, now);
-    // pbsp/pssp (whose barriers watch, BarrierConfig::peers_watch): a peer below the query's
+    // Where barriers watch (WatchesPeers: a mesh runs one policy) a peer below the query's
     // need answers only when it gets there. Its answer at once could not let the querier pass
     // (it is below need) and is not waited for (the round ends at the probe timeout either
     // way): at 200 nodes it was a fifth of pbsp's messages.
-    if (below && sync::IsProbabilistic(config_.barrier.policy)) return Pump(now, 0);
+    if (below && WatchesPeers()) return Pump(now, 0);
     SendTo(in.from, std::move(reply));
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
     if (swim_ && !in.from.empty()) swim_->NoteDirect(dg.sender, in.from, now);

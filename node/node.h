@@ -687,6 +687,12 @@ class Node {
   sync::NameIndex watcher_index_;  // name -> position in watchers_
   uint64_t watchers_min_need_ = 0;
   void AddWatcher(const std::string& name, const std::string& addr, uint32_t seq, uint64_t need);
+  // This node's barrier relies on watchers (sync::BarrierConfig::peers_watch): every sampled
+  // policy but dssp.
+  bool WatchesPeers() const {
+    const sync::Policy p = config_.barrier.policy;
+    return p != sync::Policy::kAsp && p != sync::Policy::kDssp;
+  }
 
   // Rounds: one in flight; a newer snapshot replaces a pending one.
   std::unique_ptr<Round> round_;

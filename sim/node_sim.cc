@@ -1120,6 +1120,7 @@ PspSimResult NodeSim::Collect() {
     if (const sync::BarrierCore* b = nodes_[i]->barrier()) {
       r.work += b->stats().visited;
       r.peer_visits += b->stats().visited;
+      r.sample_visits += b->stats().sample_visits;
     }
   }
   r.work -= inputs_at_t0_;

@@ -265,8 +265,11 @@ struct PspSimResult {
   uint64_t work = 0;
   uint64_t view_entries = 0;
   uint64_t peer_visits = 0;  // of `work`: view entries visited by walks
-  double node_core_s = 0;    // measured time in node-core Step/Tick calls during training
-  size_t threads = 1;        // threads the run used (PspSimOptions::threads)
+  // Not in `work`: sampled peers examined by the barriers' walks over their samples
+  // (sync::BarrierStats::sample_visits), at any time.
+  uint64_t sample_visits = 0;
+  double node_core_s = 0;  // measured time in node-core Step/Tick calls during training
+  size_t threads = 1;      // threads the run used (PspSimOptions::threads)
   // threads = 2: node-core calls posted to the second thread (the same in every run of the same
   // options), and those of them it stepped (the rest the main thread did; this varies).
   uint64_t ahead_posted = 0;

@@ -121,7 +121,11 @@ Decision BarrierCore::Check(uint64_t my_step, TimeMs now, Rng& rng) {
     waiting_ = false;
   }
   ++stats_.passes;
-  if (UsesSample(config_.policy)) {
+  if (UsesSample(config_.policy) && SampleIsView()) {
+    const uint64_t min = *view_.MinStep();  // the sample is the view: its slowest peer
+    if (my_step > min) stats_.max_sampled_lead = std::max(stats_.max_sampled_lead, my_step - min);
+  } else if (UsesSample(config_.policy)) {
+    stats_.sample_visits += slots_.size();
     for (Slot& slot : slots_) {
       const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
       if (p && my_step > p->step) {
@@ -165,6 +169,7 @@ void BarrierCore::Prefetch(uint64_t next_step, TimeMs now, Rng& rng) {
   if (!config_.lookahead || bound == 0 || own_interval_ms_ <= 0 || rtt_ms_ <= 0) return;
   const auto ahead = static_cast<uint64_t>(
       std::min<double>(static_cast<double>(bound), std::ceil(rtt_ms_ / own_interval_ms_)));
+  stats_.sample_visits += slots_.size();
   for (Slot& slot : slots_) {
     if (slot.seq != 0) continue;  // already asked in this round
     const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
@@ -199,6 +204,8 @@ bool BarrierCore::PassesAhead(uint64_t next_step) const {
 bool BarrierCore::SampleWithin(uint64_t my_step) const {
   if (slots_.size() < std::min(config_.sample, view_.size())) return false;  // Check refills
   const uint64_t bound = SampledBound();
+  if (SampleIsView()) return Within(my_step, *view_.MinStep(), bound);
+  stats_.sample_visits += slots_.size();
   for (const Slot& slot : slots_) {
     size_t hint = slot.pos;
     const PeerProgress* p = view_.FindId(slot.id, &hint);
@@ -214,6 +221,8 @@ void BarrierCore::EndEpisode() {
   round_deadline_ = kNoDeadline;
   requery_at_ = kNoDeadline;
   slots_.clear();
+  slot_of_.clear();
+  slots_asked_ = false;
   queries_.clear();  // unsent queries of a passed step are useless
 }
 
@@ -313,11 +322,13 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
     // drawn. With peers_watch a peer below need answers only when it gets there, so no answer says
     // nothing: nobody is marked.
     ++stats_.timeouts;
-    for (Slot& slot : slots_) {
-      const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
-      if (slot.seq != 0 && !slot.answered && !config_.peers_watch && p &&
-          !Within(my_step, p->step, bound)) {
-        silent_.insert(view_.name_of_id(slot.id));
+    if (!config_.peers_watch) {
+      stats_.sample_visits += slots_.size();
+      for (Slot& slot : slots_) {
+        const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
+        if (slot.seq != 0 && !slot.answered && p && !Within(my_step, p->step, bound)) {
+          silent_.insert(view_.name_of_id(slot.id));
+        }
       }
     }
     NewRound(rng);
@@ -326,11 +337,20 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   // mid-round while the sample is short (with β ≥ live peers everyone must be in it).
   if (slots_.size() < std::min(config_.sample, view_.size())) Refill(rng);
 
-  bool pass = true;
   requery_at_ = kNoDeadline;
+  if (slots_asked_ && SampleIsView()) {
+    // Every peer is sampled and every one that blocks has been asked since the sample last
+    // changed; with peers_watch nobody is asked again (each watches for our need, or the probe
+    // timeout's new round asks afresh), so the walk below would send nothing. A peer that was
+    // within the bound stays within (steps only grow), so passing is the view's minimum within
+    // it: O(1) per reply instead of a walk over every peer (bsp/ssp in a mesh of thousands).
+    return Within(my_step, *view_.MinStep(), bound);
+  }
+  bool pass = true;
   // The sampled peers' entries, requested together (no effect on behaviour): with thousands of
   // simulated nodes each is a cache miss, and the loop below would take them one at a time.
   for (const Slot& slot : slots_) view_.PrefetchAt(slot.pos);
+  stats_.sample_visits += slots_.size();
   for (Slot& slot : slots_) {
     const PeerProgress* p = view_.FindId(slot.id, &slot.pos);
     if (!p || Within(my_step, p->step, bound)) continue;
@@ -357,14 +377,24 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
       requery_at_ = std::min(requery_at_, due);
     }
   }
+  // With peers_watch, the walk has asked every sampled peer that blocks (requery_at_ stays
+  // unset: a peer that answered within the bound is within it).
+  slots_asked_ = config_.peers_watch;
   if (!pass && config_.policy == Policy::kDssp) {
     uint64_t min = std::numeric_limits<uint64_t>::max(), max = 0;
     bool any = false;
-    for (Slot& slot : slots_) {
-      if (const PeerProgress* p = view_.FindId(slot.id, &slot.pos)) {
-        min = std::min(min, p->step);
-        max = std::max(max, p->step);
-        any = true;
+    if (SampleIsView()) {  // the sample's slowest and fastest are the view's
+      min = *view_.MinStep();
+      max = *view_.MaxStep();
+      any = true;
+    } else {
+      stats_.sample_visits += slots_.size();
+      for (Slot& slot : slots_) {
+        if (const PeerProgress* p = view_.FindId(slot.id, &slot.pos)) {
+          min = std::min(min, p->step);
+          max = std::max(max, p->step);
+          any = true;
+        }
       }
     }
     if (any) pass = DsspGrant(my_step, min, max, now);
@@ -415,6 +445,28 @@ void BarrierCore::NewRound(Rng& rng) {
     slot.pos = i;
     slots_.push_back(slot);
   }
+  IndexSlots();
+}
+
+void BarrierCore::IndexSlots() {
+  slots_asked_ = false;
+  slot_of_.clear();
+  if (slots_.size() <= kSlotIndexMin) return;
+  slot_of_.reserve(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) slot_of_.emplace(slots_[i].id, i);
+}
+
+BarrierCore::Slot* BarrierCore::FindSlot(uint32_t id) {
+  if (slots_.size() <= kSlotIndexMin) {
+    stats_.sample_visits += slots_.size();
+    for (Slot& slot : slots_) {
+      if (slot.id == id) return &slot;
+    }
+    return nullptr;
+  }
+  ++stats_.sample_visits;
+  const auto it = slot_of_.find(id);
+  return it == slot_of_.end() ? nullptr : &slots_[it->second];
 }
 
 void BarrierCore::Refill(Rng& rng) {
@@ -439,6 +491,7 @@ void BarrierCore::Refill(Rng& rng) {
       slots_.push_back(slot);
     }
   }
+  IndexSlots();
 }
 
 void BarrierCore::Observe(const std::string& name, uint64_t step, TimeMs now) {
@@ -483,9 +536,9 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
   // Sampled peers are in the view (a peer leaving it leaves the sample), so a name the view does
   // not hold matches no slot.
   const size_t pos = view_.Position(name);
-  const uint32_t id = pos == NameIndex::kNone ? 0 : view_.entries()[pos].name;
-  for (Slot& slot : slots_) {
-    if (pos == NameIndex::kNone || slot.id != id) continue;
+  Slot* found = pos == NameIndex::kNone ? nullptr : FindSlot(view_.entries()[pos].name);
+  if (found != nullptr) {
+    Slot& slot = *found;
     if (slot.seq == seq && seq != 0 && slot.awaiting) {
       slot.awaiting = false;
       slot.answered = true;
@@ -510,6 +563,8 @@ bool BarrierCore::OnPeerRemoved(const std::string& name) {
   observers_.erase(std::remove_if(observers_.begin(), observers_.end(),
                                   [&](const Observer& o) { return o.name == name; }),
                    observers_.end());
+  const size_t pos = view_.Position(name);
+  const uint32_t id = pos == NameIndex::kNone ? 0 : view_.entries()[pos].name;
   const bool removed = view_.Remove(name);
   if (removed && !observers_.empty() && !Full()) {
     // The earliest observer takes the free place: from now on barriers wait for it.
@@ -518,10 +573,14 @@ bool BarrierCore::OnPeerRemoved(const std::string& name) {
     view_.Update(o.name, o.step, o.learned);
   }
   silent_.erase(name);
-  const auto it = std::find_if(slots_.begin(), slots_.end(),
-                               [&](const Slot& s) { return view_.name_of_id(s.id) == name; });
-  if (it != slots_.end()) {
-    slots_.erase(it);  // replaced at the next Check, which has the RNG
+  // Sampled peers are in the view, so a name it did not hold has no slot.
+  if (Slot* slot = removed ? FindSlot(id) : nullptr) {
+    // Replaced at the next Check, which has the RNG. The sample stays the view if it was one
+    // (both lost the peer), and every remaining peer that blocks is still asked.
+    const bool asked = slots_asked_;
+    slots_.erase(slots_.begin() + (slot - slots_.data()));
+    IndexSlots();
+    slots_asked_ = asked;
   }
   return removed;
 }

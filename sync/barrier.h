@@ -72,6 +72,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sync/progress_view.h"
@@ -145,6 +146,11 @@ struct BarrierStats {
   // Work units (issue 33): view entries visited by walks over the view (a sample drawn while
   // some peers are silent, a refill, dssp's projection) and sampled peers drawn.
   uint64_t visited = 0;
+  // Sampled peers examined by walks over the sample (deciding, asking, replies matched against
+  // it): O(β) per Check for pbsp/pssp; with every peer sampled (bsp/ssp/wbsp) a walk per Check
+  // would be O(view) per message. Not part of the simulator's `work` (its figures predate it);
+  // checked on its own (tests/sim/scale_test.cc). Mutable: const decisions count too.
+  mutable uint64_t sample_visits = 0;
 };
 
 class BarrierCore {
@@ -243,6 +249,15 @@ class BarrierCore {
   // The sample is full (min(β, live peers)) and every sampled peer's known step is within
   // SampledBound() of `my_step`.
   bool SampleWithin(uint64_t my_step) const;
+  // Every peer of the view is sampled (β >= live peers: bsp/ssp in node::Node, dssp/wbsp by
+  // default). Slots are distinct peers of the view, so then the sample is the view, and what
+  // holds for all sampled peers is read from the view's step counts in O(1) (no walk).
+  bool SampleIsView() const { return !slots_.empty() && slots_.size() == view_.size(); }
+  // The slot of the peer with interned name `id`, or null. Linear over a small sample; a sample
+  // of more than kSlotIndexMin peers is indexed (slot_of_), so a reply costs O(1), not O(β).
+  Slot* FindSlot(uint32_t id);
+  void IndexSlots();  // rebuilds slot_of_ after slots_ changed
+  static constexpr size_t kSlotIndexMin = 32;
   void NewRound(Rng& rng);
   void Refill(Rng& rng);
   void EndEpisode();
@@ -281,6 +296,10 @@ class BarrierCore {
   TimeMs round_deadline_ = kNoDeadline;
   TimeMs requery_at_ = kNoDeadline;  // earliest re-query of a sampled peer that still blocks
   std::vector<Slot> slots_;
+  std::unordered_map<uint32_t, uint32_t> slot_of_;  // id -> index in slots_ (large samples only)
+  // With peers_watch: every sampled peer that blocks has been queried since slots_ last changed,
+  // so a Check finds nothing to send and only has to decide (see EvaluateSampled).
+  bool slots_asked_ = false;
   std::set<std::string> silent_;  // did not answer a query; sampled last
   uint32_t next_seq_ = 1;
   std::vector<ProgressQuery> queries_;
