@@ -2,7 +2,9 @@
 // departures and wait accounting. All in virtual time.
 #include "sync/barrier.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -103,11 +105,16 @@ TEST_CASE("a node alone, or with only finished peers, always passes", "[sync][ba
 
 // A randomized sequence of progress events, departures, joins, query answers and time; the
 // probabilistic core with β ≥ live peers must decide exactly like its deterministic twin.
-void RunEquivalence(Policy det_policy, Policy prob_policy, uint64_t s, uint64_t seed) {
+// `pool` peers may exist, `start` of them at first; with `watch` the probabilistic core runs as
+// node::Node runs bsp/ssp (BarrierConfig::peers_watch), and a pool above 32 indexes its slots.
+void RunEquivalence(Policy det_policy, Policy prob_policy, uint64_t s, uint64_t seed, int pool = 8,
+                    int start = 5, bool watch = false) {
   Rng world(seed), rng_det(seed + 1), rng_prob(seed + 2);
-  constexpr int kPool = 8;
+  const size_t kPool = static_cast<size_t>(pool);
   BarrierCore det(Config(det_policy, s), "me");
-  BarrierCore prob(Config(prob_policy, s, kPool + static_cast<size_t>(seed % 3)), "me");
+  BarrierConfig prob_config = Config(prob_policy, s, kPool + seed % 3);
+  prob_config.peers_watch = watch;
+  BarrierCore prob(prob_config, "me");
   std::map<std::string, uint64_t> truth;  // live peers' real steps
   auto pick = [&](int n) { return static_cast<int>(world() % static_cast<uint64_t>(n)); };
   auto name = [](int i) { return "p" + std::to_string(i); };
@@ -116,17 +123,22 @@ void RunEquivalence(Policy det_policy, Policy prob_policy, uint64_t s, uint64_t 
     prob.OnProgress(n, step, now);
   };
   TimeMs now = 0;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < start; ++i) {
     truth[name(i)] = world() % 6;
     learn(name(i), truth[name(i)], now);
   }
   uint64_t my = world() % 6;
   std::vector<ProgressQuery> pending;
   int passes = 0, waits = 0;
-  for (int iter = 0; iter < 400; ++iter) {
+  const int iterations = pool > 8 ? 1500 : 400;
+  for (int iter = 0; iter < iterations; ++iter) {
     const int ev = pick(10);
     if (ev <= 2 && !truth.empty()) {  // a peer advances; sometimes the news arrives
       auto it = std::next(truth.begin(), pick(static_cast<int>(truth.size())));
+      if (pool > 8 && world() % 2) {  // many peers: the slowest catches up, or nobody passes
+        it = std::min_element(truth.begin(), truth.end(),
+                              [](const auto& a, const auto& b) { return a.second < b.second; });
+      }
       it->second += 1 + world() % 2;
       if (world() % 2) learn(it->first, it->second, now);
     } else if (ev == 3 && !truth.empty()) {  // stale gossip about some peer
@@ -137,7 +149,7 @@ void RunEquivalence(Policy det_policy, Policy prob_policy, uint64_t s, uint64_t 
       REQUIRE(det.OnPeerRemoved(it->first) == prob.OnPeerRemoved(it->first));
       truth.erase(it);
     } else if (ev == 5 && truth.size() < kPool) {  // a peer joins
-      const std::string n = name(pick(kPool));
+      const std::string n = name(pick(pool));
       if (!truth.count(n)) {
         truth[n] = my > 3 ? my - world() % 4 : my;
         learn(n, truth[n], now);
@@ -175,6 +187,49 @@ TEST_CASE("pbsp with beta >= live peers behaves exactly as bsp", "[sync][barrier
 
 TEST_CASE("pssp with beta >= live peers behaves exactly as ssp", "[sync][barrier]") {
   for (uint64_t seed = 1; seed <= 40; ++seed) RunEquivalence(Policy::kSsp, Policy::kPssp, 2, seed);
+}
+
+TEST_CASE("with peers_watch and 40 peers, pbsp and pssp still behave exactly as bsp and ssp",
+          "[sync][barrier]") {
+  // node::Node's bsp/ssp: every peer sampled, watched (no re-queries), the sample indexed and
+  // decided on the view's minimum once every blocking peer is asked (issue 33).
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    RunEquivalence(Policy::kBsp, Policy::kPbsp, 0, seed, 44, 36, true);
+    RunEquivalence(Policy::kSsp, Policy::kPssp, 2, seed, 44, 36, true);
+  }
+}
+
+TEST_CASE("with every peer sampled and watched, an answer costs no walk over the sample",
+          "[sync][barrier]") {
+  // Issue 33: bsp in a mesh of N asks up to N peers a step; if each answer re-walked the sample
+  // the step would cost N² (a 1000-node mesh N³). Here 100 answers cost O(1) each.
+  Rng rng(5);
+  BarrierConfig cfg = Config(Policy::kPbsp, 0, std::numeric_limits<size_t>::max());
+  cfg.peers_watch = true;
+  BarrierCore core(cfg, "me");
+  constexpr int kPeers = 100;
+  for (int i = 0; i < kPeers; ++i) core.OnProgress("p" + std::to_string(i), 3, 0);
+  REQUIRE(core.Check(4, 0, rng) == Decision::kWait);
+  std::vector<ProgressQuery> q = core.TakeQueries();
+  REQUIRE(q.size() == kPeers);
+  const uint64_t visits_after_asking = core.stats().sample_visits;
+  // p0 answers behind (it watches), p1 goes away, the rest answer at need: still waiting on p0.
+  REQUIRE(core.OnReply(q[0].to, q[0].seq, 3, 5));
+  REQUIRE(core.Check(4, 5, rng) == Decision::kWait);
+  REQUIRE(core.OnPeerRemoved(q[1].to));
+  for (size_t i = 2; i < q.size(); ++i) {
+    REQUIRE(core.OnReply(q[i].to, q[i].seq, 4, 10));
+    REQUIRE(core.Check(4, 10, rng) == Decision::kWait);
+  }
+  CHECK(core.TakeQueries().empty());  // nobody asked again
+  CHECK(core.NextDeadline() == 500);
+  // The watcher's answer releases the node.
+  REQUIRE(core.OnReply(q[0].to, q[0].seq, 4, 20));
+  REQUIRE(core.Check(4, 20, rng) == Decision::kPass);
+  CHECK(core.stats().replies == kPeers - 1);
+  // About one slot lookup per answer (100), plus one walk of the sample after the removal's
+  // refill check: far below the 100 × 100 / 2 of a walk per answer.
+  CHECK(core.stats().sample_visits - visits_after_asking <= 3 * kPeers);
 }
 
 TEST_CASE("pbsp and pssp with beta = 0 behave as asp", "[sync][barrier]") {
