@@ -737,7 +737,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     reply.sender = config_.name;
     reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
     const bool below = training() && q->need > progress_.step;
-    if (below) AddWatcher(dg.sender, in.from, q->seq, q->need);
+    const bool watched = below && AddWatcher(dg.sender, in.from, q->seq, q->need);
     // The query carries the querier's step: progress news, but only about a peer the barrier
     // already tracks (membership put it there as live and training, SPEC §6). A stranger would
     // stay in the barrier's view, where nothing removes it.
@@ -746,7 +746,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     // need answers only when it gets there. Its answer at once could not let the querier pass
     // (it is below need) and is not waited for (the round ends at the probe timeout either
     // way): at 200 nodes it was a fifth of pbsp's messages.
-    if (below && WatchesPeers()) return Pump(now, 0);
+    if (watched && WatchesPeers()) return Pump(now, 0);
     SendTo(in.from, std::move(reply));
   } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
     if (swim_ && !in.from.empty()) swim_->NoteDirect(dg.sender, in.from, now);
@@ -868,7 +868,7 @@ void Node::OnClosed(const ConnClosed& in, TimeMs now) {
 
 // Peers that wait for our step (their ProgressQuery.need) hear it when we get there, or that we
 // stopped training: one ProgressReply each, with the seq of their query.
-void Node::AddWatcher(const std::string& name, const std::string& addr, uint32_t seq,
+bool Node::AddWatcher(const std::string& name, const std::string& addr, uint32_t seq,
                       uint64_t need) {
   const auto name_at = [this](size_t i) -> const std::string& { return watchers_[i].name; };
   const size_t pos = watcher_index_.Find(name, name_at);
@@ -878,12 +878,14 @@ void Node::AddWatcher(const std::string& name, const std::string& addr, uint32_t
     w.seq = seq;
     w.need = need;
   } else {
-    if (watchers_.size() >= kMaxWatchers) return;
+    const size_t view = barrier_ ? barrier_->view().size() : 0;
+    if (watchers_.size() >= std::max(kMaxWatchers, view + 1)) return false;
     watchers_.push_back(Watcher{name, addr, seq, need});
     watcher_index_.Insert(name, watchers_.size() - 1, watchers_.size(), name_at);
   }
   // The smallest need only falls here (a replaced watcher's larger need is caught by the walk).
   watchers_min_need_ = watchers_.size() == 1 ? need : std::min(watchers_min_need_, need);
+  return true;
 }
 
 void Node::NotifyWatchers() {

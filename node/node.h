@@ -682,11 +682,14 @@ class Node {
     uint32_t seq = 0;
     uint64_t need = 0;
   };
+  // At most this many, or one per peer of the barrier's view if that is more (bsp in a mesh of
+  // thousands: every peer may wait for us).
   static constexpr size_t kMaxWatchers = 1024;
   std::vector<Watcher> watchers_;
   sync::NameIndex watcher_index_;  // name -> position in watchers_
   uint64_t watchers_min_need_ = 0;
-  void AddWatcher(const std::string& name, const std::string& addr, uint32_t seq, uint64_t need);
+  // False if no place was left (the query is then answered at once, and only at once).
+  bool AddWatcher(const std::string& name, const std::string& addr, uint32_t seq, uint64_t need);
   // This node's barrier relies on watchers (sync::BarrierConfig::peers_watch): every sampled
   // policy but dssp.
   bool WatchesPeers() const {
