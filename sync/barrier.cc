@@ -223,6 +223,7 @@ void BarrierCore::EndEpisode() {
   slots_.clear();
   slot_of_.clear();
   slots_asked_ = false;
+  due_.clear();
   queries_.clear();  // unsent queries of a passed step are useless
 }
 
@@ -338,14 +339,76 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
   if (slots_.size() < std::min(config_.sample, view_.size())) Refill(rng);
 
   requery_at_ = kNoDeadline;
+  bool pass = true;
   if (slots_asked_ && SampleIsView()) {
     // Every peer is sampled and every one that blocks has been asked since the sample last
-    // changed; with peers_watch nobody is asked again (each watches for our need, or the probe
-    // timeout's new round asks afresh), so the walk below would send nothing. A peer that was
-    // within the bound stays within (steps only grow), so passing is the view's minimum within
-    // it: O(1) per reply instead of a walk over every peer (bsp/ssp in a mesh of thousands).
-    return Within(my_step, *view_.MinStep(), bound);
+    // changed, so the walk below would only re-ask those due (none with peers_watch: each
+    // watches for our need, or the probe timeout's new round asks afresh), which due_ holds in
+    // order. A peer within the bound stays within (steps only grow), so passing is the view's
+    // minimum within it: O(log N) per answer instead of a walk over every peer (bsp, ssp, wbsp
+    // and dssp in a mesh of thousands).
+    RequeryDue(my_step, now);
+    pass = Within(my_step, *view_.MinStep(), bound);
+  } else {
+    pass = WalkSample(my_step, now);
   }
+  if (!pass && config_.policy == Policy::kDssp) {
+    uint64_t min = std::numeric_limits<uint64_t>::max(), max = 0;
+    bool any = false;
+    if (SampleIsView()) {  // the sample's slowest and fastest are the view's
+      min = *view_.MinStep();
+      max = *view_.MaxStep();
+      any = true;
+    } else {
+      stats_.sample_visits += slots_.size();
+      for (Slot& slot : slots_) {
+        if (const PeerProgress* p = view_.FindId(slot.id, &slot.pos)) {
+          min = std::min(min, p->step);
+          max = std::max(max, p->step);
+          any = true;
+        }
+      }
+    }
+    if (any) pass = DsspGrant(my_step, min, max, now);
+  }
+  return pass;
+}
+
+// Re-asks the sampled peers whose re-query is due, in sample order as the walk would, and sets
+// requery_at_ to the next one's time.
+void BarrierCore::RequeryDue(uint64_t my_step, TimeMs now) {
+  const uint64_t bound = SampledBound();
+  const auto later = [](const Due& a, const Due& b) { return a.at > b.at; };
+  // Still due to be re-asked: the slot answered query `seq` (its latest), nothing newer is out,
+  // and the peer still blocks.
+  const auto live = [&](const Due& d) -> Slot* {
+    Slot* slot = FindSlot(d.id);
+    if (slot == nullptr || slot->seq != d.seq || slot->awaiting || slot->watching) return nullptr;
+    const PeerProgress* p = view_.FindId(slot->id, &slot->pos);
+    return p && !Within(my_step, p->step, bound) ? slot : nullptr;
+  };
+  std::vector<Slot*> ask;
+  while (!due_.empty()) {
+    ++stats_.sample_visits;
+    const Due top = due_.front();
+    Slot* slot = live(top);
+    if (slot != nullptr && top.at > now) {
+      requery_at_ = top.at;
+      break;
+    }
+    std::pop_heap(due_.begin(), due_.end(), later);
+    due_.pop_back();
+    if (slot != nullptr) ask.push_back(slot);
+  }
+  std::sort(ask.begin(), ask.end());  // slots_ order
+  for (Slot* slot : ask) {
+    Query(*slot, now);
+    ++stats_.requeries;
+  }
+}
+
+bool BarrierCore::WalkSample(uint64_t my_step, TimeMs now) {
+  const uint64_t bound = SampledBound();
   bool pass = true;
   // The sampled peers' entries, requested together (no effect on behaviour): with thousands of
   // simulated nodes each is a cache miss, and the loop below would take them one at a time.
@@ -377,28 +440,7 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
       requery_at_ = std::min(requery_at_, due);
     }
   }
-  // With peers_watch, the walk has asked every sampled peer that blocks (requery_at_ stays
-  // unset: a peer that answered within the bound is within it).
-  slots_asked_ = config_.peers_watch;
-  if (!pass && config_.policy == Policy::kDssp) {
-    uint64_t min = std::numeric_limits<uint64_t>::max(), max = 0;
-    bool any = false;
-    if (SampleIsView()) {  // the sample's slowest and fastest are the view's
-      min = *view_.MinStep();
-      max = *view_.MaxStep();
-      any = true;
-    } else {
-      stats_.sample_visits += slots_.size();
-      for (Slot& slot : slots_) {
-        if (const PeerProgress* p = view_.FindId(slot.id, &slot.pos)) {
-          min = std::min(min, p->step);
-          max = std::max(max, p->step);
-          any = true;
-        }
-      }
-    }
-    if (any) pass = DsspGrant(my_step, min, max, now);
-  }
+  slots_asked_ = true;  // every sampled peer that blocks has been asked
   return pass;
 }
 
@@ -418,6 +460,7 @@ void BarrierCore::NewRound(Rng& rng) {
   round_deadline_ = kNoDeadline;
   requery_at_ = kNoDeadline;
   slots_.clear();
+  due_.clear();
 
   const std::vector<ProgressView::Entry>& entries = view_.entries();
   const size_t k = std::min(config_.sample, entries.size());
@@ -546,6 +589,12 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
       const uint64_t bound = SampledBound();
       const uint64_t need = episode_step_ > bound ? episode_step_ - bound : 0;
       slot.watching = config_.peers_watch && step < need;
+      if (!slot.watching) {
+        // Re-asked at asked_at + requery_interval should it still block then (RequeryDue).
+        due_.push_back(Due{slot.asked_at + config_.requery_interval, slot.id, slot.seq});
+        std::push_heap(due_.begin(), due_.end(),
+                       [](const Due& a, const Due& b) { return a.at > b.at; });
+      }
       matched = true;
       ++stats_.replies;
       // Query round trip (EWMA), for Prefetch's look-ahead.

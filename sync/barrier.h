@@ -246,6 +246,10 @@ class BarrierCore {
   bool DsspGrant(uint64_t my_step, uint64_t min, uint64_t max, TimeMs now);
   uint64_t ChooseDsspExtra(TimeMs now, uint64_t min);
   bool EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng);
+  // EvaluateSampled's walk over the sample: asks the sampled peers that block and were not asked
+  // in this round, re-asks those due, sets requery_at_; true if none blocks.
+  bool WalkSample(uint64_t my_step, TimeMs now);
+  void RequeryDue(uint64_t my_step, TimeMs now);
   // The sample is full (min(β, live peers)) and every sampled peer's known step is within
   // SampledBound() of `my_step`.
   bool SampleWithin(uint64_t my_step) const;
@@ -296,6 +300,15 @@ class BarrierCore {
   TimeMs round_deadline_ = kNoDeadline;
   TimeMs requery_at_ = kNoDeadline;  // earliest re-query of a sampled peer that still blocks
   std::vector<Slot> slots_;
+  // Re-queries to come (without peers_watch): a min-heap by time of the answers to the sampled
+  // peers' latest queries; an entry whose slot was asked again, left, or stopped blocking is
+  // dropped when it comes up.
+  struct Due {
+    TimeMs at = 0;
+    uint32_t id = 0;
+    uint32_t seq = 0;
+  };
+  std::vector<Due> due_;
   std::unordered_map<uint32_t, uint32_t> slot_of_;  // id -> index in slots_ (large samples only)
   // With peers_watch: every sampled peer that blocks has been queried since slots_ last changed,
   // so a Check finds nothing to send and only has to decide (see EvaluateSampled).

@@ -189,13 +189,16 @@ TEST_CASE("pssp with beta >= live peers behaves exactly as ssp", "[sync][barrier
   for (uint64_t seed = 1; seed <= 40; ++seed) RunEquivalence(Policy::kSsp, Policy::kPssp, 2, seed);
 }
 
-TEST_CASE("with peers_watch and 40 peers, pbsp and pssp still behave exactly as bsp and ssp",
+TEST_CASE("with 40 peers, watched or not, pbsp and pssp still behave exactly as bsp and ssp",
           "[sync][barrier]") {
   // node::Node's bsp/ssp: every peer sampled, watched (no re-queries), the sample indexed and
   // decided on the view's minimum once every blocking peer is asked (issue 33).
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     RunEquivalence(Policy::kBsp, Policy::kPbsp, 0, seed, 44, 36, true);
     RunEquivalence(Policy::kSsp, Policy::kPssp, 2, seed, 44, 36, true);
+    // Without watches (dssp's way): re-queries come from the heap of due answers.
+    RunEquivalence(Policy::kBsp, Policy::kPbsp, 0, seed, 44, 36, false);
+    RunEquivalence(Policy::kSsp, Policy::kPssp, 2, seed, 44, 36, false);
   }
 }
 
