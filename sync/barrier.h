@@ -29,11 +29,11 @@
 //     catches up even when no other traffic brings the news. Each sampled peer has at most one
 //     query outstanding and is asked at most once per interval, so a waiting node sends at most
 //     β queries per interval. Re-queries never extend the round. With `peers_watch` (node::Node
-//     for pbsp/pssp: its queries carry `need` and a peer below it answers again when it gets
-//     there) a peer whose answer to its latest query was below `need` is not re-queried: its
-//     own answer at `need` releases the node, and a lost answer is made up for by the probe
-//     timeout's new round. node::Node's peers below `need` answer only then (not at once), so
-//     with `peers_watch` an unanswered peer is not marked silent at the timeout.
+//     for every sampled policy but dssp: its queries carry `need` and a peer below it answers again
+//     when it gets there) a peer whose answer to its latest query was below `need` is not
+//     re-queried: its own answer at `need` releases the node, and a lost answer is made up for by
+//     the probe timeout's new round. node::Node's peers below `need` answer only then (not at
+//     once), so with `peers_watch` an unanswered peer is not marked silent at the timeout.
 //   - At the probe timeout the round ends and a new sample is drawn (SPEC: "re-samples after
 //     each probe timeout"). Peers that did not answer a query and still block are marked silent
 //     and are replaced by other peers: the next sample draws from non-silent peers first and
@@ -41,6 +41,10 @@
 //     live peer, silent or not, stays in the sample: bsp/ssp semantics). A peer stops being
 //     silent when it answers or its step advances.
 //   - β = 0 passes at once (asp).
+//   - Cost (issue 33): a reply finds its slot in O(1) (an index for samples above 32 peers).
+//     When the sample is the whole view (β >= live peers) and every peer that blocks has been
+//     asked, a Check decides on the view's minimum step and re-asks only the peers due (a heap),
+//     so with bsp/ssp/dssp in a mesh of N an answer costs O(log N), not a walk over N peers.
 //
 // dssp (issue 18: fresh progress, pDSSP): decided on the same sampled rounds and queries as
 // pssp — with β >= live peers (the node's default for dssp) the sample is every live peer, with
