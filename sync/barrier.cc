@@ -589,8 +589,9 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
       const uint64_t bound = SampledBound();
       const uint64_t need = episode_step_ > bound ? episode_step_ - bound : 0;
       slot.watching = config_.peers_watch && step < need;
-      if (!slot.watching) {
+      if (!config_.peers_watch) {
         // Re-asked at asked_at + requery_interval should it still block then (RequeryDue).
+        // (With peers_watch an answer at need is within the bound: never asked again.)
         due_.push_back(Due{slot.asked_at + config_.requery_interval, slot.id, slot.seq});
         std::push_heap(due_.begin(), due_.end(),
                        [](const Due& a, const Due& b) { return a.at > b.at; });
