@@ -422,7 +422,11 @@ void Swim::Impl::MergeState(const std::vector<MemberState>& remote, bool spread)
         break;
     }
     NodeState* st = FindState(r.name);
-    if (st != nullptr && st != self_ && r.step > st->m.step) NoteStep(st, r.step, now_);
+    if (st != nullptr && st != self_ && r.step > st->m.step) {
+      NoteStep(st, r.step, now_);
+    } else if (st != nullptr && st != self_ && r.step == st->m.step && st->m.step_learned == 0) {
+      st->m.step_learned = now_;  // a full state exchange confirms the step (0 in a fresh mesh)
+    }
   }
 }
 

@@ -312,6 +312,7 @@ Node::PeerRef Node::RefOf(const ms::Member& m) {
   r.downlink_mbps = m.meta.downlink_mbps;
   r.step_ms = m.step_ms;
   r.nat = m.meta.reach == ms::Reach::kNat;
+  r.step_known = m.step_learned > 0;
   return r;
 }
 

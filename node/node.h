@@ -513,6 +513,9 @@ class Node {
     // Behind NAT (its reach is nat, issue 34): nothing can open a parameter connection to it;
     // it pulls models over connections it opens (MaybePull).
     bool nat = false;
+    // Its step was learned (from the peer itself, progress gossip or a state exchange), not
+    // merely defaulted to 0 because gossip told of the member before anything told its step.
+    bool step_known = true;
   };
   static PeerRef RefOf(const membership::Member& m);
   // Visits every peer but self, in the source's own order (not sorted), copying nothing. Each

@@ -77,8 +77,10 @@ bool Node::StateReady(TimeMs now) {
     }
     std::string best, best_addr;
     uint64_t best_step = 0, min_step = ~uint64_t{0};
+    bool any_step_known = false;
     ForEachPeer([&](const PeerRef& p) {
       if (!p.alive || !p.training) return;
+      any_step_known = any_step_known || p.step_known;
       min_step = std::min(min_step, p.step);
       // Ties go to the first by name (the order a sorted member list gave).
       if (best.empty() || p.step > best_step || (p.step == best_step && *p.name < best)) {
@@ -87,8 +89,12 @@ bool Node::StateReady(TimeMs now) {
         best_step = p.step;
       }
     });
-    if (best.empty() && !config_.join.empty() && now < fetch_.deadline) {
-      barrier_deadline_ = now + config_.min_peers_poll_ms;  // still joining: learn the mesh first
+    // Still joining: learn the mesh first. Members told of by gossip before the join's state
+    // exchange (e.g. in a ping from a peer that still suspects a restarted node) have no step
+    // yet: 0 would read as "the mesh is not ahead", and a restarted node would go on from its
+    // checkpoint instead of the mesh's newer model.
+    if ((best.empty() || !any_step_known) && !config_.join.empty() && now < fetch_.deadline) {
+      barrier_deadline_ = now + config_.min_peers_poll_ms;
       return false;
     }
     if (best.empty() || best_step <= progress_.step + config_.join_state_min_lead) {
