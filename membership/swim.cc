@@ -422,9 +422,10 @@ void Swim::Impl::MergeState(const std::vector<MemberState>& remote, bool spread)
         break;
     }
     NodeState* st = FindState(r.name);
-    if (st != nullptr && st != self_ && r.step > st->m.step) {
+    if (st == nullptr || st == self_) continue;
+    if (r.step > st->m.step) {
       NoteStep(st, r.step, now_);
-    } else if (st != nullptr && st != self_ && r.step == st->m.step && st->m.step_learned == 0) {
+    } else if (r.step == st->m.step && st->m.step_learned == 0) {
       st->m.step_learned = now_;  // a full state exchange confirms the step (0 in a fresh mesh)
     }
   }

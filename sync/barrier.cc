@@ -378,7 +378,6 @@ bool BarrierCore::EvaluateSampled(uint64_t my_step, TimeMs now, Rng& rng) {
 // requery_at_ to the next one's time.
 void BarrierCore::RequeryDue(uint64_t my_step, TimeMs now) {
   const uint64_t bound = SampledBound();
-  const auto later = [](const Due& a, const Due& b) { return a.at > b.at; };
   // Still due to be re-asked: the slot answered query `seq` (its latest), nothing newer is out,
   // and the peer still blocks.
   const auto live = [&](const Due& d) -> Slot* {
@@ -396,7 +395,7 @@ void BarrierCore::RequeryDue(uint64_t my_step, TimeMs now) {
       requery_at_ = top.at;
       break;
     }
-    std::pop_heap(due_.begin(), due_.end(), later);
+    std::pop_heap(due_.begin(), due_.end(), Due::Later);
     due_.pop_back();
     if (slot != nullptr) ask.push_back(slot);
   }
@@ -489,10 +488,10 @@ void BarrierCore::NewRound(Rng& rng) {
     slots_.push_back(slot);
   }
   IndexSlots();
+  slots_asked_ = false;  // new peers: the next Check walks them
 }
 
 void BarrierCore::IndexSlots() {
-  slots_asked_ = false;
   slot_of_.clear();
   if (slots_.size() <= kSlotIndexMin) return;
   slot_of_.reserve(slots_.size());
@@ -535,6 +534,7 @@ void BarrierCore::Refill(Rng& rng) {
     }
   }
   IndexSlots();
+  slots_asked_ = false;  // new peers: the next Check walks them
 }
 
 void BarrierCore::Observe(const std::string& name, uint64_t step, TimeMs now) {
@@ -593,8 +593,7 @@ bool BarrierCore::OnReply(const std::string& name, uint32_t seq, uint64_t step, 
         // Re-asked at asked_at + requery_interval should it still block then (RequeryDue).
         // (With peers_watch an answer at need is within the bound: never asked again.)
         due_.push_back(Due{slot.asked_at + config_.requery_interval, slot.id, slot.seq});
-        std::push_heap(due_.begin(), due_.end(),
-                       [](const Due& a, const Due& b) { return a.at > b.at; });
+        std::push_heap(due_.begin(), due_.end(), Due::Later);
       }
       matched = true;
       ++stats_.replies;
@@ -627,10 +626,8 @@ bool BarrierCore::OnPeerRemoved(const std::string& name) {
   if (Slot* slot = removed ? FindSlot(id) : nullptr) {
     // Replaced at the next Check, which has the RNG. The sample stays the view if it was one
     // (both lost the peer), and every remaining peer that blocks is still asked.
-    const bool asked = slots_asked_;
     slots_.erase(slots_.begin() + (slot - slots_.data()));
     IndexSlots();
-    slots_asked_ = asked;
   }
   return removed;
 }

@@ -264,7 +264,8 @@ class BarrierCore {
   // The slot of the peer with interned name `id`, or null. Linear over a small sample; a sample
   // of more than kSlotIndexMin peers is indexed (slot_of_), so a reply costs O(1), not O(β).
   Slot* FindSlot(uint32_t id);
-  void IndexSlots();  // rebuilds slot_of_ after slots_ changed
+  // Rebuilds slot_of_ after slots_ changed (callers that add slots also reset slots_asked_).
+  void IndexSlots();
   static constexpr size_t kSlotIndexMin = 32;
   void NewRound(Rng& rng);
   void Refill(Rng& rng);
@@ -311,6 +312,8 @@ class BarrierCore {
     TimeMs at = 0;
     uint32_t id = 0;
     uint32_t seq = 0;
+    // std::push_heap/pop_heap order: the earliest at the front.
+    static bool Later(const Due& a, const Due& b) { return a.at > b.at; }
   };
   std::vector<Due> due_;
   std::unordered_map<uint32_t, uint32_t> slot_of_;  // id -> index in slots_ (large samples only)
