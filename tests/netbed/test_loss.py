@@ -1,6 +1,6 @@
 """Membership under packet loss on real links (issue 13 (b)): 8 agents, one per namespace, with
 10 % loss between any two hosts (every host link drops 5.1 % each way, so a packet crossing two
-links is lost with probability 10 %) for --duration seconds (60 in the suite, 30 in the sanitizer
+links is lost with probability 10 %) for --duration seconds (40 in the suite, 20 in the sanitizer
 build's run; bench/netbed_loss.py runs 180). Lifeguard timing of the lan profile. Checks that:
 
 - no member is ever marked failed: 0 "failed" member events in any agent's metrics file, and
@@ -27,7 +27,7 @@ def parse_args(argv=None):
     p.add_argument("--bin", required=True)
     p.add_argument("--agents", type=int, default=8)
     p.add_argument("--loss", type=float, default=0.10, help="loss between any two hosts")
-    p.add_argument("--duration", type=float, default=30 if nl.SANITIZED else 60,
+    p.add_argument("--duration", type=float, default=20 if nl.SANITIZED else 40,
                    help="seconds under loss")
     p.add_argument("--rtt", type=float, default=20, help="ms between any two hosts")
     p.add_argument("--profile", default="lan")
