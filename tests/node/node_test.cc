@@ -9,6 +9,7 @@
 using meshtrain::node::Output;
 using meshtrain::sync::Policy;
 using meshtrain::sync::SelectPolicy;
+using meshtrain::testing::kSanitized;
 using meshtrain::testing::Mesh;
 using meshtrain::testing::MeshOptions;
 
@@ -500,7 +501,7 @@ TEST_CASE(
 TEST_CASE("min-peers: a mesh started at once starts training within a second",
           "[node][elastic][min-peers]") {
   int64_t worst = 0;
-  for (uint64_t seed = 1; seed <= 30; ++seed) {
+  for (uint64_t seed = 1; seed <= (kSanitized ? 8 : 30); ++seed) {
     MeshOptions o;
     o.nodes = 6;
     o.policy = Policy::kBsp;
@@ -581,7 +582,7 @@ TEST_CASE("capacity probes: two fast hosts find each other after their first tra
   // hosts, and figures carry a little noise. Within a minute (10 fast probes, then one per
   // 5 s) both must have probed each other again and publish 80.
   int failures = 0;
-  for (uint64_t seed = 1; seed <= 20; ++seed) {
+  for (uint64_t seed = 1; seed <= (kSanitized ? 5 : 20); ++seed) {
     Mesh mesh(ProbeMeshOptions(seed, {5, 5, 20, 20, 80, 80}));
     std::mt19937_64 noise(seed);
     bool squeezed = false;
