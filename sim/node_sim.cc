@@ -21,6 +21,7 @@
 #include <x86intrin.h>
 #endif
 
+#include "base/sanitizer.h"
 #include "learn/mixing.h"
 #include "sim/sim_random.h"
 
@@ -87,14 +88,6 @@ constexpr uint8_t kDatagramIn = 0;  // SimEvent::input of a DatagramIn
 static_assert(
     std::is_same_v<std::variant_alternative_t<kDatagramIn, node::Input>, node::DatagramIn>);
 
-#if defined(__SANITIZE_ADDRESS__)
-#define MESHTRAIN_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define MESHTRAIN_ASAN 1
-#endif
-#endif
-
 // Asks the kernel to back the process's anonymous memory (the heap and malloc's mappings: the
 // nodes' state, built by the setup) with transparent huge pages, at once (MADV_COLLAPSE, Linux
 // 6.1 and later, whatever the system's THP setting) and for later faults in the same mappings
@@ -104,7 +97,8 @@ static_assert(
 void AdviseHugePages() {
   // Not under ASan, whose shadow memory is a vast anonymous mapping, nor on mappings larger
   // than any heap this process builds (a reservation, mostly not backed).
-#if defined(__linux__) && !defined(MESHTRAIN_ASAN)
+#if defined(__linux__)
+  if constexpr (kAddressSanitizer) return;
   constexpr uintptr_t kMaxRange = uintptr_t{64} << 30;
   std::FILE* f = std::fopen("/proc/self/maps", "r");
   if (f == nullptr) return;

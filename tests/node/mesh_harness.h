@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/sanitizer.h"
 #include "learn/task.h"
 #include "node/endpoint.h"
 #include "node/node.h"
@@ -23,17 +24,7 @@ namespace meshtrain::testing {
 // The suite's sanitizer build (ASan + UBSan), where a mesh runs about ten times slower: tests
 // that repeat a scenario over many seeds run a few of them there (the release build runs all;
 // the sanitizers look for memory errors on the same paths).
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kSanitized = true;
-#else
-inline constexpr bool kSanitized = false;
-#endif
-#else
-inline constexpr bool kSanitized = false;
-#endif
+inline constexpr bool kSanitized = kAddressSanitizer;
 
 struct MeshOptions {
   size_t nodes = 4;
