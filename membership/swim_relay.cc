@@ -179,6 +179,12 @@ void Swim::Impl::OnRelayAck(const AckMsg& ack, const std::string& from) {
   self_->m.addr = addr;
   self_->m.meta.relay = relay_.name;
   PublishSelf();
+  // Until now nobody reached us (gossip sent to our inner address, or to us through a relay
+  // that had failed, was lost): a push-pull with the relay, which is public, brings the full
+  // state now instead of at the next periodic round (15-60 s), as after a reflexive move.
+  if (!was) {
+    if (const NodeState* r = FindState(relay_.name)) PushPullWith(*r);
+  }
 }
 
 void Swim::Impl::OnRelayNack(const std::string& from) {

@@ -35,7 +35,8 @@ class NatWire {
     std::set<std::string> open;                // remote addresses it sent to (NAT only)
     std::map<std::string, std::string> ports;  // symmetric: destination -> public address
     std::vector<Event> events;
-    bool dead = false;  // stopped: not ticked, receives nothing
+    bool dead = false;                // stopped: not ticked, receives nothing
+    bool lose_registrations = false;  // its relay registrations are lost on the way
   };
 
   Swim& Add(const std::string& name, Nat nat, bool nat_on = true,
@@ -102,6 +103,10 @@ class NatWire {
           ++datagrams;
           if (!out.via.empty()) {
             Relayed(*h, out);
+            continue;
+          }
+          if (h->lose_registrations &&
+              std::holds_alternative<RelayRegisterMsg>(out.packet.primary)) {
             continue;
           }
           Host* to = Send(*h, out.to_addr);
@@ -601,6 +606,42 @@ TEST_CASE("relay: a node joining behind symmetric NAT takes a relay within a rou
   w.ClearEvents();
   w.RunUntil(30000);
   CHECK(w.Count(Event::Kind::kSuspect) == 0);
+}
+
+TEST_CASE("relay: a node that registers pulls the state it missed while nobody reached it",
+          "[membership][nat][relay]") {
+  // Until its relay answers, a node behind symmetric NAT advertises its inner address, where
+  // gossip sent to it is lost (netbed test_nat once saw a public host's reach announced in that
+  // window, and the relayed host listed it as "unknown" for 45 s). Here n3's registrations are
+  // lost for a while, and p2's news spreads meanwhile. With periodic push-pulls off, only the
+  // push-pull that follows the registration brings the news to n3.
+  NatWire w;
+  auto no_periodic = [](Config& c) { c.push_pull_interval = 0; };
+  w.Add("p1", Nat::kNone, true, no_periodic);
+  Swim& p2 = w.Add("p2", Nat::kNone, true, no_periodic);
+  p2.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(3000);
+  Swim& n3 = w.Add("n3", Nat::kSymmetric, true, no_periodic);
+  w.Find("n3")->lose_registrations = true;
+  n3.Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  REQUIRE(n3.reach() == Reach::kNat);
+  REQUIRE_FALSE(n3.relay_registered());
+  Meta news = p2.Find("p2")->meta;
+  news.tags = {{"zone", "b"}};
+  p2.SetMeta(news, w.now());
+  for (int i = 0; i < 5000 && p2.PendingUpdates() > 0; ++i) w.RunUntil(w.now() + 1);
+  REQUIRE(p2.PendingUpdates() == 0);  // its news went out as often as it goes
+  REQUIRE(w.Get("p1").Find("p2")->meta.tags == news.tags);
+  REQUIRE(n3.Find("p2")->meta.tags.empty());  // and never reached n3
+  REQUIRE_FALSE(n3.relay_registered());
+  w.Find("n3")->lose_registrations = false;
+  const uint64_t pushpulls = n3.stats().pushpulls;
+  for (int i = 0; i < 10000 && !n3.relay_registered(); ++i) w.RunUntil(w.now() + 1);
+  REQUIRE(n3.relay_registered());
+  CHECK(n3.Find("p2")->meta.tags == news.tags);
+  CHECK(n3.stats().pushpulls == pushpulls + 1);  // the one that came with the registration
 }
 
 TEST_CASE("relay: a relayed node and one behind a cone NAT reach each other through the relay",
