@@ -1,5 +1,5 @@
 // Finite-float scans for parameter vectors: every model a node receives is checked for inf and
-// NaN before it is used (gossip/compress.cc, learn/mixing.h), so the scan is on the hot path.
+// NaN before it is used (wire/compress.cc, learn/mixing.h), so the scan is on the hot path.
 #pragma once
 
 #include <cstddef>

@@ -3,7 +3,7 @@
 // trainer thread). The agent marks its loop thread once; the functions that pass over parameter
 // vectors (the finite scan, mixing, the running sum, compression, checksums) report how many
 // floats they touch, and a pass over more than kLoopFloatsMax floats on the marked thread is
-// counted. A parameter chunk (gossip::kParamChunkFloats = 64 Ki floats) stays well below the
+// counted. A parameter chunk (wire::kParamChunkFloats = 64 Ki floats) stays well below the
 // bound, a whole model of a few million parameters does not. `status` shows the count
 // (loop.model_passes), and the test suite asserts it stays 0 while large models move.
 //

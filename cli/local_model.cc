@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "daemon/json_text.h"
+#include "daemon/ops/json_text.h"
 #include "learn/mixing.h"
 #include "learn/model_file.h"
 #include "learn/network.h"

@@ -21,12 +21,12 @@
 #include "daemon/agent.h"
 #include "daemon/config.h"
 #include "daemon/config_file.h"
-#include "daemon/json_text.h"
-#include "daemon/log_format.h"
-#include "gossip/crypto.h"
-#include "gossip/messages.h"
+#include "daemon/ops/json_text.h"
+#include "daemon/ops/log_format.h"
 #include "learn/model_file.h"
 #include "learn/network.h"
+#include "wire/crypto.h"
+#include "wire/messages.h"
 
 namespace {
 
@@ -311,7 +311,7 @@ int RunExport(const std::string& rpc, const std::string& out) {
   m.step = r->value("step", int64_t{0});
   const json shape = r->value("input_shape", json::array());
   const json transform = r->value("input_transform", json::array({0.0, 1.0}));
-  auto bytes = meshtrain::gossip::Base64ToBytes(r->value("params", std::string()));
+  auto bytes = meshtrain::wire::Base64ToBytes(r->value("params", std::string()));
   if (!shape.is_array() || shape.size() != 3 || !transform.is_array() || transform.size() != 2 ||
       !bytes || bytes->size() % sizeof(float) != 0) {
     return Fail("the agent's export reply is malformed");
@@ -496,12 +496,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (keygen->parsed()) {
-      std::printf("%s\n", meshtrain::gossip::GenerateKeyBase64().c_str());
+      std::printf("%s\n", meshtrain::wire::GenerateKeyBase64().c_str());
       return 0;
     }
     if (join->parsed()) {
       for (const auto& a : join_addrs) {
-        if (!meshtrain::gossip::ValidUtf8(a)) return Fail("join: an address is not valid UTF-8");
+        if (!meshtrain::wire::ValidUtf8(a)) return Fail("join: an address is not valid UTF-8");
       }
       auto r = Call(rpc, {{"cmd", "join"}, {"addrs", join_addrs}});
       if (!r) return 1;
@@ -514,7 +514,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (force->parsed()) {
-      if (!meshtrain::gossip::ValidUtf8(force_name)) {
+      if (!meshtrain::wire::ValidUtf8(force_name)) {
         return Fail("force-leave: the member name is not valid UTF-8");
       }
       if (!Call(rpc, {{"cmd", "force-leave"}, {"name", force_name}})) return 1;

@@ -10,9 +10,9 @@
 #include <cstring>
 #include <functional>
 
-#include "daemon/json_text.h"
-#include "gossip/framing.h"
-#include "gossip/net_addr.h"
+#include "daemon/ops/json_text.h"
+#include "wire/framing.h"
+#include "wire/net_addr.h"
 
 namespace meshtrain::cli {
 namespace {
@@ -51,7 +51,7 @@ namespace {
 // Connects to the agent and sends one request frame. -1 with *error set on failure.
 int ConnectAndSend(const std::string& rpc_addr, const nlohmann::json& request,
                    std::chrono::steady_clock::time_point deadline, std::string* error) {
-  auto addr = gossip::NetAddr::Parse(rpc_addr);
+  auto addr = wire::NetAddr::Parse(rpc_addr);
   if (!addr) {
     *error = "invalid --rpc address '" + rpc_addr + "' (expected IP:PORT)";
     return -1;
@@ -81,7 +81,7 @@ int ConnectAndSend(const std::string& rpc_addr, const nlohmann::json& request,
     }
   }
   const std::string body = meshtrain::daemon::JsonText(request);
-  const auto framed = gossip::EncodeFramed(std::vector<uint8_t>(body.begin(), body.end()));
+  const auto framed = wire::EncodeFramed(std::vector<uint8_t>(body.begin(), body.end()));
   size_t off = 0;
   while (off < framed.size()) {
     pollfd p{fd.get(), POLLOUT, 0};
@@ -104,7 +104,7 @@ int ConnectAndSend(const std::string& rpc_addr, const nlohmann::json& request,
 bool ReadFrames(int raw_fd, const std::string& rpc_addr, int idle_ms, bool eof_ok,
                 const std::function<bool(nlohmann::json)>& on_frame, std::string* error) {
   Fd fd(raw_fd);
-  gossip::FrameDecoder decoder(kMaxReply);
+  wire::FrameDecoder decoder(kMaxReply);
   uint8_t buf[65536];
   while (true) {
     while (auto frame = decoder.Next()) {

@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "daemon/json_text.h"
+#include "daemon/ops/json_text.h"
 #include "sim/psp_sim.h"
 #include "sim/svg_plot.h"
 

@@ -13,7 +13,7 @@
 
 namespace meshtrain::daemon {
 
-using gossip::NetAddr;
+using wire::NetAddr;
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "gossip/net_addr.h"
+#include "wire/net_addr.h"
 
 namespace meshtrain::daemon {
 
@@ -32,26 +32,26 @@ Result<HostPort> ParseHostPort(const std::string& text);
 
 // The address family to resolve names in for a socket bound to `bind`: an IPv4 socket only
 // talks IPv4, a wildcard IPv6 one is dual-stack (either), a specific IPv6 one only IPv6.
-int ResolveFamily(const gossip::NetAddr& bind);
+int ResolveFamily(const wire::NetAddr& bind);
 
 // Resolves now (getaddrinfo; blocks): the first address of `family` (AF_UNSPEC: any).
-Result<gossip::NetAddr> ResolveBlocking(const HostPort& hp, int family);
+Result<wire::NetAddr> ResolveBlocking(const HostPort& hp, int family);
 
 // The local address the kernel would send from to reach `peer` (a connected UDP socket and
 // getsockname; no packet is sent). Nullopt when there is no route.
-std::optional<gossip::NetAddr> RouteSource(const gossip::NetAddr& peer);
+std::optional<wire::NetAddr> RouteSource(const wire::NetAddr& peer);
 
 // The first address of an interface that is up and not loopback, of `family` (AF_UNSPEC:
 // IPv4 first, then IPv6; IPv6 link-local addresses are skipped).
-std::optional<gossip::NetAddr> FirstInterfaceAddr(int family);
+std::optional<wire::NetAddr> FirstInterfaceAddr(int family);
 
 // What the agent advertises: `advertise` when given (resolved), else the bind address when it
 // is specific, else the source address routing to the first join peer, else the first
 // interface address, else loopback. `how` says which (for the banner). Refuses (InvalidArgument)
 // a wildcard or port-0 advertise address, and a loopback one when a join peer is not loopback.
-Result<gossip::NetAddr> ChooseAdvertise(const gossip::NetAddr& bind,
-                                        const std::optional<gossip::NetAddr>& advertise,
-                                        const std::vector<gossip::NetAddr>& join, std::string* how);
+Result<wire::NetAddr> ChooseAdvertise(const wire::NetAddr& bind,
+                                      const std::optional<wire::NetAddr>& advertise,
+                                      const std::vector<wire::NetAddr>& join, std::string* how);
 
 // Resolves `texts` (ParseHostPort syntax) without blocking the loop: literals at once, names
 // with uv_getaddrinfo; `done` runs on the loop thread with the addresses resolved ("ip:port",

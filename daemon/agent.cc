@@ -1,6 +1,6 @@
 // The agent is a thin libuv driver around node::Node (STYLE.md, "the whole node is a state
 // machine too"): every libuv callback becomes an input — after the inbound checks of
-// gossip/inbound.h for bytes from the network —, every output becomes a send, a connect, a
+// wire/inbound.h for bytes from the network —, every output becomes a send, a connect, a
 // close, a trainer call or a log/metrics line, and one uv_timer_t waits for NextDeadline().
 // Inputs caused by executing outputs (a connect that fails at once, a close) are queued and fed
 // after the current batch, never re-entering the node.
@@ -20,39 +20,39 @@
 
 #include "base/loop_guard.h"
 #include "daemon/addressing.h"
-#include "daemon/external_trainer.h"
-#include "daemon/http_server.h"
-#include "daemon/json_text.h"
 #include "daemon/key_rotation.h"
 #include "daemon/keyring_file.h"
 #include "daemon/link_prober.h"
-#include "daemon/log_tap.h"
-#include "daemon/loop_monitor.h"
-#include "daemon/metrics.h"
 #include "daemon/net_endpoint.h"
 #include "daemon/offload.h"
+#include "daemon/ops/http_server.h"
+#include "daemon/ops/json_text.h"
+#include "daemon/ops/log_tap.h"
+#include "daemon/ops/loop_monitor.h"
+#include "daemon/ops/metrics.h"
+#include "daemon/ops/prometheus.h"
+#include "daemon/ops/rpc_server.h"
+#include "daemon/ops/status_json.h"
 #include "daemon/param_streamer.h"
 #include "daemon/peer_snapshot.h"
-#include "daemon/prometheus.h"
-#include "daemon/rpc_server.h"
 #include "daemon/setup.h"
 #include "daemon/stamp_clock.h"
-#include "daemon/status_json.h"
-#include "daemon/trainer.h"
-#include "gossip/codec.h"
-#include "gossip/crypto.h"
-#include "gossip/inbound.h"
-#include "gossip/transport.h"
+#include "daemon/trainer/external_trainer.h"
+#include "daemon/trainer/trainer.h"
 #include "learn/mixing.h"
 #include "learn/rng.h"
 #include "node/node.h"
+#include "transport/transport.h"
+#include "wire/codec.h"
+#include "wire/crypto.h"
+#include "wire/inbound.h"
 
 namespace meshtrain::daemon {
 
-using gossip::Bytes;
-using gossip::NetAddr;
-using gossip::TcpHub;
 using nlohmann::json;
+using transport::Bytes;
+using transport::TcpHub;
+using wire::NetAddr;
 
 struct Agent::Impl : RpcBackend {
   explicit Impl(AgentConfig c) : config(std::move(c)) {}
@@ -61,10 +61,10 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<learn::Task> embedded_task;  // Agent(config, task): trained instead of --task
   uv_loop_t loop{};
   MetricsLog metrics;
-  std::shared_ptr<gossip::Keyring> keyring;
-  std::unique_ptr<gossip::Codec> codec;
-  std::unique_ptr<gossip::Inbound> inbound;
-  std::unique_ptr<gossip::UdpEndpoint> udp;
+  std::shared_ptr<wire::Keyring> keyring;
+  std::unique_ptr<wire::Codec> codec;
+  std::unique_ptr<wire::Inbound> inbound;
+  std::unique_ptr<transport::UdpEndpoint> udp;
   std::unique_ptr<TcpHub> data_tcp;
   std::unique_ptr<NetEndpoint> net;
   std::unique_ptr<ParamStreamer> streamer;  // snapshots out, chunk by chunk (issue 31)
@@ -74,15 +74,15 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<KeyRotation> keys;
   std::unique_ptr<StampClock> stamps;  // what messages are stamped with (stamp_clock.h)
   std::unique_ptr<PeerSnapshotWriter> peer_snapshot;
-  std::unique_ptr<gossip::Timer> timer;
-  std::unique_ptr<gossip::Async> trainer_wake;
-  std::vector<std::unique_ptr<gossip::Signal>> signals;
+  std::unique_ptr<transport::Timer> timer;
+  std::unique_ptr<transport::Async> trainer_wake;
+  std::vector<std::unique_ptr<transport::Signal>> signals;
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<node::Node> node;
   // Observability (issue 19): --http, `monitor`, and what the dashboard plots.
   std::unique_ptr<HttpServer> http;
-  std::unique_ptr<gossip::Timer> publish_timer;
-  std::unique_ptr<gossip::Async> log_wake;
+  std::unique_ptr<transport::Timer> publish_timer;
+  std::unique_ptr<transport::Async> log_wake;
   std::shared_ptr<LogTap> tap;
   spdlog::level::level_enum console_level = spdlog::level::info;
   PlanView plan_view;
@@ -261,7 +261,7 @@ struct Agent::Impl : RpcBackend {
   // ---- inbound ----------------------------------------------------------------------------------
 
   void OnDatagram(const uint8_t* data, size_t len, const NetAddr& from) {
-    if (gossip::IsProbeDatagram(data, len)) {
+    if (wire::IsProbeDatagram(data, len)) {
       // Timestamped now, while the kernel still holds this datagram's receive time.
       if (prober) prober->OnDatagram(data, len, from, udp->ReceiveTimestampNs());
       return;
@@ -282,18 +282,18 @@ struct Agent::Impl : RpcBackend {
   }
 
   // A large frame (a parameter chunk) as read: its values are not copied (Codec::DecodeFrameHeld).
-  void OnIncomingBigFrame(TcpHub::ConnId id, gossip::BigFrame&& f) {
+  void OnIncomingBigFrame(TcpHub::ConnId id, wire::BigFrame&& f) {
     OnIncoming(id, inbound->OnFrameHeld(f.storage, f.data(), f.len));
   }
 
-  void OnIncoming(TcpHub::ConnId id, std::optional<gossip::Frame> frame) {
+  void OnIncoming(TcpHub::ConnId id, std::optional<wire::Frame> frame) {
     if (!frame) {
       data_tcp->Abort(id);
       return;
     }
-    if (auto* op = std::get_if<gossip::KeyOpMsg>(&frame->body)) {
+    if (auto* op = std::get_if<wire::KeyOpMsg>(&frame->body)) {
       // Only reachable through an authenticated frame when encryption is on.
-      gossip::Frame f;
+      wire::Frame f;
       f.sender = config.name;
       f.body = keys->Apply(*op);
       data_tcp->Send(id, codec->EncodeFrame(f));
@@ -464,8 +464,8 @@ struct Agent::Impl : RpcBackend {
             {"input_shape", m.input_shape},
             {"step", m.step},
             {"input_transform", {m.input_shift, m.input_scale}},
-            {"params", gossip::BytesToBase64(reinterpret_cast<const uint8_t*>(m.params.data()),
-                                             m.params.size() * sizeof(float))}};
+            {"params", wire::BytesToBase64(reinterpret_cast<const uint8_t*>(m.params.data()),
+                                           m.params.size() * sizeof(float))}};
   }
   void Join(uint64_t tag, const std::vector<std::string>& addrs) override {
     ResolveAndJoin(tag, addrs);
@@ -493,8 +493,8 @@ struct Agent::Impl : RpcBackend {
     }
     peer_snapshot = std::make_unique<PeerSnapshotWriter>(config.data_dir);
     const uint64_t seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
-    codec = std::make_unique<gossip::Codec>(config.cluster, keyring);
-    // Stamps only ever compared with the same sender's earlier ones (gossip/replay_guard.h).
+    codec = std::make_unique<wire::Codec>(config.cluster, keyring);
+    // Stamps only ever compared with the same sender's earlier ones (wire/replay_guard.h).
     stamps = std::make_unique<StampClock>(config.data_dir);
     if (auto st = stamps->Start(WallMs(), MonoMs()); !st.ok()) {
       spdlog::error("{}", st.message());
@@ -502,13 +502,13 @@ struct Agent::Impl : RpcBackend {
     }
     codec->set_wall_clock([clock = stamps.get()] { return clock->Now(MonoMs()); });
     codec->set_session(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1);
-    gossip::SetCallbackErrorHook([](const char* where, const char* what, uint64_t n) {
+    transport::SetCallbackErrorHook([](const char* where, const char* what, uint64_t n) {
       spdlog::error("exception #{} in a {} handler, dropped (the agent keeps running): {}", n,
                     where, what);
     });
-    inbound = std::make_unique<gossip::Inbound>(codec.get());
-    udp = std::make_unique<gossip::UdpEndpoint>(&loop);
-    gossip::TcpOptions data_opts;
+    inbound = std::make_unique<wire::Inbound>(codec.get());
+    udp = std::make_unique<transport::UdpEndpoint>(&loop);
+    transport::TcpOptions data_opts;
     data_opts.max_frame_bytes = codec->max_frame_bytes();
     data_opts.idle_timeout_ms = 10000;
     data_tcp = std::make_unique<TcpHub>(&loop, data_opts);
@@ -538,8 +538,8 @@ struct Agent::Impl : RpcBackend {
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),
                                          inbound.get());
     keys->set_keyring_file(KeyringPath(config.data_dir));
-    timer = std::make_unique<gossip::Timer>(&loop);
-    log_wake = std::make_unique<gossip::Async>(&loop, [this] { OnLogWake(); });
+    timer = std::make_unique<transport::Timer>(&loop);
+    log_wake = std::make_unique<transport::Async>(&loop, [this] { OnLogWake(); });
     tap = std::make_shared<LogTap>([this] { log_wake->Send(); });
     {
       auto logger = spdlog::default_logger();
@@ -563,7 +563,7 @@ struct Agent::Impl : RpcBackend {
               [this](TcpHub::ConnId id, int status) {
                 if (!net->IsOutgoing(id)) Feed(node::ConnClosed{id, status == 0});
               },
-              [this](TcpHub::ConnId id, gossip::BigFrame&&f) {
+              [this](TcpHub::ConnId id, wire::BigFrame&&f) {
                 OnIncomingBigFrame(id, std::move(f));
               }),
           rpc->Listen(rpc_addr)}) {
@@ -580,7 +580,7 @@ struct Agent::Impl : RpcBackend {
       }
     }
     for (int sig : {SIGINT, SIGTERM}) {
-      signals.push_back(std::make_unique<gossip::Signal>(&loop, sig, [this, sig] {
+      signals.push_back(std::make_unique<transport::Signal>(&loop, sig, [this, sig] {
         if (node && node->leaving()) {
           spdlog::warn("second signal: exiting without waiting for the leave to spread");
           return Shutdown();
@@ -590,7 +590,7 @@ struct Agent::Impl : RpcBackend {
       }));
     }
     int64_t resumed = -1;
-    trainer_wake = std::make_unique<gossip::Async>(&loop, [this] { OnTrainerWake(); });
+    trainer_wake = std::make_unique<transport::Async>(&loop, [this] { OnTrainerWake(); });
     auto wake = [this] { trainer_wake->Send(); };
     auto made = embedded_task
                     ? MakeTrainerFor(config, std::move(embedded_task), &metrics, wake, &resumed)
@@ -612,7 +612,7 @@ struct Agent::Impl : RpcBackend {
     // The datagram budget must leave room for the envelope, cluster label and seal.
     nc.membership.packet_overhead_bytes =
         std::max(nc.membership.packet_overhead_bytes, codec->DatagramOverhead());
-    nc.membership.relay_overhead_bytes = gossip::kRelayFrameOverhead;
+    nc.membership.relay_overhead_bytes = wire::kRelayFrameOverhead;
     if (trainer) nc.expected_params = static_cast<uint32_t>(trainer->num_params());
     node = std::make_unique<node::Node>(std::move(nc), Now());
     if (trainer && trainer->num_params() > 0) {
@@ -621,7 +621,7 @@ struct Agent::Impl : RpcBackend {
     }
     std::printf("%s", config.Banner(keyring != nullptr).c_str());
     std::fflush(stdout);
-    publish_timer = std::make_unique<gossip::Timer>(&loop);
+    publish_timer = std::make_unique<transport::Timer>(&loop);
     publish_timer->Start(
         500, [this] { Guarded("publish", [this] { Publish(); }); }, 500);
     if (http) {
@@ -710,7 +710,7 @@ int Agent::Run() {
   s.keys.reset();
   s.data_tcp.reset();
   s.rpc.reset();
-  if (int close_rc = gossip::DrainAndCloseLoop(&s.loop); close_rc != 0) {
+  if (int close_rc = transport::DrainAndCloseLoop(&s.loop); close_rc != 0) {
     spdlog::warn("event loop closed with handles still open ({})", uv_strerror(close_rc));
   }
   s.peer_snapshot.reset();

@@ -11,14 +11,14 @@
 #include <utility>
 
 #include "daemon/addressing.h"
-#include "gossip/compress.h"
-#include "gossip/messages.h"
-#include "gossip/net_addr.h"
 #include "learn/data_file.h"
 #include "learn/label_skew.h"
 #include "learn/mixing.h"
 #include "learn/network.h"
 #include "learn/task.h"
+#include "wire/compress.h"
+#include "wire/messages.h"
+#include "wire/net_addr.h"
 
 namespace meshtrain::daemon {
 namespace {
@@ -35,7 +35,7 @@ bool OneOf(const std::string& v, std::initializer_list<const char*> options) {
 // line of valid text whatever the user typed.
 std::string Quoted(const std::string& v) {
   std::string out = "'";
-  const bool utf8 = gossip::ValidUtf8(v);
+  const bool utf8 = wire::ValidUtf8(v);
   for (char ch : v) {
     const auto u = static_cast<unsigned char>(ch);
     if (u < 0x20 || u == 0x7f || (u >= 0x80 && !utf8)) {
@@ -110,14 +110,14 @@ Status AgentConfig::Finalize() {
            {"--rpc-token", &rpc_token},
            {"--cluster", &cluster},
            {"--profile", &profile}}) {
-    if (!gossip::ValidUtf8(*value))
+    if (!wire::ValidUtf8(*value))
       return Status::InvalidArgument(std::string("invalid ") + flag + ": not valid UTF-8");
   }
   for (const auto& j : join) {
-    if (!gossip::ValidUtf8(j))
+    if (!wire::ValidUtf8(j))
       return Status::InvalidArgument("invalid --join " + Quoted(j) + ": not valid UTF-8");
   }
-  auto bind_addr = gossip::NetAddr::Parse(bind);
+  auto bind_addr = wire::NetAddr::Parse(bind);
   if (!bind_addr)
     return Status::InvalidArgument("invalid --bind " + Quoted(bind) +
                                    ": expected IP:PORT, e.g. 0.0.0.0:7950 or [::]:7950");
@@ -126,7 +126,7 @@ Status AgentConfig::Finalize() {
   if (nat != "auto" && nat != "off") {
     return Status::InvalidArgument("invalid --nat " + Quoted(nat) + ": auto or off");
   }
-  if (relay.empty() || (relay != "auto" && relay != "off" && !gossip::ValidNodeName(relay))) {
+  if (relay.empty() || (relay != "auto" && relay != "off" && !wire::ValidNodeName(relay))) {
     return Status::InvalidArgument("invalid --relay " + Quoted(relay) +
                                    ": auto, off or a member's name");
   }
@@ -143,16 +143,16 @@ Status AgentConfig::Finalize() {
       return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) + ": " +
                                      adv.status().message());
     }
-    const auto literal = gossip::NetAddr::Parse(advertise);
+    const auto literal = wire::NetAddr::Parse(advertise);
     if (literal && literal->IsAny()) {
       return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) +
                                      ": a wildcard address cannot be reached; give this host's "
                                      "address");
     }
   }
-  if (!gossip::NetAddr::Parse(rpc))
+  if (!wire::NetAddr::Parse(rpc))
     return Status::InvalidArgument("invalid --rpc " + Quoted(rpc) + ": expected IP:PORT");
-  if (!http.empty() && !gossip::NetAddr::Parse(http)) {
+  if (!http.empty() && !wire::NetAddr::Parse(http)) {
     return Status::InvalidArgument("invalid --http " + Quoted(http) + ": expected IP:PORT");
   }
   for (auto& j : join) {
@@ -184,7 +184,7 @@ Status AgentConfig::Finalize() {
     return Status::InvalidArgument("invalid --profile " + Quoted(profile) +
                                    ": expected lan, wan or local");
   }
-  if (!gossip::ValidClusterLabel(cluster)) {
+  if (!wire::ValidClusterLabel(cluster)) {
     return Status::InvalidArgument(
         "invalid --cluster: 1-64 bytes of UTF-8 without control characters");
   }
@@ -302,7 +302,7 @@ Status AgentConfig::Finalize() {
   }
   if (sync_every < 1) return Status::InvalidArgument("invalid --sync-every: must be >= 1");
   if (auto st = FinalizeOuter(); !st.ok()) return st;
-  if (auto c = gossip::ParseCompress(compress); !c.ok()) return c.status();
+  if (auto c = wire::ParseCompress(compress); !c.ok()) return c.status();
   if (!OneOf(join_state, {"on", "off"})) {
     return Status::InvalidArgument("invalid --join-state " + Quoted(join_state) +
                                    ": expected on or off");
@@ -346,7 +346,7 @@ Status AgentConfig::Finalize() {
                                      " given twice");
     }
   }
-  if (!gossip::ValidTags(tags)) {
+  if (!wire::ValidTags(tags)) {
     return Status::InvalidArgument(
         "invalid --tag: at most 8 tags; keys 1..32 bytes of [A-Za-z0-9_.-]; values up to 64 "
         "bytes of UTF-8 without control characters; 256 bytes in all");
@@ -358,13 +358,13 @@ Status AgentConfig::Finalize() {
   return Status::OK();
 }
 
-int AgentConfig::JoinFamily() const { return ResolveFamily(*gossip::NetAddr::Parse(bind)); }
+int AgentConfig::JoinFamily() const { return ResolveFamily(*wire::NetAddr::Parse(bind)); }
 
 Status AgentConfig::ResolveAddresses() {
-  const auto bind_addr = *gossip::NetAddr::Parse(bind);
+  const auto bind_addr = *wire::NetAddr::Parse(bind);
   const int family = JoinFamily();
   join_resolved.clear();
-  std::vector<gossip::NetAddr> peers;
+  std::vector<wire::NetAddr> peers;
   for (const std::string& j : join) {
     auto a = ResolveBlocking(*ParseHostPort(j), family);
     if (!a.ok()) {
@@ -376,7 +376,7 @@ Status AgentConfig::ResolveAddresses() {
     }
     peers.push_back(*a);
   }
-  std::optional<gossip::NetAddr> adv;
+  std::optional<wire::NetAddr> adv;
   if (!advertise.empty()) {
     auto a = ResolveBlocking(*ParseHostPort(advertise), family);
     if (!a.ok()) return Status::InvalidArgument("--advertise: " + a.status().message());
@@ -385,7 +385,7 @@ Status AgentConfig::ResolveAddresses() {
   auto chosen = ChooseAdvertise(bind_addr, adv, peers, &advertise_how);
   if (!chosen.ok()) return chosen.status();
   advertise = chosen->ToString();
-  for (const gossip::NetAddr& p : peers) {
+  for (const wire::NetAddr& p : peers) {
     const std::string text = p.ToString();
     if (text != advertise) join_resolved.push_back(text);  // never join ourselves
   }
@@ -458,7 +458,7 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.barrier.max_peers = static_cast<size_t>(std::max(0, max_peers));
   n.resumed = resumed_step >= 0;
   n.start_step = resumed_step >= 0 ? static_cast<uint64_t>(resumed_step) : 0;
-  n.compress = *gossip::ParseCompress(compress);
+  n.compress = *wire::ParseCompress(compress);
   n.join_state = join_state == "on";
   n.uplink_limit_mbps = uplink_limit;
   n.downlink_limit_mbps = downlink_limit;

@@ -58,7 +58,7 @@ struct AgentConfig {
   std::string task = "fmnist-mlp";
   // --trainer (issue 16): builtin (the --task/--model above, on a thread of the agent) or
   // external (one local trainer process attached over --trainer-socket; see
-  // daemon/external_trainer.h).
+  // daemon/trainer/external_trainer.h).
   std::string trainer = "builtin";
   std::string trainer_socket;     // empty: --data-dir/trainer.sock or /run/meshtrain/NAME.sock
   double trainer_timeout_s = 60;  // an attached trainer silent this long is detached
@@ -109,7 +109,7 @@ struct AgentConfig {
   double outer_momentum = -1;
   std::string compress = "none";
   std::string join_state = "on";  // on: a fresh node joining a running mesh fetches its model  //
-                                  // none, fp16, int8 or topk:F (gossip/compress.h)
+                                  // none, fp16, int8 or topk:F (wire/compress.h)
   double uplink_limit = 0;        // MB/s, 0 = none
   double downlink_limit = 0;      // MB/s, 0 = none
   double capacity_probe_s = 30;   // --capacity-probe-interval: a probe train this often, 0 = off
@@ -118,7 +118,7 @@ struct AgentConfig {
   std::string log_level = "info";
   std::string log_format = "text";    // text or json (issue 19)
   std::vector<std::string> tag_args;  // --tag KEY=VALUE, as given
-  // Parsed by Finalize: sorted by key, unique, gossip::ValidTags.
+  // Parsed by Finalize: sorted by key, unique, wire::ValidTags.
   std::vector<std::pair<std::string, std::string>> tags;
 
   // Fills defaults that depend on other fields (name, advertise) and checks every value.

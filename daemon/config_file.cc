@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "gossip/messages.h"
+#include "wire/messages.h"
 
 namespace meshtrain::daemon {
 namespace {
@@ -68,7 +68,7 @@ bool ConfigTextArgs(std::string_view text, const std::string& origin,
     const std::string where = origin + ":" + std::to_string(lineno) + ": ";
     // Values become names, labels and addresses that travel on the wire and into JSON: the
     // whole line must be UTF-8, and NUL (which would cut an argument short) is refused too.
-    if (!gossip::ValidUtf8(line) || line.find('\0') != std::string::npos) {
+    if (!wire::ValidUtf8(line) || line.find('\0') != std::string::npos) {
       *error = where + "not valid UTF-8 text";
       return false;
     }

@@ -2,24 +2,24 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/json_text.h"
 #include "daemon/keyring_file.h"
-#include "gossip/net_addr.h"
+#include "daemon/ops/json_text.h"
+#include "wire/net_addr.h"
 
 namespace meshtrain::daemon {
 
 using nlohmann::json;
 
-KeyRotation::KeyRotation(std::string self, std::shared_ptr<gossip::Keyring> keyring,
-                         const gossip::Codec* codec, gossip::TcpHub* hub, gossip::Inbound* inbound)
+KeyRotation::KeyRotation(std::string self, std::shared_ptr<wire::Keyring> keyring,
+                         const wire::Codec* codec, transport::TcpHub* hub, wire::Inbound* inbound)
     : self_(std::move(self)),
       keyring_(std::move(keyring)),
       codec_(codec),
       hub_(hub),
       inbound_(inbound) {}
 
-gossip::KeyOpReplyMsg KeyRotation::Apply(const gossip::KeyOpMsg& m) {
-  gossip::KeyOpReplyMsg r;
+wire::KeyOpReplyMsg KeyRotation::Apply(const wire::KeyOpMsg& m) {
+  wire::KeyOpReplyMsg r;
   r.seq = m.seq;
   if (!keyring_) {
     r.error = "encryption is off on this agent";
@@ -27,35 +27,35 @@ gossip::KeyOpReplyMsg KeyRotation::Apply(const gossip::KeyOpMsg& m) {
   }
   r.ok = true;
   switch (m.op) {
-    case gossip::KeyOpKind::kInstall:
+    case wire::KeyOpKind::kInstall:
       keyring_->Install(*m.key);
       break;
-    case gossip::KeyOpKind::kUse:
+    case wire::KeyOpKind::kUse:
       if (!keyring_->Use(*m.key)) r = {m.seq, false, "key is not installed", {}, {}};
       break;
-    case gossip::KeyOpKind::kRemove:
+    case wire::KeyOpKind::kRemove:
       if (!keyring_->Remove(*m.key)) {
         r = {m.seq, false, "key is the primary key or not installed", {}, {}};
       }
       break;
-    case gossip::KeyOpKind::kList:
+    case wire::KeyOpKind::kList:
       break;
   }
-  for (const auto& k : keyring_->Keys()) r.keys.push_back(gossip::KeyFingerprint(k));
-  r.primary = gossip::KeyFingerprint(keyring_->Primary());
-  if (m.op != gossip::KeyOpKind::kList && r.ok && !keyring_file_.empty()) {
+  for (const auto& k : keyring_->Keys()) r.keys.push_back(wire::KeyFingerprint(k));
+  r.primary = wire::KeyFingerprint(keyring_->Primary());
+  if (m.op != wire::KeyOpKind::kList && r.ok && !keyring_file_.empty()) {
     if (auto st = SaveKeyring(keyring_file_, *keyring_); !st.ok()) {
       spdlog::error("keys: the change is in effect but not persisted: {}", st.message());
     }
   }
-  if (m.op != gossip::KeyOpKind::kList) {
-    spdlog::info("keys: {} {} -> {}", gossip::KeyOpName(m.op),
-                 m.key ? gossip::KeyFingerprint(*m.key) : "", r.ok ? "ok" : r.error);
+  if (m.op != wire::KeyOpKind::kList) {
+    spdlog::info("keys: {} {} -> {}", wire::KeyOpName(m.op),
+                 m.key ? wire::KeyFingerprint(*m.key) : "", r.ok ? "ok" : r.error);
   }
   return r;
 }
 
-void KeyRotation::Record(uint32_t seq, const std::string& node, const gossip::KeyOpReplyMsg* r) {
+void KeyRotation::Record(uint32_t seq, const std::string& node, const wire::KeyOpReplyMsg* r) {
   auto it = rounds_.find(seq);
   if (it == rounds_.end()) return;
   Round& kr = it->second;
@@ -87,14 +87,14 @@ void KeyRotation::Run(const std::string& op_name, const std::string& key,
     done({{"ok", false}, {"error", "encryption is off on this agent (start it with --encrypt)"}});
     return;
   }
-  gossip::KeyOpMsg op;
+  wire::KeyOpMsg op;
   op.seq = next_seq_++;
-  if (op_name == "install") op.op = gossip::KeyOpKind::kInstall;
-  if (op_name == "use") op.op = gossip::KeyOpKind::kUse;
-  if (op_name == "remove") op.op = gossip::KeyOpKind::kRemove;
-  if (op_name == "list") op.op = gossip::KeyOpKind::kList;
-  if (op.op != gossip::KeyOpKind::kList) {
-    auto parsed = gossip::ParseKeyBase64(key);
+  if (op_name == "install") op.op = wire::KeyOpKind::kInstall;
+  if (op_name == "use") op.op = wire::KeyOpKind::kUse;
+  if (op_name == "remove") op.op = wire::KeyOpKind::kRemove;
+  if (op_name == "list") op.op = wire::KeyOpKind::kList;
+  if (op.op != wire::KeyOpKind::kList) {
+    auto parsed = wire::ParseKeyBase64(key);
     if (!parsed) {
       done({{"ok", false}, {"error", "invalid key: expected base64 of 32 bytes"}});
       return;
@@ -105,14 +105,14 @@ void KeyRotation::Run(const std::string& op_name, const std::string& key,
   kr.done = std::move(done);
   kr.nodes = static_cast<int>(peers.size()) + 1;
   kr.outstanding = kr.nodes;
-  const gossip::KeyOpReplyMsg local = Apply(op);
-  gossip::Frame frame;
+  const wire::KeyOpReplyMsg local = Apply(op);
+  wire::Frame frame;
   frame.sender = self_;
   frame.body = op;
-  const gossip::Bytes bytes = codec_->EncodeFrame(frame);
+  const transport::Bytes bytes = codec_->EncodeFrame(frame);
   const uint32_t seq = op.seq;
   for (const auto& [name, addr] : peers) {
-    auto to = gossip::NetAddr::Parse(addr);
+    auto to = wire::NetAddr::Parse(addr);
     auto got = std::make_shared<bool>(false);
     if (!to) {
       *got = true;
@@ -120,13 +120,13 @@ void KeyRotation::Run(const std::string& op_name, const std::string& key,
       continue;
     }
     const std::string peer = name;
-    gossip::TcpHub::ConnId cid = hub_->Connect(
+    transport::TcpHub::ConnId cid = hub_->Connect(
         *to,
-        [this, seq, peer, got](gossip::TcpHub::ConnId c, gossip::Bytes&& payload) {
+        [this, seq, peer, got](transport::TcpHub::ConnId c, transport::Bytes&& payload) {
           auto f = inbound_->OnFrame(payload.data(), payload.size());
-          auto* r = f ? std::get_if<gossip::KeyOpReplyMsg>(&f->body) : nullptr;
+          auto* r = f ? std::get_if<wire::KeyOpReplyMsg>(&f->body) : nullptr;
           if (r == nullptr || r->seq != seq || *got) {
-            if (f) inbound_->Count(gossip::Reject::kSemantic);
+            if (f) inbound_->Count(wire::Reject::kSemantic);
             hub_->Abort(c);
             return;
           }
@@ -134,7 +134,7 @@ void KeyRotation::Run(const std::string& op_name, const std::string& key,
           Record(seq, peer, r);
           hub_->Close(c);
         },
-        [this, seq, peer, got](gossip::TcpHub::ConnId, int) {
+        [this, seq, peer, got](transport::TcpHub::ConnId, int) {
           if (!*got) {
             *got = true;
             Record(seq, peer, nullptr);

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "gossip/codec.h"
-#include "gossip/inbound.h"
-#include "gossip/transport.h"
+#include "transport/transport.h"
+#include "wire/codec.h"
+#include "wire/inbound.h"
 
 namespace meshtrain::daemon {
 
@@ -26,14 +26,14 @@ class KeyRotation {
 
   // `keyring` may be null (encryption off: every operation is refused). Replies pass `inbound`
   // (which counts what it rejects). All pointers must outlive this object.
-  KeyRotation(std::string self, std::shared_ptr<gossip::Keyring> keyring,
-              const gossip::Codec* codec, gossip::TcpHub* hub, gossip::Inbound* inbound);
+  KeyRotation(std::string self, std::shared_ptr<wire::Keyring> keyring, const wire::Codec* codec,
+              transport::TcpHub* hub, wire::Inbound* inbound);
 
   // Persist the keyring to this file after every change (daemon/keyring_file.h); "" = never.
   void set_keyring_file(std::string path) { keyring_file_ = std::move(path); }
 
   // A KeyOp a peer sent: applied here, answered with the reply to send back.
-  gossip::KeyOpReplyMsg Apply(const gossip::KeyOpMsg& m);
+  wire::KeyOpReplyMsg Apply(const wire::KeyOpMsg& m);
 
   // `meshtrain keys`: op is install | use | remove | list, key the base64 key (not for list).
   // `peers` are the live members (name, "ip:port"). `done` gets the RPC reply.
@@ -49,13 +49,13 @@ class KeyRotation {
     std::map<std::string, int> keys;       // fingerprint -> nodes holding it
     std::map<std::string, int> primaries;  // fingerprint -> nodes using it as primary
   };
-  void Record(uint32_t seq, const std::string& node, const gossip::KeyOpReplyMsg* r);
+  void Record(uint32_t seq, const std::string& node, const wire::KeyOpReplyMsg* r);
 
   std::string self_;
-  std::shared_ptr<gossip::Keyring> keyring_;
-  const gossip::Codec* codec_;
-  gossip::TcpHub* hub_;
-  gossip::Inbound* inbound_;
+  std::shared_ptr<wire::Keyring> keyring_;
+  const wire::Codec* codec_;
+  transport::TcpHub* hub_;
+  wire::Inbound* inbound_;
   std::map<uint32_t, Round> rounds_;
   std::string keyring_file_;
   uint32_t next_seq_ = 1;

@@ -20,9 +20,9 @@ std::string KeyringPath(const std::string& data_dir) {
   return data_dir.empty() ? std::string() : data_dir + "/keyring";
 }
 
-Status SaveKeyring(const std::string& path, const gossip::Keyring& keyring) {
+Status SaveKeyring(const std::string& path, const wire::Keyring& keyring) {
   std::string text;
-  for (const gossip::Key& k : keyring.Keys()) text += gossip::KeyToBase64(k) + "\n";
+  for (const wire::Key& k : keyring.Keys()) text += wire::KeyToBase64(k) + "\n";
   const std::string tmp = path + ".tmp";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::IOError("cannot write " + tmp + ": " + std::strerror(errno));
@@ -49,7 +49,7 @@ Status SaveKeyring(const std::string& path, const gossip::Keyring& keyring) {
   return Status::OK();
 }
 
-Result<std::shared_ptr<gossip::Keyring>> LoadKeyring(const std::string& path) {
+Result<std::shared_ptr<wire::Keyring>> LoadKeyring(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     if (errno == ENOENT) return Status::NotFound(path);
@@ -61,7 +61,7 @@ Result<std::shared_ptr<gossip::Keyring>> LoadKeyring(const std::string& path) {
   if (text.size() > static_cast<size_t>(kMaxBytes)) {
     return Status::Corruption("keyring file " + path + " is larger than 16 KiB");
   }
-  std::vector<gossip::Key> keys;
+  std::vector<wire::Key> keys;
   size_t line_no = 0, start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
@@ -71,7 +71,7 @@ Result<std::shared_ptr<gossip::Keyring>> LoadKeyring(const std::string& path) {
     line_no++;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
-    auto key = gossip::ParseKeyBase64(line);
+    auto key = wire::ParseKeyBase64(line);
     if (!key) {
       return Status::Corruption("keyring file " + path + " line " + std::to_string(line_no) +
                                 ": not a base64 32-byte key");
@@ -82,7 +82,7 @@ Result<std::shared_ptr<gossip::Keyring>> LoadKeyring(const std::string& path) {
     return Status::Corruption("keyring file " + path + ": expected 1 to 64 keys, found " +
                               std::to_string(keys.size()));
   }
-  auto ring = std::make_shared<gossip::Keyring>(keys.front());
+  auto ring = std::make_shared<wire::Keyring>(keys.front());
   for (size_t i = 1; i < keys.size(); ++i) ring->Install(keys[i]);
   return ring;
 }

@@ -9,17 +9,17 @@
 #include <string>
 
 #include "base/status.h"
-#include "gossip/crypto.h"
+#include "wire/crypto.h"
 
 namespace meshtrain::daemon {
 
 std::string KeyringPath(const std::string& data_dir);  // "" when data_dir is empty
 
 // Writes `keyring` to `path` (0600, atomic). IOError on failure.
-Status SaveKeyring(const std::string& path, const gossip::Keyring& keyring);
+Status SaveKeyring(const std::string& path, const wire::Keyring& keyring);
 
 // Reads a keyring file: NotFound when there is none, Corruption (one line, naming the file and
 // line) when it is not 1..64 lines of base64 32-byte keys.
-Result<std::shared_ptr<gossip::Keyring>> LoadKeyring(const std::string& path);
+Result<std::shared_ptr<wire::Keyring>> LoadKeyring(const std::string& path);
 
 }  // namespace meshtrain::daemon

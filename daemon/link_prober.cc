@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "gossip/crypto.h"
+#include "wire/crypto.h"
 
 namespace meshtrain::daemon {
 namespace {
@@ -15,8 +15,8 @@ constexpr int64_t kPollMs = 50;
 
 }  // namespace
 
-LinkProber::LinkProber(uv_loop_t* loop, gossip::UdpEndpoint* udp,
-                       std::shared_ptr<const gossip::Keyring> keyring, std::string cluster,
+LinkProber::LinkProber(uv_loop_t* loop, transport::UdpEndpoint* udp,
+                       std::shared_ptr<const wire::Keyring> keyring, std::string cluster,
                        std::function<uint64_t()> bytes_in, std::function<double()> downlink_mbps,
                        OnMeasured on_measured, OnReceived on_received)
     : udp_(udp),
@@ -46,10 +46,10 @@ void LinkProber::Arm() {
 }
 
 void LinkProber::Send(const node::ProbeLink& probe) {
-  const auto to = gossip::NetAddr::Parse(probe.to);
-  if (!to || probe.packets < 2 || probe.packets > gossip::kProbeMaxCount) return;
-  gossip::ProbeHeader h;
-  h.kind = gossip::ProbeHeader::Kind::kTrain;
+  const auto to = wire::NetAddr::Parse(probe.to);
+  if (!to || probe.packets < 2 || probe.packets > wire::kProbeMaxCount) return;
+  wire::ProbeHeader h;
+  h.kind = wire::ProbeHeader::Kind::kTrain;
   h.cluster = cluster_;
   h.id = probe.id;
   h.count = static_cast<uint16_t>(probe.packets);
@@ -57,11 +57,11 @@ void LinkProber::Send(const node::ProbeLink& probe) {
   clock_gettime(CLOCK_REALTIME, &wall);
   h.sent_ns = static_cast<int64_t>(wall.tv_sec) * 1'000'000'000 + wall.tv_nsec;
   // Encoded first, sent after: the datagrams leave back to back, at the socket's pace.
-  std::vector<gossip::Bytes> train;
+  std::vector<transport::Bytes> train;
   train.reserve(h.count);
   for (uint16_t seq = 0; seq < h.count; ++seq) {
     h.seq = seq;
-    train.push_back(gossip::EncodeProbe(h, keyring_.get(), gossip::kProbeDatagramBytes));
+    train.push_back(wire::EncodeProbe(h, keyring_.get(), wire::kProbeDatagramBytes));
   }
   for (auto& d : train) udp_->Send(*to, std::move(d));
   pending_[probe.id] = Pending{to->ToString(), MonoNs(), probe.packets};
@@ -69,16 +69,16 @@ void LinkProber::Send(const node::ProbeLink& probe) {
   Arm();
 }
 
-void LinkProber::OnDatagram(const uint8_t* data, size_t len, const gossip::NetAddr& from,
+void LinkProber::OnDatagram(const uint8_t* data, size_t len, const wire::NetAddr& from,
                             int64_t arrival_ns) {
-  const auto h = gossip::DecodeProbe(data, len, keyring_.get(), cluster_);
+  const auto h = wire::DecodeProbe(data, len, keyring_.get(), cluster_);
   if (!h) {
     stats_.rejected++;
     return;
   }
   const std::string who = from.ToString();
   const int64_t now = MonoNs();
-  if (h->kind == gossip::ProbeHeader::Kind::kReport) {
+  if (h->kind == wire::ProbeHeader::Kind::kReport) {
     auto it = pending_.find(h->id);
     if (it == pending_.end() || it->second.to != who) {
       stats_.rejected++;
@@ -99,8 +99,8 @@ void LinkProber::OnDatagram(const uint8_t* data, size_t len, const gossip::NetAd
     }
     sources_[who] = Source{h->id, now, from};
   }
-  const size_t wire = len + (from.family() == AF_INET6 ? gossip::kProbeIpUdpOverheadV6
-                                                       : gossip::kProbeIpUdpOverheadV4);
+  const size_t wire =
+      len + (from.family() == AF_INET6 ? wire::kProbeIpUdpOverheadV6 : wire::kProbeIpUdpOverheadV4);
   if (!meter_.Add(who, h->id, h->seq, h->count, wire, arrival_ns, now, h->sent_ns)) {
     stats_.rejected++;
     return;
@@ -130,7 +130,7 @@ void LinkProber::Poll() {
     const auto key = std::make_pair(r.from, r.id);
     if (auto o = other_in_.find(key); o != other_in_.end()) {
       const double other = static_cast<double>(o->second.second - o->second.first);
-      const double train = static_cast<double>(r.received) * gossip::kProbeDatagramBytes;
+      const double train = static_cast<double>(r.received) * wire::kProbeDatagramBytes;
       const double down = downlink_mbps_ ? downlink_mbps_() * 1e6 : 0;
       if (r.rate_bps > 0 && other > 0.25 * train && (down <= 0 || r.rate_bps >= 0.75 * down)) {
         r.rate_bps = 0;
@@ -141,14 +141,14 @@ void LinkProber::Poll() {
     if (r.queued) stats_.trains_queued++;
     auto src = sources_.find(r.from);
     if (src == sources_.end()) continue;
-    gossip::ProbeHeader rep;
-    rep.kind = gossip::ProbeHeader::Kind::kReport;
+    wire::ProbeHeader rep;
+    rep.kind = wire::ProbeHeader::Kind::kReport;
     rep.cluster = cluster_;
     rep.id = r.id;
     rep.count = r.count;
     rep.received = r.received;
     rep.rate_bps = static_cast<uint64_t>(r.rate_bps);
-    udp_->Send(src->second.addr, gossip::EncodeProbe(rep, keyring_.get(), 0));
+    udp_->Send(src->second.addr, wire::EncodeProbe(rep, keyring_.get(), 0));
     stats_.trains_measured++;
     if (r.rate_bps > 0) {
       on_received_(node::ProbeReceived{r.from, r.rate_bps / 1e6}, r.received, r.count);

@@ -1,9 +1,9 @@
-// The daemon's side of link-capacity probes (gossip/link_probe.h): sends the trains the node
+// The daemon's side of link-capacity probes (wire/link_probe.h): sends the trains the node
 // asks for (node::ProbeLink) on the membership UDP socket, measures trains that arrive (kernel
 // receive timestamps), answers each with a report to its sender, and turns reports on its own
 // trains into node::ProbeResult inputs and trains it measured into node::ProbeReceived.
 //
-// Untrusted input: every probe datagram goes through gossip::DecodeProbe (size limits, the seal
+// Untrusted input: every probe datagram goes through wire::DecodeProbe (size limits, the seal
 // when a key is set, the FlatBuffers verifier, semantic checks); a report counts only for a
 // train this agent sent to that address in the last 5 s; at most one new train per source per
 // 500 ms and TrainMeter::kMaxTrains at once are measured. Anything else is dropped and counted.
@@ -18,10 +18,10 @@
 #include <memory>
 #include <string>
 
-#include "gossip/link_probe.h"
-#include "gossip/net_addr.h"
-#include "gossip/transport.h"
 #include "node/node.h"
+#include "transport/transport.h"
+#include "wire/link_probe.h"
+#include "wire/net_addr.h"
 
 namespace meshtrain::daemon {
 
@@ -44,8 +44,8 @@ class LinkProber {
   // `bytes_in`: bytes received so far on this agent's other connections (parameter transfers),
   // read while a train arrives; `downlink_mbps`: this agent's downlink estimate (MB/s, 0 =
   // unknown). Both for the contention rule in Poll (link_prober.cc).
-  LinkProber(uv_loop_t* loop, gossip::UdpEndpoint* udp,
-             std::shared_ptr<const gossip::Keyring> keyring, std::string cluster,
+  LinkProber(uv_loop_t* loop, transport::UdpEndpoint* udp,
+             std::shared_ptr<const wire::Keyring> keyring, std::string cluster,
              std::function<uint64_t()> bytes_in, std::function<double()> downlink_mbps,
              OnMeasured on_measured, OnReceived on_received);
   ~LinkProber();
@@ -53,8 +53,8 @@ class LinkProber {
   LinkProber& operator=(const LinkProber&) = delete;
 
   void Send(const node::ProbeLink& probe);
-  // A datagram that starts with gossip::kProbeMarker; `arrival_ns` its kernel timestamp.
-  void OnDatagram(const uint8_t* data, size_t len, const gossip::NetAddr& from, int64_t arrival_ns);
+  // A datagram that starts with wire::kProbeMarker; `arrival_ns` its kernel timestamp.
+  void OnDatagram(const uint8_t* data, size_t len, const wire::NetAddr& from, int64_t arrival_ns);
   const Stats& stats() const { return stats_; }
   void Close();
 
@@ -63,16 +63,16 @@ class LinkProber {
   void Arm();
   static int64_t MonoNs();
 
-  gossip::UdpEndpoint* udp_;
-  std::shared_ptr<const gossip::Keyring> keyring_;
+  transport::UdpEndpoint* udp_;
+  std::shared_ptr<const wire::Keyring> keyring_;
   std::string cluster_;
   std::function<uint64_t()> bytes_in_;
   std::function<double()> downlink_mbps_;
   OnMeasured on_measured_;
   OnReceived on_received_;
-  gossip::Timer timer_;
+  transport::Timer timer_;
   bool armed_ = false;
-  gossip::TrainMeter meter_;
+  wire::TrainMeter meter_;
   struct Pending {
     std::string to;
     int64_t at_ns = 0;
@@ -82,7 +82,7 @@ class LinkProber {
   struct Source {
     uint64_t id = 0;
     int64_t started_ns = 0;
-    gossip::NetAddr addr;
+    wire::NetAddr addr;
   };
   std::map<std::string, Source> sources_;  // the latest train per source address
   // Per train in progress: bytes_in_() at its first and at its latest datagram.

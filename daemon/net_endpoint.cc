@@ -4,39 +4,39 @@
 
 namespace meshtrain::daemon {
 
-using gossip::NetAddr;
-using gossip::TcpHub;
+using transport::TcpHub;
+using wire::NetAddr;
 
-NetEndpoint::NetEndpoint(const gossip::Codec* codec, gossip::UdpEndpoint* udp, TcpHub* tcp,
+NetEndpoint::NetEndpoint(const wire::Codec* codec, transport::UdpEndpoint* udp, TcpHub* tcp,
                          Feed feed, OnReply on_reply)
     : codec_(codec), udp_(udp), tcp_(tcp), feed_(std::move(feed)), on_reply_(std::move(on_reply)) {}
 
-void NetEndpoint::SendDatagram(const std::string& to_addr, const gossip::Datagram& msg) {
+void NetEndpoint::SendDatagram(const std::string& to_addr, const wire::Datagram& msg) {
   auto to = NetAddr::Parse(to_addr);
   if (!to) return;
-  gossip::Bytes bytes = codec_->EncodeDatagram(msg);
+  transport::Bytes bytes = codec_->EncodeDatagram(msg);
   if (bytes.empty()) {
     oversize_drops_++;
     spdlog::warn("dropping a datagram to {} that does not fit in {} bytes", to_addr,
-                 gossip::kMaxDatagramBytes);
+                 wire::kMaxDatagramBytes);
     return;
   }
   udp_->Send(*to, std::move(bytes));
 }
 
 void NetEndpoint::SendRelayed(const std::string& to_addr, const std::string& via,
-                              const std::string& dest, const gossip::Datagram& msg) {
+                              const std::string& dest, const wire::Datagram& msg) {
   // The datagram as it would go straight to the member (sealed by us), inside a frame of ours
   // to its relay (issue 34).
-  gossip::Datagram frame;
+  wire::Datagram frame;
   frame.sender = msg.sender;
-  gossip::RelayFrame rf;
+  wire::RelayFrame rf;
   rf.dest = dest;
   rf.inner = codec_->EncodeDatagram(msg);
-  if (rf.inner.empty() || rf.inner.size() > gossip::kMaxRelayInnerBytes) {
+  if (rf.inner.empty() || rf.inner.size() > wire::kMaxRelayInnerBytes) {
     oversize_drops_++;
     spdlog::warn("dropping a datagram to {} (through relay {}) that does not fit in {} bytes",
-                 to_addr, via, gossip::kMaxRelayInnerBytes);
+                 to_addr, via, wire::kMaxRelayInnerBytes);
     return;
   }
   frame.body = std::move(rf);
@@ -60,7 +60,7 @@ void NetEndpoint::Connect(node::ConnId id, const std::string& to_addr) {
   connecting_ = id;
   connect_failed_ = false;
   const TcpHub::ConnId hid = tcp_->Connect(
-      *to, [this, id](TcpHub::ConnId, gossip::Bytes&& payload) { on_reply_(id, payload); },
+      *to, [this, id](TcpHub::ConnId, transport::Bytes&& payload) { on_reply_(id, payload); },
       [this, id](TcpHub::ConnId hid, int status) {
         if (connecting_ == id) connect_failed_ = true;
         hub_id_.erase(id);
@@ -74,7 +74,7 @@ void NetEndpoint::Connect(node::ConnId id, const std::string& to_addr) {
   }
 }
 
-void NetEndpoint::SendFrame(node::ConnId conn, const gossip::Frame& msg) {
+void NetEndpoint::SendFrame(node::ConnId conn, const wire::Frame& msg) {
   TcpHub::ConnId hid = HubId(conn);
   if (hid == 0) return;
   if (streamer_ != nullptr && streamer_->Streaming(hid)) {

@@ -14,9 +14,9 @@
 
 #include "daemon/link_prober.h"
 #include "daemon/param_streamer.h"
-#include "gossip/codec.h"
-#include "gossip/transport.h"
 #include "node/endpoint.h"
+#include "transport/transport.h"
+#include "wire/codec.h"
 
 namespace meshtrain::daemon {
 
@@ -24,16 +24,16 @@ class NetEndpoint : public node::Endpoint {
  public:
   using Feed = std::function<void(node::Input)>;
   // A frame that arrived on a connection the node opened, as received (not yet checked).
-  using OnReply = std::function<void(node::ConnId, const gossip::Bytes&)>;
+  using OnReply = std::function<void(node::ConnId, const transport::Bytes&)>;
 
-  NetEndpoint(const gossip::Codec* codec, gossip::UdpEndpoint* udp, gossip::TcpHub* tcp, Feed feed,
-              OnReply on_reply);
+  NetEndpoint(const wire::Codec* codec, transport::UdpEndpoint* udp, transport::TcpHub* tcp,
+              Feed feed, OnReply on_reply);
 
-  void SendDatagram(const std::string& to, const gossip::Datagram& msg) override;
+  void SendDatagram(const std::string& to, const wire::Datagram& msg) override;
   void SendRelayed(const std::string& to, const std::string& via, const std::string& dest,
-                   const gossip::Datagram& msg) override;
+                   const wire::Datagram& msg) override;
   void Connect(node::ConnId conn, const std::string& to) override;
-  void SendFrame(node::ConnId conn, const gossip::Frame& msg) override;
+  void SendFrame(node::ConnId conn, const wire::Frame& msg) override;
   // Streamed by the ParamStreamer when one is set (issue 31), else encoded at once.
   void SendParams(const node::SendParams& s) override;
   void Close(node::ConnId conn, bool abort) override;
@@ -47,19 +47,19 @@ class NetEndpoint : public node::Endpoint {
   void Abort(node::ConnId conn) { Close(conn, true); }
   // True if `hub_id` is a connection the node opened (its closes are reported by Connect's
   // handler, not the listener's).
-  bool IsOutgoing(gossip::TcpHub::ConnId hub_id) const { return node_id_.count(hub_id) > 0; }
+  bool IsOutgoing(transport::TcpHub::ConnId hub_id) const { return node_id_.count(hub_id) > 0; }
   uint64_t oversize_drops() const { return oversize_drops_; }
 
  private:
-  gossip::TcpHub::ConnId HubId(node::ConnId id) const;
+  transport::TcpHub::ConnId HubId(node::ConnId id) const;
 
-  const gossip::Codec* codec_;
-  gossip::UdpEndpoint* udp_;
-  gossip::TcpHub* tcp_;
+  const wire::Codec* codec_;
+  transport::UdpEndpoint* udp_;
+  transport::TcpHub* tcp_;
   Feed feed_;
   OnReply on_reply_;
-  std::map<node::ConnId, gossip::TcpHub::ConnId> hub_id_;  // outgoing: node id -> hub id
-  std::map<gossip::TcpHub::ConnId, node::ConnId> node_id_;
+  std::map<node::ConnId, transport::TcpHub::ConnId> hub_id_;  // outgoing: node id -> hub id
+  std::map<transport::TcpHub::ConnId, node::ConnId> node_id_;
   node::ConnId connecting_ = 0;  // the connect in progress, to see a failure inside Connect()
   bool connect_failed_ = false;
   uint64_t oversize_drops_ = 0;

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-#include "daemon/trainer.h"
+#include "daemon/trainer/trainer.h"
 
 namespace meshtrain::daemon {
 namespace {
@@ -84,7 +84,8 @@ void Offload(uv_loop_t* loop, std::function<void()> work, std::function<void()> 
   const int rc = uv_queue_work(
       loop, &job->req,
       [](uv_work_t* r) {
-        ThroughputThread();  // a pool thread: its wake-ups do not preempt (daemon/trainer.h)
+        ThroughputThread();  // a pool thread: its wake-ups do not preempt
+                             // (daemon/trainer/trainer.h)
         static_cast<Job*>(r->data)->work();
       },
       [](uv_work_t* r, int) {

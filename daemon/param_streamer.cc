@@ -4,33 +4,33 @@
 #include <set>
 
 #include "daemon/offload.h"
-#include "gossip/compress.h"
+#include "wire/compress.h"
 
 namespace meshtrain::daemon {
 
-using gossip::Bytes;
-using gossip::TcpHub;
+using transport::Bytes;
+using transport::TcpHub;
 
 // One round's snapshot as streamed to all its receivers, with the chunks encoded so far.
 struct ParamStreamer::Round {
   node::SendParams s;  // holds the snapshot
   uint32_t chunks = 0;
   uint32_t keep = kMaxCached;  // chunks a stream keeps cached ahead of it (kCacheBytes of them)
-  std::map<uint32_t, gossip::OutFrame> cache;  // encoded chunks not yet sent by all
-  std::set<uint32_t> encoding;                 // chunks being encoded
+  std::map<uint32_t, transport::OutFrame> cache;  // encoded chunks not yet sent by all
+  std::set<uint32_t> encoding;                    // chunks being encoded
   std::set<TcpHub::ConnId> streams;
 };
 
 namespace {
 
 // Chunk `index` of a round's snapshot as a frame (a plain chunk points into the snapshot).
-gossip::Frame ChunkFrame(const node::SendParams& s, uint32_t index) {
-  gossip::ParamChunk c =
-      gossip::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()), index,
-                                s.spec, s.round, s.step, s.chunk_floats, s.span);
+wire::Frame ChunkFrame(const node::SendParams& s, uint32_t index) {
+  wire::ParamChunk c =
+      wire::EncodeStreamChunk(s.params->data(), static_cast<uint32_t>(s.params->size()), index,
+                              s.spec, s.round, s.step, s.chunk_floats, s.span);
   c.final = s.final;
   c.consensus = s.consensus;
-  gossip::Frame f;
+  wire::Frame f;
   f.sender = s.sender;
   f.body = std::move(c);
   return f;
@@ -38,7 +38,7 @@ gossip::Frame ChunkFrame(const node::SendParams& s, uint32_t index) {
 
 }  // namespace
 
-ParamStreamer::ParamStreamer(uv_loop_t* loop, const gossip::Codec* codec, TcpHub* tcp)
+ParamStreamer::ParamStreamer(uv_loop_t* loop, const wire::Codec* codec, TcpHub* tcp)
     : loop_(loop), codec_(codec), tcp_(tcp) {
   tcp_->SetDrainObserver([this](TcpHub::ConnId hid) {
     if (Streaming(hid)) Pump(hid);
@@ -67,9 +67,9 @@ std::shared_ptr<ParamStreamer::Round> ParamStreamer::RoundFor(const node::SendPa
   auto r = std::make_shared<Round>();
   r->s = s;
   const auto total = static_cast<uint32_t>(s.params->size());
-  r->chunks = gossip::StreamChunks(total, s.chunk_floats, s.span);
+  r->chunks = wire::StreamChunks(total, s.chunk_floats, s.span);
   const uint64_t per_chunk = std::max<uint64_t>(
-      1, gossip::StreamWireBytes(total, s.spec, s.chunk_floats, s.span) / r->chunks);
+      1, wire::StreamWireBytes(total, s.spec, s.chunk_floats, s.span) / r->chunks);
   r->keep = static_cast<uint32_t>(std::max<uint64_t>(kMaxCached, kCacheBytes / per_chunk));
   rounds_.push_back(r);
   return r;
@@ -152,11 +152,11 @@ void ParamStreamer::Pump(TcpHub::ConnId hid) {
 
 bool ParamStreamer::EncodeHead(const std::shared_ptr<Round>& r, uint32_t index) {
   const node::SendParams& s = r->s;
-  if (codec_->encrypted() || s.spec.kind != gossip::Encoding::kNone) return false;
-  const gossip::Frame frame = ChunkFrame(s, index);
-  const auto& c = std::get<gossip::ParamChunk>(frame.body);
+  if (codec_->encrypted() || s.spec.kind != wire::Encoding::kNone) return false;
+  const wire::Frame frame = ChunkFrame(s, index);
+  const auto& c = std::get<wire::ParamChunk>(frame.body);
   if (c.view == nullptr) return false;
-  gossip::OutFrame f;
+  transport::OutFrame f;
   f.tail = reinterpret_cast<const uint8_t*>(c.view);
   f.tail_len = size_t{c.count} * sizeof(float);
   f.tail_owner = s.params;
@@ -200,7 +200,7 @@ void ParamStreamer::Evict(Round& r) {
 
 void ParamStreamer::Encode(const std::shared_ptr<Round>& round, uint32_t index) {
   round->encoding.insert(index);
-  auto out = std::make_shared<gossip::OutFrame>();
+  auto out = std::make_shared<transport::OutFrame>();
   Offload(
       loop_,
       [round, index, codec = codec_, out] {
@@ -213,7 +213,7 @@ void ParamStreamer::Encode(const std::shared_ptr<Round>& round, uint32_t index) 
 }
 
 void ParamStreamer::OnEncoded(const std::shared_ptr<Round>& round, uint32_t index,
-                              gossip::OutFrame frame) {
+                              transport::OutFrame frame) {
   round->encoding.erase(index);
   encoded_++;
   const std::vector<TcpHub::ConnId> hids(round->streams.begin(), round->streams.end());

@@ -21,9 +21,9 @@
 #include <memory>
 #include <vector>
 
-#include "gossip/codec.h"
-#include "gossip/transport.h"
 #include "node/node.h"
+#include "transport/transport.h"
+#include "wire/codec.h"
 
 namespace meshtrain::daemon {
 
@@ -35,18 +35,18 @@ class ParamStreamer {
   static constexpr size_t kEncodesInFlight = 4;
 
   // Installs itself as `tcp`'s drain and close observer.
-  ParamStreamer(uv_loop_t* loop, const gossip::Codec* codec, gossip::TcpHub* tcp);
+  ParamStreamer(uv_loop_t* loop, const wire::Codec* codec, transport::TcpHub* tcp);
   ~ParamStreamer();
   ParamStreamer(const ParamStreamer&) = delete;
   ParamStreamer& operator=(const ParamStreamer&) = delete;
 
-  void Start(gossip::TcpHub::ConnId hid, const node::SendParams& s);
-  bool Streaming(gossip::TcpHub::ConnId hid) const { return streams_.count(hid) > 0; }
+  void Start(transport::TcpHub::ConnId hid, const node::SendParams& s);
+  bool Streaming(transport::TcpHub::ConnId hid) const { return streams_.count(hid) > 0; }
   // While `hid` streams: a frame to send after it, or a graceful close after it.
-  void After(gossip::TcpHub::ConnId hid, gossip::Bytes frame);
-  void CloseAfter(gossip::TcpHub::ConnId hid);
+  void After(transport::TcpHub::ConnId hid, transport::Bytes frame);
+  void CloseAfter(transport::TcpHub::ConnId hid);
   // Drops the stream on `hid` (the connection is aborted or closed).
-  void Cancel(gossip::TcpHub::ConnId hid);
+  void Cancel(transport::TcpHub::ConnId hid);
 
   size_t active() const { return streams_.size(); }
   uint64_t chunks_encoded() const { return encoded_; }
@@ -56,16 +56,16 @@ class ParamStreamer {
  private:
   struct Round;
   struct Stream {
-    gossip::TcpHub::ConnId hid = 0;
+    transport::TcpHub::ConnId hid = 0;
     std::shared_ptr<Round> round;
     uint32_t next = 0;  // the next chunk to queue
-    std::vector<gossip::Bytes> after;
+    std::vector<transport::Bytes> after;
     bool close_after = false;
   };
   std::shared_ptr<Round> RoundFor(const node::SendParams& s);
-  void Pump(gossip::TcpHub::ConnId hid);
+  void Pump(transport::TcpHub::ConnId hid);
   void Encode(const std::shared_ptr<Round>& round, uint32_t index);
-  void OnEncoded(const std::shared_ptr<Round>& round, uint32_t index, gossip::OutFrame frame);
+  void OnEncoded(const std::shared_ptr<Round>& round, uint32_t index, transport::OutFrame frame);
   // A plain chunk of a plaintext codec: its frame's head, built here on the loop (a few hundred
   // bytes; the floats are sent from the snapshot). False: encode it on the pool instead.
   bool EncodeHead(const std::shared_ptr<Round>& round, uint32_t index);
@@ -73,9 +73,9 @@ class ParamStreamer {
   void Finish(Stream& s);
 
   uv_loop_t* loop_;
-  const gossip::Codec* codec_;
-  gossip::TcpHub* tcp_;
-  std::map<gossip::TcpHub::ConnId, Stream> streams_;
+  const wire::Codec* codec_;
+  transport::TcpHub* tcp_;
+  std::map<transport::TcpHub::ConnId, Stream> streams_;
   std::vector<std::weak_ptr<Round>> rounds_;  // rounds with streams, to share their encodings
   std::shared_ptr<int> life_ = std::make_shared<int>(0);  // expired once destroyed
   uint64_t encoded_ = 0, sent_ = 0, failures_ = 0;

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "daemon/json_text.h"
-#include "gossip/net_addr.h"
+#include "daemon/ops/json_text.h"
+#include "wire/net_addr.h"
 
 namespace meshtrain::daemon {
 
@@ -28,7 +28,7 @@ std::vector<std::string> LoadPeerSnapshot(const std::string& dir) {
   }
   for (const auto& p : j["peers"]) {
     if (!p.is_string()) continue;
-    auto a = gossip::NetAddr::Parse(p.get<std::string>());
+    auto a = wire::NetAddr::Parse(p.get<std::string>());
     if (a && out.size() < 64) out.push_back(a->ToString());
   }
   if (!out.empty()) spdlog::info("peer snapshot: will rejoin {}", fmt::join(out, ", "));

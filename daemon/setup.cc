@@ -12,18 +12,18 @@
 namespace meshtrain::daemon {
 
 learn::Status PrepareAgent(AgentConfig* config, MetricsLog* metrics,
-                           std::shared_ptr<gossip::Keyring>* keyring) {
+                           std::shared_ptr<wire::Keyring>* keyring) {
   if (auto st = metrics->Open(config->metrics_file); !st.ok()) return st;
-  std::optional<gossip::Key> given;
+  std::optional<wire::Key> given;
   if (!config->encrypt.empty()) {
-    given = gossip::ParseKeyBase64(config->encrypt);
+    given = wire::ParseKeyBase64(config->encrypt);
     if (!given) {
       return learn::Status::InvalidArgument(
           "invalid --encrypt key: expected base64 of 32 bytes (see `meshtrain keygen`)");
     }
   }
   if (config->data_dir.empty()) {
-    if (given) *keyring = std::make_shared<gossip::Keyring>(*given);
+    if (given) *keyring = std::make_shared<wire::Keyring>(*given);
     return learn::Status::OK();
   }
   std::error_code ec;
@@ -39,13 +39,12 @@ learn::Status PrepareAgent(AgentConfig* config, MetricsLog* metrics,
     *keyring = std::move(loaded).value();
     if (given && (*keyring)->Primary() != *given) {
       spdlog::warn("using the keyring in {} (primary {}); --encrypt {} is not its primary key",
-                   path, gossip::KeyFingerprint((*keyring)->Primary()),
-                   gossip::KeyFingerprint(*given));
+                   path, wire::KeyFingerprint((*keyring)->Primary()), wire::KeyFingerprint(*given));
     }
   } else if (!loaded.status().IsNotFound()) {
     return learn::Status::InvalidArgument(loaded.status().message());
   } else if (given) {
-    *keyring = std::make_shared<gossip::Keyring>(*given);
+    *keyring = std::make_shared<wire::Keyring>(*given);
     if (auto st = SaveKeyring(path, **keyring); !st.ok()) return st;
   }
   for (const auto& addr : LoadPeerSnapshot(config->data_dir)) {

@@ -6,9 +6,9 @@
 #include <memory>
 
 #include "daemon/config.h"
-#include "daemon/metrics.h"
-#include "gossip/crypto.h"
+#include "daemon/ops/metrics.h"
 #include "learn/status.h"
+#include "wire/crypto.h"
 
 namespace meshtrain::daemon {
 
@@ -16,6 +16,6 @@ namespace meshtrain::daemon {
 // --data-dir and appends the addresses of its peer snapshot to config->join. An error names the
 // option and the problem.
 learn::Status PrepareAgent(AgentConfig* config, MetricsLog* metrics,
-                           std::shared_ptr<gossip::Keyring>* keyring);
+                           std::shared_ptr<wire::Keyring>* keyring);
 
 }  // namespace meshtrain::daemon

@@ -1,7 +1,7 @@
 // The clock this agent stamps its messages with (Datagram/Frame sent_ms; issue 13). Receivers
 // never compare it with their own clock, only with this sender's earlier stamps: the replay
 // guard refuses a new session whose first stamp is below the sender's previous session
-// (gossip/replay_guard.h). So the stamps must not go back across a restart, even when the wall
+// (wire/replay_guard.h). So the stamps must not go back across a restart, even when the wall
 // clock does (a clock minutes ahead, corrected by NTP, then a restart: without this the host is
 // locked out until its clock passes its old stamps).
 //

@@ -30,7 +30,8 @@ std::vector<float> AverageModels(const std::vector<const std::vector<float>*>& m
 // w_j = 1 this is MixAverage.
 void MixWeighted(Eigen::VectorXf& x, const std::vector<const float*>& others,
                  const std::vector<double>& weights);
-// The same on n floats at `x` (shared memory of an external trainer, daemon/external_trainer.h).
+// The same on n floats at `x` (shared memory of an external trainer,
+// daemon/trainer/external_trainer.h).
 void MixWeighted(float* x, size_t n, const std::vector<const float*>& others,
                  const std::vector<double>& weights);
 

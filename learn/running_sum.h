@@ -13,7 +13,7 @@
 // would count that sender twice, so its chunks are dropped (the newer snapshot goes out again in
 // the sender's next round).
 //
-// Thread-safety: none (daemon/chunk_mixer.h puts it behind a mutex on its own thread).
+// Thread-safety: none (daemon/trainer/chunk_mixer.h puts it behind a mutex on its own thread).
 #pragma once
 
 #include <cstddef>

@@ -7,7 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "membership/broadcast_queue.h"
+#include "gossip/broadcast_queue.h"
 #include "membership/lifeguard.h"
 #include "membership/swim_impl.h"
 

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
-#include "membership/broadcast_queue.h"
+#include "gossip/broadcast_queue.h"
 #include "membership/lifeguard.h"
 #include "membership/swim.h"
 
@@ -269,7 +269,7 @@ struct Swim::Impl {
   TimeMs last_extra_push_pull_ = std::numeric_limits<TimeMs>::min() / 2;  // RequestPushPull
   bool left_ = false;
 
-  BroadcastQueue queue_;
+  gossip::BroadcastQueue queue_;
   Awareness awareness_;
 
   // Senders not in our member list, by name: (address, first heard).

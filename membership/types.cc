@@ -8,7 +8,7 @@ namespace {
 
 // Conservative FlatBuffers cost model (SPEC §4): every table pays for its vtable, its offset
 // and alignment; every field pays for its vtable slot, its inline value or offset, a string's
-// length prefix, terminator and padding. The codec (gossip/) guarantees it never exceeds these.
+// length prefix, terminator and padding. The codec (wire/) guarantees it never exceeds these.
 constexpr size_t kFieldBytes = 16;
 constexpr size_t kTableBytes = 32;
 
@@ -16,7 +16,7 @@ constexpr size_t kTableBytes = 32;
 // per string its vector slot, length prefix, terminator and padding.
 size_t MetaSize(const Meta& m) {
   // The reach byte (issue 34) fits in this bound's slack (a vtable slot and one byte against
-  // 16 B per field; tests/gossip/codec_test.cc checks the bound with random metadata).
+  // 16 B per field; tests/wire/codec_test.cc checks the bound with random metadata).
   size_t n = kTableBytes + 4 * kFieldBytes + m.data_addr.size();
   // The relay fields (issue 34): the name's slot, prefix and padding, and the flag.
   if (!m.relay.empty() || m.serves_relay) n += 2 * kFieldBytes + m.relay.size();

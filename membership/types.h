@@ -1,4 +1,4 @@
-// Plain value types shared by the SWIM/Lifeguard core, the wire codec (gossip/), the agent
+// Plain value types shared by the SWIM/Lifeguard core, the wire codec (wire/), the agent
 // (daemon/) and the simulator (sim/). Nothing here depends on FlatBuffers, sockets or clocks:
 // the codec converts wire bytes to these structs at the edge, and the core only sees these.
 //
@@ -40,7 +40,7 @@ struct Meta {
   float uplink_mbps = 0;    // measured available uplink, MB/s (0 = unknown)
   float downlink_mbps = 0;  // measured available downlink, MB/s (0 = unknown)
   // Operator tags (--tag KEY=VALUE, issue 19): sorted by key, keys unique; limits in
-  // gossip::ValidTags.
+  // wire::ValidTags.
   std::vector<std::pair<std::string, std::string>> tags;
   Reach reach = Reach::kUnknown;  // set by the membership core itself (Swim), not the caller
   // Relays (issue 34), set by the core too: `relay` names the member this one is reached

@@ -1,6 +1,6 @@
 #include "node/endpoint.h"
 
-#include "gossip/compress.h"
+#include "wire/compress.h"
 
 namespace meshtrain::node {
 
@@ -30,17 +30,17 @@ std::vector<Output> RouteNetwork(std::vector<Output> outputs, Endpoint& endpoint
   return rest;
 }
 
-std::vector<gossip::Frame> Endpoint::ParamFrames(const node::SendParams& s) {
-  std::vector<gossip::Frame> frames;
+std::vector<wire::Frame> Endpoint::ParamFrames(const node::SendParams& s) {
+  std::vector<wire::Frame> frames;
   if (!s.params || s.params->empty() || s.params->size() > UINT32_MAX) return frames;
   const auto total = static_cast<uint32_t>(s.params->size());
-  const uint32_t chunks = gossip::StreamChunks(total, s.chunk_floats, s.span);
+  const uint32_t chunks = wire::StreamChunks(total, s.chunk_floats, s.span);
   frames.reserve(chunks);
   for (uint32_t i = 0; i < chunks; ++i) {
-    gossip::Frame f;
+    wire::Frame f;
     f.sender = s.sender;
-    gossip::ParamChunk c = gossip::EncodeStreamChunk(s.params->data(), total, i, s.spec, s.round,
-                                                     s.step, s.chunk_floats, s.span);
+    wire::ParamChunk c = wire::EncodeStreamChunk(s.params->data(), total, i, s.spec, s.round,
+                                                 s.step, s.chunk_floats, s.span);
     if (c.view != nullptr) {  // the frame goes out as a struct: it carries its values
       c.data.assign(c.view, c.view + c.count);
       c.view = nullptr;
@@ -54,7 +54,7 @@ std::vector<gossip::Frame> Endpoint::ParamFrames(const node::SendParams& s) {
 }
 
 void Endpoint::SendParams(const node::SendParams& s) {
-  for (const gossip::Frame& f : ParamFrames(s)) SendFrame(s.conn, f);
+  for (const wire::Frame& f : ParamFrames(s)) SendFrame(s.conn, f);
 }
 
 std::optional<Mix> WholeModels::Add(MixChunk& m) {
@@ -66,7 +66,7 @@ std::optional<Mix> WholeModels::Add(MixChunk& m) {
   if (!m.int8()) {
     std::copy(m.values(), m.values() + m.count(), p.params.begin() + m.offset);
   } else {
-    gossip::DequantizeInt8Chunk(m.qvalues(), m.qscales(), m.count(), p.params.data() + m.offset);
+    wire::DequantizeInt8Chunk(m.qvalues(), m.qscales(), m.count(), p.params.data() + m.offset);
   }
   p.covered += m.count();
   if (p.covered < p.params.size()) return std::nullopt;

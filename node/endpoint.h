@@ -21,21 +21,21 @@ namespace meshtrain::node {
 class Endpoint {
  public:
   virtual ~Endpoint() = default;
-  virtual void SendDatagram(const std::string& to, const gossip::Datagram& msg) = 0;
+  virtual void SendDatagram(const std::string& to, const wire::Datagram& msg) = 0;
   // A datagram for member `dest` at `to`, through its relay at `via` (issue 34). A network
   // without relays (the simulator: no NAT) sends it straight to `to`.
   virtual void SendRelayed(const std::string& to, const std::string& /*via*/,
-                           const std::string& /*dest*/, const gossip::Datagram& msg) {
+                           const std::string& /*dest*/, const wire::Datagram& msg) {
     SendDatagram(to, msg);
   }
   // Opens connection `conn` (a node id >= kFirstOutgoingConn) to `to`.
   virtual void Connect(ConnId conn, const std::string& to) = 0;
-  virtual void SendFrame(ConnId conn, const gossip::Frame& msg) = 0;
+  virtual void SendFrame(ConnId conn, const wire::Frame& msg) = 0;
   // Streams a snapshot (SendParams). The default encodes every chunk at once and sends them as
   // frames (the simulator and tests); the daemon streams them as the connection drains.
   virtual void SendParams(const node::SendParams& s);
   // The frames of SendParams `s`, encoded at once.
-  static std::vector<gossip::Frame> ParamFrames(const node::SendParams& s);
+  static std::vector<wire::Frame> ParamFrames(const node::SendParams& s);
   virtual void Close(ConnId conn, bool abort) = 0;
   // Sends a capacity probe train (ProbeLink). A network that cannot probe ignores it: the node
   // then keeps measuring bandwidth from its transfers alone.
@@ -49,7 +49,7 @@ std::vector<Output> RouteNetwork(std::vector<Output> outputs, Endpoint& endpoint
 // For drivers that mix whole models (the simulator, tests): turns the MixChunk outputs of each
 // sender's transfer back into one Mix, in the place of its last chunk; a transfer broken off is
 // dropped. Memory: one model per sender with a transfer under way (the daemon folds chunks into
-// a running sum instead, daemon/chunk_mixer.h). Thread-safety: one owner.
+// a running sum instead, daemon/trainer/chunk_mixer.h). Thread-safety: one owner.
 class WholeModels {
  public:
   std::vector<Output> Apply(std::vector<Output> outputs);

@@ -222,7 +222,7 @@ void Node::TakeOutput(std::vector<Output>* out) {
 
 void Node::Reject() { stats_.rejected++; }
 
-void Node::SendTo(std::string addr, gossip::Datagram dg) {
+void Node::SendTo(std::string addr, wire::Datagram dg) {
   if (!swim_) {
     Emit(SendDatagram{std::move(addr), std::move(dg), {}, {}});
     return;
@@ -240,7 +240,7 @@ void Node::SendTo(std::string addr, gossip::Datagram dg) {
   }
 }
 
-void Node::OnRelayFrame(const DatagramIn& in, const gossip::RelayFrame& rf, TimeMs now) {
+void Node::OnRelayFrame(const DatagramIn& in, const wire::RelayFrame& rf, TimeMs now) {
   // Frames come straight from their sender or relay: one delivered through a relay is nested.
   if (!swim_ || in.from.empty()) return Reject();
   std::string to;
@@ -251,7 +251,7 @@ void Node::OnRelayFrame(const DatagramIn& in, const gossip::RelayFrame& rf, Time
   } else if (v == ms::RelayVerdict::kForward) {
     // The inner bytes as they came, in a frame of ours: the receiver accepts frames from the
     // relay it registered with.
-    gossip::Datagram dg;
+    wire::Datagram dg;
     dg.sender = config_.name;
     dg.body = rf;
     swim_->NoteSent(to);
@@ -430,12 +430,12 @@ double Node::WithProbes(const sync::BandwidthEstimate& e, const ProbeRates& prob
 // ---- Link-capacity probes ----------------------------------------------------------------------
 // A transfer's rate says little about the link (TCP's window, the receiver's loop, a short
 // transfer hold it back; a burst read after a busy spell inflates it); a probe train measures
-// the path's capacity (gossip/link_probe.h): the smaller of our uplink and the receiver's
+// the path's capacity (wire/link_probe.h): the smaller of our uplink and the receiver's
 // downlink, or less while other traffic shares the link; more only when a backlog in front of
 // the receiver's downlink drains while the train queues behind it and the train leaves at the
 // receiver's rate (a 40 Mbit/s sender once read 160 on the bed). The receiver answers such a
 // train "queued" when its first datagram came much later than that sender's quickest of the
-// last 8 (gossip/link_probe.h), and "contended" when it arrived at about its own downlink rate
+// last 8 (wire/link_probe.h), and "contended" when it arrived at about its own downlink rate
 // while other traffic came in; what slips through is rare, so the estimate is the largest
 // recent figure that a second probe confirms within 25 % (the same squeeze twice is rarer
 // still), and transfers count only until the first probe result. The first
@@ -446,7 +446,7 @@ void Node::SendProbe(TimeMs now) {
   probe_at_ = now + 1000;
   if (leaving_ || (probe_id_ != 0 && now - probe_sent_at_ < kProbeTimeoutMs)) return;
   // Our own parameter transfer would queue in front of the train on our uplink (and make the
-  // receiver see it late: gossip/link_probe.h, queued trains): wait for the round to end, up
+  // receiver see it late: wire/link_probe.h, queued trains): wait for the round to end, up
   // to a second.
   if (round_) {
     if (probe_defer_from_ < 0) probe_defer_from_ = now;
@@ -646,7 +646,7 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
   bool changed = false;
   if (swim_) {
     for (auto& p : swim_->TakePackets()) {
-      gossip::Datagram dg;
+      wire::Datagram dg;
       dg.sender = config_.name;
       dg.body = std::move(p.packet);
       Emit(SendDatagram{std::move(p.to_addr), std::move(dg), std::move(p.via), std::move(p.dest)});
@@ -716,14 +716,14 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
 }
 
 void Node::OnDatagram(DatagramIn& in, TimeMs now) {
-  gossip::Datagram& dg = in.msg;
+  wire::Datagram& dg = in.msg;
   if (auto* pkt = std::get_if<ms::Packet>(&dg.body)) {
     if (!swim_) return Reject();
     swim_->HandlePacket(in.from, *pkt, now);
     progress_dirty_ = true;
-  } else if (auto* rf = std::get_if<gossip::RelayFrame>(&dg.body)) {
+  } else if (auto* rf = std::get_if<wire::RelayFrame>(&dg.body)) {
     OnRelayFrame(in, *rf, now);
-  } else if (auto* q = std::get_if<gossip::ProgressQuery>(&dg.body)) {
+  } else if (auto* q = std::get_if<wire::ProgressQuery>(&dg.body)) {
     if (swim_ && !in.from.empty()) swim_->NoteDirect(dg.sender, in.from, now);
     if (in.from.empty()) {
       // Delivered by our relay: the answer goes to the querier's advertised address (through
@@ -734,9 +734,9 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
       if (m == nullptr) return;
       in.from = m->addr;
     }
-    gossip::Datagram reply;
+    wire::Datagram reply;
     reply.sender = config_.name;
-    reply.body = gossip::ProgressReply{q->seq, progress_.step, training()};
+    reply.body = wire::ProgressReply{q->seq, progress_.step, training()};
     const bool below = training() && q->need > progress_.step;
     const bool watched = below && AddWatcher(dg.sender, in.from, q->seq, q->need);
     // The query carries the querier's step: progress news, but only about a peer the barrier
@@ -749,7 +749,7 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
     // way): at 200 nodes it was a fifth of pbsp's messages.
     if (watched && WatchesPeers()) return Pump(now, 0);
     SendTo(in.from, std::move(reply));
-  } else if (auto* rep = std::get_if<gossip::ProgressReply>(&dg.body)) {
+  } else if (auto* rep = std::get_if<wire::ProgressReply>(&dg.body)) {
     if (swim_ && !in.from.empty()) swim_->NoteDirect(dg.sender, in.from, now);
     if (!barrier_) return;
     const bool changed = rep->training
@@ -762,10 +762,10 @@ void Node::OnDatagram(DatagramIn& in, TimeMs now) {
 }
 
 void Node::OnFrame(FrameIn& in, TimeMs now) {
-  gossip::Frame& f = in.msg;
+  wire::Frame& f = in.msg;
   // Replies on connections this node opened.
   if (auto pull = pulls_.find(in.conn); pull != pulls_.end()) {
-    auto* chunk = std::get_if<gossip::ParamChunk>(&f.body);
+    auto* chunk = std::get_if<wire::ParamChunk>(&f.body);
     // A snapshot as a whole; the consensus model only from the consensus leader we asked.
     const bool consensus_ok = chunk != nullptr && chunk->consensus && config_.consensus &&
                               !consensus_.leader.empty() && f.sender == consensus_.leader;
@@ -783,7 +783,7 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
       return OnStateChunk(in.conn, f, now);
     }
     if (auto pp = pushpulls_.find(in.conn); pp != pushpulls_.end()) {
-      auto* msg = std::get_if<gossip::PushPullMsg>(&f.body);
+      auto* msg = std::get_if<wire::PushPullMsg>(&f.body);
       if (msg == nullptr || !msg->response || pp->second->done) {
         Reject();
         Emit(Close{in.conn, true});
@@ -791,7 +791,7 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
       }
       return OnPushPullReply(in.conn, *msg, now);
     }
-    const auto* ack = std::get_if<gossip::ParamAckMsg>(&f.body);
+    const auto* ack = std::get_if<wire::ParamAckMsg>(&f.body);
     auto t = round_ ? round_->transfers.find(in.conn) : decltype(round_->transfers)::iterator{};
     if (!round_ || t == round_->transfers.end() || ack == nullptr ||
         f.sender != t->second.receiver || ack->round != round_->id) {
@@ -813,22 +813,22 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
     return;
   }
   // Requests on accepted connections.
-  if (auto* pp = std::get_if<gossip::PushPullMsg>(&f.body)) {
+  if (auto* pp = std::get_if<wire::PushPullMsg>(&f.body)) {
     if (pp->response || !swim_ || serving_.count(in.conn) > 0) {
       Reject();
       Emit(Close{in.conn, true});
       return;
     }
-    gossip::Frame reply;
+    wire::Frame reply;
     reply.sender = config_.name;
-    reply.body = gossip::PushPullMsg{true, swim_->HandlePushPullRequest(pp->state, now)};
+    reply.body = wire::PushPullMsg{true, swim_->HandlePushPullRequest(pp->state, now)};
     serving_.insert(in.conn);
     Emit(SendFrame{in.conn, std::move(reply)});
     Emit(Close{in.conn, false});
     Pump(now, 0);
-  } else if (auto* chunk = std::get_if<gossip::ParamChunk>(&f.body)) {
+  } else if (auto* chunk = std::get_if<wire::ParamChunk>(&f.body)) {
     OnParamChunk(in.conn, f.sender, *chunk, now);
-  } else if (std::holds_alternative<gossip::StateRequestMsg>(f.body) &&
+  } else if (std::holds_alternative<wire::StateRequestMsg>(f.body) &&
              serving_.count(in.conn) == 0) {
     serving_.insert(in.conn);
     ServeState(in.conn, f.sender);
@@ -914,9 +914,9 @@ void Node::NotifyWatchers() {
   std::sort(due.begin(), due.end(),
             [](const Watcher& a, const Watcher& b) { return a.name < b.name; });
   for (Watcher& w : due) {
-    gossip::Datagram reply;
+    wire::Datagram reply;
     reply.sender = config_.name;
-    reply.body = gossip::ProgressReply{w.seq, progress_.step, training(), true};
+    reply.body = wire::ProgressReply{w.seq, progress_.step, training(), true};
     SendTo(std::move(w.addr), std::move(reply));
   }
 }
@@ -978,14 +978,14 @@ void Node::SendBarrierQueries(uint64_t step) {
   for (const auto& q : queries) {
     const std::string* addr = PeerAddr(q.to);
     if (addr == nullptr) continue;
-    gossip::Datagram dg;
+    wire::Datagram dg;
     dg.sender = config_.name;
     // `need`: the step this node waits for from the peer; a peer below it answers again when it
     // gets there, so the wait ends without polling (re-queries stay as the fallback).
     const uint64_t bound = barrier_->SampledBound();
     const uint64_t need = step > bound ? step - bound : 0;
     // Our own step is what we completed (a prefetch runs ahead of it, the report never does).
-    dg.body = gossip::ProgressQuery{q.seq, progress_.step, need};
+    dg.body = wire::ProgressQuery{q.seq, progress_.step, need};
     SendTo(*addr, std::move(dg));
   }
 }
@@ -1064,14 +1064,14 @@ void Node::StartPushPull(const ms::OutPushPull& pp, uint64_t join_tag, TimeMs no
   if (join_tag != 0) {
     if (auto j = joins_.find(join_tag); j != joins_.end()) j->second.outstanding++;
   }
-  gossip::Frame f;
+  wire::Frame f;
   f.sender = config_.name;
-  f.body = gossip::PushPullMsg{false, pp.request};
+  f.body = wire::PushPullMsg{false, pp.request};
   Emit(Connect{conn, pp.to_addr});
   Emit(SendFrame{conn, std::move(f)});
 }
 
-void Node::OnPushPullReply(ConnId conn, gossip::PushPullMsg& msg, TimeMs now) {
+void Node::OnPushPullReply(ConnId conn, wire::PushPullMsg& msg, TimeMs now) {
   pushpulls_[conn]->done = true;
   swim_->HandlePushPullResponse(msg.state, now);
   Emit(Close{conn, false});

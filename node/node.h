@@ -9,7 +9,7 @@
 // Tarantool's swim: STYLE.md).
 //
 // The driver (the daemon's libuv agent, or the simulator):
-//   1. feeds inputs with Step(input, now): verified datagrams and frames (gossip/inbound.h has
+//   1. feeds inputs with Step(input, now): verified datagrams and frames (wire/inbound.h has
 //      done the size, authentication, verification and semantic checks), connection closes,
 //      trainer progress and snapshots, plan results and operator commands;
 //   2. calls Tick(now) when now >= NextDeadline();
@@ -40,14 +40,14 @@
 #include <variant>
 #include <vector>
 
-#include "gossip/compress.h"
-#include "gossip/messages.h"
 #include "membership/swim.h"
 #include "sync/bandwidth_estimate.h"
 #include "sync/barrier.h"
 #include "sync/name_index.h"
 #include "sync/name_table.h"
 #include "sync/selection.h"
+#include "wire/compress.h"
+#include "wire/messages.h"
 
 namespace meshtrain::node {
 
@@ -79,13 +79,13 @@ struct NodeConfig {
   bool resumed = false;
   double uplink_limit_mbps = 0;  // caps of the bandwidth estimates (0 = none)
   double downlink_limit_mbps = 0;
-  uint32_t chunk_floats = gossip::kParamChunkFloats;
+  uint32_t chunk_floats = wire::kParamChunkFloats;
   uint32_t expected_params = 0;  // floats of the local model; other sizes are rejected
   // false: an external trainer (issue 16) has not attached yet: the node starts as not training
   // (peers do not wait for it) until TrainerProgress says otherwise.
   bool trainer_attached = true;
-  gossip::CompressSpec compress;  // --compress (gossip/compress.h)
-  uint32_t full_every = 32;       // compressed: a full snapshot after this many changes
+  wire::CompressSpec compress;  // --compress (wire/compress.h)
+  uint32_t full_every = 32;     // compressed: a full snapshot after this many changes
 
   std::vector<std::string> join;  // peers to contact at start
   bool retry_join = false;
@@ -93,7 +93,7 @@ struct NodeConfig {
   int retry_join_max = 0;      // join attempts (the first included) before giving up; 0 = unlimited
   TimeMs leave_max_ms = 3000;  // SPEC §3: wait at most this long for "left" to spread
   TimeMs bandwidth_interval_ms = 2000;  // how often measurements become published estimates
-  // Link-capacity probes (SPEC §7, gossip/link_probe.h): a train to one live peer this often
+  // Link-capacity probes (SPEC §7, wire/link_probe.h): a train to one live peer this often
   // (the first ten 2 s apart); 0 = off. Probed rates are kept kProbeKeepIntervals intervals.
   TimeMs capacity_probe_interval_ms = 0;
   // Probe peers at loopback addresses too (tests of the node core; a loopback path has no link
@@ -123,12 +123,12 @@ struct NodeConfig {
 
 struct DatagramIn {
   std::string from;  // source "ip:port"; empty for a datagram a relay delivered (`via`)
-  gossip::Datagram msg;
+  wire::Datagram msg;
   std::string via{};  // the relay that delivered it (issue 34); empty: it came straight
 };
 struct FrameIn {
   ConnId conn;
-  gossip::Frame msg;
+  wire::Frame msg;
 };
 // A connection ended. `clean`: closed after an orderly exchange (for outgoing connections the
 // node asked to close), otherwise refused, reset, timed out or aborted.
@@ -151,7 +151,7 @@ struct SnapshotIn {
   bool final = false;  // the model as training stopped: offered to every training peer
   // Streaming fragments (issue 32): only floats [span.begin, span.end) go out (params still
   // holds the whole model, for joiners). Empty span: the whole model. Ignored with top-k.
-  gossip::StreamSpan span{};
+  wire::StreamSpan span{};
 };
 // The answer to a ConsensusReduce output: the average it asked for.
 struct ConsensusResult {
@@ -205,7 +205,7 @@ using Input =
 
 struct SendDatagram {
   std::string to;
-  gossip::Datagram msg;
+  wire::Datagram msg;
   // Issue 34: non-empty when `to` is a member behind a relay: send `msg` to `via` (the relay's
   // address) inside a relay frame for member `dest` (Endpoint::SendRelayed).
   std::string via{};
@@ -226,14 +226,14 @@ struct Connect {
 };
 struct SendFrame {
   ConnId conn;
-  gossip::Frame msg;
+  wire::Frame msg;
 };
 struct Close {
   ConnId conn;
   bool abort = false;  // reset instead of an orderly close
 };
 // Stream a full snapshot on `conn` as the chunk frames of one transfer (issue 31): the driver
-// encodes chunk after chunk (gossip::EncodeStreamChunk) as the connection drains, off its event
+// encodes chunk after chunk (wire::EncodeStreamChunk) as the connection drains, off its event
 // loop, from the one shared snapshot, so no encoded copy of the whole model is ever made and all
 // receivers of a round get the same bytes. Frames that follow on `conn` (a Close) go after the
 // last chunk. Endpoint::SendParams's default expands it into SendFrames at once.
@@ -244,10 +244,10 @@ struct SendParams {
   uint64_t round = 0;
   uint64_t step = 0;
   bool final = false;
-  gossip::CompressSpec spec;  // Streamable(): none, fp16 or int8
-  uint32_t chunk_floats = gossip::kParamChunkFloats;
-  bool consensus = false;     // the consensus model (plain floats, ParamChunk::consensus)
-  gossip::StreamSpan span{};  // a fragment of the model only (SnapshotIn::span)
+  wire::CompressSpec spec;  // Streamable(): none, fp16 or int8
+  uint32_t chunk_floats = wire::kParamChunkFloats;
+  bool consensus = false;   // the consensus model (plain floats, ParamChunk::consensus)
+  wire::StreamSpan span{};  // a fragment of the model only (SnapshotIn::span)
 };
 // Send a probe train of `packets` datagrams to the membership address `to`; the report comes
 // back as ProbeResult{id} (or never: the node gives up after a few seconds).
@@ -278,7 +278,7 @@ struct Mix {
 // One chunk of a peer's snapshot, floats [offset, offset + count()) of a model of `total`, to
 // fold into the trainer's running sum as it arrives (issue 31: no whole model per sender is ever
 // assembled). The values are `data`, or, for an int8 chunk the codec checked
-// (gossip::CheckChunk), q[i] * scales[i / gossip::kInt8Block] (gossip::DequantizeInt8Chunk). `step`
+// (wire::CheckChunk), q[i] * scales[i / wire::kInt8Block] (wire::DequantizeInt8Chunk). `step`
 // is the weight step as in Mix (ours when the sender finished). The transfer's ParamsReceived
 // follows its last chunk; a transfer broken off leaves the chunks that came mixed, which is still
 // an average per coordinate. Final models and top-k transfers come whole, as Mix.
@@ -293,7 +293,7 @@ struct MixChunk {
   std::vector<int8_t> q;      // int8: one value a byte, with
   std::vector<float> scales;  // one scale a block
   // Or the values left in the frame they came in (the vectors above then stay empty).
-  gossip::HeldValues held;
+  wire::HeldValues held;
   bool int8() const { return held ? held.q != nullptr : !q.empty(); }
   size_t count() const { return held ? held.n : q.empty() ? data.size() : q.size(); }
   const float* values() const { return held ? held.f : data.data(); }
@@ -332,7 +332,7 @@ struct CommandDone {
 };
 // Join with state: the trainer adopts `params` (fetched from `from`) and continues after `step`
 // (it has not taken a step yet). The Permit for step + 1 follows. Every value is finite: each
-// chunk was checked on arrival (gossip::ExpandChunk), so the driver need not scan it again on
+// chunk was checked on arrival (wire::ExpandChunk), so the driver need not scan it again on
 // its event loop (issue 31).
 struct AdoptState {
   std::string from;
@@ -568,30 +568,29 @@ class Node {
   void EndIncoming(ConnId conn, TimeMs now);
   // Forgets a parameter connection (closing, closed or broken): no transfer reuses it.
   void DropDataConn(ConnId conn);
-  std::vector<gossip::ParamChunk> EncodeFor(const std::string& name,
-                                            const std::vector<float>& params, uint64_t round,
-                                            uint64_t step, Transfer* t);
-  void OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk, TimeMs now);
+  std::vector<wire::ParamChunk> EncodeFor(const std::string& name, const std::vector<float>& params,
+                                          uint64_t round, uint64_t step, Transfer* t);
+  void OnParamChunk(ConnId conn, const std::string& sender, wire::ParamChunk& chunk, TimeMs now);
   uint64_t PlanEpoch() const;
 
   // Push-pull and joins.
   void StartPushPull(const membership::OutPushPull& pp, uint64_t join_tag, TimeMs now);
   void FinishJoinPart(uint64_t tag, bool ok);
-  void OnPushPullReply(ConnId conn, gossip::PushPullMsg& msg, TimeMs now);
+  void OnPushPullReply(ConnId conn, wire::PushPullMsg& msg, TimeMs now);
 
   void UpdateBandwidth(TimeMs now);
   void Reject();  // counts an input the node refused
   // A datagram the node itself addresses (barrier queries and replies): through the member's
   // relay when it has one (issue 34).
-  void SendTo(std::string addr, gossip::Datagram dg);
-  void OnRelayFrame(const DatagramIn& in, const gossip::RelayFrame& rf, TimeMs now);
+  void SendTo(std::string addr, wire::Datagram dg);
+  void OnRelayFrame(const DatagramIn& in, const wire::RelayFrame& rf, TimeMs now);
 
   // Join with state and final-model serving (node_state.cc).
   bool StateReady(TimeMs now);       // false while a fresh node fetches a peer's model
   bool Joining() const;              // see training()
   void PublishTraining(TimeMs now);  // our metadata's `training` follows training()
   void NotifyWatchers();
-  void OnStateChunk(ConnId conn, gossip::Frame& f, TimeMs now);
+  void OnStateChunk(ConnId conn, wire::Frame& f, TimeMs now);
   void OnStateClosed(TimeMs now);
   void ServeState(ConnId conn, const std::string& from);
   void ServeFinal(TimeMs now);
@@ -673,7 +672,7 @@ class Node {
     uint64_t adopt_step = 0;
     TimeMs deadline = 0;  // of the whole attempt (learning the mesh, fetches, retries)
     TimeMs retry_at = 0;
-    gossip::ParamAssembler assembler;
+    wire::ParamAssembler assembler;
   } fetch_;
   static constexpr TimeMs kStateRetryMs = 250;
   // Peers waiting for our step (ProgressQuery.need): answered again when we reach it.
@@ -723,7 +722,7 @@ class Node {
   } plan_view_;
   uint64_t awaiting_hash_ = 0;
   uint64_t awaiting_epoch_ = 0;
-  std::map<std::string, gossip::ParamAssembler> assemblers_;  // final models, top-k transfers
+  std::map<std::string, wire::ParamAssembler> assemblers_;  // final models, top-k transfers
   // Streamed (unkeyed, not final) transfers being received, per sender: which chunks came.
   struct InStream {
     uint64_t round = 0;
@@ -734,7 +733,7 @@ class Node {
   };
   std::map<std::string, InStream> in_streams_;
   // Handles a chunk of a streamed transfer; false when it is malformed.
-  bool OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk, TimeMs now);
+  bool OnStreamChunk(ConnId conn, const std::string& sender, wire::ParamChunk& chunk, TimeMs now);
   // The transfer from `sender` on `conn` is complete: acknowledge it, note the sender's progress.
   void CompleteIncoming(ConnId conn, const std::string& sender, uint64_t round, uint64_t step,
                         TimeMs now);

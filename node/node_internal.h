@@ -57,7 +57,7 @@ struct Node::Round {
 };
 
 // What a peer holds of this node's model (sender side) or of the peer's (receiver side): the
-// reference compressed changes are computed against and added to (gossip/compress.h).
+// reference compressed changes are computed against and added to (wire/compress.h).
 struct Node::Reference {
   uint64_t round = 0;
   uint32_t since_full = 0;  // changes sent on top of the last full snapshot

@@ -164,9 +164,9 @@ void Node::PullFrom(const std::string& name, const std::string& addr) {
   pulls_[conn] = name;
   in_streams_.erase(name);  // a pulled snapshot is always round 1 (SendState)
   Emit(Connect{conn, addr});
-  gossip::Frame f;
+  wire::Frame f;
   f.sender = config_.name;
-  f.body = gossip::StateRequestMsg{progress_.step};
+  f.body = wire::StateRequestMsg{progress_.step};
   Emit(SendFrame{conn, std::move(f)});
 }
 
@@ -294,22 +294,21 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
   // receiver (SendParams); top-k transfers are keyed per receiver (the change since what it
   // acknowledged last), so they are encoded per receiver, whole.
   // The consensus model goes as plain floats: every node ends with the leader's exact bytes.
-  const gossip::CompressSpec spec = consensus ? gossip::CompressSpec{} : config_.compress;
-  const bool streamed = gossip::Streamable(spec);
+  const wire::CompressSpec spec = consensus ? wire::CompressSpec{} : config_.compress;
+  const bool streamed = wire::Streamable(spec);
   const uint32_t chunk_floats =
-      std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats);
+      std::clamp<uint32_t>(config_.chunk_floats, 1, wire::kParamChunkFloats);
   // A fragment (streaming fragments) of a streamed transfer; the whole model otherwise.
-  gossip::StreamSpan span;
+  wire::StreamSpan span;
   if (streamed && !consensus && !snap.final && snap.span.end > snap.span.begin &&
       snap.span.end <= total && (snap.span.begin != 0 || snap.span.end != total)) {
     span = snap.span;
   }
   const uint32_t floats = span.end != 0 ? span.end - span.begin : total;
-  const uint64_t chunks = gossip::StreamChunks(total, chunk_floats, span);
-  const uint64_t stream_bytes =
-      streamed
-          ? gossip::StreamWireBytes(total, spec, chunk_floats, span) + chunks * kFrameOverheadBytes
-          : 0;
+  const uint64_t chunks = wire::StreamChunks(total, chunk_floats, span);
+  const uint64_t stream_bytes = streamed ? wire::StreamWireBytes(total, spec, chunk_floats, span) +
+                                               chunks * kFrameOverheadBytes
+                                         : 0;
   round_ = std::make_unique<Round>();
   round_->id = id;
   round_->started = now;
@@ -332,8 +331,8 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
       for (auto& c : EncodeFor(name, params, id, snap.step, &t)) {
         c.final = snap.final;
         c.keyed = true;
-        t.wire_bytes += gossip::ChunkWireBytes(c) + kFrameOverheadBytes;
-        gossip::Frame f;
+        t.wire_bytes += wire::ChunkWireBytes(c) + kFrameOverheadBytes;
+        wire::Frame f;
         f.sender = config_.name;
         f.body = std::move(c);
         Emit(SendFrame{conn, std::move(f)});
@@ -356,21 +355,21 @@ void Node::ReleaseSnapshot() {
 // A compressed transfer to `name`: the change since the reference it acknowledged last, or a full
 // snapshot when it has none (new receiver, lost state) or after full_every changes (so that any
 // drift between the two copies stays bounded). Top-k sends its full snapshots as int8.
-std::vector<gossip::ParamChunk> Node::EncodeFor(const std::string& name,
-                                                const std::vector<float>& params, uint64_t round,
-                                                uint64_t step, Transfer* t) {
+std::vector<wire::ParamChunk> Node::EncodeFor(const std::string& name,
+                                              const std::vector<float>& params, uint64_t round,
+                                              uint64_t step, Transfer* t) {
   auto ref = tx_refs_.find(name);
   const bool full = ref == tx_refs_.end() || ref->second.since_full >= config_.full_every ||
                     ref->second.values->size() != params.size();
-  gossip::CompressSpec spec = config_.compress;
-  if (full && spec.kind == gossip::Encoding::kTopK) spec.kind = gossip::Encoding::kInt8;
+  wire::CompressSpec spec = config_.compress;
+  if (full && spec.kind == wire::Encoding::kTopK) spec.kind = wire::Encoding::kInt8;
   std::vector<float> values = params;
   if (!full) {
     const std::vector<float>& base = *ref->second.values;
     for (size_t i = 0; i < values.size(); ++i) values[i] -= base[i];
   }
-  auto enc = gossip::EncodeTransfer(values, spec, round, step, full ? 0 : ref->second.round,
-                                    config_.chunk_floats);
+  auto enc = wire::EncodeTransfer(values, spec, round, step, full ? 0 : ref->second.round,
+                                  config_.chunk_floats);
   if (!full) {
     const std::vector<float>& base = *ref->second.values;
     for (size_t i = 0; i < enc.decoded.size(); ++i) enc.decoded[i] += base[i];
@@ -463,12 +462,12 @@ void Node::DropDataConn(ConnId conn) {
   data_conn_peers_.erase(it);
 }
 
-void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& chunk,
+void Node::OnParamChunk(ConnId conn, const std::string& sender, wire::ParamChunk& chunk,
                         TimeMs now) {
   const bool size_ok = config_.expected_params == 0 || chunk.total == config_.expected_params;
   // The codec checks chunks (and expands all but int8 ones); a simulated network hands them over
   // as built, so check here too (at once when the codec did).
-  if (!config_.training || !size_ok || !PeerLive(sender) || !gossip::CheckChunk(&chunk)) {
+  if (!config_.training || !size_ok || !PeerLive(sender) || !wire::CheckChunk(&chunk)) {
     // Parameters only from live members of this mesh, for a model of our size.
     Reject();
     Emit(Close{conn, true});
@@ -492,7 +491,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
     return;
   }
   const uint64_t chunk_round = chunk.round;
-  if (!gossip::ExpandChunk(&chunk)) {  // an assembled model is floats (int8 came compact)
+  if (!wire::ExpandChunk(&chunk)) {  // an assembled model is floats (int8 came compact)
     Reject();
     Emit(Close{conn, true});
     return;
@@ -507,9 +506,9 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
       stats_.params_need_full++;
       rx_refs_.erase(sender);
       EndIncoming(conn, now);
-      gossip::Frame ack;  // the sender's round for this receiver ends with this
+      wire::Frame ack;  // the sender's round for this receiver ends with this
       ack.sender = config_.name;
-      ack.body = gossip::ParamAckMsg{chunk_round, progress_.step, true};
+      ack.body = wire::ParamAckMsg{chunk_round, progress_.step, true};
       Emit(SendFrame{conn, std::move(ack)});
       return;
     }
@@ -540,13 +539,12 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, gossip::ParamChu
 // every chunk has come. As ParamAssembler: a newer round discards an unfinished older one, chunk
 // 0 of an older round starts a new transfer (the sender restarted), other chunks of older
 // rounds, duplicates and chunks whose geometry disagrees with their round's first are ignored.
-bool Node::OnStreamChunk(ConnId conn, const std::string& sender, gossip::ParamChunk& c,
-                         TimeMs now) {
+bool Node::OnStreamChunk(ConnId conn, const std::string& sender, wire::ParamChunk& c, TimeMs now) {
   // The codec checked 0 < chunks <= total and the slice; a chunk count beyond what the largest
   // chunks need for `total` would only make the bitmap below large.
   // A fragment's chunks cover part of the model (streaming fragments): mixed per coordinate.
   if (uint64_t{c.chunks} > uint64_t{c.total} ||
-      (!c.fragment && uint64_t{c.chunks} * gossip::kParamChunkFloats < c.total) ||
+      (!c.fragment && uint64_t{c.chunks} * wire::kParamChunkFloats < c.total) ||
       c.chunks > (1u << 24)) {
     return false;
   }
@@ -593,9 +591,9 @@ void Node::CompleteIncoming(ConnId conn, const std::string& sender, uint64_t rou
     if (barrier_->OnProgress(sender, step, now)) OnBarrierNews(now);
     return;
   }
-  gossip::Frame ack;  // the sender's round for this receiver ends with this
+  wire::Frame ack;  // the sender's round for this receiver ends with this
   ack.sender = config_.name;
-  ack.body = gossip::ParamAckMsg{round, progress_.step};
+  ack.body = wire::ParamAckMsg{round, progress_.step};
   Emit(SendFrame{conn, std::move(ack)});
   Emit(ParamsReceived{sender, step});
   if (barrier_->OnProgress(sender, step, now)) OnBarrierNews(now);

@@ -109,9 +109,9 @@ bool Node::StateReady(TimeMs now) {
                             std::to_string(best_step) + "), continuing after step " +
                             std::to_string(fetch_.adopt_step)});
     Emit(Connect{fetch_.conn, best_addr});
-    gossip::Frame f;
+    wire::Frame f;
     f.sender = config_.name;
-    f.body = gossip::StateRequestMsg{progress_.step};
+    f.body = wire::StateRequestMsg{progress_.step};
     Emit(SendFrame{fetch_.conn, std::move(f)});
   }
   if (now >= fetch_.deadline) {
@@ -125,9 +125,9 @@ bool Node::StateReady(TimeMs now) {
   return false;
 }
 
-void Node::OnStateChunk(ConnId conn, gossip::Frame& f, TimeMs now) {
-  auto* chunk = std::get_if<gossip::ParamChunk>(&f.body);
-  const bool ok = chunk != nullptr && f.sender == fetch_.from && gossip::ExpandChunk(chunk) &&
+void Node::OnStateChunk(ConnId conn, wire::Frame& f, TimeMs now) {
+  auto* chunk = std::get_if<wire::ParamChunk>(&f.body);
+  const bool ok = chunk != nullptr && f.sender == fetch_.from && wire::ExpandChunk(chunk) &&
                   chunk->base == 0 &&
                   (config_.expected_params == 0 || chunk->total == config_.expected_params);
   if (!ok) {
@@ -187,8 +187,8 @@ void Node::ServeState(ConnId conn, const std::string& from) {
   if (config_.consensus && final_ && cs.leader == config_.name &&
       (std::binary_search(cs.participants.begin(), cs.participants.end(), from) || spectator())) {
     if (cs.result && cs.result_from == config_.name) {
-      Emit(SendParams{conn, config_.name, cs.result, 1, latest_step_, false, gossip::CompressSpec{},
-                      std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats),
+      Emit(SendParams{conn, config_.name, cs.result, 1, latest_step_, false, wire::CompressSpec{},
+                      std::clamp<uint32_t>(config_.chunk_floats, 1, wire::kParamChunkFloats),
                       true});
       stats_.consensus_pulls_served++;
     }
@@ -205,8 +205,8 @@ void Node::ServeState(ConnId conn, const std::string& from) {
 }
 
 void Node::SendState(ConnId conn) {
-  Emit(SendParams{conn, config_.name, latest_, 1, latest_step_, false, gossip::CompressSpec{},
-                  std::clamp<uint32_t>(config_.chunk_floats, 1, gossip::kParamChunkFloats)});
+  Emit(SendParams{conn, config_.name, latest_, 1, latest_step_, false, wire::CompressSpec{},
+                  std::clamp<uint32_t>(config_.chunk_floats, 1, wire::kParamChunkFloats)});
   Emit(Close{conn, false});
 }
 

@@ -6,7 +6,7 @@
 #      while the sanitizer build (clang, ASan + UBSan, with the libFuzzer targets) compiles beside
 #      them at low priority: the multi-process tests mostly wait on agents, the compiler fills
 #      the cores;
-#   3. a short bounded run of every libFuzzer target (bench/fuzz) from the sanitizer build;
+#   3. a short bounded run of every libFuzzer target (tests/fuzz) from the sanitizer build;
 #   4. the network-namespace tests (netbed) of the release build, with the unit, simulation and
 #      transport tests under ASan + UBSan beside them at low priority (the netbed links are
 #      emulated in user space and want the CPU first), then netbed/test_capacity alone;
@@ -106,7 +106,7 @@ if [ "$asan" = 1 ]; then
   stage "fuzz targets, short run"
   rm -rf build-asan/seeds
   build-asan/make_corpus build-asan/seeds >/dev/null
-  bash bench/fuzz/run.sh --no-build --build build-asan --runs 20000 --parallel 2 || rc=1
+  bash tests/fuzz/run.sh --no-build --build build-asan --runs 20000 --parallel 2 || rc=1
 
   stage "netbed tests (release build), ASan + UBSan unit tests beside them at low priority"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1

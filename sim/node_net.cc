@@ -21,13 +21,13 @@ struct Later {
   }
 };
 
-size_t DatagramBytes(const gossip::Datagram& d) {
+size_t DatagramBytes(const wire::Datagram& d) {
   if (const auto* p = std::get_if<membership::Packet>(&d.body)) {
-    size_t bytes = membership::EstimatePacketOverhead(*p) + gossip::kEnvelopeOverhead;
+    size_t bytes = membership::EstimatePacketOverhead(*p) + wire::kEnvelopeOverhead;
     for (const membership::Update& u : p->updates) bytes += membership::EstimateSize(u);
     return bytes;
   }
-  return std::holds_alternative<gossip::ProgressQuery>(d.body) ? kQueryBytes : kReplyBytes;
+  return std::holds_alternative<wire::ProgressQuery>(d.body) ? kQueryBytes : kReplyBytes;
 }
 
 // Only frames and closes depend on a connection; every other input is admitted.
@@ -129,15 +129,15 @@ TimeMs NodeNet::Latency() {
       std::llround(model_.latency_ms + rng_.Uniform() * std::max(0.0, model_.jitter_ms)));
 }
 
-size_t NodeNet::FrameBytes(const gossip::Frame& f) const {
-  if (const auto* c = std::get_if<gossip::ParamChunk>(&f.body)) {
+size_t NodeNet::FrameBytes(const wire::Frame& f) const {
+  if (const auto* c = std::get_if<wire::ParamChunk>(&f.body)) {
     // The transfer costs param_bytes in all; each chunk its share.
     if (c->total == 0) return kFrameHeaderBytes;
-    return std::max<size_t>(kFrameHeaderBytes, param_bytes_ * gossip::ChunkWireBytes(*c) /
+    return std::max<size_t>(kFrameHeaderBytes, param_bytes_ * wire::ChunkWireBytes(*c) /
                                                    (sizeof(float) * static_cast<size_t>(c->total)));
   }
-  if (std::holds_alternative<gossip::ParamAckMsg>(f.body)) return kAckBytes;
-  if (const auto* pp = std::get_if<gossip::PushPullMsg>(&f.body)) {
+  if (std::holds_alternative<wire::ParamAckMsg>(f.body)) return kAckBytes;
+  if (const auto* pp = std::get_if<wire::PushPullMsg>(&f.body)) {
     return kFrameHeaderBytes + kMemberStateBytes * pp->state.members.size();
   }
   return kFrameHeaderBytes;
@@ -209,7 +209,7 @@ void NodeNet::Send(uint32_t from, node::SendFrame&& f, TimeMs now) {
   const size_t bytes = FrameBytes(f.msg);
   traffic_[from].messages++;
   traffic_[from].bytes += bytes;
-  if (std::holds_alternative<gossip::ParamChunk>(f.msg.body)) ++param_frames_;
+  if (std::holds_alternative<wire::ParamChunk>(f.msg.body)) ++param_frames_;
   if (!up(to)) return;  // its timeout ends the connection (Crash)
   // Queues on the sender's uplink and the receiver's downlink (MB/s -> bytes per ms).
   const double tx_ms = static_cast<double>(bytes) / std::max(1e-9, model_.bandwidth_mbps * 1000.0);

@@ -174,7 +174,7 @@ class NodeNet {
   void MaybeErase(node::ConnId acceptor_id);
   TimeMs Latency();
   bool Lost() { return model_.loss > 0 && rng_.Uniform() < model_.loss; }
-  size_t FrameBytes(const gossip::Frame& f) const;
+  size_t FrameBytes(const wire::Frame& f) const;
 
   NetModel model_;
   size_t param_bytes_;

@@ -11,7 +11,7 @@
 namespace meshtrain::daemon {
 namespace {
 
-using gossip::NetAddr;
+using wire::NetAddr;
 
 NetAddr Addr(const std::string& s) { return *NetAddr::Parse(s); }
 

@@ -1,13 +1,13 @@
 // daemon::ChunkMixer (issue 31): chunks whose values stay in the frame they came in
-// (gossip::HeldValues) fold exactly as chunks in vectors, and the frame is let go once folded.
-#include "daemon/chunk_mixer.h"
+// (wire::HeldValues) fold exactly as chunks in vectors, and the frame is let go once folded.
+#include "daemon/trainer/chunk_mixer.h"
 
 #include <catch2/catch.hpp>
 #include <memory>
 #include <random>
 #include <vector>
 
-#include "gossip/compress.h"
+#include "wire/compress.h"
 
 namespace meshtrain::daemon {
 namespace {
@@ -27,7 +27,7 @@ TEST_CASE("chunk mixer: values held in their frame fold as values in vectors", "
   const auto own = MixerRandom(total, 1);
   const auto peer = MixerRandom(total, 2);
   const auto t =
-      gossip::EncodeTransfer(MixerRandom(total, 3), *gossip::ParseCompress("int8"), 1, 1, 0, half);
+      wire::EncodeTransfer(MixerRandom(total, 3), *wire::ParseCompress("int8"), 1, 1, 0, half);
   REQUIRE(t.chunks.size() == 2);
 
   ChunkMixer by_vector, held;
@@ -41,15 +41,15 @@ TEST_CASE("chunk mixer: values held in their frame fold as values in vectors", "
 
     auto floats =
         std::make_shared<std::vector<float>>(peer.begin() + off, peer.begin() + off + half);
-    gossip::HeldValues hf{floats, floats->data(), nullptr, nullptr, half, 0};
+    wire::HeldValues hf{floats, floats->data(), nullptr, nullptr, half, 0};
     auto bytes =
         std::make_shared<std::pair<std::vector<int8_t>, std::vector<float>>>(c.q, c.scales);
-    gossip::HeldValues hq{bytes,
-                          nullptr,
-                          bytes->first.data(),
-                          bytes->second.data(),
-                          half,
-                          static_cast<uint32_t>(c.scales.size())};
+    wire::HeldValues hq{bytes,
+                        nullptr,
+                        bytes->first.data(),
+                        bytes->second.data(),
+                        half,
+                        static_cast<uint32_t>(c.scales.size())};
     frames.push_back(floats);
     frames.push_back(bytes);
     floats.reset();
@@ -69,13 +69,13 @@ TEST_CASE("chunk mixer: values held in their frame fold as values in vectors", "
 
   // Inconsistent geometry is refused (the codec checked it; defence in depth).
   auto keep = std::make_shared<int>(0);
-  CHECK_FALSE(held.PushHeld("c", total, 0, gossip::HeldValues{}, 1.0));
+  CHECK_FALSE(held.PushHeld("c", total, 0, wire::HeldValues{}, 1.0));
   CHECK_FALSE(
-      held.PushHeld("c", total, 0, gossip::HeldValues{keep, nullptr, nullptr, nullptr, 4, 0}, 1.0));
+      held.PushHeld("c", total, 0, wire::HeldValues{keep, nullptr, nullptr, nullptr, 4, 0}, 1.0));
   std::vector<int8_t> q(300, 1);
   std::vector<float> s(1, 1.0f);  // 300 values need 2 blocks of scales
   CHECK_FALSE(held.PushHeld("c", total, 0,
-                            gossip::HeldValues{keep, nullptr, q.data(), s.data(), 300, 1}, 1.0));
+                            wire::HeldValues{keep, nullptr, q.data(), s.data(), 300, 1}, 1.0));
 }
 
 }  // namespace meshtrain::daemon

@@ -8,8 +8,8 @@
 
 #include "daemon/config.h"
 #include "daemon/config_file.h"
-#include "daemon/rpc.h"
-#include "gossip/messages.h"
+#include "daemon/ops/rpc.h"
+#include "wire/messages.h"
 
 using namespace meshtrain::daemon;
 
@@ -162,7 +162,7 @@ TEST_CASE("UTF-8 at the edge: RPC, options, config files", "[config][rpc]") {
   std::string cmd;
   for (int i = 0; i < 40; ++i) cmd += "\xc3\xa9";
   CHECK_FALSE(parse("{\"cmd\":\"" + cmd + "\"}"));
-  CHECK(meshtrain::gossip::ValidUtf8(error));
+  CHECK(meshtrain::wire::ValidUtf8(error));
 
   meshtrain::daemon::AgentConfig c;
   c.cluster = "\xff";
@@ -171,7 +171,7 @@ TEST_CASE("UTF-8 at the edge: RPC, options, config files", "[config][rpc]") {
   j.join = {"127.0.0.1:\xff"};
   const std::string e = j.Finalize().message();
   CHECK(e.find("--join") != std::string::npos);
-  CHECK(meshtrain::gossip::ValidUtf8(e));
+  CHECK(meshtrain::wire::ValidUtf8(e));
 
   std::vector<std::string> args;
   CHECK_FALSE(meshtrain::daemon::ConfigTextArgs("name = \"n\xff\"\n", "f.toml", &args, &error));

@@ -3,7 +3,7 @@
 #include <optional>
 #include <string>
 
-#include "daemon/trainer.h"
+#include "daemon/trainer/trainer.h"
 
 using meshtrain::daemon::FinalModels;
 

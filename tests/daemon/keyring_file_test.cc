@@ -19,8 +19,8 @@ std::string TempDir() {
   return tmpl;
 }
 
-gossip::Key KeyOf(uint8_t b) {
-  gossip::Key k{};
+wire::Key KeyOf(uint8_t b) {
+  wire::Key k{};
   k.fill(b);
   return k;
 }
@@ -32,7 +32,7 @@ TEST_CASE("keyring file: round trip keeps the primary first, mode 0600", "[keyri
   const std::string path = KeyringPath(dir);
   CHECK(KeyringPath("").empty());
   CHECK(LoadKeyring(path).status().IsNotFound());
-  gossip::Keyring ring(KeyOf(1));
+  wire::Keyring ring(KeyOf(1));
   ring.Install(KeyOf(2));
   ring.Install(KeyOf(3));
   REQUIRE(ring.Use(KeyOf(3)));
@@ -51,7 +51,7 @@ TEST_CASE("keyring file: round trip keeps the primary first, mode 0600", "[keyri
 TEST_CASE("keyring file: corrupt contents are refused with one line", "[keyring]") {
   const std::string dir = TempDir();
   const std::string path = KeyringPath(dir);
-  const std::string good = gossip::KeyToBase64(KeyOf(7));
+  const std::string good = wire::KeyToBase64(KeyOf(7));
   for (const std::string& text :
        {std::string(""), std::string("\n\n"), std::string("not-base64\n"), good + "\nAAAA\n",
         good + "\n" + std::string(20000, 'A'), std::string("\xff\xfe\n", 3)}) {

@@ -1,4 +1,4 @@
-#include "daemon/log_format.h"
+#include "daemon/ops/log_format.h"
 
 #include <spdlog/sinks/ostream_sink.h>
 

@@ -11,19 +11,20 @@
 #include <variant>
 #include <vector>
 
-#include "gossip/codec.h"
-#include "gossip/transport.h"
+#include "transport/transport.h"
+#include "wire/codec.h"
 
 using meshtrain::daemon::NetEndpoint;
-namespace gossip = meshtrain::gossip;
 namespace node = meshtrain::node;
+namespace wire = meshtrain::wire;
+namespace transport = meshtrain::transport;
 
 TEST_CASE("a connect that fails at once is reported as a later ConnClosed", "[daemon][endpoint]") {
   uv_loop_t loop;
   uv_loop_init(&loop);
-  gossip::Codec codec("default", nullptr);
-  gossip::UdpEndpoint udp(&loop);
-  gossip::TcpHub tcp(&loop, gossip::TcpOptions{});
+  wire::Codec codec("default", nullptr);
+  transport::UdpEndpoint udp(&loop);
+  transport::TcpHub tcp(&loop, transport::TcpOptions{});
   std::vector<node::Input> fed;
   bool inside = false;  // true while the endpoint call is running
   int fed_inside = 0;
@@ -33,14 +34,14 @@ TEST_CASE("a connect that fails at once is reported as a later ConnClosed", "[da
         if (inside) fed_inside++;
         fed.push_back(std::move(in));
       },
-      [](node::ConnId, const gossip::Bytes&) {});
+      [](node::ConnId, const transport::Bytes&) {});
 
   const node::ConnId id = node::kFirstOutgoingConn + 1;
   // clang's UBSan checks the dynamic type of every object whose members are called below; a type
   // it has not seen yet is checked by probing memory through a pipe, which fails without a file
   // descriptor and reads as an "invalid vptr". Calls without effect (nothing is connected yet)
   // let it see the endpoint and the hub first.
-  ep.SendFrame(id, gossip::Frame{"self", gossip::ParamAckMsg{1, 1}, 0});
+  ep.SendFrame(id, wire::Frame{"self", wire::ParamAckMsg{1, 1}, 0});
   REQUIRE(tcp.num_connections() == 0);
   REQUIRE(fed.empty());
 
@@ -53,7 +54,7 @@ TEST_CASE("a connect that fails at once is reported as a later ConnClosed", "[da
   inside = true;
   ep.Connect(id, "127.0.0.1:9");
   // Frames and closes on the failed connection are dropped, not sent somewhere else.
-  ep.SendFrame(id, gossip::Frame{"self", gossip::ParamAckMsg{1, 1}, 0});
+  ep.SendFrame(id, wire::Frame{"self", wire::ParamAckMsg{1, 1}, 0});
   ep.Close(id, false);
   inside = false;
   REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0);
@@ -74,5 +75,5 @@ TEST_CASE("a connect that fails at once is reported as a later ConnClosed", "[da
   CHECK(fed.size() == 2);
   udp.Close();
   tcp.CloseAll();
-  CHECK(gossip::DrainAndCloseLoop(&loop) == 0);
+  CHECK(transport::DrainAndCloseLoop(&loop) == 0);
 }

@@ -1,6 +1,6 @@
 // GET /metrics rendering (issue 19): exposition syntax, escaping, histogram buckets, and that
 // every family the issue lists is there with its type.
-#include "daemon/prometheus.h"
+#include "daemon/ops/prometheus.h"
 
 #include <catch2/catch.hpp>
 #include <map>

@@ -1,4 +1,4 @@
-#include "daemon/trainer_protocol.h"
+#include "daemon/trainer/trainer_protocol.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -5,12 +5,14 @@
 #include <cmath>
 #include <string>
 
-#include "membership/broadcast_queue.h"
+#include "gossip/broadcast_queue.h"
 #include "membership/swim.h"
 #include "membership/types.h"
 
 namespace meshtrain::membership {
 namespace {
+
+using gossip::BroadcastQueue;
 
 TEST_CASE("suspicion min timeout follows SuspicionMult x max(1, log10 n) x interval",
           "[membership][lifeguard]") {

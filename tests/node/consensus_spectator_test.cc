@@ -54,7 +54,7 @@ struct Hand : testing::HandDriver {
   }
   // A model chunk from `sender` on connection `conn` (final or consensus as asked).
   void Chunk(ConnId conn, const char* sender, float value, bool final_model, bool consensus) {
-    gossip::ParamChunk c;
+    wire::ParamChunk c;
     c.round = 1;
     c.step = 10;
     c.chunks = 1;
@@ -63,7 +63,7 @@ struct Hand : testing::HandDriver {
     c.data.assign(8, value);
     c.final = final_model;
     c.consensus = consensus;
-    gossip::Frame f;
+    wire::Frame f;
     f.sender = sender;
     f.body = std::move(c);
     n->Step(FrameIn{conn, std::move(f)}, now);

@@ -43,7 +43,7 @@ struct HandDriver {
 
   // A membership packet from `from` (its sender is p.from).
   void Datagram(const std::string& from, const membership::Packet& p) {
-    gossip::Datagram dg;
+    wire::Datagram dg;
     dg.sender = p.from;
     dg.body = p;
     n->Step(DatagramIn{from, std::move(dg)}, now);
@@ -57,9 +57,9 @@ struct HandDriver {
   std::optional<SendParams> StateRequest(ConnId conn, const std::string& from, uint64_t step,
                                          bool* closed) {
     out.clear();
-    gossip::Frame f;
+    wire::Frame f;
     f.sender = from;
-    f.body = gossip::StateRequestMsg{step};
+    f.body = wire::StateRequestMsg{step};
     n->Step(FrameIn{conn, std::move(f)}, now);
     Drain();
     std::optional<SendParams> sent;

@@ -201,7 +201,7 @@ void Mesh::MaybeCompute(size_t i) {
   });
 }
 
-void Mesh::NetDatagram(size_t i, const std::string& to, const gossip::Datagram& msg) {
+void Mesh::NetDatagram(size_t i, const std::string& to, const wire::Datagram& msg) {
   datagrams_++;
   const size_t j = ByAddr(to);
   if (j == peers_.size()) return;
@@ -240,7 +240,7 @@ void Mesh::NetConnect(size_t i, node::ConnId conn, const std::string& to) {
   }
 }
 
-void Mesh::NetFrame(size_t i, node::ConnId conn, const gossip::Frame& msg) {
+void Mesh::NetFrame(size_t i, node::ConnId conn, const wire::Frame& msg) {
   auto it = conn_of_.find({i, conn});
   if (it == conn_of_.end()) return;
   Conn& cn = conns_[it->second];
@@ -249,7 +249,7 @@ void Mesh::NetFrame(size_t i, node::ConnId conn, const gossip::Frame& msg) {
   const size_t to = forward ? cn.b : cn.a;
   const node::ConnId to_id = forward ? cn.id_b : cn.id_a;
   size_t bytes = 64;
-  if (auto* ch = std::get_if<gossip::ParamChunk>(&msg.body)) bytes += gossip::ChunkWireBytes(*ch);
+  if (auto* ch = std::get_if<wire::ParamChunk>(&msg.body)) bytes += wire::ChunkWireBytes(*ch);
   int64_t& last = forward ? cn.last_a_to_b : cn.last_b_to_a;
   const auto transfer = static_cast<int64_t>(bytes / (opt_.bandwidth_mbps * 1e3));
   last = std::max(last, now_ + Latency()) + transfer;

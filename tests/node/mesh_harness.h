@@ -39,11 +39,11 @@ struct MeshOptions {
   double straggler_factor = 1;     // node 0 is this many times slower
   double latency_ms = 1;
   double jitter_ms = 1;
-  double loss = 0;                // datagram loss rate
-  double bandwidth_mbps = 50;     // per connection, MB/s (frame transfer time)
-  uint64_t max_steps = 0;         // the trainer stops (training=false) at this step; 0 = never
-  gossip::CompressSpec compress;  // --compress of every node
-  int64_t late_join_ms = 0;       // > 0: the last node starts (fresh) at this time, joining node 0
+  double loss = 0;              // datagram loss rate
+  double bandwidth_mbps = 50;   // per connection, MB/s (frame transfer time)
+  uint64_t max_steps = 0;       // the trainer stops (training=false) at this step; 0 = never
+  wire::CompressSpec compress;  // --compress of every node
+  int64_t late_join_ms = 0;     // > 0: the last node starts (fresh) at this time, joining node 0
   bool join_state = true;
   bool overlap_barrier = true;  // OSP prefetch of the next step's queries
   // The driver's hop: a Permit reaches the trainer this much later (the daemon's loop thread,
@@ -51,7 +51,7 @@ struct MeshOptions {
   int64_t permit_delay_ms = 0;
   bool lookahead = true;    // BarrierConfig::lookahead
   uint64_t sync_every = 1;  // a snapshot goes out every this many steps (--sync-every)
-  uint32_t chunk_floats = gossip::kParamChunkFloats;
+  uint32_t chunk_floats = wire::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
   int64_t push_pull_ms = 2000;  // SWIM push-pull interval (the agents' local profile: 15000)
@@ -145,13 +145,13 @@ class Mesh {
   class NodeEndpoint : public node::Endpoint {
    public:
     NodeEndpoint(Mesh* mesh, size_t i) : mesh_(mesh), i_(i) {}
-    void SendDatagram(const std::string& to, const gossip::Datagram& msg) override {
+    void SendDatagram(const std::string& to, const wire::Datagram& msg) override {
       mesh_->NetDatagram(i_, to, msg);
     }
     void Connect(node::ConnId conn, const std::string& to) override {
       mesh_->NetConnect(i_, conn, to);
     }
-    void SendFrame(node::ConnId conn, const gossip::Frame& msg) override {
+    void SendFrame(node::ConnId conn, const wire::Frame& msg) override {
       mesh_->NetFrame(i_, conn, msg);
     }
     void Close(node::ConnId conn, bool abort) override { mesh_->NetClose(i_, conn, abort); }
@@ -161,9 +161,9 @@ class Mesh {
     Mesh* mesh_;
     size_t i_;
   };
-  void NetDatagram(size_t i, const std::string& to, const gossip::Datagram& msg);
+  void NetDatagram(size_t i, const std::string& to, const wire::Datagram& msg);
   void NetConnect(size_t i, node::ConnId conn, const std::string& to);
-  void NetFrame(size_t i, node::ConnId conn, const gossip::Frame& msg);
+  void NetFrame(size_t i, node::ConnId conn, const wire::Frame& msg);
   void NetClose(size_t i, node::ConnId conn, bool abort);
   void NetProbe(size_t i, const node::ProbeLink& probe);
 

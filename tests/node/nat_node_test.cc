@@ -162,7 +162,7 @@ TEST_CASE("nat node: the consensus leader is not behind NAT; those behind NAT pu
   // The three final models come in (c2 and r3 connect out to us; p1 as anyone).
   ConnId conn = 10;
   for (const char* name : {"c2", "p1", "r3"}) {
-    gossip::ParamChunk c;
+    wire::ParamChunk c;
     c.round = 1;
     c.step = 10;
     c.chunks = 1;
@@ -170,7 +170,7 @@ TEST_CASE("nat node: the consensus leader is not behind NAT; those behind NAT pu
     c.count = 8;
     c.data.assign(8, 3.0f);
     c.final = true;
-    gossip::Frame f;
+    wire::Frame f;
     f.sender = name;
     f.body = std::move(c);
     h.n->Step(FrameIn{conn++, std::move(f)}, h.now);

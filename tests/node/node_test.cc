@@ -198,7 +198,7 @@ TEST_CASE("the SSP check of these tests can fail: asp runs ahead of a straggler"
 
 TEST_CASE("compressed exchange trains as well and sends fewer bytes", "[node][compress]") {
   // The synthetic model has 9 parameters, so a chunk's fixed frame overhead dominates the byte
-  // figures here; the encoders' ratios are checked in tests/gossip/compress_test.cc, the real
+  // figures here; the encoders' ratios are checked in tests/wire/compress_test.cc, the real
   // ones on fmnist-mlp by bench/compression.py. This checks the node's keyed transfers: every
   // node trains as well as uncompressed, references never disagree, fewer bytes go out.
   for (const char* spec : {"fp16", "int8", "topk:0.2"}) {
@@ -206,7 +206,7 @@ TEST_CASE("compressed exchange trains as well and sends fewer bytes", "[node][co
     o.nodes = 4;
     o.seed = 33;
     o.chunk_floats = 4;  // several chunks per transfer
-    o.compress = *meshtrain::gossip::ParseCompress(spec);
+    o.compress = *meshtrain::wire::ParseCompress(spec);
     Mesh mesh(o);
     mesh.Start();
     mesh.RunUntil(12000);

@@ -23,7 +23,7 @@ Counts Feed(Node& node, uint64_t round, uint32_t chunks, const std::vector<uint3
   Counts c;
   const uint32_t per = kTotal / chunks;
   for (uint32_t k : order) {
-    gossip::ParamChunk chunk;
+    wire::ParamChunk chunk;
     chunk.round = round;
     chunk.step = 3;
     chunk.chunk = k;
@@ -31,14 +31,14 @@ Counts Feed(Node& node, uint64_t round, uint32_t chunks, const std::vector<uint3
     chunk.total = kTotal;
     chunk.offset = k * per;
     chunk.data.assign(k + 1 == chunks ? kTotal - k * per : per, 1.0f);
-    gossip::Frame f;
+    wire::Frame f;
     f.sender = "b";
     f.body = std::move(chunk);
     node.Step(FrameIn{7, std::move(f)}, 10);
     for (Output& o : node.TakeOutput()) {
       if (std::holds_alternative<MixChunk>(o)) ++c.mixed;
       if (auto* sf = std::get_if<SendFrame>(&o)) {
-        if (std::holds_alternative<gossip::ParamAckMsg>(sf->msg.body)) ++c.acks;
+        if (std::holds_alternative<wire::ParamAckMsg>(sf->msg.body)) ++c.acks;
       }
     }
   }

@@ -25,7 +25,7 @@ Replies Count(Node& n) {
   for (const Output& o : n.TakeOutput()) {
     const auto* sd = std::get_if<SendDatagram>(&o);
     if (sd == nullptr) continue;
-    if (const auto* rep = std::get_if<gossip::ProgressReply>(&sd->msg.body)) {
+    if (const auto* rep = std::get_if<wire::ProgressReply>(&sd->msg.body)) {
       (rep->watched ? r.watched : r.at_once)++;
     }
   }
@@ -58,9 +58,9 @@ std::pair<Replies, Replies> Ask(sync::Policy policy, size_t view, size_t askers)
   }
   n.TakeOutput();
   for (size_t i = 0; i < askers; ++i) {
-    gossip::Datagram dg;
+    wire::Datagram dg;
     dg.sender = "p" + std::to_string(i);
-    dg.body = gossip::ProgressQuery{static_cast<uint32_t>(i + 1), 1, 1};
+    dg.body = wire::ProgressQuery{static_cast<uint32_t>(i + 1), 1, 1};
     n.Step(DatagramIn{Addr(i), std::move(dg)}, now);
   }
   const Replies first = Count(n);

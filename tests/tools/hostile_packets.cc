@@ -16,14 +16,14 @@
 #include <string>
 #include <vector>
 
-#include "gossip/crypto.h"
-#include "gossip/messages.h"
-#include "gossip/schema/meshtrain_generated.h"
+#include "wire/crypto.h"
+#include "wire/messages.h"
+#include "wire/schema/meshtrain_generated.h"
 
 namespace {
 
 namespace fb = ::flatbuffers;
-namespace w = ::meshtrain::wire;
+namespace w = ::meshtrain::wire::schema;
 
 const std::string kBad = "\xff\xfe\xfd";  // the bytes of issue 20
 
@@ -40,11 +40,11 @@ std::vector<uint8_t> Finish(fb::FlatBufferBuilder& b, Stamp& st, const std::stri
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
   const auto env =
-      w::CreateEnvelope(b, meshtrain::gossip::kProtocolVersion, b.CreateString(st.cluster),
+      w::CreateEnvelope(b, meshtrain::wire::kProtocolVersion, b.CreateString(st.cluster),
                         b.CreateString(sender), now_ms, type, body, st.session, ++st.counter);
   w::FinishEnvelopeBuffer(b, env);
   std::vector<uint8_t> out(1 + b.GetSize());
-  out[0] = meshtrain::gossip::kPlainMarker;
+  out[0] = meshtrain::wire::kPlainMarker;
   std::memcpy(out.data() + 1, b.GetBufferPointer(), b.GetSize());
   return out;
 }

@@ -1,5 +1,5 @@
 // libuv transports on real loopback sockets, and the token bucket in virtual time.
-#include "gossip/transport.h"
+#include "transport/transport.h"
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -9,9 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "gossip/rate_limit.h"
+#include "transport/rate_limit.h"
 
-using namespace meshtrain::gossip;
+using namespace meshtrain::transport;
+using meshtrain::wire::NetAddr;
 
 namespace {
 

@@ -1,0 +1,100 @@
+// Folds peers' parameter chunks into a running sum on a thread of its own (issue 31), so that
+// neither the event loop nor the trainer pays for it chunk by chunk: the loop thread hands each
+// arriving chunk over (Push moves it into a queue: O(1)), the mixer thread ("mt-mix") folds it
+// into a learn::RunningSum, and the trainer mixes the sum into its parameters at its step
+// boundary (Apply, under the sum's lock; the loop never takes that lock, so a long Apply of a
+// large model only lets the queue grow for that while).
+//
+// Memory: the sum (one model) plus the queue, capped at max_queued_bytes: a chunk that would go
+// beyond is dropped and counted (its range is then not mixed from that sender this round).
+//
+// Thread-safety: Push from one thread (the loop); Apply, Clear, Drain from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "learn/running_sum.h"
+#include "node/node.h"
+
+namespace meshtrain::daemon {
+
+class ChunkMixer {
+ public:
+  explicit ChunkMixer(size_t max_queued_bytes = size_t{64} << 20);
+  ~ChunkMixer();  // stops and joins the thread
+  ChunkMixer(const ChunkMixer&) = delete;
+  ChunkMixer& operator=(const ChunkMixer&) = delete;
+
+  // Queues floats [offset, offset + data.size()) of `from`'s model of `total` floats, to fold
+  // with weight w. False when dropped (queue full, or stopped).
+  bool Push(std::string from, uint32_t total, uint32_t offset, std::vector<float> data, double w);
+  // The same for an int8 chunk the codec checked: values q[i] * scales[i / wire::kInt8Block],
+  // folded from that form (a quarter of the bytes queued and read).
+  bool PushInt8(std::string from, uint32_t total, uint32_t offset, std::vector<int8_t> q,
+                std::vector<float> scales, double w);
+  // Either, for values the codec left in their frame (wire::HeldValues: floats at f, or int8
+  // at q with their scales at s, the geometry checked); the frame is kept until folded.
+  bool PushHeld(std::string from, uint32_t total, uint32_t offset, wire::HeldValues held, double w);
+  // Any of these, as the node emits it (the three above build one).
+  bool Push(node::MixChunk chunk, double w);
+  // Waits until every queued chunk has been folded (tests, and a MIX that must see all of a
+  // transfer that has been acknowledged).
+  void Drain();
+  // Mixes the sum into x[0, n) and starts a new window; returns the senders mixed in.
+  size_t Apply(float* x, size_t n);
+  // Forgets queued and folded chunks (the model was replaced).
+  void Clear();
+  // Makes the running sum for a model of `total` floats now, its pages touched (the first
+  // chunks then fold at full speed). Runs as long as a pass over the model: not on the loop.
+  void Reserve(uint32_t total);
+
+  uint64_t dropped() const;
+  // Peer models mixed in so far, counted in whole models: the floats of every Apply's window over
+  // the model's size (a step that mixes half of one peer's snapshot adds 0.5).
+  double models_mixed() const;
+  uint64_t folded() const;
+  size_t queued_bytes() const;
+  // More than half of max_queued_bytes is queued: the producer should hold back (the agent
+  // stops reading parameter connections; the rest of the room absorbs what was in hand).
+  bool backlogged() const;
+
+ private:
+  struct Item {
+    node::MixChunk chunk;
+    double w = 0;
+    size_t bytes() const {
+      const size_t scales = chunk.held ? chunk.held.ns : chunk.scales.size();
+      return chunk.int8() ? chunk.count() + scales * sizeof(float) : chunk.count() * sizeof(float);
+    }
+  };
+  bool Queue(Item item);
+  void Run();
+
+  const size_t max_queued_bytes_;
+  mutable std::mutex q_mu_;
+  std::condition_variable q_cv_;     // items queued, or stop
+  std::condition_variable idle_cv_;  // the queue ran empty and nothing is being folded
+  // Guarded by q_mu_:
+  std::deque<Item> queue_;
+  size_t queued_bytes_ = 0;
+  bool busy_ = false;  // an item is being folded
+  bool stop_ = false;
+  uint64_t dropped_ = 0;
+  uint64_t folded_ = 0;
+
+  mutable std::mutex sum_mu_;
+  learn::RunningSum sum_;                      // guarded by sum_mu_
+  std::atomic<uint64_t> models_mixed_ppm_{0};  // models mixed, in millionths
+
+  std::thread thread_;
+};
+
+}  // namespace meshtrain::daemon
