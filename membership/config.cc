@@ -2,7 +2,8 @@
 
 namespace meshtrain::membership {
 
-// Values are memberlist's DefaultLANConfig / DefaultWANConfig / DefaultLocalConfig (SPEC §5).
+// Values are memberlist's DefaultLANConfig / DefaultWANConfig / DefaultLocalConfig
+// (docs/contract.md "Membership").
 
 Config Config::Lan() {
   Config c;

@@ -11,8 +11,8 @@
 
 namespace meshtrain::membership {
 
-// Minimum suspicion timeout: SuspicionMult × max(1, log10 n) × ProbeInterval (SPEC §5,
-// memberlist suspicionTimeout). n counts every known member, ourselves included.
+// Minimum suspicion timeout: SuspicionMult × max(1, log10 n) × ProbeInterval (docs/contract.md
+// "Membership", memberlist suspicionTimeout). n counts every known member, ourselves included.
 TimeMs SuspicionMinTimeout(int suspicion_mult, size_t n, TimeMs probe_interval);
 
 // Total suspicion timeout after `confirmations` independent confirmations out of `expected`

@@ -20,7 +20,7 @@
 
 namespace meshtrain::membership {
 
-// Timing and sizing knobs. Profiles carry memberlist's values (SPEC §5).
+// Timing and sizing knobs. Profiles carry memberlist's values (docs/contract.md "Membership").
 struct Config {
   std::string name;  // unique node name
   std::string addr;  // advertised "ip:port"
@@ -37,10 +37,10 @@ struct Config {
   TimeMs gossip_to_dead_time = 30000;  // keep gossiping to recently-dead members this long
   TimeMs reap_timeout = 60000;         // forget failed/left members after this long
   int awareness_max_multiplier = 8;    // Lifeguard local health awareness cap
-  size_t max_packet_bytes = 1400;      // UDP payload budget (SPEC §4)
+  size_t max_packet_bytes = 1400;      // UDP payload budget (docs/contract.md "Wire format")
   size_t packet_overhead_bytes = 120;  // reserved for envelope, framing and AEAD
 
-  // NAT traversal (issue 34). With `nat` on: acks tell the pinger the address its ping came from
+  // NAT traversal. With `nat` on: acks tell the pinger the address its ping came from
   // (AckMsg::observed); replies (acks, nacks, corrections) go to the transport source of what
   // they answer, the one path known to work through a NAT, rather than the advertised address;
   // and the node finds and publishes its reachability (Meta::reach). With `adopt_reflexive`
@@ -73,7 +73,7 @@ struct Config {
   TimeMs shuffle_interval = 2000;
   size_t shuffle_length = 8;
 
-  // Relays (issue 34; with `nat` and `adopt_reflexive`). A node behind NAT that peers see at
+  // Relays (with `nat` and `adopt_reflexive`). A node behind NAT that peers see at
   // different addresses (symmetric NAT: it cannot move to one) registers with a relay: a live
   // member that is public, serves relays and is not itself relayed (kAuto: any such member;
   // kNamed: `relay_name` only; kOff: never). It repeats the registration every
@@ -90,7 +90,7 @@ struct Config {
   int relay_keepalive_misses = 2;
   TimeMs relay_ttl = 10000;
   size_t relay_overhead_bytes = 384;  // datagram budget a relay frame's wrapping takes
-  // Direct return paths to relayed members (issue 34). A relayed member's own datagrams reach
+  // Direct return paths to relayed members. A relayed member's own datagrams reach
   // us straight from its NAT (it sends to public members directly), and that NAT lets our
   // answers in at their source address while the member keeps sending to us. While a datagram
   // straight from it (HandlePacket with a source address, or NoteDirect) is at most
@@ -122,7 +122,7 @@ struct Member {
   float step_ms = 0;        // its compute time per step as published (0 = unknown)
   TimeMs state_change = 0;  // when status last changed
   TimeMs step_learned = 0;  // when `step` was last learned (for progress views)
-  // Issue 34: a relayed member we reach straight at the source of its own recent datagrams
+  // A relayed member we reach straight at the source of its own recent datagrams
   // (Config::direct_ttl) instead of through its relay. Set in the copies Members() returns
   // only (Find and ForEachMember leave it false).
   bool direct = false;
@@ -138,7 +138,7 @@ struct Event {
 struct OutPacket {
   std::string to_addr;
   Packet packet;
-  // Non-empty: `to_addr` is a member behind a relay (issue 34); send the datagram to `via` (the
+  // Non-empty: `to_addr` is a member behind a relay; send the datagram to `via` (the
   // relay's address) wrapped in a relay frame for member `dest`.
   std::string via{};
   std::string dest{};
@@ -181,7 +181,7 @@ struct Stats {
   uint64_t shuffles = 0;         // view shuffles this node started (bounded views)
   uint64_t reflexive_moves = 0;  // times this node moved to an address its peers see it at
   uint64_t punches = 0;          // alive messages sent to open our NAT towards a NATed member
-  // Relays (issue 34). As a relay: registrations accepted, frames and their bytes forwarded,
+  // Relays. As a relay: registrations accepted, frames and their bytes forwarded,
   // refusals by reason (RelayVerdict, and registrations refused: kNotServing, kNotMember, kLoop).
   uint64_t relay_registrations = 0;
   uint64_t relay_frames = 0;
@@ -273,7 +273,7 @@ class Swim {
   int HealthScore() const;  // Lifeguard awareness score (0 = healthy)
   const Stats& stats() const;
   const Config& config() const;  // config().addr: the address advertised now
-  // Issue 34: this node's reachability as published, and the address it was configured with
+  // This node's reachability as published, and the address it was configured with
   // (config().addr differs after a move to the reflexive address).
   Reach reach() const;
   const std::string& configured_addr() const;
@@ -281,7 +281,7 @@ class Swim {
   // same socket): a NAT now lets that address answer, so what comes from it is not unsolicited.
   void NoteSent(const std::string& addr);  // stamped with the last time the core was given
 
-  // Relays (issue 34). The route of a datagram the caller sends to `addr` outside the core
+  // Relays. The route of a datagram the caller sends to `addr` outside the core
   // (barrier queries and replies): nullopt = straight there. Through a relayed member's relay;
   // from a relayed node to a member behind (cone) NAT, through its own relay.
   // A relayed member with a fresh direct return path (Config::direct_ttl) is sent to there:

@@ -1,5 +1,6 @@
-// Internals of membership::Swim shared by swim.cc (state, updates, the public API) and
-// swim_probe.cc (probing, gossip and push-pull scheduling). Not part of the library's API.
+// Internals of membership::Swim shared by swim.cc (the public API), swim_state.cc (member state
+// and its updates), swim_probe.cc (probing, gossip and push-pull scheduling), swim_nat.cc (NAT
+// traversal) and swim_relay.cc (relays). Not part of the library's API.
 #pragma once
 
 #include <algorithm>
@@ -30,7 +31,7 @@ constexpr double kNackFraction = 0.8;
 constexpr TimeMs kUnknownSenderGraceIntervals = 2;
 constexpr size_t kMaxUnknownSenders = 64;
 
-// NAT traversal (issue 34): a node moves to the address peers see it at once this many peers
+// NAT traversal: a node moves to the address peers see it at once this many peers
 // (or every live peer not behind NAT, when fewer) agree on it, so one peer cannot move a node
 // that has several reachable peers by lying. The
 // addresses it sent to are remembered for kSentToMemoryMs, at most kMaxSentTo of them (beyond
@@ -105,7 +106,7 @@ struct Relay {
 };
 
 }  // namespace swim_detail
-using namespace swim_detail;  // NOLINT: internal header of swim.cc/swim_probe.cc
+using namespace swim_detail;  // NOLINT: internal header of the swim*.cc files
 
 struct Swim::Impl {
   Impl(Config c, uint64_t seed, TimeMs now);
@@ -284,7 +285,7 @@ struct Swim::Impl {
   bool collecting_ = false;
   std::vector<Update> corrections_;
 
-  // ---- NAT traversal (issue 34) ----
+  // ---- NAT traversal ----
   std::string configured_addr_;
   std::unordered_map<std::string, TimeMs> sent_to_;  // address -> last sent
   std::map<std::string, std::string> observed_;      // peer name -> address it sees us at
@@ -306,7 +307,7 @@ struct Swim::Impl {
   std::map<uint32_t, std::string> discovery_;
   void Discover();
 
-  // ---- Relays (issue 34) ----
+  // ---- Relays ----
   // Advertised address -> name of each member behind NAT (a relayed member's address is where
   // its relay sees it: unique), so SendPacket finds the route of any address it is handed.
   std::unordered_map<std::string, std::string> nat_addr_;

@@ -89,7 +89,7 @@ void Swim::Impl::SendPacket(const std::string& to, Primary primary, std::vector<
   p.from_addr = cfg_.addr;
   p.from_step = self_->m.step;
   p.primary = std::move(primary);
-  // A datagram for a relayed member travels inside a relay frame (issue 34): less room.
+  // A datagram for a relayed member travels inside a relay frame: less room.
   std::optional<RelayRoute> route = RouteFor(to);
   const bool framed = route && !route->dest.empty();
   const size_t overhead =
@@ -170,7 +170,7 @@ void Swim::Impl::StartPushPulls() {
 
 void Swim::Impl::StartShuffle() {
   next_shuffle_ = now_ + cfg_.shuffle_interval;
-  // Push-pull is TCP: a member behind a relay accepts no connections (issue 34).
+  // Push-pull is TCP: a member behind a relay accepts no connections.
   const auto peers = RandomNodes(1, [&](const NodeState* st) {
     return st != self_ && st->m.status == Status::kAlive && st->m.meta.relay.empty();
   });
@@ -223,7 +223,7 @@ std::vector<MemberState> Swim::Impl::ShuffleEntries(size_t k, const std::string&
 }
 
 NodeState* Swim::Impl::PickAlivePeer() {
-  // Push-pull is TCP: a member behind a relay accepts no connections (issue 34).
+  // Push-pull is TCP: a member behind a relay accepts no connections.
   return PickOne([&](const NodeState* st) {
     return st != self_ && st->m.status == Status::kAlive && st->m.meta.relay.empty();
   });

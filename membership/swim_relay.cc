@@ -1,4 +1,4 @@
-// Relays for members behind symmetric NAT (issue 34): the half of Swim::Impl that chooses a
+// Relays for members behind symmetric NAT: the half of Swim::Impl that chooses a
 // relay and keeps the registration alive (as a relayed node), accepts registrations and judges
 // relay frames (as a relay), and routes datagrams for relayed members through their relays.
 // Pure like the rest of the core: time comes in, what to send goes out.

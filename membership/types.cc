@@ -6,19 +6,20 @@ namespace meshtrain::membership {
 
 namespace {
 
-// Conservative FlatBuffers cost model (SPEC §4): every table pays for its vtable, its offset
-// and alignment; every field pays for its vtable slot, its inline value or offset, a string's
-// length prefix, terminator and padding. The codec (wire/) guarantees it never exceeds these.
+// Conservative FlatBuffers cost model (docs/contract.md "Wire format"): every table pays for its
+// vtable, its offset and alignment; every field pays for its vtable slot, its inline value or
+// offset, a string's length prefix, terminator and padding. The codec (wire/) guarantees it never
+// exceeds these.
 constexpr size_t kFieldBytes = 16;
 constexpr size_t kTableBytes = 32;
 
-// Tags (issue 19): two vector fields when present (the codec leaves them out when empty), and
+// Tags: two vector fields when present (the codec leaves them out when empty), and
 // per string its vector slot, length prefix, terminator and padding.
 size_t MetaSize(const Meta& m) {
-  // The reach byte (issue 34) fits in this bound's slack (a vtable slot and one byte against
+  // The reach byte fits in this bound's slack (a vtable slot and one byte against
   // 16 B per field; tests/wire/codec_test.cc checks the bound with random metadata).
   size_t n = kTableBytes + 4 * kFieldBytes + m.data_addr.size();
-  // The relay fields (issue 34): the name's slot, prefix and padding, and the flag.
+  // The relay fields: the name's slot, prefix and padding, and the flag.
   if (!m.relay.empty() || m.serves_relay) n += 2 * kFieldBytes + m.relay.size();
   if (!m.tags.empty()) n += 2 * kFieldBytes;
   for (const auto& [key, value] : m.tags) n += 2 * kFieldBytes + key.size() + value.size();

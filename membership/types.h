@@ -23,7 +23,7 @@ enum class Status : uint8_t { kAlive = 0, kSuspect = 1, kFailed = 2, kLeft = 3 }
 
 const char* StatusName(Status s);  // "alive", "suspect", "failed", "left"
 
-// Whether a member can be reached from outside (issue 34), as it found out itself: kPublic once
+// Whether a member can be reached from outside, as it found out itself: kPublic once
 // something reached it unsolicited (a push-pull connection, or a ping from an address it never
 // sent to); kNat when its peers agree it is seen at another address than its own and nothing
 // reached it unsolicited (it is behind NAT: peers reach it only over paths its own traffic
@@ -35,15 +35,16 @@ const char* ReachName(Reach r);  // "unknown", "public", "nat"
 // (it travels in alive messages), so it holds slowly-changing fields; the fast-changing training
 // step travels separately as progress (see Progress below).
 struct Meta {
-  std::string data_addr;    // "ip:port" for parameter transfers (TCP); empty = same as addr
-  bool training = false;    // still taking SGD steps (SPEC §6: finished nodes leave barriers)
+  std::string data_addr;  // "ip:port" for parameter transfers (TCP); empty = same as addr
+  // Still taking SGD steps (docs/contract.md "Barriers": finished nodes leave barriers).
+  bool training = false;
   float uplink_mbps = 0;    // measured available uplink, MB/s (0 = unknown)
   float downlink_mbps = 0;  // measured available downlink, MB/s (0 = unknown)
-  // Operator tags (--tag KEY=VALUE, issue 19): sorted by key, keys unique; limits in
+  // Operator tags (--tag KEY=VALUE): sorted by key, keys unique; limits in
   // wire::ValidTags.
   std::vector<std::pair<std::string, std::string>> tags;
   Reach reach = Reach::kUnknown;  // set by the membership core itself (Swim), not the caller
-  // Relays (issue 34), set by the core too: `relay` names the member this one is reached
+  // Relays, set by the core too: `relay` names the member this one is reached
   // through (empty: reached at its address); `serves_relay`: it forwards for members behind
   // symmetric NAT (--serve-relay on).
   std::string relay{};
@@ -79,7 +80,7 @@ struct DeadMsg {
   std::string from;
 };
 
-// A member's last test evaluation, as it published it (issue 19: the dashboard's curves of
+// A member's last test evaluation, as it published it (the dashboard's curves of
 // peers). accuracy < 0: none yet. Newer eval step wins.
 struct Eval {
   uint64_t step = 0;
@@ -121,7 +122,7 @@ struct IndirectPingMsg {
 struct AckMsg {
   uint32_t seq = 0;
   // The transport source address the acknowledged ping came from, as the acker saw it ("ip:port";
-  // empty = not told): the pinger's address outside its NAT, if any (issue 34).
+  // empty = not told): the pinger's address outside its NAT, if any.
   std::string observed;
 };
 
@@ -129,7 +130,7 @@ struct NackMsg {
   uint32_t seq = 0;
 };
 
-// Relays (issue 34): a member behind symmetric NAT asks a reachable member to relay for it, and
+// Relays: a member behind symmetric NAT asks a reachable member to relay for it, and
 // repeats the request as a keepalive that holds its NAT's mapping towards the relay open. The
 // relay answers with an AckMsg (seq echoed, `observed`: where it sees the requester, the
 // mapping it forwards over) or a NackMsg when it refuses (not serving, itself relayed).

@@ -1,14 +1,10 @@
 #include "sim/node_sim.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #ifdef __linux__
 #include <sys/mman.h>
 #endif
@@ -17,68 +13,22 @@
 #include <type_traits>
 #include <utility>
 #include <variant>
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
 
 #include "base/sanitizer.h"
 #include "learn/mixing.h"
+#include "sim/instruments.h"
 #include "sim/sim_random.h"
 
 namespace meshtrain::sim {
 namespace {
 
 constexpr TimeMs kNever = std::numeric_limits<TimeMs>::max();
-constexpr size_t kParamHeaderBytes = 64;
-constexpr size_t kDefaultParamBytes = 100000;
-// Automatic partial views: full membership up to this many nodes, else this many peers.
-constexpr size_t kAutoFullViewMax = 2000;
-constexpr size_t kAutoPartialView = 500;
-constexpr TimeMs kMembershipWarmupMaxMs = 300000;
-constexpr TimeMs kWarmupCheckMs = 500;
 constexpr size_t kMaxCachedPlans = 256;
 // Drain's output buffer circulates between the nodes (TakeOutput swaps it with the node's own):
 // one that a burst grew beyond this many outputs (328 bytes each) is dropped, not handed on.
 constexpr size_t kMaxKeptOutputs = 8;
-// Without a task the snapshot is a token: the network charges param_bytes for it.
-constexpr size_t kNoTaskFloats = 4;
 // wbsp: at most this many local steps per barrier wait (the daemon's TrainerOptions value).
 constexpr int kMaxLocalSteps = 16;
-// replay_alone: nodes traced, and replays of each (the fastest counts).
-constexpr size_t kTracedNodes = 4;
-constexpr int kReplays = 5;
-
-// Resident set size of this process, bytes (0 where /proc is unavailable). `trim`: first hand
-// memory freed by an earlier run back to the system, so that a run's growth is its own.
-uint64_t ResidentBytes(bool trim = false) {
-#ifdef __GLIBC__
-  if (trim) malloc_trim(0);
-#else
-  (void)trim;
-#endif
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
-  unsigned long long size = 0, resident = 0;
-  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
-  std::fclose(f);
-  return got == 2 ? resident * 4096ULL : 0;
-}
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// A cheap monotonic counter: the time-stamp counter where there is one (constant-rate on the
-// x86 CPUs of the last decade), else nanoseconds.
-uint64_t Ticks() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __rdtsc();
-#else
-  return static_cast<uint64_t>(NowNs());
-#endif
-}
 
 // From this many nodes on, the simulator's memory is put on huge pages after the setup.
 constexpr size_t kHugePagesMinNodes = 5000;
@@ -151,17 +101,6 @@ NodeSim::NodeSim(const PspSimOptions& options)
 
 NodeSim::~NodeSim() = default;
 
-void NodeSim::Report(SimProgress::Phase phase, double t_s, uint64_t median_step) const {
-  if (!o_.progress) return;
-  SimProgress p;
-  p.phase = phase;
-  p.nodes = n_;
-  p.t_s = t_s;
-  p.duration_s = o_.duration_s;
-  p.median_step = median_step;
-  o_.progress(p);
-}
-
 learn::Status NodeSim::Setup() {
   Report(SimProgress::Phase::kSetup, 0, 0);
   trainers_.resize(n_);
@@ -177,189 +116,6 @@ learn::Status NodeSim::Setup() {
   if (n_ >= kHugePagesMinNodes) AdviseHugePages();
   t0_ = now_;
   end_ = t0_ + static_cast<TimeMs>(std::llround(o_.duration_s * 1000.0));
-  return learn::Status::OK();
-}
-
-learn::Status NodeSim::SetupTasks() {
-  // Node speeds: drawn from streams that do not depend on the policy (common random numbers).
-  learn::Rng speed_rng(SubSeed(o_.seed, 7));
-  std::vector<double> factor(n_, 1.0);
-  if (o_.compute.straggler_fraction > 0) {
-    const auto k = static_cast<uint32_t>(
-        std::llround(o_.compute.straggler_fraction * static_cast<double>(n_)));
-    for (uint32_t s : SampleDistinct(speed_rng, static_cast<uint32_t>(n_), k)) {
-      factor[s] = o_.compute.straggler_factor;
-    }
-  }
-  learn::TaskOptions topts;
-  if (o_.task == "synthetic") {
-    learn::SyntheticOptions so;
-    so.dim = o_.task_dim;
-    so.train_samples = o_.task_train_samples;
-    so.test_samples = o_.task_test_samples;
-    so.data_seed = SubSeed(o_.seed, 8);
-    data_ = learn::MakeSyntheticData(so);
-    topts.synthetic_data = data_;
-    topts.synthetic.dim = o_.task_dim;
-  } else if (o_.task != "none") {
-    // A Fashion-MNIST model: one copy of the data for every node, the test set cut to the
-    // images that are evaluated (each node's model is evaluated at every sample).
-    auto loaded = learn::LoadFashionMnist(o_.dataset_dir);
-    if (!loaded.ok()) return loaded.status();
-    auto data = std::make_shared<learn::FashionMnist>(*loaded.value());
-    learn::ImageSet& test = data->test;
-    if (o_.eval_samples > 0 && o_.eval_samples < test.size()) {
-      test.labels.resize(o_.eval_samples);
-      test.pixels.resize(o_.eval_samples * test.dim());
-    }
-    topts.dataset_dir = o_.dataset_dir;
-    topts.fashion_mnist = std::move(data);
-    classifier_ = true;
-  }
-  const bool has_task = o_.task != "none";
-  const size_t shards = o_.shards == 0 ? n_ : o_.shards;
-  topts.batch_size = o_.batch;
-  topts.lr = o_.lr;
-  topts.momentum = o_.momentum;
-  topts.init_seed = SubSeed(o_.seed, 9);  // the same for every node (SPEC §6 mixing)
-  for (size_t i = 0; i < n_; ++i) {
-    Trainer& t = trainers_[i];
-    t.compute_rng = learn::Rng(SubSeed(o_.seed, 10, i));
-    t.mean_ms = o_.compute.step_ms * UnitGamma(speed_rng, o_.compute.node_cv) * factor[i];
-    if (!o_.compute.slowdowns.empty()) {
-      t.mean_ms *= o_.compute.slowdowns[i % o_.compute.slowdowns.size()];
-    }
-    t.batch = o_.batch;
-    if (has_task) {
-      topts.data_seed = SubSeed(o_.seed, 11, i);
-      if (classifier_) {
-        topts.shard = {static_cast<uint32_t>(i % shards), static_cast<uint32_t>(shards)};
-      }
-      auto task = learn::MakeTask(o_.task, topts);
-      if (!task.ok()) return task.status();
-      t.task = std::move(task).value();
-      t.average = learn::ParamAverage(o_.eval_average);
-      if (t.average.enabled()) t.average.Reset(t.task->params());
-    }
-  }
-  if (has_task) {
-    topts.shard = {};
-    auto task = learn::MakeTask(o_.task, topts);
-    if (!task.ok()) return task.status();
-    eval_task_ = std::move(task).value();
-    param_bytes_ =
-        o_.param_bytes != 0 ? o_.param_bytes : 4 * eval_task_->num_params() + kParamHeaderBytes;
-  } else {
-    param_bytes_ = o_.param_bytes != 0 ? o_.param_bytes : kDefaultParamBytes;
-    no_task_params_ = std::make_shared<const std::vector<float>>(kNoTaskFloats, 0.0f);
-  }
-  if (o_.nodes_per_host > 0) hosts_.resize((n_ + o_.nodes_per_host - 1) / o_.nodes_per_host);
-  return learn::Status::OK();
-}
-
-void NodeSim::SetupNodes() {
-  // With SWIM (--membership) a partial view is SWIM's bounded view (membership::Config::
-  // max_members): the node's barrier and receivers come from it, as in an agent.
-  full_view_ = NeedsFullView(o_.barrier.policy) || (o_.view == 0 && n_ <= kAutoFullViewMax) ||
-               o_.view + 1 >= n_;
-  view_ = full_view_ ? n_ - 1 : (o_.view == 0 ? kAutoPartialView : o_.view);
-  const membership::Config profile =
-      membership::Config::Profile(o_.profile).value_or(membership::Config::Lan());
-  nodes_.reserve(n_);
-  // replay_alone: up to kTracedNodes nodes, spread over the indices (without a task: a task's
-  // inputs carry its parameters, too much to keep).
-  trace_of_.assign(n_, -1);
-  if (o_.replay_alone && o_.task == "none") {
-    for (size_t k = 0; k < std::min(n_, kTracedNodes); ++k) {
-      const size_t i = k * n_ / std::min(n_, kTracedNodes);
-      trace_of_[i] = static_cast<int32_t>(traces_.size());
-      traces_.push_back(Trace{static_cast<uint32_t>(i), {}, 0, {}});
-    }
-  }
-  // One table of names for every node's view: node j's name has id j.
-  auto names = std::make_shared<sync::NameTable>();
-  for (size_t i = 0; i < n_; ++i) names->Intern(net_->name(static_cast<uint32_t>(i)));
-  for (size_t i = 0; i < n_; ++i) {
-    node::NodeConfig cfg;
-    cfg.name = net_->name(static_cast<uint32_t>(i));
-    cfg.addr = cfg.name;
-    cfg.data_addr = cfg.name;
-    cfg.membership = profile;
-    cfg.external_membership = !o_.membership;
-    if (cfg.external_membership) cfg.names = names;
-    // The node runs the barrier with membership's probe timeout (one --probe-timeout in the
-    // daemon). Without SWIM that timeout is the simulator's --probe-timeout; with SWIM, the
-    // profile's, so that failure detection keeps its timing.
-    if (cfg.external_membership) cfg.membership.probe_timeout = o_.barrier.probe_timeout;
-    if (!full_view_) cfg.membership.max_members = view_;
-    cfg.seed = SubSeed(o_.seed, 12, i);
-    cfg.training = true;
-    cfg.barrier = o_.barrier;
-    cfg.select = o_.select;
-    cfg.fanout = o_.fanout;
-    cfg.uplink_limit_mbps = o_.net.bandwidth_mbps;
-    cfg.downlink_limit_mbps = o_.net.bandwidth_mbps;
-    cfg.expected_params = eval_task_ ? static_cast<uint32_t>(eval_task_->num_params())
-                                     : static_cast<uint32_t>(kNoTaskFloats);
-    if (o_.membership && i > 0) cfg.join = {net_->name(0)};
-    if (trace_of_[i] >= 0) {
-      Trace& tr = traces_[static_cast<size_t>(trace_of_[i])];
-      tr.config = cfg;
-      tr.created = now_;
-    }
-    nodes_.push_back(std::make_unique<node::Node>(std::move(cfg), now_));
-  }
-  for (uint32_t i = 0; i < n_; ++i) {
-    nodes_[i]->Start(now_);
-    Drain(i);
-  }
-  if (o_.membership) return;
-
-  // External membership: every node learns its view, every peer at step 0.
-  learn::Rng view_rng(SubSeed(o_.seed, 6));
-  node::PeerView pv;
-  pv.uplink_mbps = static_cast<float>(o_.net.bandwidth_mbps);
-  pv.downlink_mbps = pv.uplink_mbps;
-  std::vector<uint32_t> peers;
-  for (uint32_t i = 0; i < n_; ++i) {
-    peers.clear();
-    if (full_view_) {
-      for (uint32_t j = 0; j < n_; ++j) {
-        if (j != i) peers.push_back(j);
-      }
-    } else {
-      for (uint32_t j :
-           SampleDistinct(view_rng, static_cast<uint32_t>(n_ - 1), static_cast<uint32_t>(view_))) {
-        peers.push_back(j >= i ? j + 1 : j);
-      }
-    }
-    for (uint32_t j : peers) {
-      pv.name = net_->name(j);
-      pv.addr = pv.name;
-      StepNode(i, pv);
-      Drain(i);  // a short output vector stays in cache
-    }
-  }
-}
-
-learn::Status NodeSim::WarmUpMembership() {
-  // Every node joins through n0; training starts once every view is complete (every member,
-  // or a bounded view full).
-  const auto converged = [this] {
-    for (const auto& nd : nodes_) {
-      if (nd->PeersAlive() < view_) return false;
-    }
-    return true;
-  };
-  while (!converged()) {
-    if (now_ >= kMembershipWarmupMaxMs) {
-      return learn::Status::InvalidArgument("membership did not converge within " +
-                                            std::to_string(kMembershipWarmupMaxMs / 1000) +
-                                            " virtual seconds of warm-up");
-    }
-    RunUntil(now_ + kWarmupCheckMs);
-    Report(SimProgress::Phase::kWarmUp, static_cast<double>(now_) / 1000.0, 0);
-  }
   return learn::Status::OK();
 }
 
@@ -422,47 +178,6 @@ void NodeSim::TickNode(uint32_t i) {
   }
   CoreTimer timer(this);
   nodes_[i]->Tick(now_);
-}
-
-void NodeSim::ReplayAlone(PspSimResult* r) {
-  // The same inputs at the same times give a node core the same behaviour (it reads no clock
-  // and draws from its seeded RNG): each replay repeats what the node did in the run, with only
-  // its own state in the cache. The outputs are dropped (their effects are already in the
-  // inputs that follow).
-  std::vector<node::Output> out;
-  for (const Trace& tr : traces_) {
-    int64_t best = std::numeric_limits<int64_t>::max();
-    uint64_t steps = 0;
-    bool same = true;
-    for (int rep = 0; rep < kReplays && same; ++rep) {
-      node::Node nd(tr.config, tr.created);
-      nd.Start(tr.created);
-      nd.TakeOutput(&out);
-      int64_t ns = 0;
-      for (const Call& c : tr.calls) {
-        if (c.tick) {
-          const int64_t t0 = NowNs();
-          nd.Tick(c.now);
-          if (c.training) ns += NowNs() - t0;
-        } else {
-          node::Input in = c.in;
-          const int64_t t0 = NowNs();
-          nd.Step(std::move(in), c.now);
-          if (c.training) ns += NowNs() - t0;
-        }
-        nd.TakeOutput(&out);
-      }
-      // A replay that did not retrace the run (it would be a bug) measures nothing.
-      same = nd.step() == nodes_[tr.node]->step() &&
-             nd.stats().inputs == nodes_[tr.node]->stats().inputs;
-      best = std::min(best, ns);
-      steps = nd.step();
-    }
-    if (!same) continue;
-    r->alone_core_s += static_cast<double>(best) / 1e9;
-    r->alone_steps += steps;
-    ++r->alone_nodes;
-  }
 }
 
 void NodeSim::Drain(uint32_t i) {
@@ -568,7 +283,8 @@ void NodeSim::TryCompute(uint32_t i) {
   }
   t.local_run = 0;
   t.local = false;
-  // SPEC §6: parameters that arrived since the last step are mixed at this step boundary.
+  // docs/contract.md "Parameter exchange": parameters that arrived since the last step are mixed at
+  // this step boundary.
   if (t.task && !t.inbox.empty()) {
     // Progress-aware, as the daemon's trainer mixes (learn::MixWeight).
     std::vector<const float*> others;
@@ -758,33 +474,6 @@ void NodeSim::HandOver(uint32_t i, uint64_t step, std::shared_ptr<const std::vec
   Drain(i);
 }
 
-void NodeSim::EvaluateAtStep(uint32_t i) {
-  Trainer& t = trainers_[i];
-  if (t.reached || !started_ || NodeError(i) > o_.target_error) return;
-  t.reached = true;
-  for (uint32_t j = 0; j < n_; ++j) {
-    if (live_[j] && !trainers_[j].reached) return;
-  }
-  ReachedTargetAll();
-}
-
-void NodeSim::ReachedTargetAll() {
-  if (result_.time_to_target_all_s) return;
-  result_.time_to_target_all_s = static_cast<double>(now_ - t0_) / 1000.0;
-  if (o_.stop_at_target) end_ = now_;
-}
-
-double NodeSim::ErrorOf(const learn::Task& task, const float* params) const {
-  const learn::EvalResult r = task.EvaluateAt(params);
-  return classifier_ ? 1.0 - r.accuracy : r.loss;
-}
-
-double NodeSim::NodeError(uint32_t i) const {
-  const Trainer& t = trainers_[i];
-  const bool averaged = t.average.enabled() && t.average.value().size() == t.task->params().size();
-  return ErrorOf(*t.task, averaged ? t.average.value().data() : t.task->params().data());
-}
-
 double NodeSim::OracleMeshStepMs(uint32_t self) const {
   std::vector<double> ms;
   for (uint32_t j = 0; j < n_; ++j) {
@@ -929,53 +618,6 @@ void NodeSim::Crash(uint32_t spec) {
   }
 }
 
-void NodeSim::Sample() {
-  TimePoint tp;
-  tp.t_s = static_cast<double>(now_ - t0_) / 1000.0;
-  std::vector<uint64_t> steps;
-  steps.reserve(n_);
-  for (uint32_t j = 0; j < n_; ++j) {
-    if (live_[j]) steps.push_back(steps_[j]);
-  }
-  std::sort(steps.begin(), steps.end());
-  tp.min = Quantile(steps, 0);
-  tp.p10 = Quantile(steps, 0.1);
-  tp.median = Quantile(steps, 0.5);
-  tp.p90 = Quantile(steps, 0.9);
-  tp.max = Quantile(steps, 1);
-  const TimeMs rel = now_ - t0_;
-  const auto eval_ms = static_cast<TimeMs>(std::llround(std::max(0.001, o_.eval_every_s) * 1000));
-  if (eval_task_ && (rel % eval_ms == 0 || now_ >= end_)) {
-    double sum = 0, worst = 0;
-    size_t live = 0;
-    Eigen::VectorXd avg = Eigen::VectorXd::Zero(eval_task_->params().size());
-    for (uint32_t j = 0; j < n_; ++j) {
-      if (!live_[j]) continue;
-      const double error = NodeError(j);
-      sum += error;
-      worst = std::max(worst, error);
-      avg += trainers_[j].task->params().cast<double>();
-      ++live;
-    }
-    if (live > 0) {
-      tp.error = sum / static_cast<double>(live);
-      tp.error_max = worst;
-      eval_task_->params() = (avg / static_cast<double>(live)).cast<float>();
-      tp.error_avg_model = ErrorOf(*eval_task_, eval_task_->params().data());
-      if (!result_.time_to_target_s && *tp.error <= o_.target_error) {
-        result_.time_to_target_s = tp.t_s;
-      }
-      if (o_.eval_steps == 0 && !result_.time_to_target_all_s && worst <= o_.target_error) {
-        ReachedTargetAll();
-      }
-    }
-  }
-  result_.series.push_back(tp);
-  if (o_.record_nodes && rel % 1000 == 0) result_.node_steps.push_back(steps_);  // whole s
-  if (now_ < end_) net_->Push(std::min(end_, now_ + 1000), SimEvent::kSample, 0);
-  Report(SimProgress::Phase::kTraining, tp.t_s, tp.median);
-}
-
 PspSimResult NodeSim::Run() {
   traffic_at_t0_ = net_->traffic();
   membership_at_t0_ = net_->membership_datagrams();
@@ -1024,112 +666,6 @@ PspSimResult NodeSim::Run() {
   r.events = events_ - events_at_t0;
   r.datagrams_lost = net_->datagrams_lost() - lost_at_t0;
   return r;
-}
-
-PspSimResult NodeSim::Collect() {
-  PspSimResult& r = result_;
-  r.policy = o_.barrier.policy;
-  r.sample = o_.barrier.sample;
-  r.staleness = o_.barrier.staleness;
-  r.nodes = n_;
-  r.view = view_;
-  r.duration_s = static_cast<double>(end_ - t0_) / 1000.0;  // shorter with stop_at_target
-  std::vector<uint64_t> live_steps;
-  double wait = 0, busy = 0;
-  uint64_t messages = 0, bytes = 0;
-  for (uint32_t i = 0; i < n_; ++i) {
-    r.final_steps.push_back(steps_[i]);
-    messages += net_->traffic()[i].messages - traffic_at_t0_[i].messages;
-    bytes += net_->traffic()[i].bytes - traffic_at_t0_[i].bytes;
-    if (const sync::BarrierCore* b = nodes_[i]->barrier()) {
-      r.rounds += b->stats().rounds;
-      r.queries += b->stats().queries;
-      r.replies += b->stats().replies;
-      r.timeouts += b->stats().timeouts;
-    }
-    if (!live_[i]) continue;
-    live_steps.push_back(steps_[i]);
-    wait += nodes_[i]->BarrierWaitSeconds(end_);
-    busy += trainers_[i].busy_ms / 1000.0;
-    r.local_steps += trainers_[i].local_steps;
-  }
-  r.live_nodes = live_steps.size();
-  std::sort(live_steps.begin(), live_steps.end());
-  r.steps_min = Quantile(live_steps, 0);
-  r.steps_median = Quantile(live_steps, 0.5);
-  r.steps_max = Quantile(live_steps, 1);
-  r.steps_p10 = Quantile(live_steps, 0.1);
-  r.steps_p90 = Quantile(live_steps, 0.9);
-  if (r.live_nodes > 0) {
-    r.wait_share = wait / static_cast<double>(r.live_nodes) / std::max(1e-9, r.duration_s);
-    r.compute_share =
-        std::min(1.0, busy / static_cast<double>(r.live_nodes) / std::max(1e-9, r.duration_s));
-  }
-  r.membership_messages = net_->membership_datagrams() - membership_at_t0_;
-  r.messages_per_node = static_cast<double>(messages) / static_cast<double>(n_);
-  r.bytes_per_node = static_cast<double>(bytes) / static_cast<double>(n_);
-  if (eval_task_) {
-    r.node_errors.assign(n_, std::numeric_limits<double>::quiet_NaN());
-    for (uint32_t i = 0; i < n_; ++i) {
-      if (live_[i]) r.node_errors[i] = NodeError(i);
-    }
-  }
-  if (!r.series.empty() && r.series.back().error) {
-    r.error = r.series.back().error;
-    r.error_avg_model = r.series.back().error_avg_model;
-  }
-  for (const CrashTrack& c : crash_tracks_) {
-    CrashReport cr;
-    cr.node = net_->name(c.node);
-    cr.crash_at_s = static_cast<double>(c.at - t0_) / 1000.0;
-    TimeMs first = -1, last = -1;
-    for (uint32_t j = 0; j < n_; ++j) {
-      if (j == c.node || !live_[j]) continue;
-      if (!c.knew[j]) {
-        ++cr.unaware;
-        continue;
-      }
-      ++cr.observers;
-      const TimeMs d = c.detected_at[j];
-      if (d < 0) {
-        cr.dropped += c.dropped[j];
-        continue;
-      }
-      ++cr.detected;
-      first = first < 0 ? d : std::min(first, d);
-      last = std::max(last, d);
-    }
-    if (first >= 0) cr.first_detect_s = static_cast<double>(first - c.at) / 1000.0;
-    if (cr.detected + cr.dropped == cr.observers && last >= 0) {
-      cr.all_detect_s = static_cast<double>(last - c.at) / 1000.0;
-    }
-    r.crashes.push_back(cr);
-  }
-  r.param_messages = net_->param_frames();
-  r.false_failures = false_failures_;
-  for (uint32_t i = 0; i < n_; ++i) {
-    const node::NodeStats& st = nodes_[i]->stats();
-    r.work += st.inputs + st.peer_visits;
-    r.peer_visits += st.peer_visits;
-    if (const sync::BarrierCore* b = nodes_[i]->barrier()) {
-      r.work += b->stats().visited;
-      r.peer_visits += b->stats().visited;
-      r.sample_visits += b->stats().sample_visits;
-    }
-  }
-  r.work -= inputs_at_t0_;
-  r.view_entries = o_.membership ? 0 : static_cast<uint64_t>(n_) * view_;
-  const uint64_t ticks = Ticks() - ticks_at_start_;
-  const double ns = static_cast<double>(NowNs() - ns_at_start_);
-  r.threads = threads_;
-  r.ahead_posted = ahead_posted_;
-  r.ahead_stepped = ahead_stepped_;
-  r.node_core_s =
-      ticks == 0 ? 0 : static_cast<double>(core_ticks_) * (ns / 1e9) / static_cast<double>(ticks);
-  const uint64_t rss = ResidentBytes();
-  r.mem_bytes_per_node =
-      rss > rss_at_start_ ? static_cast<double>(rss - rss_at_start_) / static_cast<double>(n_) : 0;
-  return std::move(result_);
 }
 
 }  // namespace meshtrain::sim

@@ -20,6 +20,9 @@
 //     each node PeerView inputs for its view and, when a node crashes, PeerView{alive = false}
 //     to every node that knows it (an oracle failure detector).
 //
+// Code: node_sim.cc (the event loop, the trainers and hosts), node_sim_setup.cc (the setup) and
+// instruments.cc (samples, evaluation, the results and their costs).
+//
 // Thread-safety: none; one run owns a NodeSim.
 #pragma once
 
@@ -159,6 +162,8 @@ class NodeSim {
   void Crash(uint32_t spec);
   void Sample();
   PspSimResult Collect();
+  // Collect's report on one crash: who noticed it, and when.
+  CrashReport ReportCrash(const CrashTrack& c) const;
 
   PspSimOptions o_;
   size_t n_ = 0;
@@ -191,7 +196,7 @@ class NodeSim {
   std::vector<CrashTrack> crash_tracks_;
   PspSimResult result_;
 
-  // Issue 33: what the run costs. Node-core time (Step/Tick calls during training, measured),
+  // What the run costs. Node-core time (Step/Tick calls during training, measured),
   // and resident memory (RSS growth from construction to the end of the run, over n_).
   // The calls are timed with the CPU's time-stamp counter (a clock read costs a tenth of
   // clock_gettime's, and the run makes tens of millions), converted to seconds with the ticks

@@ -1,10 +1,10 @@
-// The PSP simulator behind `meshtrain simulate` (SPEC §9): N real node::Node cores — the state
-// machine the daemon runs: barrier driving, multicast rounds with ParamAck, SELMCAST plans,
-// reassembly, and (with `membership`) SWIM — train in virtual time over a simulated network
-// (sim/node_sim.h, sim/node_net.h). One run simulates one barrier configuration; RunPspSim() is
-// called once per policy with the same seed, so node speeds and per-step compute times are
-// identical across policies (common random numbers: differences come from the barriers, not
-// from luck).
+// The PSP simulator behind `meshtrain simulate` (docs/contract.md "Simulator"): N real node::Node
+// cores — the state machine the daemon runs: barrier driving, multicast rounds with ParamAck,
+// SELMCAST plans, reassembly, and (with `membership`) SWIM — train in virtual time over a simulated
+// network (sim/node_sim.h, sim/node_net.h). One run simulates one barrier configuration;
+// RunPspSim() is called once per policy with the same seed, so node speeds and per-step compute
+// times are identical across policies (common random numbers: differences come from the barriers,
+// not from luck).
 //
 // Model (all defaults documented in `meshtrain simulate --help`):
 //   Compute. Node i has a mean step time m_i = step_time · g_i · f_i, where g_i ~ Gamma with
@@ -21,9 +21,11 @@
 //     costs param_bytes. Datagrams (SWIM, progress queries and replies) are lost with probability
 //     `loss`; a lost stream attempt costs one retransmission timeout, nothing is dropped.
 //   Barriers, as the node core runs them. pbsp/pssp sample β peers and query them (UDP); bsp and
-//     ssp are pbsp/pssp with β = every live peer (the node queries them all, SPEC §6's limit).
-//     Peers' steps also arrive with every parameter transfer and ParamAck. asp never waits.
-//   Parameter exchange (SPEC §6). After each step a node multicasts its snapshot to receivers
+//     ssp are pbsp/pssp with β = every live peer (the node queries them all: the limit case of
+//     docs/contract.md "Barriers"). Peers' steps also arrive with every parameter transfer and
+//     ParamAck. asp never waits.
+//   Parameter exchange (docs/contract.md "Parameter exchange"). After each step a node multicasts
+//   its snapshot to receivers
 //     chosen by the node core (select random: `fanout` uniform live peers; all; or selmcast: the
 //     node's global sync::Select plan, shared for plan_epoch_steps). A receiver acknowledges the
 //     whole snapshot; its trainer mixes everything that arrived (learn::MixAverage) when its
@@ -50,7 +52,7 @@
 //     shared with the other nodes of the host that are computing at the same moment (each runs
 //     at min(1, cores / computing) of full speed), and the rest of the step, (factor - 1) x that
 //     compute, is a sleep that takes no core — the daemon's `--slowdown` emulation (a step takes
-//     factor x its CPU time). This is the issue-18 bench: six agents sharing two cores. With
+//     factor x its CPU time). It emulates the bench of six agents sharing two cores. With
 //     step_overhead_ms, each completed step also costs the agent's loop that much host CPU
 //     (sending and receiving parameters, evaluations), shared alike, one step after the other:
 //     the node learns of the step (its snapshot and progress) only when the loop is done with
@@ -92,8 +94,8 @@ struct ComputeModel {
   double node_cv = 0.2;  // spread of per-node mean speeds (0 = all nodes equally fast)
   double straggler_fraction = 0;  // this share of nodes (seeded choice) ...
   double straggler_factor = 1;    // ... is this many times slower
-  // Node i is also slowdowns[i % size] times slower (e.g. 1,1,1,2,3,4 as the issue-18 bench's
-  // --slowdown per agent); empty = none.
+  // Node i is also slowdowns[i % size] times slower (e.g. 1,1,1,2,3,4 as the six-agent
+  // bench's --slowdown per agent); empty = none.
   std::vector<double> slowdowns;
 };
 
@@ -258,7 +260,7 @@ struct PspSimResult {
   uint64_t datagrams_lost = 0;
   uint64_t membership_messages = 0;
   uint64_t false_failures = 0;  // membership marked a live node failed (with membership on)
-  // Issue 33, the cost of the run. `work`: work units of the node cores, deterministic: inputs
+  // The cost of the run. `work`: work units of the node cores, deterministic: inputs
   // and ticks handled during training, plus view entries visited by walks over a view at any
   // time (setup included; node::NodeStats, sync::BarrierStats::visited). The setup's PeerView
   // inputs, which build the views, are `view_entries` (the views' total size, memory).

@@ -4,8 +4,8 @@
 // pause/resume, graceful leave, plus anything the network supports: loss, partitions, blocked
 // links). Same options and seed, same run.
 //
-// It is one user of the generic clock and network; the `meshtrain simulate` driver (SPEC §9)
-// will add the sync/learn layers next to it.
+// It is one user of the generic clock and network; the `meshtrain simulate` driver
+// (docs/contract.md "Simulator") will add the sync/learn layers next to it.
 //
 // Thread-safety: none; everything runs on the thread that calls run_until()/run_for().
 #pragma once

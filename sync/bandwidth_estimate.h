@@ -1,5 +1,5 @@
-// Bandwidth estimates from measured transfers (SPEC §7): an EWMA and an aged recent peak,
-// bounded by the configured caps. Pure: the caller supplies bytes and seconds.
+// Bandwidth estimates from measured transfers (docs/contract.md "Receiver selection"): an EWMA and
+// an aged recent peak, bounded by the configured caps. Pure: the caller supplies bytes and seconds.
 // Thread-safety: none; one owner.
 #pragma once
 

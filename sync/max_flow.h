@@ -1,7 +1,7 @@
 // MaxFlow: Dinic's algorithm on a directed graph with integer capacities. Used by SELMCAST
-// receiver selection (SPEC §7) as the feasibility test "can every sender reach P receivers at
-// rate r". Edges are explored in insertion order, so a caller that inserts edges in a shuffled
-// order gets a randomly chosen maximum flow among the ties.
+// receiver selection (docs/contract.md "Receiver selection") as the feasibility test "can every
+// sender reach P receivers at rate r". Edges are explored in insertion order, so a caller that
+// inserts edges in a shuffled order gets a randomly chosen maximum flow among the ties.
 //
 // Flow is kept between Run() calls: raising capacities (SetCapacity) and running again augments
 // the existing flow, and an augmenting path never lowers the flow on an edge out of the source.

@@ -1,6 +1,7 @@
 // ProgressView: what this node knows about the training progress of its live, training peers
-// (SPEC §6) — the last known completed-step count of each peer, when it was learned, and an
-// EWMA of each peer's step interval (used by the dssp policy to project arrival times).
+// (docs/contract.md "Barriers") — the last known completed-step count of each peer, when it was
+// learned, and an EWMA of each peer's step interval (used by the dssp policy to project arrival
+// times).
 //
 // The view holds exactly the peers the caller puts in it. Contract with the caller:
 //   - Update() only for peers that are alive (or suspect) and still training; it adds unknown

@@ -244,17 +244,15 @@ Assignment SolveSelmcastExact(const std::vector<NodeCapacity>& given, size_t fan
   return plan;
 }
 
-Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& given, size_t fanout, Rng& rng,
-                               const SelmcastOptions& options) {
-  const std::vector<NodeCapacity> caps = Sanitized(given);
-  Assignment plan = EmptyPlan(caps, fanout, /*exact=*/false);
-  const size_t n = caps.size();
-  const size_t d = plan.demand;
-  if (d == 0) return plan;
+namespace {
 
-  // Phase 1: each sender (random order) takes the d receivers with the largest remaining
-  // downlink-per-load D_j/(senders_j + 1) — water-filling the receive side; the random
-  // tie-breaker keeps equal receivers from always being chosen in the same order.
+// Greedy phase 1: each sender (random order) takes the d receivers with the largest remaining
+// downlink-per-load D_j/(senders_j + 1) — water-filling the receive side; the random
+// tie-breaker keeps equal receivers from always being chosen in the same order. Returns the
+// senders each receiver got.
+std::vector<size_t> GreedyFillReceivers(const std::vector<NodeCapacity>& caps, size_t d, Rng& rng,
+                                        Assignment& plan) {
+  const size_t n = caps.size();
   using Key = std::tuple<double, uint64_t, size_t>;  // (D/(load+1), tie-breaker, receiver)
   std::vector<size_t> incoming(n, 0);
   std::vector<Key> heap;
@@ -279,10 +277,16 @@ Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& given, size_t fa
       std::push_heap(heap.begin(), heap.end());
     }
   }
-  // Phase 1b: a sender may not pick itself, so the last senders can be forced onto loaded
-  // receivers. Move pairs off the bottleneck receiver while that strictly helps: the moved
-  // pair's new receiver must end above the current bottleneck. Each move raises the sorted
-  // vector of receiver rates lexicographically, so this terminates; it is also capped.
+  return incoming;
+}
+
+// Greedy phase 1b: a sender may not pick itself, so the last senders can be forced onto loaded
+// receivers. Move pairs off the bottleneck receiver while that strictly helps: the moved
+// pair's new receiver must end above the current bottleneck. Each move raises the sorted
+// vector of receiver rates lexicographically, so this terminates; it is also capped.
+void RelieveBottleneck(const std::vector<NodeCapacity>& caps, size_t d, Assignment& plan,
+                       std::vector<size_t>& incoming) {
+  const size_t n = caps.size();
   double r_up = caps[0].uplink_mbps / static_cast<double>(d);
   for (const NodeCapacity& c : caps) r_up = std::min(r_up, c.uplink_mbps / static_cast<double>(d));
   std::vector<std::vector<size_t>> senders_of(n);
@@ -319,14 +323,13 @@ Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& given, size_t fa
     ++incoming[best_k];
     std::fill(mark.begin(), mark.end(), n);
   }
-  const double r = BottleneckRate(plan, caps);
-  plan.rate_mbps = r;
+}
 
-  // Phase 2: extra pairs that fit at r, senders and receivers in random order.
-  if (!options.extras_at_bottleneck) {
-    for (auto& rs : plan.receivers) std::sort(rs.begin(), rs.end());
-    return plan;
-  }
+// Greedy phase 2: extra pairs that fit at r, senders and receivers in random order.
+void AddPairsAtRate(const std::vector<NodeCapacity>& caps, size_t d, double r, Rng& rng,
+                    const SelmcastOptions& options, Assignment& plan,
+                    const std::vector<size_t>& incoming) {
+  const size_t n = caps.size();
   const size_t limit = SenderLimit(n, d, options);
   std::vector<size_t> spare_in(n);
   std::vector<size_t> open;  // receivers with spare downlink
@@ -359,6 +362,21 @@ Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& given, size_t fa
           open.end());
     }
   }
+}
+
+}  // namespace
+
+Assignment SolveSelmcastGreedy(const std::vector<NodeCapacity>& given, size_t fanout, Rng& rng,
+                               const SelmcastOptions& options) {
+  const std::vector<NodeCapacity> caps = Sanitized(given);
+  Assignment plan = EmptyPlan(caps, fanout, /*exact=*/false);
+  const size_t d = plan.demand;
+  if (d == 0) return plan;
+  std::vector<size_t> incoming = GreedyFillReceivers(caps, d, rng, plan);
+  RelieveBottleneck(caps, d, plan, incoming);
+  const double r = BottleneckRate(plan, caps);
+  plan.rate_mbps = r;
+  if (options.extras_at_bottleneck) AddPairsAtRate(caps, d, r, rng, options, plan, incoming);
   for (auto& rs : plan.receivers) std::sort(rs.begin(), rs.end());
   return plan;
 }
@@ -453,20 +471,28 @@ double RoundTimeCost(const std::vector<double>& rates) {
   return cost;
 }
 
-}  // namespace
+// RefineForRoundTime's steps and the state they share: the plan being refined (its receiver
+// lists `recv`), the sanitized capacities, the rate r* every change must keep, the senders'
+// pair limit and the evaluation budget left.
+struct Refinement {
+  Assignment* plan;
+  const std::vector<NodeCapacity>& caps;
+  std::vector<std::vector<size_t>>& recv;
+  Rng& rng;
+  size_t n;
+  size_t limit;
+  double floor_rate;
+  size_t budget;
 
-void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given, Rng& rng,
-                        const SelmcastOptions& options) {
-  const std::vector<NodeCapacity> caps = Sanitized(given);
-  const size_t n = caps.size();
-  if (n < 2 || plan->receivers.size() != n || plan->demand == 0) return;
-  const double floor_rate = plan->rate_mbps * (1 - 1e-9);
-  const size_t limit = SenderLimit(n, plan->demand, options);
-  auto& recv = plan->receivers;
-  size_t budget = options.refine_max_evaluations;
-  auto keeps_rate = [&] { return BottleneckRate(*plan, caps) >= floor_rate; };
+  bool KeepsRate() const { return BottleneckRate(*plan, caps) >= floor_rate; }
+  void MoveSingleReceivers();
+  void BalanceIncoming();
+  void ConnectStrongly();
+  void AddFreePairs();
+};
 
-  // 1. Local search over single receiver moves.
+// Refinement step 1: local search over single receiver moves.
+void Refinement::MoveSingleReceivers() {
   std::vector<double> rates = FairSenderRates(*plan, caps);
   double cost = RoundTimeCost(rates);
   std::vector<size_t> others;
@@ -484,7 +510,7 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
           if (budget == 0) break;
           --budget;
           recv[i][slot] = k;
-          if (keeps_rate()) {
+          if (KeepsRate()) {
             auto trial = FairSenderRates(*plan, caps);
             const double c = RoundTimeCost(trial);
             if (c < cost * (1 - 1e-9)) {
@@ -500,83 +526,86 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
     }
     if (!improved) break;
   }
+}
 
-  // 2. Mixing. Gossip averaging only reaches consensus if every node's parameters reach every
-  // other node.
-  if (options.refine_connect) {
-    // 2a. Every node hears from d senders, as every node sends to d: a node that only sends
-    // (a slow downlink every fast sender avoids) would drift from the consensus. The missing
-    // senders are drawn at random among those that can take the node at r*, as random selection
-    // would: the cheapest in round time would be the other slow nodes, whose models lag as much
-    // as its own (measured: the slow nodes then reached the target last, 1.5x later).
-    std::vector<size_t> incoming(n, 0);
-    for (const auto& rs : recv) {
-      for (size_t j : rs) ++incoming[j];
-    }
-    for (size_t j : ShuffledIndices(n, rng)) {
-      for (size_t i : ShuffledIndices(n, rng)) {
-        if (incoming[j] >= plan->demand) break;
-        if (i == j || recv[i].size() >= limit || Contains(recv[i], j)) continue;
-        recv[i].push_back(j);
-        if (keeps_rate()) {
-          ++incoming[j];
-        } else {
-          recv[i].pop_back();
-        }
-      }
-    }
-    // 2b. Strong connectivity: while some node is not reachable from node 0, or cannot reach it,
-    // the pair crossing that cut that adds the least round time (and keeps r*) is added; ties in
-    // random order. Each pair grows one of the two sets, so this ends after at most 2n pairs.
-    auto add_cheapest = [&](const std::vector<size_t>& senders, size_t j) {
-      size_t best_i = n;
-      double best_cost = 0;
-      for (size_t i : senders) {
-        if (i == j || recv[i].size() >= limit || budget == 0 || Contains(recv[i], j)) continue;
-        --budget;
-        recv[i].push_back(j);
-        if (keeps_rate()) {
-          const double c = RoundTimeCost(FairSenderRates(*plan, caps));
-          if (best_i == n || c < best_cost) best_i = i, best_cost = c;
-        }
+// Refinement step 2a: every node hears from d senders, as every node sends to d: a node that only
+// sends (a slow downlink every fast sender avoids) would drift from the consensus. The missing
+// senders are drawn at random among those that can take the node at r*, as random selection
+// would: the cheapest in round time would be the other slow nodes, whose models lag as much
+// as its own (measured: the slow nodes then reached the target last, 1.5x later).
+void Refinement::BalanceIncoming() {
+  std::vector<size_t> incoming(n, 0);
+  for (const auto& rs : recv) {
+    for (size_t j : rs) ++incoming[j];
+  }
+  for (size_t j : ShuffledIndices(n, rng)) {
+    for (size_t i : ShuffledIndices(n, rng)) {
+      if (incoming[j] >= plan->demand) break;
+      if (i == j || recv[i].size() >= limit || Contains(recv[i], j)) continue;
+      recv[i].push_back(j);
+      if (KeepsRate()) {
+        ++incoming[j];
+      } else {
         recv[i].pop_back();
       }
-      if (best_i == n) return false;
-      recv[best_i].push_back(j);
-      return true;
-    };
-    for (size_t step = 0; step < 2 * n; ++step) {
-      const std::vector<char> from0 = Reach(recv, 0, true), to0 = Reach(recv, 0, false);
-      const bool out_ok = std::count(from0.begin(), from0.end(), 1) == static_cast<long>(n);
-      const bool in_ok = std::count(to0.begin(), to0.end(), 1) == static_cast<long>(n);
-      if (out_ok && in_ok) break;
-      // Cross the first missing cut: from the reached side to the rest, or into the side that
-      // reaches node 0 from the rest.
-      const std::vector<char>& side = !out_ok ? from0 : to0;
-      std::vector<size_t> senders;
-      for (size_t i : ShuffledIndices(n, rng)) {
-        if (!out_ok ? side[i] : !side[i]) senders.push_back(i);
-      }
-      bool added = false;
-      for (size_t j : ShuffledIndices(n, rng)) {
-        if ((!out_ok ? !side[j] : side[j]) && add_cheapest(senders, j)) {
-          added = true;
-          break;
-        }
-      }
-      if (!added) break;  // no pair across the cut fits at r*: leave the plan as it is
     }
   }
-  rates = FairSenderRates(*plan, caps);
+}
 
-  // 3. Extra pairs that slow no sender down (and keep r*), in random order.
+// Refinement step 2b, strong connectivity: while some node is not reachable from node 0, or cannot
+// reach it, the pair crossing that cut that adds the least round time (and keeps r*) is added; ties
+// in random order. Each pair grows one of the two sets, so this ends after at most 2n pairs.
+void Refinement::ConnectStrongly() {
+  auto add_cheapest = [&](const std::vector<size_t>& senders, size_t j) {
+    size_t best_i = n;
+    double best_cost = 0;
+    for (size_t i : senders) {
+      if (i == j || recv[i].size() >= limit || budget == 0 || Contains(recv[i], j)) continue;
+      --budget;
+      recv[i].push_back(j);
+      if (KeepsRate()) {
+        const double c = RoundTimeCost(FairSenderRates(*plan, caps));
+        if (best_i == n || c < best_cost) best_i = i, best_cost = c;
+      }
+      recv[i].pop_back();
+    }
+    if (best_i == n) return false;
+    recv[best_i].push_back(j);
+    return true;
+  };
+  for (size_t step = 0; step < 2 * n; ++step) {
+    const std::vector<char> from0 = Reach(recv, 0, true), to0 = Reach(recv, 0, false);
+    const bool out_ok = std::count(from0.begin(), from0.end(), 1) == static_cast<long>(n);
+    const bool in_ok = std::count(to0.begin(), to0.end(), 1) == static_cast<long>(n);
+    if (out_ok && in_ok) break;
+    // Cross the first missing cut: from the reached side to the rest, or into the side that
+    // reaches node 0 from the rest.
+    const std::vector<char>& side = !out_ok ? from0 : to0;
+    std::vector<size_t> senders;
+    for (size_t i : ShuffledIndices(n, rng)) {
+      if (!out_ok ? side[i] : !side[i]) senders.push_back(i);
+    }
+    bool added = false;
+    for (size_t j : ShuffledIndices(n, rng)) {
+      if ((!out_ok ? !side[j] : side[j]) && add_cheapest(senders, j)) {
+        added = true;
+        break;
+      }
+    }
+    if (!added) break;  // no pair across the cut fits at r*: leave the plan as it is
+  }
+}
+
+// Refinement step 3: extra pairs that slow no sender down (and keep r*), in random order.
+void Refinement::AddFreePairs() {
+  std::vector<double> rates = FairSenderRates(*plan, caps);
   for (size_t i : ShuffledIndices(n, rng)) {
     for (size_t k : ShuffledIndices(n, rng)) {
       if (budget == 0 || recv[i].size() >= limit) break;
       if (k == i || Contains(recv[i], k)) continue;
       --budget;
       recv[i].push_back(k);
-      bool ok = keeps_rate();
+      bool ok = KeepsRate();
       std::vector<double> trial;
       if (ok) {
         trial = FairSenderRates(*plan, caps);
@@ -589,7 +618,28 @@ void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given
       }
     }
   }
-  for (auto& rs : recv) std::sort(rs.begin(), rs.end());
+}
+
+}  // namespace
+
+void RefineForRoundTime(Assignment* plan, const std::vector<NodeCapacity>& given, Rng& rng,
+                        const SelmcastOptions& options) {
+  const std::vector<NodeCapacity> caps = Sanitized(given);
+  const size_t n = caps.size();
+  if (n < 2 || plan->receivers.size() != n || plan->demand == 0) return;
+  const double floor_rate = plan->rate_mbps * (1 - 1e-9);
+  const size_t limit = SenderLimit(n, plan->demand, options);
+  const size_t budget = options.refine_max_evaluations;
+  Refinement f{plan, caps, plan->receivers, rng, n, limit, floor_rate, budget};
+  f.MoveSingleReceivers();
+  // 2. Mixing. Gossip averaging only reaches consensus if every node's parameters reach every
+  // other node.
+  if (options.refine_connect) {
+    f.BalanceIncoming();
+    f.ConnectStrongly();
+  }
+  f.AddFreePairs();
+  for (auto& rs : plan->receivers) std::sort(rs.begin(), rs.end());
 }
 
 Assignment SolveSelmcast(const std::vector<NodeCapacity>& caps, size_t fanout, Rng& rng,

@@ -1,6 +1,7 @@
-// Token bucket for parameter traffic caps (--uplink-limit / --downlink-limit, SPEC §3), and an
-// EWMA bandwidth estimator fed by measured transfers (SPEC §7). Both are pure: time is an input
-// (seconds on any monotonic clock), so tests drive them without sleeping.
+// Token bucket for parameter traffic caps (--uplink-limit / --downlink-limit, docs/contract.md
+// "Command line"), and an EWMA bandwidth estimator fed by measured transfers (docs/contract.md
+// "Receiver selection"). Both are pure: time is an input (seconds on any monotonic clock), so tests
+// drive them without sleeping.
 //
 // The bucket allows debt: a transfer of n bytes is never split by the bucket; it is admitted
 // when the bucket is not in debt and then charged in full, so the long-run rate is exactly

@@ -6,7 +6,7 @@
 // even while the close is still pending. Each handle's `data` is cleared on Close() so a late
 // libuv callback cannot reach a dead wrapper.
 //
-// No exception leaves a libuv callback (issue 20): every user handler (UDP receive, TCP frame and
+// No exception leaves a libuv callback: every user handler (UDP receive, TCP frame and
 // close, timer, async, signal) runs inside a boundary that catches std::exception and anything
 // else, counts it (CallbackExceptions(), and per endpoint/hub), reports it through the optional
 // error hook, and keeps the loop running. A TCP frame handler that throws has its connection

@@ -1,6 +1,7 @@
-// The wire codec (SPEC §4): converts the plain message structs of membership/types.h and of this
-// header to and from the bytes of one UDP datagram or one TCP frame payload (no length prefix;
-// see wire/framing.h), sealing and opening them when a keyring is set (wire/crypto.h).
+// The wire codec (docs/contract.md "Wire format"): converts the plain message structs of
+// membership/types.h and of this header to and from the bytes of one UDP datagram or one TCP frame
+// payload (no length prefix; see wire/framing.h), sealing and opening them when a keyring is set
+// (wire/crypto.h).
 //
 // Every inbound buffer passes, in this order, and is rejected with the first failing reason:
 //   size limit (kTooLarge / kTooSmall) -> format marker and AEAD (kAuth) -> FlatBuffers Verifier
@@ -8,7 +9,8 @@
 //   fields (kVerify) -> version (kVersion) -> cluster label (kCluster) -> semantic checks: known
 //   enum and union values, name/address syntax and lengths, vector counts, chunk geometry,
 //   finite floats (kSemantic) -> conversion to plain structs.
-// Decoders never throw, abort or read outside the buffer; FlatBuffers types stay in codec.cc.
+// Decoders never throw, abort or read outside the buffer; FlatBuffers types stay in the codec*.cc
+// files.
 // Every string of a decoded message is valid UTF-8 without control characters (NoControlChars)
 // or a numeric address (ValidAddr). Around DecodeDatagram the receiver adds two checks of its
 // own: a per-source rate limit before it (wire/source_rate_limiter.h, kRateLimited) and a
@@ -72,7 +74,7 @@ class Codec {
                                        Reject* why) const;
 
   // Number of floats of the local model; 0 = unknown. When set, a ParamChunk whose total
-  // differs is rejected (SPEC §4: tensor sizes must match the local model).
+  // differs is rejected (docs/contract.md "Wire format": tensor sizes must match the local model).
   void set_expected_params(uint32_t n) { expected_params_.store(n, std::memory_order_relaxed); }
   uint32_t expected_params() const { return expected_params_.load(std::memory_order_relaxed); }
 

@@ -1,6 +1,6 @@
-// Cluster encryption (SPEC §4, `--encrypt`): a keyring of 32-byte keys and the sealed datagram /
-// frame layout, built on libsodium's XChaCha20-Poly1305 IETF AEAD with the cluster label as
-// associated data, so a buffer sealed for one cluster never opens in another.
+// Cluster encryption (docs/contract.md "Wire format", `--encrypt`): a keyring of 32-byte keys and
+// the sealed datagram / frame layout, built on libsodium's XChaCha20-Poly1305 IETF AEAD with the
+// cluster label as associated data, so a buffer sealed for one cluster never opens in another.
 //
 // Sealed layout:    kSealedMarker | 24-byte random nonce | ciphertext | 16-byte tag
 // Plaintext layout: kPlainMarker  | payload

@@ -1,7 +1,8 @@
-// TCP stream framing (SPEC §4): every message on a stream is a 4-byte big-endian payload length
-// followed by the payload. FrameDecoder reassembles payloads from arbitrary read boundaries and
-// refuses a length prefix of 0 or above its limit, so a peer cannot make it buffer more than one
-// maximal frame; after such an error the stream is unusable and must be closed.
+// TCP stream framing (docs/contract.md "Wire format"): every message on a stream is a 4-byte
+// big-endian payload length followed by the payload. FrameDecoder reassembles payloads from
+// arbitrary read boundaries and refuses a length prefix of 0 or above its limit, so a peer cannot
+// make it buffer more than one maximal frame; after such an error the stream is unusable and must
+// be closed.
 //
 // Thread-safety: EncodeFramed is a pure function; a FrameDecoder belongs to one connection and
 // one thread.

@@ -1,11 +1,11 @@
-// The one inbound path for untrusted bytes (SPEC §4, issue 20). Every datagram passes, in this
-// order: size limit -> per-source rate limit (wire/source_rate_limiter.h) -> decode
+// The one inbound path for untrusted bytes (docs/contract.md "Wire format"). Every datagram passes,
+// in this order: size limit -> per-source rate limit (wire/source_rate_limiter.h) -> decode
 // (Codec::DecodeDatagram: marker/AEAD, Verifier, version, cluster, semantic checks including
 // UTF-8) -> replay guard (wire/replay_guard.h) -> a plain Datagram. Every frame: size limit ->
 // Codec::DecodeFrame -> a plain Frame. Each rejection is counted by reason in this object's
 // RejectCounters; checks the caller makes later (a frame of the wrong kind for its connection,
 // parameters from a non-member) are counted through Count() so that one object holds the total
-// (SPEC §3 `rejected_packets`).
+// (docs/contract.md "Output formats", `rejected_packets`).
 //
 // Pure apart from the codec it borrows: time is an input (monotonic seconds, used by the rate
 // limiter and to expire replay-guard sessions). Never throws. Thread-safety: none; one owner
@@ -41,7 +41,7 @@ class Inbound {
   // (monotonic seconds). Nullopt, counted, when any check refuses it.
   std::optional<Datagram> OnDatagram(const uint8_t* data, size_t len, const std::string& from_addr,
                                      double now_s);
-  // The inner datagram of a relay frame our relay delivered (issue 34; `via_addr`: where the
+  // The inner datagram of a relay frame our relay delivered (`via_addr`: where the
   // frame came from): the same checks (at most kMaxRelayInnerBytes; the rate limiter's key is
   // the relay's address marked as relayed), and a relay frame inside is refused (kSemantic,
   // counted in nested()): frames do not nest.

@@ -1,5 +1,5 @@
-// Link-capacity probes (SPEC §7): what a train datagram and a report look like on the wire, and
-// the receiver's arithmetic, without any I/O.
+// Link-capacity probes (docs/contract.md "Receiver selection"): what a train datagram and a report
+// look like on the wire, and the receiver's arithmetic, without any I/O.
 //
 // Why trains: a parameter transfer of a few hundred KB over a path with a 20 ms RTT is limited by
 // TCP's window growth, not by the link, so the rate it achieves says little about a fast link. A

@@ -261,7 +261,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     total_ = c.total;
     seen_.assign(chunks_, false);
     // Reserved, not filled: the model's pages are written chunk by chunk as they arrive, so no
-    // callback on the receiving thread (the event loop) passes over the whole model (issue 31).
+    // callback on the receiving thread (the event loop) passes over the whole model.
     params_.reserve(total_);
   }
   if (!active_ || c.chunks != chunks_ || c.total != total_ || c.step != step_ || c.base != base_ ||

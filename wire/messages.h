@@ -1,7 +1,7 @@
-// Plain wire messages (SPEC §4) and the pure helpers around them: limits, the structs the codec
-// (wire/codec.h) converts to and from bytes, rejection reasons, name/address syntax, parameter
-// chunking and reassembly. No FlatBuffers, libuv or libsodium here: the node core (node/) and
-// the simulator use these types without the transport.
+// Plain wire messages (docs/contract.md "Wire format") and the pure helpers around them: limits,
+// the structs the codec (wire/codec.h) converts to and from bytes, rejection reasons, name/address
+// syntax, parameter chunking and reassembly. No FlatBuffers, libuv or libsodium here: the node core
+// (node/) and the simulator use these types without the transport.
 //
 // Thread-safety: plain values and pure functions; a ParamAssembler has one owner.
 #pragma once
@@ -25,8 +25,8 @@ namespace meshtrain::wire {
 // Envelope.version. Bumped only for incompatible changes; fields are appended without a bump.
 constexpr uint16_t kProtocolVersion = 1;
 
-// UDP payload limit after sealing (SPEC §4): below the 1500-byte Ethernet MTU minus IP/UDP
-// headers, so datagrams never fragment.
+// UDP payload limit after sealing (docs/contract.md "Wire format"): below the 1500-byte Ethernet
+// MTU minus IP/UDP headers, so datagrams never fragment.
 constexpr size_t kMaxDatagramBytes = 1400;
 constexpr size_t MaxDatagramBytes = kMaxDatagramBytes;  // spelling used by the brief
 
@@ -54,7 +54,7 @@ constexpr size_t kEnvelopeOverhead = 64;
 
 // ---- Message structs (besides membership::Packet and membership::PushPull) ----
 
-// PSP barrier sampling (SPEC §6): "what step are you at?" and its answer.
+// PSP barrier sampling (docs/contract.md "Barriers"): "what step are you at?" and its answer.
 struct ProgressQuery {
   uint32_t seq = 0;
   uint64_t step = 0;  // the querier's own step
@@ -64,7 +64,8 @@ struct ProgressQuery {
 struct ProgressReply {
   uint32_t seq = 0;  // echoes the query
   uint64_t step = 0;
-  bool training = false;  // false: the replier finished training; barriers ignore it (SPEC §6)
+  bool training = false;  // false: the replier finished training; barriers ignore it
+                          // (docs/contract.md "Barriers")
   // Sent when the replier reached the query's `need` (a watcher's answer), not at once: no
   // round trip to measure.
   bool watched = false;
@@ -130,7 +131,7 @@ struct ParamAckMsg {
   bool need_full = false;
 };
 
-// Join with state (issue 14): a fresh node asks a peer for its current model over TCP; the peer
+// Join with state: a fresh node asks a peer for its current model over TCP; the peer
 // answers on that connection with the chunks of a full snapshot, or closes.
 struct StateRequestMsg {
   uint64_t step = 0;
@@ -171,7 +172,7 @@ constexpr size_t kMaxKeysInReply = 64;
 bool ValidKeyOp(const KeyOpMsg& m);
 bool ValidKeyOpReply(const KeyOpReplyMsg& m);
 
-// Relays (issue 34): a datagram for member `dest`, carried through its relay. `inner` is a whole
+// Relays: a datagram for member `dest`, carried through its relay. `inner` is a whole
 // datagram (marker, envelope, seal) as its sender encoded it: a relay forwards it as it came,
 // and with --encrypt cannot read it. A relay frame rides in an ordinary datagram (authenticated
 // with the cluster key like any other), so `inner` is at most kMaxRelayInnerBytes, and never
@@ -234,7 +235,8 @@ constexpr size_t kNumRejects = 9;
 // "rate_limited".
 const char* RejectName(Reject r);
 
-// Per-reason counts of dropped inbound buffers (SPEC §3 `rejected_packets` is total()).
+// Per-reason counts of dropped inbound buffers (docs/contract.md "Output formats":
+// `rejected_packets` is total()).
 struct RejectCounters {
   uint64_t count[kNumRejects] = {};
 
@@ -261,7 +263,7 @@ bool ValidFingerprint(std::string_view f);       // kFingerprintChars lowercase 
 // Name and label syntax the decoders accept: 1..max bytes, NoControlChars (so valid UTF-8).
 bool ValidNodeName(const std::string& name);       // max kMaxSenderBytes
 bool ValidClusterLabel(const std::string& label);  // max kMaxClusterBytes
-// Operator tags (issue 19): at most kMaxTags, keys 1..kMaxTagKeyBytes of [A-Za-z0-9_.-], values
+// Operator tags: at most kMaxTags, keys 1..kMaxTagKeyBytes of [A-Za-z0-9_.-], values
 // 0..kMaxTagValueBytes NoControlChars, at most kMaxTagTotalBytes of keys and values together
 // (they ride in alive updates, which must fit a datagram), sorted by key with no duplicates.
 constexpr size_t kMaxTags = 8;
@@ -278,7 +280,7 @@ bool ValidWireAddr(const std::string& addr);
 // 1..kParamChunkFloats). Empty when `params` is empty or longer than 2^32-1 floats.
 // The header of chunk `i` of a model of `total` floats cut into chunks of `chunk_floats`
 // (offset i * chunk_floats); `*len` = the floats it covers. With a fragment [begin, end) of the
-// model (end > 0; issue 32's streaming fragments) only that range is cut: offset
+// model (end > 0; streaming fragments) only that range is cut: offset
 // begin + i * chunk_floats, `chunks` of the range, and ParamChunk::fragment set.
 ParamChunk ParamChunkHeader(uint64_t round, uint64_t step, uint32_t i, uint32_t total,
                             uint32_t chunk_floats, uint32_t* len, uint32_t begin = 0,

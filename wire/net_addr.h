@@ -1,5 +1,5 @@
 // "ip:port" addresses as used on the command line, in membership metadata and on the wire:
-// IPv4 "a.b.c.d:port" or IPv6 in brackets "[x:y::z]:port" (issue 13). Host names are resolved
+// IPv4 "a.b.c.d:port" or IPv6 in brackets "[x:y::z]:port". Host names are resolved
 // by the daemon (daemon/addressing.h), never here. Thread-safety: plain value type.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Replay protection for UDP datagrams without clock agreement between hosts (issue 20): hosts'
+// Replay protection for UDP datagrams without clock agreement between hosts: hosts'
 // wall clocks may differ by minutes, so nothing is ever judged by comparing a sender's
 // timestamp with the receiver's clock. Instead every datagram carries logical state stamped by
 // the sender's codec (Codec::set_session): a per-process `session` id, drawn at random when the

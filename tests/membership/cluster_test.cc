@@ -184,7 +184,8 @@ TEST_CASE("a graceful leave is seen as left, never failed", "[membership][cluste
   });
   const TimeMs t0 = c.now();
   c.leave(leaver);
-  // SPEC §3: the agent announces "left", waits up to 3 s for the news to spread, and exits.
+  // docs/contract.md "Command line": the agent announces "left", waits up to 3 s for the news to
+  // spread, and exits.
   c.run_for(3000);
   const size_t after_3s = c.count_seeing(leaver, Status::kLeft);
   c.crash(leaver);

@@ -1,4 +1,4 @@
-// Unit tests of the membership core's NAT traversal (issue 34): reflexive addresses from acks,
+// Unit tests of the membership core's NAT traversal: reflexive addresses from acks,
 // reachability, and members behind NAT routers. A tiny in-test wire emulates each router as the
 // netbed does (tests/netbed/bed.py): a datagram from an inner node leaves with the router's
 // address (cone: one public port per node, as Linux masquerade keeps the port; symmetric: one per
@@ -276,8 +276,7 @@ TEST_CASE("nat: a NATed node whose other peers are one public and one NATed memb
   CHECK(w.Count(Event::Kind::kSuspect) == 0);
 }
 
-TEST_CASE("nat: without NAT traversal the NATed nodes flap, as issue 34 reported",
-          "[membership][nat]") {
+TEST_CASE("nat: without NAT traversal the NATed nodes flap", "[membership][nat]") {
   NatWire w;
   w.Add("p1", Nat::kNone, false);
   w.Add("p2", Nat::kNone, false);
@@ -448,7 +447,7 @@ TEST_CASE("nat: a joining node behind NAT moves within a round trip, before peer
   ExpectAllAliveAt(w, {{"n4", "203.0.113.4:7950"}});
 }
 
-// ---- Relays (issue 34) ----------------------------------------------------------------------
+// ---- Relays ----------------------------------------------------------------------
 
 // Two public members and two behind symmetric NAT, formed (the NATed ones registered).
 struct RelayMesh {

@@ -1,9 +1,9 @@
-// The simulator and the node core scale linearly with the mesh (issue 33), checked without
+// The simulator and the node core scale linearly with the mesh, checked without
 // timing anything: PspSimResult::work counts the node cores' work units — inputs and ticks
 // handled during training, plus every view entry visited by a walk over a view at any time,
 // setup included (node::NodeStats, sync::BarrierStats::visited). Runs at N and 2N nodes with full
 // views (every node knows every other, so a walk per input or per step costs O(N) and the total
-// O(N²) or worse) must differ by at most 2.2x in work. The node core before issue 33 walked its
+// O(N²) or worse) must differ by at most 2.2x in work. An earlier node core walked its
 // whole view on every PeerView input (Joining through PeerList), O(view²) per node: on these
 // runs its ratio is about 7 (docs/simulator.md).
 #include <catch2/catch.hpp>

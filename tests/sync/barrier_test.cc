@@ -98,7 +98,7 @@ TEST_CASE("a node alone, or with only finished peers, always passes", "[sync][ba
     REQUIRE(core.Check(100, 0, rng) == Decision::kPass);
     core.OnProgress("done", 1, 0);
     REQUIRE(core.Check(100, 0, rng) == Decision::kWait);
-    core.OnPeerRemoved("done");  // training=false is a departure (SPEC §6)
+    core.OnPeerRemoved("done");  // training=false is a departure (docs/contract.md "Barriers")
     REQUIRE(core.Check(100, 0, rng) == Decision::kPass);
   }
 }
@@ -192,7 +192,7 @@ TEST_CASE("pssp with beta >= live peers behaves exactly as ssp", "[sync][barrier
 TEST_CASE("with 40 peers, watched or not, pbsp and pssp still behave exactly as bsp and ssp",
           "[sync][barrier]") {
   // node::Node's bsp/ssp: every peer sampled, watched (no re-queries), the sample indexed and
-  // decided on the view's minimum once every blocking peer is asked (issue 33).
+  // decided on the view's minimum once every blocking peer is asked.
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     RunEquivalence(Policy::kBsp, Policy::kPbsp, 0, seed, 44, 36, true);
     RunEquivalence(Policy::kSsp, Policy::kPssp, 2, seed, 44, 36, true);
@@ -204,7 +204,7 @@ TEST_CASE("with 40 peers, watched or not, pbsp and pssp still behave exactly as 
 
 TEST_CASE("with every peer sampled and watched, an answer costs no walk over the sample",
           "[sync][barrier]") {
-  // Issue 33: bsp in a mesh of N asks up to N peers a step; if each answer re-walked the sample
+  // Bsp in a mesh of N asks up to N peers a step; if each answer re-walked the sample
   // the step would cost N² (a 1000-node mesh N³). Here 100 answers cost O(1) each.
   Rng rng(5);
   BarrierConfig cfg = Config(Policy::kPbsp, 0, std::numeric_limits<size_t>::max());
@@ -397,7 +397,7 @@ TEST_CASE("pbsp re-queries a blocking peer that answered and passes before the p
   CHECK(core.stats().timeouts == 0);
 }
 
-// Issue 33: with peers_watch (node::Node's queries carry `need` and a peer below it answers
+// With peers_watch (node::Node's queries carry `need` and a peer below it answers
 // again when it gets there) a peer that answered "behind" is not re-queried: its own answer at
 // `need` releases the waiter, and the probe timeout's new round stays the fallback.
 TEST_CASE("pbsp with peers_watch waits for the watched peers' answers instead of re-querying",

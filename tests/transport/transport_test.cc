@@ -248,7 +248,7 @@ TEST_CASE("TCP hub: idle connections time out, excess connections are refused", 
   client.CloseAll();
 }
 
-// Acceptance (issue 4): achieved rate within 10 % of the limit over a few seconds on loopback.
+// Acceptance: achieved rate within 10 % of the limit over a few seconds on loopback.
 TEST_CASE("TCP hub uplink and downlink limits hold within 10 % on loopback", "[transport][rate]") {
   for (const char* which : {"uplink", "downlink"}) {
     LoopFixture f;
@@ -286,7 +286,7 @@ TEST_CASE("TCP hub uplink and downlink limits hold within 10 % on loopback", "[t
   }
 }
 
-// Issue 20: a handler that throws must not unwind into libuv (which would abort the process);
+// A handler that throws must not unwind into libuv (which would abort the process);
 // the boundary counts it, reports it through the hook, and the loop keeps serving.
 TEST_CASE("a throwing handler does not stop the loop", "[transport][exceptions]") {
   LoopFixture f;

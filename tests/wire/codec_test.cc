@@ -1,4 +1,5 @@
-// Round trips, rejection reasons and size bounds of the wire codec (SPEC §4).
+// Round trips, rejection reasons and size bounds of the wire codec (docs/contract.md "Wire
+// format").
 #include "wire/codec.h"
 
 #include <catch2/catch.hpp>
@@ -250,12 +251,12 @@ TEST_CASE("codec: semantic checks", "[gossip][codec]") {
     Datagram d = PingDatagram();
     std::get<ms::AliveMsg>(std::get<ms::Packet>(d.body).updates[0]).meta.data_addr = "x:1";
     ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
-    // Issue 34: the address an ack says it saw the ping come from.
+    // The address an ack says it saw the ping come from.
     d = PingDatagram();
     std::get<ms::Packet>(d.body).primary = ms::AckMsg{1, "1.2.3.4:0"};
     ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
   }
-  SECTION("reachability (issue 34): a value past nat is refused") {
+  SECTION("reachability: a value past nat is refused") {
     Datagram d = PingDatagram();
     std::get<ms::AliveMsg>(std::get<ms::Packet>(d.body).updates[0]).meta.reach =
         static_cast<ms::Reach>(3);
@@ -276,7 +277,7 @@ TEST_CASE("codec: semantic checks", "[gossip][codec]") {
         ms::ProgressMsg{std::string(kMaxStringBytes + 1, 'n'), 1, {}});
     ExpectReject<Datagram>(codec, codec.EncodeDatagram(d), Reject::kSemantic);
   }
-  SECTION("published evaluations (issue 19)") {
+  SECTION("published evaluations") {
     for (const ms::Eval& bad :
          {ms::Eval{3, 1.5f, 0.2f}, ms::Eval{3, 0.5f, -3.0f}, ms::Eval{3, 0.5f, std::nanf("")},
           ms::Eval{3, 0.5f, std::numeric_limits<float>::infinity()}}) {
@@ -292,7 +293,7 @@ TEST_CASE("codec: semantic checks", "[gossip][codec]") {
     const auto& ups = std::get<ms::Packet>(back->body).updates;
     CHECK(std::get<ms::ProgressMsg>(ups.back()).eval == ms::Eval{4, 0.25f, 1.5f});
   }
-  SECTION("operator tags in metadata (issue 19)") {
+  SECTION("operator tags in metadata") {
     using Tags = std::vector<std::pair<std::string, std::string>>;
     const std::vector<Tags> bad = {
         {{"b", "1"}, {"a", "2"}},                          // unsorted
@@ -507,8 +508,8 @@ TEST_CASE("codec: parameter reassembly ignores stale, duplicate and overlapping 
   CHECK_FALSE(asm_.in_progress());
 }
 
-// SPEC §4: the membership core fills datagrams from EstimatePacketOverhead + EstimateSize
-// without encoding; the encoding must never be larger, or full packets would not fit.
+// docs/contract.md "Wire format": the membership core fills datagrams from EstimatePacketOverhead +
+// EstimateSize without encoding; the encoding must never be larger, or full packets would not fit.
 TEST_CASE("codec: encoded datagrams never exceed the membership size estimates",
           "[gossip][codec]") {
   Gen gen(99);

@@ -1,4 +1,4 @@
-// Compressed parameter transfers (wire/compress.h, issue 17): the binary16 conversion, the
+// Compressed parameter transfers (wire/compress.h): the binary16 conversion, the
 // error bounds of each scheme, their sizes, and that malformed compressed frames are rejected by
 // the codec (counted as semantic rejections, never mixed).
 #include "wire/compress.h"

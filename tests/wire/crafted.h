@@ -183,7 +183,7 @@ inline std::vector<uint8_t> KeyOpReplyBody(const std::vector<const char*>& finge
   return FinishEnvelope(b, kKeyOpReply, b.EndTable(start));
 }
 
-// A relay frame (issue 34): `dest` (nullptr: absent) and `inner` bytes (-1: absent).
+// A relay frame: `dest` (nullptr: absent) and `inner` bytes (-1: absent).
 inline std::vector<uint8_t> RelayFrameBody(const char* dest, int inner) {
   fb::FlatBufferBuilder b;
   fb::Offset<fb::String> d = dest ? b.CreateString(dest) : 0;
@@ -214,7 +214,7 @@ inline std::vector<Crafted> CraftedCases() {
   c.push_back({"query", false, Query({}), std::nullopt});
   c.push_back({"unknown body type", false, Query({}, 11), Reject::kSemantic});
   c.push_back({"relay register", false, SharedUpdates(1, kProgress, 5), std::nullopt});
-  // Relay frames (issue 34): a member name, and inner bytes that could be a datagram.
+  // Relay frames: a member name, and inner bytes that could be a datagram.
   c.push_back({"relay frame", false, RelayFrameBody("n2", 100), std::nullopt});
   c.push_back({"relay frame, largest inner", false,
                RelayFrameBody("n2", static_cast<int>(kMaxRelayInnerBytes)), std::nullopt});

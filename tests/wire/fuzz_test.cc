@@ -1,9 +1,9 @@
-// Seeded mutation fuzzing of the decoders (SPEC §10: every decoder is fuzzed). At least 100 000
-// corrupted datagrams and 100 000 corrupted frames go through each of a plaintext and an
-// encrypted codec: bit flips, byte insertions/deletions/overwrites, truncations, splices,
-// random garbage, oversized buffers, hand-crafted hostile envelopes and encoder-made buffers that
-// are well-formed but semantically wrong. Every input must be accepted or rejected with a
-// reason (never crash, hang or throw), and accepted + rejected must equal the inputs.
+// Seeded mutation fuzzing of the decoders (docs/contract.md "Quality bars": every decoder is
+// fuzzed). At least 100 000 corrupted datagrams and 100 000 corrupted frames go through each of a
+// plaintext and an encrypted codec: bit flips, byte insertions/deletions/overwrites, truncations,
+// splices, random garbage, oversized buffers, hand-crafted hostile envelopes and encoder-made
+// buffers that are well-formed but semantically wrong. Every input must be accepted or rejected
+// with a reason (never crash, hang or throw), and accepted + rejected must equal the inputs.
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>

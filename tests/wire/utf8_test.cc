@@ -1,4 +1,4 @@
-// UTF-8 at the edge (issue 20): the strict validator, and every string field of every decoded
+// UTF-8 at the edge: the strict validator, and every string field of every decoded
 // message refusing bytes that are not valid UTF-8 (which a JSON serializer would choke on).
 #include <catch2/catch.hpp>
 #include <string>
@@ -12,7 +12,7 @@ namespace {
 
 namespace ms = ::meshtrain::membership;
 
-const std::string kBad = "\xff\xfe\xfd";  // the bytes of issue 20
+const std::string kBad = "\xff\xfe\xfd";  // invalid UTF-8 (0xff never occurs in it)
 
 TEST_CASE("utf8: the validator is strict", "[gossip][utf8]") {
   for (const char* ok :

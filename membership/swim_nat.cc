@@ -1,0 +1,124 @@
+// NAT traversal: the half of Swim::Impl that learns whether this node is reachable from
+// outside (the addresses its peers see it at, unsolicited traffic), moves it to its reflexive
+// address, punches holes towards members behind NAT and decides when a relay is needed
+// (swim_relay.cc runs the relays).
+#include "membership/swim_impl.h"
+
+namespace meshtrain::membership {
+
+void Swim::Impl::NoteSentTo(const std::string& addr) {
+  if (sent_to_.size() >= kMaxSentTo && sent_to_.count(addr) == 0) {
+    for (auto it = sent_to_.begin(); it != sent_to_.end();) {
+      it = it->second < now_ - kSentToMemoryMs ? sent_to_.erase(it) : std::next(it);
+    }
+    if (sent_to_.size() >= kMaxSentTo) {
+      auto oldest = std::min_element(sent_to_.begin(), sent_to_.end(),
+                                     [](auto& a, auto& b) { return a.second < b.second; });
+      sent_to_.erase(oldest);
+    }
+  }
+  sent_to_[addr] = now_;
+}
+
+void Swim::Impl::Punch(const NodeState& st) {
+  if (!cfg_.nat || left_ || &st == self_ || !IsLive(st.m.status)) return;
+  if (self_->m.meta.reach != Reach::kNat || st.m.meta.reach != Reach::kNat) return;
+  // A relayed member is reached through its relay; a relayed node's NAT opens a new mapping
+  // per destination, which no punch can predict.
+  if (!st.m.meta.relay.empty() || need_relay_) return;
+  ++stats_.punches;
+  SendPacket(st.m.addr, std::monostate{},
+             {AliveMsg{cfg_.name, cfg_.addr, self_->m.incarnation, self_->m.meta}}, false);
+}
+
+void Swim::Impl::Discover() {
+  if (!cfg_.nat || left_ || self_->m.meta.reach != Reach::kUnknown) return;
+  discovery_.clear();
+  for (NodeState* st : RandomNodes(kReflexiveQuorum + 1, [&](const NodeState* st) {
+         return st != self_ && st->m.status == Status::kAlive && st->m.meta.reach != Reach::kNat;
+       })) {
+    const uint32_t seq = NextSeq();
+    discovery_[seq] = st->m.name;
+    SendPacket(st->m.addr, PingMsg{seq, st->m.name}, {}, false);
+  }
+}
+
+void Swim::Impl::PunchAll() {
+  for (const NodeState* st : nodes_) Punch(*st);
+}
+
+void Swim::Impl::NoteUnsolicited() {
+  if (left_ || self_->m.meta.reach == Reach::kPublic) return;
+  self_->m.meta.reach = Reach::kPublic;
+  PublishSelf();
+}
+
+void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) {
+  const NodeState* st = FindState(peer);
+  if (st == nullptr || st == self_ || !IsLive(st->m.status) || left_) return;
+  observed_[peer] = addr;
+  // Only live members' reports count (and are kept).
+  size_t agree = 0, elsewhere = 0, reports = 0;
+  std::set<std::string> outside;  // addresses seen other than our own inner one
+  for (auto it = observed_.begin(); it != observed_.end();) {
+    const NodeState* o = FindState(it->first);
+    if (o == nullptr || !IsLive(o->m.status)) {
+      it = observed_.erase(it);
+      continue;
+    }
+    ++reports;
+    agree += it->second == addr;
+    elsewhere += it->second != cfg_.addr;
+    if (it->second != configured_addr_) outside.insert(it->second);
+    ++it;
+  }
+  // Peers see us at different outside addresses: a symmetric NAT (a new mapping per
+  // destination), even when we moved to where our first peer saw us (it was alone then). No
+  // address of ours reaches us from everywhere: we need a relay. (A peer behind the
+  // same NAT sees our inner address: no evidence.)
+  if (outside.size() >= 2 && cfg_.adopt_reflexive && cfg_.relay_mode != Config::RelayMode::kOff &&
+      !need_relay_ && self_->m.meta.reach != Reach::kPublic) {
+    need_relay_ = true;
+    if (self_->m.meta.reach == Reach::kUnknown) {
+      self_->m.meta.reach = Reach::kNat;
+      PublishSelf();
+    }
+    RelayTick();
+    return;
+  }
+  // Peers that can answer before we moved: a member behind NAT drops our pings until we
+  // advertise an address it sends to, so only the others count towards the quorum.
+  size_t peers = 0;
+  for (const NodeState* o : nodes_) {
+    peers += o != self_ && IsLive(o->m.status) && o->m.meta.reach != Reach::kNat;
+  }
+  const size_t quorum = std::min(kReflexiveQuorum, std::max<size_t>(peers, 1));
+  if (quorum == 0 || reports < quorum || elsewhere < quorum) return;
+  bool changed = false;
+  if (self_->m.meta.reach == Reach::kUnknown) {
+    // Seen elsewhere than where we are: behind a NAT, until something reaches us unsolicited.
+    self_->m.meta.reach = Reach::kNat;
+    changed = true;
+  }
+  bool moved = false;
+  if (cfg_.adopt_reflexive && !need_relay_ && addr != cfg_.addr && agree >= quorum) {
+    cfg_.addr = addr;
+    self_->m.addr = addr;
+    ++stats_.reflexive_moves;
+    changed = moved = true;
+  }
+  if (changed) {
+    PublishSelf();
+    PunchAll();
+  }
+  // Until now nobody could reach us: gossip sent our way was lost. A push-pull with one peer
+  // brings the full state now instead of at the next periodic round (15-60 s).
+  if (moved) {
+    const NodeState* peer = PickOne([&](const NodeState* st) {
+      return st != self_ && st->m.status == Status::kAlive && st->m.meta.reach != Reach::kNat;
+    });
+    if (peer != nullptr) PushPullWith(*peer);
+  }
+}
+
+}  // namespace meshtrain::membership
