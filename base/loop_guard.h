@@ -1,11 +1,11 @@
-// Counts work proportional to the model that runs on the event loop's thread (issue 31: the loop
-// moves buffers only; every pass over a whole model runs on the thread pool, the mixer or the
-// trainer thread). The agent marks its loop thread once; the functions that pass over parameter
-// vectors (the finite scan, mixing, the running sum, compression, checksums) report how many
-// floats they touch, and a pass over more than kLoopFloatsMax floats on the marked thread is
-// counted. A parameter chunk (wire::kParamChunkFloats = 64 Ki floats) stays well below the
-// bound, a whole model of a few million parameters does not. `status` shows the count
-// (loop.model_passes), and the test suite asserts it stays 0 while large models move.
+// Counts work proportional to the model that runs on the event loop's thread (the loop moves
+// buffers only; every pass over a whole model runs on the thread pool, the mixer or the trainer
+// thread: docs/design.md "The parameter path"). The agent marks its loop thread once; the functions
+// that pass over parameter vectors (the finite scan, mixing, the running sum, compression,
+// checksums) report how many floats they touch, and a pass over more than kLoopFloatsMax floats on
+// the marked thread is counted. A parameter chunk (wire::kParamChunkFloats = 64 Ki floats) stays
+// well below the bound, a whole model of a few million parameters does not. `status` shows the
+// count (loop.model_passes), and the test suite asserts it stays 0 while large models move.
 //
 // Thread-safety: any thread; the mark is per thread, the counters are atomics.
 #pragma once

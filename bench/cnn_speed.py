@@ -10,7 +10,7 @@ timed for torch; meshtrain's figure covers all its steps, which only favours tor
     /usr/bin/python3 bench/cnn_speed.py [--threads 1,2] [--steps 300] [--repeat 3] [--batch 64]
 
 Prints a table with the median samples/s of each and the ratio meshtrain / torch per thread count
-(issue 15's bar: >= 0.7). Needs python3-torch and python3-numpy (scripts/install-deps.sh).
+(the target: >= 0.7). Needs python3-torch and python3-numpy (scripts/install-deps.sh).
 """
 import argparse
 import gzip

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Overhead of one `mesh.step` (issue 16): one agent with --trainer external and no peers (the
-barrier answers at once), a numpy model of --params float32 values (default 1 M). Per step:
-copy the model into shared memory, PUBLISH (the agent copies the snapshot), WAIT_PERMIT, MIX.
+"""Overhead of one `mesh.step` of the external trainer: one agent with --trainer external and no
+peers (the barrier answers at once), a numpy model of --params float32 values (default 1 M). Per
+step: copy the model into shared memory, PUBLISH (the agent copies the snapshot), WAIT_PERMIT, MIX.
 
 Three variants, measured side by side in one run:
   separate vector  mesh.step(x) with x a numpy array of its own (one 4 MB copy in)

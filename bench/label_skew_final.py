@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Label-skewed shards end where iid shards end (issue 32): N agents (default 4) train
+"""Label-skewed shards end where iid shards end: N agents (default 4) train
 fmnist-mlp with the built-in trainer for --steps steps each, once on iid shards and once on
 `--shard-mode label-skew:ALPHA` shards (default 0.1: each shard mostly two to four classes), then
 agree on one model (the end-of-training consensus). Reported per run: each node's accuracy on the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Real-size models through the streamed parameter path (issue 31).
+"""Real-size models through the streamed parameter path (docs/design.md "The parameter path").
 
 For each model size (float32 parameters) and compression, N agents on loopback (pssp, the
 default lan profile, --trainer external) each serve a numpy trainer process (bench/
@@ -11,14 +11,14 @@ Per setting it prints, over the nodes (worst node where it says max):
   overhead ms     median time of one mesh.step (publish, barrier, mix) in the trainer
   memcpy ms       one copy of the model in the trainer process (the floor of any step)
   rss MB / x      the agents' peak RSS (VmHWM), and as a multiple of the model's size
-  budget          3 x model + 100 MB (issue 31)
+  budget          3 x model + 100 MB, the bound on an agent's peak RSS
   status max ms   the slowest `meshtrain status` answer (CLI process included)
   rpc max ms      the slowest status answer asked straight on the RPC endpoint (the agent's own)
   lag p99/max     the event loop's tick lag from status (loop.lag_p99_ms / lag_max_ever_ms)
   suspicions      SWIM suspicions raised by any agent (all agents stay alive: none is right)
   MB/s/node       parameter bytes sent per second per node (params_bytes_sent / training time)
   mixed/step      peer models mixed per step, in whole models (status models_mixed / steps)
-  mixed           the least models_mixed of any node (issue 31: >= 10 in 40 steps)
+  mixed           the least models_mixed of any node (target: >= 10 in 40 steps)
 The JSON lines add encoded_per_sent (chunks encoded per chunk sent: 0.5 at fanout 2 when both
 receivers of a round share every encoding), status_p50_ms / status_p99_ms over every CLI answer,
 and status_worst_usage (the slowest CLI process's own CPU ms, page faults and involuntary

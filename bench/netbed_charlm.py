@@ -19,7 +19,7 @@ Both clocks start when the trainer processes are launched (torch import, data lo
 DDP's rendezvous included). Bytes per node: what the host's eth0 sent from the launch until
 that time (sampled every second in each namespace: everything, gradients, models, membership
 gossip and TCP overhead), mean over hosts; for meshtrain also the agents' params_bytes_sent at
-the end. Ratios are meshtrain / DDP (the issue's goal: time <= 1.0, bytes <= 1/100).
+the end. Ratios are meshtrain / DDP (the targets: time <= 1.0, bytes <= 1/100).
 
 Exit status 0 when the runs completed (whatever the figures), 2 on setup failure, 77 when no bed
 can be built here. Every namespace and process the bed made is removed, also on failure.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Membership under loss, the long variant of tests/netbed/test_loss.py (issue 13 (b)): 8 agents
+"""Membership under loss, the long variant of tests/netbed/test_loss.py: 8 agents
 on the namespace bed, 10 % loss between any two hosts for 180 s (--duration), lan profile.
 Prints failed events, failures declared, suspicions raised and refuted, per repeat.
 

@@ -2,7 +2,7 @@
 """Receiver selection (or barrier policy) on real, shaped links: hosts as network namespaces
 (tests/netbed/bed.py; needs root), each host link at its own rate both ways, training
 the workload (default fmnist-cnn to 0.90, benchlib.WORKLOADS) until every node has an eval >=
-the target (issue 13 (a)).
+the target.
 
 Default: 6 hosts at 40, 40, 160, 160, 640, 640 Mbit/s, 20 ms RTT, pssp (β 2, s 4), fanout P=2,
 no --uplink-limit (the agents measure the links), --vary select: selmcast vs random.
@@ -153,7 +153,7 @@ def main():
     up_rows = []
     for i in range(a.hosts):
         pub = [r["uplink"][i] * 8 for v in values for r in results[v] if r["uplink"][i]]
-        m = bl.median(pub) if pub else None  # members give MB/s (SPEC); links are Mbit/s
+        m = bl.median(pub) if pub else None  # members publish MB/s; links are Mbit/s
         up_rows.append([f"n{i + 1}", f"{a.rates[i]:g}", bl.fmt(m, ".0f"),
                         bl.fmt(None if m is None else m / a.rates[i], ".2f")])
     print("published uplink (members' uplink_mbps MB/s x 8; median over runs, view of n1) vs "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One large model transfer against iperf3 on the same shaped link (issue 31 item 3): two hosts
+"""One large model transfer against iperf3 on the same shaped link: two hosts
 as network namespaces, 1000 Mbit/s links both ways, an external numpy trainer per agent holding a
 --params float32 model (default 1e8: 400 MB), side by side with iperf3 in one run.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Barrier wait in steady state on a homogeneous mesh (issue 18, OSP): 4 agents on loopback train
+"""Barrier wait in steady state on a homogeneous mesh (OSP): 4 agents on loopback train
 fmnist-mlp under pssp (β 2, s 4, each on its 1/4 shard) with --overlap on and off, interleaved.
 Each run warms up, then measures one window of --window seconds from two status samples:
 barrier wait share = Δ barrier_wait_s / Δ wall, idle share = Δ idle_s / Δ wall (the trainer

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Barrier policies on a compute-heterogeneous mesh (issue 18): 6 agents on loopback training
+"""Barrier policies on a compute-heterogeneous mesh: 6 agents on loopback training
 the workload (default fmnist-cnn to 0.90, benchlib.WORKLOADS), each on its 1/6 shard, with
 --slowdown 1,1,1,2,3,4. Per policy (bsp, ssp, dssp, pbsp, pssp, wbsp, asp, and pssp with
 --batch auto; every agent --min-peers 5, so all train

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 18's barrier policies in the simulator, beside the same policies on real agents.
+"""The barrier policies of bench/policies.py in the simulator, beside the same policies on real
+agents.
 
 The simulator's 200-node preset has the heterogeneity of bench/policies.py: nodes with
 --slowdowns 1,1,1,2,3,4 training fmnist-mlp (the real model on the real data; node i on shard

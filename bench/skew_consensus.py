@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Skewed shards end in one model (issue 32): 3 agents (--trainer external, pssp) each train a
+"""Skewed shards end in one model: 3 agents (--trainer external, pssp) each train a
 PyTorch MLP (784-256-LayerNorm-ReLU-4, Adam, --lr 1e-3, --batch 64) on Fashion-MNIST classes 0-3,
 node i on classes {i, i+1} only, for --steps steps through meshtrain.torch.MeshOptimizer, then
 call opt.finish(). Reported per setting and run: each node's accuracy on the test images of the
 4 classes after finish(), whether the three hold the same parameters (CRC-32), and the parameter
 bytes each agent sent (status params_bytes_sent); beside them, pooled training (one process on
-the union of the shards, the same steps) — the issue's reference.
+the union of the shards, the same steps) — the reference the mesh is held to.
 
     /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25
 

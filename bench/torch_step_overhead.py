@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Overhead of one `mesh.step` on a torch model, copied vs placed in shared memory (issue 31).
+"""Overhead of one `mesh.step` on a torch model, copied vs placed in shared memory.
 
 For each size in --params, a model of --tensors float32 nn.Parameter tensors (2-D, 1000 wide)
 is stepped through real agents with --trainer external (--profile local) in two ways, measured in

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""meshtrain vs PyTorch DDP on the same script (issue 16): time until every node of 4 reaches
+"""meshtrain vs PyTorch DDP on the same script: time until every node of 4 reaches
 0.88 test accuracy with examples/torch_fmnist.py.
 
 meshtrain: 4 agents (--trainer external, --barrier pssp by default, --min-peers 3) on loopback,
@@ -18,7 +18,7 @@ Two times per meshtrain run: until every node holds a model that met the target 
 evaluation, or the finished peer's final model taken over bit for bit — the "taken" CRC equals
 that peer's "reached" CRC: like DDP, where rank 0's one evaluation speaks for every rank's
 identical model), and until every node's own evaluation on the whole test set confirmed it.
-Prints both and the ratios meshtrain / DDP (the issue's goal: <= 1.0); --repeat R interleaves R
+Prints both and the ratios meshtrain / DDP (the target: <= 1.0); --repeat R interleaves R
 runs of each and prints medians. A bench, not a
 test: several minutes on 2 cores. Needs /usr/bin/python3 with numpy and torch.
 """
@@ -92,7 +92,7 @@ def trainer_args(a, seed):
 def run_mesh(a, binary, workdir, seed):
     # --target-accuracy: a node that meets it sends its final model to the peers still
     # training, whose trainers evaluate right after mixing it in (the built-in trainer's
-    # mesh-wide stop of issue 14).
+    # mesh-wide stop).
     common = [*a.agent_args.split(), "--profile", "local", "--trainer", "external", "--barrier",
               a.barrier,
               "--target-accuracy", str(a.target),

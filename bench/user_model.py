@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 15's mesh figures: a layer-spec CNN across agents, and non-IID (label-skew) shards.
+"""Bring-your-own-model figures on a mesh: a layer-spec CNN across agents, and non-IID (label-skew)
+shards.
 
 `cnn`:  N agents (default 4), `--model fmnist-cnn`, pssp, each on its 1/N iid shard of
         Fashion-MNIST; the run ends when every node's test accuracy is >= --cnn-target

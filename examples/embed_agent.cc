@@ -1,4 +1,4 @@
-// Embedding meshtrain in a C++ program (issue 16): your own model and data as a learn::Task,
+// Embedding meshtrain in a C++ program: your own model and data as a learn::Task,
 // trained by the agent's built-in trainer across the mesh — membership, PSP barriers, SELMCAST
 // multicast and the faults handling come with daemon::Agent.
 //

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A PyTorch CNN on Fashion-MNIST, trained across a meshtrain mesh (issue 16).
+"""A PyTorch CNN on Fashion-MNIST, trained across a meshtrain mesh.
 
 One process per agent: start each agent with `--trainer external --trainer-socket PATH`, then
 

@@ -1,7 +1,7 @@
-// Durable checkpoints of a node's training state (SPEC §8): task name, step, parameters, optimizer
-// velocity and free-form metadata, in one file written atomically (temp file in the same
-// directory, write, fsync, rename, fsync the directory) so a crash leaves either the old or the
-// new file, never a torn one.
+// Durable checkpoints of a node's training state (docs/contract.md "Training"): task name, step,
+// parameters, optimizer velocity and free-form metadata, in one file written atomically (temp file
+// in the same directory, write, fsync, rename, fsync the directory) so a crash leaves either the
+// old or the new file, never a torn one.
 //
 // File format (all integers little-endian, floats IEEE-754 binary32 little-endian):
 //   header, 48 bytes:

@@ -1,7 +1,8 @@
 // Parameter mixing and fingerprints for the flat parameter vectors nodes exchange.
 //
-// MixAverage implements the receiver-side gossip averaging rule of SPEC §6: after k parameter
-// vectors x_1..x_k arrived since the last step, x <- (x + sum_j x_j) / (1 + k).
+// MixAverage implements the receiver-side gossip averaging rule (docs/contract.md "Parameter
+// exchange"): after k parameter vectors x_1..x_k arrived since the last step,
+// x <- (x + sum_j x_j) / (1 + k).
 // ParamsCrc32 is a fingerprint of the exact float bytes, for tests and logs that compare models.
 //
 // Thread-safety: pure functions; the caller makes sure nobody writes the vectors meanwhile.
@@ -23,11 +24,12 @@ namespace meshtrain::learn {
 void MixAverage(Eigen::VectorXf& x, const std::vector<const float*>& others);
 
 // The plain average of equally long models, summed in double in the order given: the same inputs
-// give the same bytes on every IEEE-754 machine (the end-of-training consensus, issue 32).
+// give the same bytes on every IEEE-754 machine (the end-of-training consensus, docs/design.md
+// "One model at the end").
 std::vector<float> AverageModels(const std::vector<const std::vector<float>*>& models);
 
-// Progress-aware mixing (issue 14): x <- (x + sum_j w_j x_j) / (1 + sum_j w_j). With every
-// w_j = 1 this is MixAverage.
+// Progress-aware mixing (docs/design.md "Mixing"): x <- (x + sum_j w_j x_j) / (1 + sum_j w_j). With
+// every w_j = 1 this is MixAverage.
 void MixWeighted(Eigen::VectorXf& x, const std::vector<const float*>& others,
                  const std::vector<double>& weights);
 // The same on n floats at `x` (shared memory of an external trainer,
@@ -37,7 +39,7 @@ void MixWeighted(float* x, size_t n, const std::vector<const float*>& others,
 
 // The weight of a model received at the sender's step `theirs` by a node at step `ours`:
 // min(1, (theirs + 1) / (ours + 1))^2. A model as far on as ours or further counts fully (plain
-// averaging, SPEC §6, whenever steps agree within a few steps of staleness: 96 vs 100 still
+// gossip averaging whenever steps agree within a few steps of staleness: 96 vs 100 still
 // gets 0.92); a model far behind counts little (half our steps: 0.25; a fresh node's step-0
 // model against step 500: 4e-6), so it never pulls an advanced node back. Squared so that the
 // pull of a model falls faster than its training does.
@@ -52,8 +54,8 @@ bool CopyParamsFinite(const float* src, float* dst, size_t n);
 // CRC32 (zlib) of the float bytes as stored in memory (little-endian on supported hosts).
 uint32_t ParamsCrc32(const float* data, size_t n);
 
-// Dynamic batch size (--batch auto, issue 18): the next batch of a node whose step took
-// `own_step_s` at `batch` while the mesh's median step interval is `mesh_step_s`:
+// Dynamic batch size (--batch auto; docs/barriers.md "Dynamic batch"): the next batch of a node
+// whose step took `own_step_s` at `batch` while the mesh's median step interval is `mesh_step_s`:
 // halfway from `batch` to batch * mesh / own, clamped to [max(1, base / 8), base]. A slow node
 // shrinks its batch until its steps keep the mesh's pace; a node never exceeds its base batch.
 // The caller scales the learning rate linearly with the batch (lr = base_lr * batch / base).
@@ -86,11 +88,11 @@ class ParamAverage {
   uint64_t updates_ = 0;
 };
 
-// DiLoCo's outer optimizer (issue 32, `--outer`) on the gossip-mixed model. At each sync
+// DiLoCo's outer optimizer (`--outer`) on the gossip-mixed model. At each sync
 // (every --sync-every H local steps) the parameters x̄ — trained for H steps from θ₀, the
 // parameters of the last outer step, and mixed with the peers' models that arrived meanwhile —
 // give the pseudo-gradient Δ = θ₀ − x̄, and
-//   avg:      θ = x̄                                 (SPEC §6 gossip averaging alone)
+//   avg:      θ = x̄                                 (gossip averaging alone)
 //   sgd:      θ = θ₀ − lr Δ
 //   nesterov: m ← μ m + Δ;  θ = θ₀ − lr (Δ + μ m)
 // then θ₀ ← θ. Nodes send their models (not pseudo-gradients), so mixing still pulls them
@@ -120,7 +122,7 @@ class OuterStep {
   uint64_t steps_ = 0;
 };
 
-// Streaming fragments (Streaming DiLoCo, issue 32): the model's n floats cut into `fragments`
+// Streaming fragments (Streaming DiLoCo): the model's n floats cut into `fragments`
 // contiguous ranges of nearly equal size; fragment f is [f·n/F, (f+1)·n/F).
 std::pair<size_t, size_t> FragmentRange(size_t n, size_t fragments, size_t f);
 

@@ -1,4 +1,4 @@
-// Trained models as NumPy .npz files (issue 15: `meshtrain export`, the final model an agent
+// Trained models as NumPy .npz files (`meshtrain export`, the final model an agent
 // writes to --data-dir at leave, `meshtrain evaluate --model FILE`). Members:
 //   params.npy       float32 (P,): the flat parameter vector, layer by layer in spec order
 //   spec.npy         uint8 (L,): the layer spec, UTF-8 (Python: bytes(z["spec"]).decode())

@@ -2,10 +2,11 @@
 //  - a fully connected ReLU network with a softmax cross-entropy head (MlpShape {784,256,128,10}
 //    is fmnist-mlp; {784,10} is multinomial logistic regression, fmnist-softmax), and
 //  - linear regression with mean squared error (the synthetic task).
-// All parameters live in ONE flat vector (what nodes multicast and average, SPEC §6); layers are
-// Eigen::Map views onto it. Batches are matrices whose columns are samples, so every layer is one
-// matrix product over the batch. The functions are templates over the scalar so tests can check
-// gradients in double against finite differences; float and double are instantiated in models.cc.
+// All parameters live in ONE flat vector (what nodes multicast and average: docs/contract.md
+// "Parameter exchange"); layers are Eigen::Map views onto it. Batches are matrices whose columns
+// are samples, so every layer is one matrix product over the batch. The functions are templates
+// over the scalar so tests can check gradients in double against finite differences; float and
+// double are instantiated in models.cc.
 //
 // Thread-safety: pure functions of their arguments.
 #pragma once

@@ -1,4 +1,5 @@
-// Models from a layer spec (issue 15): `--model "conv(16,5),relu,maxpool(2),flatten,dense(10)"`.
+// Models from a layer spec: `--model "conv(16,5),relu,maxpool(2),flatten,dense(10)"` (docs/guide.md
+// "Training: models, data, shards").
 //
 // A spec is a comma-separated list of layers, each `name` or `name(arg, ..., key=value)`, read
 // left to right from the input; an optional last token `xent` (softmax cross-entropy, the

@@ -1,7 +1,8 @@
 // Classic SGD with momentum (heavy ball, as PyTorch's SGD with dampening 0):
 //   v <- mu * v + g;   x <- x - lr * v.
-// The velocity is optimizer state that checkpoints save and restore (SPEC §8). Parameter mixing
-// (SPEC §6) changes x only; the velocity keeps the node's own recent direction.
+// The velocity is optimizer state that checkpoints save and restore (docs/contract.md
+// "Training"). Parameter mixing (docs/contract.md "Parameter exchange") changes x only; the
+// velocity keeps the node's own recent direction.
 //
 // Thread-safety: none; owned by the task's single trainer thread.
 #pragma once

@@ -1,7 +1,7 @@
 // A small deterministic random number generator (xoshiro256**, seeded through SplitMix64) with the
 // few distributions learn/ needs. Unlike std::normal_distribution and friends, whose algorithms
 // differ between standard libraries, every draw here is specified bit for bit, so nodes built
-// anywhere that share an init seed start from identical parameters (SPEC §6 mixing assumes it).
+// anywhere that share an init seed start from identical parameters (gossip averaging assumes it).
 //
 // Thread-safety: none; one Rng per thread/owner.
 #pragma once
@@ -87,7 +87,8 @@ class Rng {
 };
 
 // A 64-bit seed from a string (FNV-1a), e.g. the per-node data-order seed from the node name
-// (SPEC §3: --seed defaults to a hash of the name). Stable across platforms and builds.
+// (docs/contract.md "Command line": --seed defaults to a hash of the name). Stable across platforms
+// and builds.
 inline uint64_t SeedFromString(const std::string& text) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : text) {

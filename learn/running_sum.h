@@ -1,10 +1,11 @@
-// The running weighted sum of peers' parameter chunks (issue 31): a receiver folds each chunk of
-// a peer's snapshot in as it arrives — S[i] += w · x_j[i] over the chunk's range, w added to the
-// weight of that range — and at its step boundary mixes
+// The running weighted sum of peers' parameter chunks (docs/design.md "The parameter path"): a
+// receiver folds each chunk of a peer's snapshot in as it arrives — S[i] += w · x_j[i] over the
+// chunk's range, w added to the weight of that range — and at its step boundary mixes
 //   x[i] <- (x[i] + S[i]) / (1 + W(i))
-// over every range some chunk covered (SPEC §6 gossip averaging with the progress-aware weights
-// of learn::MixWeight), then starts over. Ranges no chunk covered keep x. A transfer broken off
-// half-way leaves only its chunks' ranges mixed, which is still an average per coordinate.
+// over every range some chunk covered (docs/contract.md "Parameter exchange": gossip averaging with
+// the progress-aware weights of learn::MixWeight), then starts over. Ranges no chunk covered keep
+// x. A transfer broken off half-way leaves only its chunks' ranges mixed, which is still an average
+// per coordinate.
 //
 // Memory: one array of the model's size (allocated at the first fold, never zero-filled: the
 // first fold of a range in a window sets it, later ones add) plus one segment per

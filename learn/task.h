@@ -1,7 +1,7 @@
 // A training task: a model, its data (this node's shard of the training set plus the test set)
 // and its SGD-with-momentum optimizer, behind one interface the agent's trainer thread and the
-// simulator drive. MakeTask takes a preset name or a layer spec (learn/network.h); presets (SPEC
-// §8 and issue 15, one table in learn/task.cc, Presets()):
+// simulator drive. MakeTask takes a preset name or a layer spec (learn/network.h); presets
+// (docs/contract.md "Training", one table in learn/task.cc, Presets()):
 //   "fmnist-mlp"      dense(256),relu,dense(128),relu,dense(10): 784-256-128-10 ReLU MLP
 //   "fmnist-softmax"  dense(10): multinomial logistic regression (784-10)
 //   "fmnist-cnn"      conv(16,5),relu,maxpool(2),conv(32,5),relu,maxpool(2),flatten,dense(128),
@@ -18,7 +18,8 @@
 // same function.
 //
 // Thread-safety: a Task is not thread-safe; one trainer thread owns it. To send parameters while
-// training continues, copy params() at a step boundary (SPEC §6 snapshot) and send the copy.
+// training continues, copy params() at a step boundary (the snapshot of docs/contract.md
+// "Parameter exchange") and send the copy.
 #pragma once
 
 #include <Eigen/Core>
@@ -81,7 +82,7 @@ struct TaskOptions {
   // fmnist-mlp, off for fmnist-softmax (whose larger-scale standardized inputs make lr 0.05
   // unstable; raw pixels reach 0.82 after one epoch).
   std::optional<bool> standardize_inputs;
-  // User data (issue 15): `--train-data` / `--test-data` files (learn/data_file.h), used instead
+  // User data: `--train-data` / `--test-data` files (learn/data_file.h), used instead
   // of Fashion-MNIST when train_data is set. Without test_data a seeded 10 % of the training file
   // (the same on every node) is held out for evaluation. train_set/test_set: already loaded.
   std::string train_data;
@@ -95,7 +96,7 @@ struct TaskOptions {
   float lr = 0.05f;
   float momentum = 0.9f;
   uint64_t init_seed = 1;  // parameter initialisation: keep equal across nodes
-  uint64_t data_seed = 1;  // sample order: differs per node (SPEC §3 default: hash of name)
+  uint64_t data_seed = 1;  // sample order: differs per node (default: hash of the name)
 };
 
 struct EvalResult {
@@ -148,7 +149,7 @@ class Task {
   // Mean loss and accuracy of params() on the whole test set.
   EvalResult Evaluate() const { return EvaluateAt(params_.data()); }
   // The same for a parameter vector of num_params() floats. Reads only the test data: safe to
-  // run on another thread while this task trains (issue 18: evaluation off the critical path).
+  // run on another thread while this task trains (evaluation off the critical path).
   virtual EvalResult EvaluateAt(const float* params) const = 0;
 
  protected:

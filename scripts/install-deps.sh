@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Debian packages meshtrain builds and runs with (SPEC §2).
+# Installs the Debian packages meshtrain builds and runs with (docs/contract.md "Dependencies").
 # Idempotent: skips apt entirely when every package is already installed.
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libuv1-dev libeigen3-dev libflatbuffers-dev

@@ -45,14 +45,14 @@ AWARENESS_MAX = 8  # Lifeguard's local health cap (membership::Config awareness_
 
 
 def detection_bound(n, dead=1):
-    """Worst-case failure detection for a mesh of n agents with these timings (SPEC §5): the
-    dead member is probed within one randomized round-robin pass over the other n - 1 members,
-    the probe times out, and the suspicion timeout runs at its maximum, SuspicionMaxTimeoutMult
-    x SuspicionMult x max(1, log10 n) x ProbeInterval (no confirmations to shorten it); then the
-    news reaches the other observers (a few gossip intervals) and the sampler sees it. With
-    `dead` members failing at once, a probe of another dead member first raises the prober's
-    Lifeguard health score, which stretches its following probe intervals: the pass may take
-    up to `dead` times as long."""
+    """Worst-case failure detection for a mesh of n agents with these timings (SWIM with Lifeguard,
+    docs/contract.md "Membership"): the dead member is probed within one randomized round-robin pass
+    over the other n - 1 members, the probe times out, and the suspicion timeout runs at its
+    maximum, SuspicionMaxTimeoutMult x SuspicionMult x max(1, log10 n) x ProbeInterval (no
+    confirmations to shorten it); then the news reaches the other observers (a few gossip intervals)
+    and the sampler sees it. With `dead` members failing at once, a probe of another dead member
+    first raises the prober's Lifeguard health score, which stretches its following probe intervals:
+    the pass may take up to `dead` times as long."""
     import math
     suspicion_max = SUSPICION_MAX_MULT * SUSPICION_MULT * max(1.0, math.log10(n)) * \
         PROBE_INTERVAL_S

@@ -1,9 +1,9 @@
-"""Compressed parameter exchange on real agents, with a receiver that loses its state (issue 17).
+"""Compressed parameter exchange on real agents, with a receiver that loses its state.
 
 3 agents train fmnist-softmax (7850 parameters, one chunk a transfer) under pssp with
 `--compress topk:0.05` — the keyed scheme: each transfer is the change since what the receiver
 acknowledged last (full snapshots as int8), so both sides keep a reference (none, fp16 and int8
-stream full snapshots and keep none, issue 31) — random selection with fanout 2 (so every node
+stream full snapshots and keep none) — random selection with fanout 2 (so every node
 receives from both others). Checks that:
 - parameters travel compressed: every node's status shows params_received > 0 and a
   compression_ratio >= 3.5 (changes are 5 % of the values as (index, value) pairs, full

@@ -1,4 +1,4 @@
-"""A finished node is killed and restarted (issue 14). 3 agents train fmnist-mlp under pssp with
+"""A finished node is killed and restarted. 3 agents train fmnist-mlp under pssp with
 checkpoints; el1 has --target-accuracy 0.80, the others a target they do not reach in this test.
 Checks that:
 - el1 finishes (training: false) and the others keep training (0.80 is not their goal);

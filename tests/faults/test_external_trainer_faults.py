@@ -1,4 +1,4 @@
-"""External trainers under faults (issue 16), 3 agents (ssp staleness 2; --trainer-timeout 3 on
+"""External trainers under faults, 3 agents (ssp staleness 2; --trainer-timeout 3 on
 the third):
 
 - kill -9 a trainer mid-run: its agent stays alive and stops counting as training (status

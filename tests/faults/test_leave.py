@@ -19,7 +19,8 @@ from faults_lib import (PROBE_INTERVAL_S, PROBE_TIMEOUT_S, SUSPICION_MULT, TARGE
                         Sampler, now, parse_args, start_mesh, training_args, wait_all_done,
                         wait_mid_training)
 
-LEAVE_SPREAD_BOUND_S = 3.0  # SPEC §3: the leaver waits up to 3 s for the news to spread
+# The leaver waits up to 3 s for the news to spread (`leave`, docs/contract.md "Command line").
+LEAVE_SPREAD_BOUND_S = 3.0
 # The fastest failure detection could ever drop the leaver: a probe times out and the suspicion
 # timeout runs at its minimum (SuspicionMult x ProbeInterval). A bsp survivor that waited for
 # the leaver until failure detection would stall at least this long; one that honoured the

@@ -75,7 +75,7 @@ def main():
 
             # Catch up: reach the lowest step the others had at SIGCONT — or reach the target
             # before that: mixed with the others' further-on models, the victim may meet it
-            # (and stop, SPEC's --target-accuracy) below their step (a CI run: stopped at 1450
+            # (and stop, as --target-accuracy has it) below their step (a CI run: stopped at 1450
             # with the others at 1625).
             target_step = min(others_steps.values())
 

@@ -1,4 +1,5 @@
-// libFuzzer target: bytes through the agent's whole receive path, in process (issue 20).
+// libFuzzer target: bytes through the agent's whole receive path, in process (docs/design.md
+// "Wire format and input checking").
 //
 // The same code the agent runs, minus the sockets: each input is split into packets; a packet is
 // a datagram or a frame (plain codec, or sealed with FUZZ_SEALED) handed to wire::Inbound

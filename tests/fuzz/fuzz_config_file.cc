@@ -3,7 +3,7 @@
 // Oracles: the sanitizers and no escaping exception; a rejection has a one-line reason naming
 // the file and line, in valid UTF-8; an accepted file yields "--key" flags ([a-z0-9-], never
 // --config) each followed by at most one value, and every argument is valid UTF-8 without NUL
-// (names, labels and addresses come from here, issue 20).
+// (names, labels and addresses come from here and reach the agent's JSON output).
 #include <string>
 #include <vector>
 

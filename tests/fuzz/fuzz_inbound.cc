@@ -1,6 +1,6 @@
 // libFuzzer targets fuzz_inbound_datagram / fuzz_inbound_frame (FUZZ_FRAME): bytes through
 // wire::Inbound, the agent's one inbound path, and every accepted message through the JSON
-// writers, as the agent's events and replies would carry its strings (issue 20).
+// writers, as the agent's events and replies would carry its strings.
 // Input: a mode byte (mod 3: 0 = the rest is a plaintext wire buffer; 1 = seal the rest with the
 // fuzz key; 2 = the rest is a sealed wire buffer as received), then the buffer.
 // Oracles: every rejection is counted under a valid reason; an accepted message's strings are
@@ -119,7 +119,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(!inbound.OnDatagram(wire.data(), wire.size(), "127.0.0.1:7950", 2.0));
   FUZZ_CHECK(inbound.rejects().get(g::Reject::kReplay) == 1);
   if (const auto* rf = std::get_if<g::RelayFrame>(&d->body)) {
-    // A relay frame (issue 34): within its limits; its inner datagram as the receiver would
+    // A relay frame: within its limits; its inner datagram as the receiver would
     // take it once delivered, counted when refused, never a relay frame again.
     FUZZ_CHECK(g::ValidNodeName(rf->dest) && rf->inner.size() <= g::kMaxRelayInnerBytes);
     const uint64_t before = inbound.rejects().total();

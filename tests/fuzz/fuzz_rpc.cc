@@ -3,7 +3,7 @@
 // Input: the frame payload as received on the --rpc endpoint.
 // Oracles: the sanitizers and no escaping exception; a rejection has a reason; an accepted
 // request has a known command, the fields that command needs, and bounded strings that are all
-// valid UTF-8 (issue 20); and the replies the agent builds from the request (the error text, or
+// valid UTF-8; and the replies the agent builds from the request (the error text, or
 // a reply echoing its strings) serialize with nlohmann's strict, throwing dump().
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,6 @@
-// libFuzzer target: the readers of user-supplied files (issue 15) — training data
-// (learn/data_file_internal.h: CSV, .npz, .npy pair, IDX pair), layer specs
-// (learn/network.h: ParseModelSpec + Network::Build) and model files (learn/model_file.h).
+// libFuzzer target: the readers of user-supplied files — training data (learn/data_file_internal.h:
+// CSV, .npz, .npy pair, IDX pair), layer specs (learn/network.h: ParseModelSpec + Network::Build)
+// and model files (learn/model_file.h).
 // Input: one selector byte, then the file's bytes. Selector % 6: 0 CSV (bit 3 set: label column
 // "1"), 1 .npz, 2 x.npy with a fixed valid y.npy, 3 IDX images with fixed labels, 4 a layer spec
 // built for a 1x28x28 input, 5 a model file.

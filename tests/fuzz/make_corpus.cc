@@ -79,7 +79,7 @@ std::vector<g::Datagram> Datagrams() {
     }
     out.push_back(g::Datagram{"n1", p, 1700000000000 + i});
   }
-  // Relays (issue 34): a relayed member's alive message, and relay frames whose inner datagram
+  // Relays: a relayed member's alive message, and relay frames whose inner datagram
   // is a ping (plaintext and sealed) or itself a relay frame (refused: frames do not nest).
   ms::Meta relayed;
   relayed.reach = ms::Reach::kNat;
@@ -134,7 +134,7 @@ std::vector<g::Frame> Frames() {
   for (size_t i = 0; i < params.size(); ++i) params[i] = 0.25f * static_cast<float>(i);
   for (const auto& c : g::SplitParams(params, 3, 40, 16)) out.push_back(g::Frame{"n2", c, 5});
   out.push_back(g::Frame{"n2", g::SplitParams(params, 4, 41, 64)[0], 6});
-  // Compressed transfers (issue 17): every encoding, full and as a change against a reference.
+  // Compressed transfers (--compress): every encoding, full and as a change against a reference.
   for (const char* spec : {"fp16", "int8", "topk:0.2"}) {
     for (uint64_t base : {uint64_t{0}, uint64_t{3}}) {
       for (const auto& c :

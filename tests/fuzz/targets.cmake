@@ -60,7 +60,7 @@ endforeach()
 set(FUZZ_LIBS "")
 set(FUZZ_DEFS "")
 
-# Readers of user files (issue 15): training data, layer specs, model files.
+# Readers of user files: training data, layer specs, model files.
 set(FUZZ_LIBS meshtrain::learn)
 meshtrain_fuzzer(fuzz_user_files fuzz_user_files.cc)
 set(FUZZ_LIBS "")

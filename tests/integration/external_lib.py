@@ -1,4 +1,4 @@
-"""Helpers for the external-trainer tests (issue 16): finding an interpreter with numpy (the
+"""Helpers for the external-trainer tests: finding an interpreter with numpy (the
 `python3` CTest runs may lack it), and starting ext_worker.py trainers that are ended by PID."""
 import os
 import shutil

@@ -1,4 +1,4 @@
-"""A numpy trainer with a large model for test_large_model.py (issue 31): the model lives in the
+"""A numpy trainer with a large model for test_large_model.py: the model lives in the
 agent's shared memory (mesh.params itself, so mesh.step copies nothing in Python). Each step
 moves one slice of the model in turn (so over the run the whole model changes) and sleeps
 --sleep s, then calls mesh.step. Prints one JSON line when attached and one at the end."""

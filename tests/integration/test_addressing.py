@@ -1,4 +1,4 @@
-"""Multi-host addressing on loopback (issue 13).
+"""Multi-host addressing on loopback.
 
 - an agent joins by host name (`localhost:PORT`) with --retry-join before its target exists;
   the target comes up 2.5 s later and the mesh forms (names are resolved on every retry);

@@ -1,4 +1,4 @@
-"""The language-model example (examples/torch_charlm.py, issue 32) in CI, with a tiny model
+"""The language-model example (examples/torch_charlm.py) in CI, with a tiny model
 (1 layer, d_model 32, context 32) so that it takes seconds on a loaded 2-core machine:
 
 1. alone, 40 steps: the validation loss in bits per character falls below the initial model's

@@ -1,4 +1,4 @@
-"""No clock agreement between hosts (issue 13), on loopback with --encrypt.
+"""No clock agreement between hosts, on loopback with --encrypt.
 
 One of 3 agents runs with its wall clock 5 minutes ahead (--test-clock-offset 300, a test-only
 option that shifts the clock stamping its messages). Checks that:

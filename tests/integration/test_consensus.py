@@ -1,4 +1,4 @@
-"""One model at the end of training (issue 32), on real agents on loopback:
+"""One model at the end of training, on real agents on loopback:
 
 1. Built-in trainers: 3 agents train `synthetic` with --outer nesterov --sync-every 10
    --fragments 2 (half the model every 5 steps) and

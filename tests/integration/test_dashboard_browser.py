@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 19 browser test: headless Chromium (Debian `chromium`) loads the dashboard of a 4-node
+"""Dashboard browser test: headless Chromium (Debian `chromium`) loads the dashboard of a 4-node
 training mesh twice, some seconds apart, and saves a screenshot. It fails if any node is missing
 from the members table or the curves, if a node's accuracy curve does not advance between the
 loads, if the page did not refresh itself, or if the plan graph is empty. Skips (exit 77) when

@@ -1,4 +1,4 @@
-"""scripts/demo.py (issue 35): a short run of the demo, then one stopped by SIGTERM. Checks that:
+"""scripts/demo.py: a short run of the demo, then one stopped by SIGTERM. Checks that:
 - the run ends with the comparison line (mesh with its mixed model, one process on node1's data
   alone, one on all the data, the step count), and the mesh's mixed model beats the process
   alone on node1's label-skewed shard (2 nodes: each holds mostly 4-7 classes);

@@ -1,4 +1,4 @@
-"""Join with state on real agents (issue 14): 3 agents train fmnist-mlp; as soon as all of them
+"""Join with state on real agents: 3 agents train fmnist-mlp; as soon as all of them
 have passed 0.80 a 4th agent starts fresh and joins. Checks that:
 - the joiner adopts a running node's model (its log says "adopted the model of") at a step near
   the others' instead of starting at 0;
@@ -11,7 +11,7 @@ have passed 0.80 a 4th agent starts fresh and joins. Checks that:
 - the first three keep stepping; their step rates over the 10 s before and after the join are
   printed.
 `--join-at ACC` moves the join later (the plateau, where a drop would show).
-`--acceptance` holds the run to the issue's bars instead: the joiner at >= 0.83 within 5 s of
+`--acceptance` holds the run to the acceptance bars instead: the joiner at >= 0.83 within 5 s of
 its start, no eval of the first three more than 0.01 below its last one before the join, and
 under bsp the step rate after >= 0.8x the rate before. Measure them with `--policies bsp,pssp
 --extra "--slowdown 8 --batch 256 --eval-average 0.98" --eval-every 25 --acceptance` (four
@@ -80,7 +80,7 @@ def run(binary, policy, acceptance, extra=(), control=False, eval_every=50, join
             sample()
             ev = [metrics(a) for a in first]
             return all(any(m["accuracy"] >= acc for m in e) for e in ev) or None
-        # The issue's moment: the 4th joins once the three have passed 0.80.
+        # The 4th joins once the three have passed 0.80.
         wait_until(lambda: passed(join_at), 150, interval=0.25,
                    what=f"the first three at {join_at}")
         t_join = time.monotonic()
@@ -154,7 +154,7 @@ def run(binary, policy, acceptance, extra=(), control=False, eval_every=50, join
         assert max(m["accuracy"] for m in metrics(joiner)[:3]) >= 0.78, early
         assert all(r > 0 for r in rate_after), rate_after
         if acceptance:
-            # The issue's bars (measured by hand with --slowdown so that four agents do not
+            # The acceptance bars (measured by hand with --slowdown so that four agents do not
             # share two cores; see main()).
             assert max(within5, default=0) >= 0.83, early
             assert max(drops) <= 0.01, drops
@@ -177,10 +177,10 @@ def main():
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--join-at", type=float, default=0.80,
                    help="the 4th agent joins once each of the first three has evaluated at "
-                   "this accuracy (the issue: 0.80; later, e.g. 0.86, joins on the plateau "
+                   "this accuracy (default 0.80; later, e.g. 0.86, joins on the plateau "
                    "where a drop would show)")
     p.add_argument("--acceptance", action="store_true",
-                   help="hold the runs to the issue's bars (>= 0.83 within 5 s, drops <= 0.01, "
+                   help="hold the runs to the acceptance bars (>= 0.83 within 5 s, drops <= 0.01, "
                    "bsp rate >= 0.8x); use with --extra '--slowdown 8'")
     a = p.parse_args()
     if not os.path.exists(os.path.join(DATASET, "t10k-images-idx3-ubyte.gz")):

@@ -1,4 +1,4 @@
-"""Mesh-wide stop with external trainers (issues 14 and 16): 3 agents with --trainer external and
+"""Mesh-wide stop with external trainers: 3 agents with --trainer external and
 --target-accuracy 0.9, each serving ext_worker.py. The first worker reports accuracy 0.95 at
 its step 20 (its agent finishes); the others report 0.0 (they never meet the target on their
 own) and train on to step STEPS.

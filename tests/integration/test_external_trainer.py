@@ -1,4 +1,4 @@
-"""External trainers (issue 16): 3 agents with --trainer external, each serving a small numpy
+"""External trainers: 3 agents with --trainer external, each serving a small numpy
 trainer (ext_worker.py, through the Python client python/meshtrain) over its Unix socket.
 
 Checks that:

@@ -1,4 +1,4 @@
-"""Hostile input against a live agent (issue 20), on loopback, with and without --metrics-file.
+"""Hostile input against a live agent, on loopback, with and without --metrics-file.
 
 A single plaintext datagram whose AliveUpdate name is not valid UTF-8 used to abort an agent (the
 JSON event writer threw inside the libuv receive callback). This test sends that datagram and the

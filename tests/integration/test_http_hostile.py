@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 19: malformed HTTP against an agent's --http endpoint never stops the agent or its
+"""Malformed HTTP against an agent's --http endpoint never stops the agent or its
 gossip. Two training agents; against n1's endpoint: huge headers, bad and unknown methods, a
 garbage request line, a body on GET, a path that does not exist, then a slowloris attack (20
 connections from 127.0.0.9 trickling header bytes for 30 s). Meanwhile n1 must keep answering

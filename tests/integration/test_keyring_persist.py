@@ -1,4 +1,4 @@
-"""The keyring persists in --data-dir (issue 13): a key rotation survives a restart.
+"""The keyring persists in --data-dir: a key rotation survives a restart.
 
 An agent started with --encrypt K1 --data-dir D rotates to K2 (`meshtrain keys --install K2`,
 `--use K2`, `--remove K1`), leaves (SIGINT: exit 0), and is started again with the same stale

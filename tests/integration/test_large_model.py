@@ -1,4 +1,5 @@
-"""A large model through the streamed parameter path (issue 31): the event loop moves buffers only.
+"""A large model through the streamed parameter path: the event loop moves buffers only
+(docs/design.md "The parameter path").
 
 3 agents with --trainer external, each serving large_worker.py, a numpy trainer whose model of
 PARAMS float32 values (48 MB) lives in the agent's shared memory; ssp, every peer a receiver, so

@@ -1,5 +1,5 @@
-"""--max-peers on real agents (issue 14): 3 agents under bsp with --max-peers 2 train
-fmnist-mlp; a 4th, 50x slower agent joins later. Checks that:
+"""--max-peers on real agents: 3 agents under bsp with --max-peers 2 train fmnist-mlp; a 4th, 50x
+slower agent joins later. Checks that:
 - the first three report it as an observer (status: max_peers 2, barrier_peers 2, observers
   [the slow one]) and are not held back by it: under bsp they run ahead of its step (waiting would hold them within one);
 - it still syncs: it receives parameters, and its peers receive its parameters;

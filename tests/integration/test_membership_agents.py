@@ -1,4 +1,4 @@
-"""Foundation acceptance on real agents (issue 2): 5 agents on 127.0.0.1 with --profile local.
+"""Membership acceptance on real agents: 5 agents on 127.0.0.1 with --profile local.
 
 - after --join to one seed, every agent lists all 5 alive within 3 s;
 - after kill -9 of one, every survivor lists it failed within 10 s;

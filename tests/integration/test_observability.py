@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 19 on 3 training agents on loopback, each with --http: every listed metric is in
+"""Observability on 3 training agents on loopback, each with --http: every listed metric is in
 /metrics with the right type and plausible values (and passes `promtool check metrics` when
 Prometheus is installed); /api/state shows every node with accuracy curves and the SELMCAST
 plan; `meshtrain monitor --log-level debug` shows a debug line from an agent running at info;
@@ -16,7 +16,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(__file__))
 import harness  # noqa: E402
 
-# name -> Prometheus type; the issue's list: members by status, step, loss, accuracy, barrier
+# name -> Prometheus type; the required list: members by status, step, loss, accuracy, barrier
 # wait (histogram), bytes sent/received, rounds, fanout, rejected inputs by reason, health
 # score, build info.
 REQUIRED = {

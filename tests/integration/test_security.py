@@ -1,4 +1,4 @@
-"""Security acceptance on real agents (issue 7), on loopback:
+"""Security acceptance on real agents, on loopback:
 
 1. An agent without the key, or with another cluster label, can neither appear in `members`
    nor change any agent's parameters: a keyed agent trains the synthetic task with a fixed seed

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Issue 19 on two agents on loopback: --log-format json (every stderr line of j1 is a JSON
-object with ts/level/node/msg) and --tag (gossiped; j1's `members --format json` shows j2's
+"""Structured logs and tags on two agents on loopback: --log-format json (every stderr line of j1 is
+a JSON object with ts/level/node/msg) and --tag (gossiped; j1's `members --format json` shows j2's
 tags; `members --tag KEY=REGEX` filters; bad tags and bad regexes exit 2)."""
 import argparse
 import json

@@ -1,4 +1,4 @@
-"""The PyTorch example across a mesh (issue 16), in CI with Debian's python3-torch: 2 agents with
+"""The PyTorch example across a mesh, in CI with Debian's python3-torch: 2 agents with
 --trainer external, each serving examples/torch_fmnist.py (a CNN on its half of Fashion-MNIST,
 meshtrain.torch.MeshOptimizer) for 120 steps under ssp, the evaluated model being the moving
 average of the parameters (--eval-average, meshtrain.torch.ModelAverage; checked on its own

@@ -1,7 +1,7 @@
-"""Torch parameters placed in the agent's shared memory (issue 31 item 4): 2 agents with
---trainer external, each serving a small torch regression (an MLP pulled towards its own target
-function) through meshtrain.torch.MeshOptimizer, which places float32 CPU parameters in the
-shared memory by default (share_parameters). Checks, in the trainers:
+"""Torch parameters placed in the agent's shared memory: 2 agents with --trainer external, each
+serving a small torch regression (an MLP pulled towards its own target function) through
+meshtrain.torch.MeshOptimizer, which places float32 CPU parameters in the shared memory by default
+(share_parameters). Checks, in the trainers:
   - every parameter's storage lies inside the mapping of mesh.params, before and after training,
     and a write to mesh.params is seen by the parameter (the tensors *are* the shared memory);
   - no parameter byte is copied in Python over 60 mesh steps (meshtrain.torch.copied_bytes stays

@@ -1,10 +1,10 @@
-"""End-to-end training on real agents (issue 3): 3 agents on loopback train the `synthetic`
+"""End-to-end training on real agents: 3 agents on loopback train the `synthetic`
 linear-regression task under pssp with parameter exchange. Checks that:
 
 - every agent's test loss (MSE) falls below a stated bound (0.05; the noise floor is 0.01 and
   the untrained loss is ~30);
 - parameters actually travel (params_received > 0 on every agent) and mean_fanout >= 1;
-- the metrics file carries eval and sync lines with the fields of SPEC §3;
+- the metrics file carries eval and sync lines with the fields of docs/contract.md "Output formats";
 - training stops at --steps and the agents stay in the mesh (training: false in members).
 """
 import json

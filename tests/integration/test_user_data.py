@@ -1,4 +1,4 @@
-"""Bring your own data and model (issue 15): 3 agents on loopback train a layer-spec model on a
+"""Bring your own data and model: 3 agents on loopback train a layer-spec model on a
 generated data set with a known Bayes accuracy, once from CSV and once from a deflated .npz, and
 reach it within 0.02; then the model round-trips through `meshtrain export` and
 `meshtrain evaluate`, and the agent writes its final model to --data-dir at leave (the npz run

@@ -1,4 +1,5 @@
-// Checkpoint round trips, atomic rotation and fallback to the previous good file (SPEC §8).
+// Checkpoint round trips, atomic rotation and fallback to the previous good file (docs/contract.md
+// "Training").
 #include "learn/checkpoint.h"
 
 #include <zlib.h>

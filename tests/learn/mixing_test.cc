@@ -1,4 +1,5 @@
-// MixAverage (SPEC §6 gossip averaging) and parameter fingerprints; SGD-with-momentum update.
+// MixAverage (gossip averaging, docs/contract.md "Parameter exchange") and parameter fingerprints;
+// SGD-with-momentum update.
 #include "learn/mixing.h"
 
 #include <catch2/catch.hpp>

@@ -179,7 +179,7 @@ TEST_CASE("fmnist-mlp reaches > 0.80 test accuracy within one epoch", "[learn][t
 }
 
 // Not run by default: `test_learn "[.bench]" -s`. Measured (single node, 5 epochs, batch 64,
-// momentum 0.9): lr 0.05 (the SPEC default) plateaus at 0.871; lr 0.01 reaches 0.8875, so the
+// momentum 0.9): lr 0.05 (the default --lr) plateaus at 0.871; lr 0.01 reaches 0.8875, so the
 // bench uses lr 0.01. Environment overrides for exploring
 // hyper-parameters: MESHTRAIN_BENCH_LR, _MOMENTUM, _BATCH, _EPOCHS, and _DROP_EPOCH=K (lr x0.1
 // after epoch K).

@@ -1,4 +1,4 @@
-"""The Debian package (issue 35): `cpack -G DEB` from this build dir, checked and unpacked into a
+"""The Debian package: `cpack -G DEB` from this build dir, checked and unpacked into a
 scratch root (dpkg-deb -x: no system install, no root needed), then run from there.
 
 Checks that:

@@ -1,4 +1,4 @@
-// Test tool for tests/integration/test_hostile_input.py (issue 20): prints, one per line,
+// Test tool for tests/integration/test_hostile_input.py: prints, one per line,
 // "CASE udp|tcp HEX" for hostile plaintext buffers that a peer without any key can send. Each is
 // a well-formed, verifier-valid envelope of the current cluster, stamped like a real datagram
 // (sender clock, a session and a counter), whose only fault is a string that is not valid UTF-8.
@@ -25,7 +25,7 @@ namespace {
 namespace fb = ::flatbuffers;
 namespace w = ::meshtrain::wire::schema;
 
-const std::string kBad = "\xff\xfe\xfd";  // the bytes of issue 20
+const std::string kBad = "\xff\xfe\xfd";  // bytes that never occur in UTF-8
 
 struct Stamp {
   std::string cluster = "default";
