@@ -22,9 +22,10 @@ loopback), training fmnist-mlp. Checks that:
 - over OBSERVE_S seconds after that, no agent logs a suspicion or failure of anyone;
 - every agent reaches TARGET test accuracy within STEP_BUDGET steps and received parameters
   (params_received > 0: the NATed ones by pulling over connections they open), and no agent
-  rejected anything; the relay forwarded frames and refused none but frames from members it
-  did not know yet while the mesh formed (a join's race: refused as not_member, none after) and
-  a few for a member whose return path was not fresh;
+  rejected anything (but probe reports of trains a pause split, or late ones); the relay
+  forwarded frames and refused none but frames from members it did not know yet while the mesh
+  formed (a join's race: refused as not_member, none after) and a few for a member whose return
+  path was not fresh;
 - once every agent finished (--target-accuracy), all 5 hold the same consensus model (status
   consensus: serving or adopted, one crc32; the leader is a public host, which the NATed agents
   pull it from, and it averaged the final models of every agent that took a step: one that took
@@ -113,6 +114,15 @@ h, p = sys.argv[1].rsplit(":", 1)
 for _ in range(5):
     s.sendto(b"x", (h, int(p)))
 """
+
+
+def join_lines(logs):
+    """What the agents logged about their joins (a failed join is named in the logs)."""
+    out = []
+    for path in logs:
+        with open(path, errors="replace") as f:
+            out += [ln.strip() for ln in f if "join" in ln]
+    return out
 
 
 def check_routers(binary, kind):
@@ -311,7 +321,8 @@ def main():
                 if ok and good == 0:
                     good_since = polled
                 good = good + 1 if ok else 0
-                assert ok or polled - start < FORM_S, f"no mesh in {FORM_S} s: {bad}"
+                assert ok or polled - start < FORM_S, \
+                    f"no mesh in {FORM_S} s: {bad}; joins: {join_lines(logs)}"
                 time.sleep(0.5)
             formed = time.monotonic() - start
             print(f"all {N} alive at their reachable addresses, with their reach and path, in "
@@ -364,7 +375,11 @@ def main():
                       f"{st['params_received']}, rounds {st['rounds']}, mean_fanout "
                       f"{st['mean_fanout']:.2f}, rejected {rej}")
                 assert st["params_received"] > 0 and st["rounds"] > 0, st
-                assert not rej, rej
+                # Nothing refused but probe reports of trains split by a pause, or late (a busy
+                # machine's: netbed_lib.probe_report_slack).
+                slack = nl.probe_report_slack(metrics[i], st)
+                assert rej.get("capacity_probe", 0) <= slack, (rej, f"slack {slack}")
+                assert not {k: v for k, v in rej.items() if k != "capacity_probe"}, rej
                 nat = st["nat"]
                 if names[i] == relay:
                     print(f"{names[i]}: relayed {nat['relayed_frames']} frames, "
