@@ -83,19 +83,17 @@ def metric_lines(path, kind):
     return out
 
 
-def probe_report_slack(metrics_path, st):
-    """How many probe reports this agent may refuse (rejected_by_reason capacity_probe) on a
-    busy machine without anything being wrong: one per train of its that came back partly
-    received (its metrics file's capacity_probe events with received < sent) and one per train
-    whose report it did not take (status capacity_probes sent minus those events). A train
-    paused mid-way for longer than its receiver's quiet timeout (the sender or the receiver
-    short of CPU) ends there for the receiver, which reports each part: the sender takes the
-    first and refuses the others; a report later than the sender waits for is refused too.
-    A real refusal (a seal or header it cannot read) refuses whole trains, hundreds of
-    datagrams."""
-    reports = metric_lines(metrics_path, "capacity_probe")
-    partial = sum(1 for e in reports if e.get("received", 0) < e.get("sent", 0))
-    return partial + max(0, st["capacity_probes"]["sent"] - len(reports))
+def probe_reject_slack(st):
+    """How many probe datagrams an agent may refuse (rejected_by_reason capacity_probe) on a
+    busy machine without anything being wrong: one per train it sent or answered (status
+    capacity_probes sent + answered). The races of a slow machine cost a stray datagram per
+    train at most: a train paused mid-way for longer than its receiver's quiet timeout ends
+    there for the receiver, which reports each part, and the sender refuses all but the first;
+    a report later than the sender waits for is refused; a receiver that handles a train's
+    first datagram late may see the next train of that sender too soon. A real refusal (a seal
+    or header it cannot read) refuses whole trains: 256 datagrams or more each."""
+    cp = st["capacity_probes"]
+    return cp["sent"] + cp["answered"]
 
 
 def path_loss_to_link_loss(path_loss):

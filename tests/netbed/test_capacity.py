@@ -13,8 +13,8 @@ delivered ~160), and an agent cannot publish what its link did not carry. Within
 every host's published uplink_mbps, as every other host sees it, must be within 25 % of its
 delivered capacity (and never above 1.25x the larger of that and the configured rate); a link
 that could not deliver its configured rate is named in the output. The probe counters must show
-trains sent, measured and answered, and no probe datagram rejected but reports that trains
-split by a pause or answered late explain (netbed_lib.probe_report_slack).
+trains sent, measured and answered, and no probe datagram rejected but the strays a slow
+machine's races explain (netbed_lib.probe_reject_slack: fewer than one per train).
 
 Skips (exit 77) where no bed can be built (not root, no namespaces or /dev/net/tun).
 """
@@ -40,6 +40,9 @@ FORM_S = 60
 # the delivered capacity is taken over the trains of the same window.
 KEEP_S = 60
 GRACE_S = 10
+# Trains are 256 datagrams or more; linkemu starts a new one after a 200 ms pause, and the few
+# datagrams of such a remainder measure nothing.
+MIN_TRAIN = 32
 
 
 def confirmed_rate(rates):
@@ -57,7 +60,7 @@ def delivered(bed, j, now):
     confirmed rate over the trains it wrote to their receivers within KEEP_S, and the train
     figures (out_mbit, in_mbit, late_ms), largest first."""
     ts = [t for t in bed.seen_trains
-          if t["src"] == j and t["n_out"] >= 2 and now - t["at"] <= KEEP_S]
+          if t["src"] == j and t["n_out"] >= MIN_TRAIN and now - t["at"] <= KEEP_S]
     ts.sort(key=lambda t: -t["out_mbit"])
     return confirmed_rate([t["out_mbit"] for t in ts]), ts
 
@@ -211,11 +214,10 @@ def main():
                 cp = st["capacity_probes"]
                 assert cp["sent"] > 0 and cp["measured"] > 0 and cp["answered"] > 0, (j, cp)
                 rej = st["rejected_by_reason"]
-                # Refused probe reports only as many as split or late trains explain
-                # (netbed_lib.probe_report_slack; linkemu counts the pauses of 100 ms or more
-                # in this host's trains); nothing else (--encrypt: a refused seal would refuse
-                # whole trains).
-                slack = nl.probe_report_slack(os.path.join(work, f"h{j + 1}.jsonl"), st)
+                # Refused probe datagrams only as many as a slow machine's races explain
+                # (netbed_lib.probe_reject_slack: fewer than one per train; linkemu counts the
+                # pauses of 100 ms or more in this host's trains); no refused seal (--encrypt).
+                slack = nl.probe_reject_slack(st)
                 pauses = sum(t["pauses"] for t in bed.seen_trains if t["src"] == j)
                 assert rej.get("capacity_probe", 0) <= slack and rej.get("auth", 0) == 0, \
                     (j, rej, f"slack {slack}, {pauses} pauses in its trains")

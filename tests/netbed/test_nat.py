@@ -22,7 +22,7 @@ loopback), training fmnist-mlp. Checks that:
 - over OBSERVE_S seconds after that, no agent logs a suspicion or failure of anyone;
 - every agent reaches TARGET test accuracy within STEP_BUDGET steps and received parameters
   (params_received > 0: the NATed ones by pulling over connections they open), and no agent
-  rejected anything (but probe reports of trains a pause split, or late ones); the relay
+  rejected anything (but stray probe datagrams, fewer than one a train); the relay
   forwarded frames and refused none but frames from members it did not know yet while the mesh
   formed (a join's race: refused as not_member, none after) and a few for a member whose return
   path was not fresh;
@@ -375,9 +375,9 @@ def main():
                       f"{st['params_received']}, rounds {st['rounds']}, mean_fanout "
                       f"{st['mean_fanout']:.2f}, rejected {rej}")
                 assert st["params_received"] > 0 and st["rounds"] > 0, st
-                # Nothing refused but probe reports of trains split by a pause, or late (a busy
-                # machine's: netbed_lib.probe_report_slack).
-                slack = nl.probe_report_slack(metrics[i], st)
+                # Nothing refused but stray probe datagrams of a slow machine's races
+                # (netbed_lib.probe_reject_slack: fewer than one per train).
+                slack = nl.probe_reject_slack(st)
                 assert rej.get("capacity_probe", 0) <= slack, (rej, f"slack {slack}")
                 assert not {k: v for k, v in rej.items() if k != "capacity_probe"}, rej
                 nat = st["nat"]
