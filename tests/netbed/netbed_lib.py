@@ -68,7 +68,8 @@ def members(bed, i, binary):
 
 
 def metric_lines(path, kind):
-    """The metrics file's lines of one event kind (docs/contract.md "Output formats": one JSON object per line)."""
+    """The metrics file's lines of one event kind (docs/contract.md "Output formats": one JSON
+    object per line)."""
     out = []
     if not os.path.exists(path):
         return out

@@ -190,7 +190,8 @@ def main():
                       f"(contended {cp['contended']}, queued {cp['queued']}); own estimate "
                       f"up {cp['uplink_mbps'] * 8:.0f} down {cp['downlink_mbps'] * 8:.0f} Mbit/s")
                 print("      trains (written/read Mbit/s to the host): " + ", ".join(
-                    f"{t['out_mbit']:.0f}/{t['in_mbit']:.0f}>h{t['dst'] + 1 if t['dst'] is not None else '?'}"
+                    f"{t['out_mbit']:.0f}/{t['in_mbit']:.0f}>"
+                    f"{'?' if t['dst'] is None else 'h%d' % (t['dst'] + 1)}"
                     f"{'' if t['n_out'] == t['n_in'] else ' %d of %d' % (t['n_out'], t['n_in'])}"
                     for t in sorted(ts, key=lambda t: t["at"])))
                 if cap < (1 - TOLERANCE) * RATES[j]:
