@@ -20,8 +20,9 @@
 // datagrams of 1200 payload bytes starting with the marker 0x50, sent back to back) are timed
 // here as the receiver's kernel sees them, so a test can judge an agent's capacity estimate
 // against what the emulator actually delivered rather than against the configured rate (on a
-// busy machine a sending agent short of CPU trickles its train, or the emulator falls behind). On stdin "trains" prints, one a line, the
-// trains finished since the last "trains" (no datagram of their flow for 300 ms):
+// busy machine a sending agent short of CPU trickles its train, or the emulator falls behind).
+// On stdin "trains" prints, one a line, the trains finished since the last "trains" (no
+// datagram of their flow for 300 ms):
 //   train FROM TO FLOW IN OUT IN_MBIT OUT_MBIT LATE_MS GAP_MS PAUSES AGE_MS
 // (FROM/TO port names; FLOW src>dst; IN datagrams read from FROM, OUT written to TO; IN_MBIT
 // the rate they were read at, OUT_MBIT the rate they were written at, both as bytes after the
