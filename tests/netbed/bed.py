@@ -10,12 +10,15 @@ one switch namespace running tests/tools/linkemu, a user-space switch whose TAP 
 hosts' eth0. This kernel has tbf/htb but no netem, so delay, jitter, loss and per-direction rates
 come from linkemu: one-way delay A->B = delay(A) + delay(B); every host link has its own rate both
 ways. `set_link(i, ...)` changes a host's link at run time (loss=1 cuts it: a partition).
+`trains()` says at what rate linkemu actually delivered the agents' link-capacity probe trains:
+on a busy machine the emulator may not keep up with a fast link, and a test then judges the
+agents' estimates against what the links delivered, not against their configured rates.
 
 Cleanup, also on failure or SIGTERM: every process the bed spawned is killed by PID, linkemu is
 stopped (its TAPs vanish with it), every namespace is deleted. `available()` says why a bed cannot
 be built here (not root, no `ip`, no /dev/net/tun, no linkemu binary), for a clean skip.
 
-NAT (issue 34): `nat={i: "cone" | "symmetric"}` puts host i behind its own router. The namespace
+NAT: `nat={i: "cone" | "symmetric"}` puts host i behind its own router. The namespace
 mt...-h<i> then is the router (its eth0 keeps the public bed address 10.213.17.<i+1>), and the
 host itself is an inner namespace mt...-n<i> on a private subnet 198.18.<i>.0/24 (inner address
 198.18.<i>.2, router 198.18.<i>.1, joined by a veth pair; default route via the router). The
@@ -140,6 +143,7 @@ class Bed:
         self.emu = None
         self.made = []
         self.hosts_files = []
+        self.seen_trains = []
         self._closed = False
 
     def addr(self, i):
@@ -251,6 +255,36 @@ class Bed:
         ack = self.emu.stdout.readline().strip()
         if ack != f"ok t{i}":
             raise RuntimeError(f"linkemu did not take the change: {ack!r}")
+
+    def trains(self):
+        """The link-capacity probe trains linkemu saw finish since the last call, as dicts:
+        src/dst host index, flow, datagrams read (n_in) and written (n_out), the rates they were
+        read (in_mbit) and written at (out_mbit: what the receiver's kernel saw), how late the
+        emulator wrote them at worst (late_ms), the longest pause between two of them as written
+        (gap_ms) and how many pauses of 100 ms or more (pauses: a receiver may have taken one for
+        the train's end), and `at` (time.monotonic() of the last one).
+        All of them so far are in self.seen_trains."""
+        self.emu.stdin.write("trains\n")
+        self.emu.stdin.flush()
+        now = time.monotonic()
+        got = []
+        while True:
+            line = self.emu.stdout.readline()
+            if not line:
+                raise RuntimeError("linkemu went away")
+            f = line.split()
+            if f == ["end"]:
+                break
+            if len(f) != 12 or f[0] != "train":
+                raise RuntimeError(f"linkemu: unexpected {line!r}")
+            port = {f"t{i}": i for i in range(self.n)}
+            got.append({"src": port.get(f[1]), "dst": port.get(f[2]), "flow": f[3],
+                        "n_in": int(f[4]), "n_out": int(f[5]), "in_mbit": float(f[6]),
+                        "out_mbit": float(f[7]), "late_ms": float(f[8]),
+                        "gap_ms": float(f[9]), "pauses": int(f[10]),
+                        "at": now - float(f[11]) / 1e3})
+        self.seen_trains.extend(got)
+        return got
 
     def spawn(self, i, argv, log_path, env=None):
         """Starts argv in host i's namespace (stdout+stderr to log_path); ended by close()."""

@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -13,6 +14,7 @@ PORT = 7950
 # Set by CTest for the sanitizer build's tests (tests/CMakeLists.txt): its agents train ~10x
 # slower, so the scripts ask for less training there (the code paths are the same).
 SANITIZED = os.environ.get("MESHTRAIN_SANITIZED") == "1"
+CLI_TIMEOUT_S = 20
 
 
 @contextlib.contextmanager
@@ -33,8 +35,20 @@ def workdir(prefix):
 
 
 def cli_json(bed, i, binary, *args):
-    """`meshtrain <args> --format json` in host i's namespace; None when the agent is not up."""
-    r = bed.run(i, [binary, *args, "--rpc", RPC, "--format", "json"], timeout=15)
+    """`meshtrain <args> --format json` in host i's namespace; None when the agent is not up, or
+    did not answer twice in CLI_TIMEOUT_S. (On a busy machine a CLI process and the agent's
+    answer can take seconds: a slow answer is asked again, not taken for a failure; a refused
+    connection comes back at once.)"""
+    for _ in range(2):
+        try:
+            r = bed.run(i, [binary, *args, "--rpc", RPC, "--format", "json"],
+                        timeout=CLI_TIMEOUT_S)
+            break
+        except subprocess.TimeoutExpired:
+            print(f"slow answer: `{' '.join(args)}` on host {i} took over {CLI_TIMEOUT_S} s",
+                  file=sys.stderr)
+    else:
+        return None
     if r.returncode != 0:
         return None
     try:
@@ -54,7 +68,8 @@ def members(bed, i, binary):
 
 
 def metric_lines(path, kind):
-    """The metrics file's lines of one event kind (SPEC §3: one JSON object per line)."""
+    """The metrics file's lines of one event kind (docs/contract.md "Output formats": one JSON
+    object per line)."""
     out = []
     if not os.path.exists(path):
         return out
@@ -67,6 +82,19 @@ def metric_lines(path, kind):
             if j.get("event") == kind:
                 out.append(j)
     return out
+
+
+def probe_reject_slack(st):
+    """How many probe datagrams an agent may refuse (rejected_by_reason capacity_probe) on a
+    busy machine without anything being wrong: one per train it sent or answered (status
+    capacity_probes sent + answered). The races of a slow machine cost a stray datagram per
+    train at most: a train paused mid-way for longer than its receiver's quiet timeout ends
+    there for the receiver, which reports each part, and the sender refuses all but the first;
+    a report later than the sender waits for is refused; a receiver that handles a train's
+    first datagram late may see the next train of that sender too soon. A real refusal (a seal
+    or header it cannot read) refuses whole trains: 256 datagrams or more each."""
+    cp = st["capacity_probes"]
+    return cp["sent"] + cp["answered"]
 
 
 def path_loss_to_link_loss(path_loss):

@@ -1,8 +1,8 @@
 """The namespace test bed itself (tests/netbed/bed.py + tests/tools/linkemu): 3 hosts, links of
 20 Mbit/s both ways and 10 ms per link (40 ms RTT between hosts). Checks that:
-- a TCP connect takes about one RTT (>= 35 ms; < 400 ms on a loaded machine);
-- a 3 MB TCP transfer is held to the link rate (<= 21 Mbit/s) and gets most of it (>= 8 Mbit/s,
-  TCP slow start over 40 ms included);
+- a TCP connect takes about one RTT (every one >= 35 ms; the quickest of five < 400 ms);
+- a 3 MB TCP transfer is held to the link rate (<= 21 Mbit/s) and gets most of it (>= 8 Mbit/s
+  for the best of up to three, TCP slow start over 40 ms included);
 - a link set to loss 1 is a partition (connects time out), and healing it restores traffic;
 - every namespace and process is gone afterwards.
 Skips (exit 77) where no bed can be built (not root, no namespaces or /dev/net/tun).
@@ -72,15 +72,32 @@ def main():
                 break
             time.sleep(0.1)
         print("small:", out)
-        connect_ms = float(out.split()[1])
-        assert 35 <= connect_ms < 400, out
-        r = bed.run(0, [sys.executable, "-c", CLIENT, bed.addr(1), str(3_000_000)], timeout=60)
-        print("bulk:", r.stdout.strip())
-        f = r.stdout.split()
-        assert f[0] == "connect_ms" and f[5] == "3000000", r.stdout
-        mbit = 3_000_000 * 8 / float(f[3]) / 1e6
-        print(f"throughput {mbit:.1f} Mbit/s over a 20 Mbit/s link")
-        assert 8 <= mbit <= 21, mbit
+        # The bed's delay is a floor no connect can beat; a busy machine only adds to it (the
+        # client descheduled between its clock reads): the quickest of a few is the bed's.
+        connects = [float(out.split()[1])]
+        for _ in range(4):
+            r = bed.run(0, [sys.executable, "-c", CLIENT, bed.addr(1), "1000"])
+            if r.stdout.startswith("connect_ms"):
+                connects.append(float(r.stdout.split()[1]))
+        connect_ms = min(connects)
+        print(f"connects (ms): {connects}")
+        assert len(connects) >= 3 and all(c >= 35 for c in connects), connects
+        assert connect_ms < 400, connects
+        # The link's rate caps every transfer (a small margin for the clocks); most of it is
+        # reached by the best of a few (a busy machine may starve a transfer's ends at times).
+        rates = []
+        for _ in range(3):
+            r = bed.run(0, [sys.executable, "-c", CLIENT, bed.addr(1), str(3_000_000)],
+                        timeout=60)
+            print("bulk:", r.stdout.strip())
+            f = r.stdout.split()
+            assert f[0] == "connect_ms" and f[5] == "3000000", r.stdout
+            rates.append(3_000_000 * 8 / float(f[3]) / 1e6)
+            assert rates[-1] <= 21, rates
+            if rates[-1] >= 8:
+                break
+        print(f"throughput {', '.join(f'{x:.1f}' for x in rates)} Mbit/s over a 20 Mbit/s link")
+        assert max(rates) >= 8, rates
         bed.set_link(1, loss=1.0)
         r = bed.run(0, [sys.executable, "-c", CLIENT, bed.addr(1), "1000"], timeout=30)
         print("partitioned:", r.stdout.strip())

@@ -1,4 +1,4 @@
-"""Several hosts as they are deployed (issue 13 (c) and (d)), on the namespace bed: 4 hosts,
+"""Several hosts as they are deployed, on the namespace bed: 4 hosts,
 100 Mbit/s links, 20 ms RTT, --encrypt. Every agent binds 0.0.0.0:7950 and joins by host name
 (`h1:7950`, from each namespace's own hosts file); the joiners start first and retry
 (--retry-interval 1s) until h1 comes up; host h3's wall clock runs 5 minutes ahead

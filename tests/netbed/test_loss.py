@@ -1,4 +1,4 @@
-"""Membership under packet loss on real links (issue 13 (b)): 8 agents, one per namespace, with
+"""Membership under packet loss on real links: 8 agents, one per namespace, with
 10 % loss between any two hosts (every host link drops 5.1 % each way, so a packet crossing two
 links is lost with probability 10 %) for --duration seconds (40 in the suite, 20 in the sanitizer
 build's run; bench/netbed_loss.py runs 180). Lifeguard timing of the lan profile. Checks that:
