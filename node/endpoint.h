@@ -22,7 +22,7 @@ class Endpoint {
  public:
   virtual ~Endpoint() = default;
   virtual void SendDatagram(const std::string& to, const wire::Datagram& msg) = 0;
-  // A datagram for member `dest` at `to`, through its relay at `via` (issue 34). A network
+  // A datagram for member `dest` at `to`, through its relay at `via`. A network
   // without relays (the simulator: no NAT) sends it straight to `to`.
   virtual void SendRelayed(const std::string& to, const std::string& /*via*/,
                            const std::string& /*dest*/, const wire::Datagram& msg) {

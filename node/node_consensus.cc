@@ -1,4 +1,4 @@
-// One model at the end of training (issue 32). While peers still train, a finished node offers
+// One model at the end of training. While peers still train, a finished node offers
 // them its final model (node_state.cc, ServeFinal). Once no live member trains any more, the
 // finished nodes — the participants: live members that stopped training after at least one step,
 // and this node — agree on one model:
@@ -18,6 +18,9 @@
 // new leader's model. So every live participant ends with the same bytes after one reduce per
 // leader failure. Every step is repeated after consensus_retry_ms until it is acknowledged.
 #include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "node/node.h"
 #include "node/node_internal.h"
@@ -25,8 +28,10 @@
 namespace meshtrain::node {
 
 bool Node::ConsensusParticipants(TimeMs now) {
-  ConsensusState& cs = consensus_;
-  if (!config_.consensus || !config_.training || !final_ || !latest_ || leaving_) return false;
+  if (!config_.consensus || !config_.training || !lifecycle_.finished() || !latest_ ||
+      lifecycle_.leaving()) {
+    return false;
+  }
   if (!Candidates().empty()) return false;  // peers still train: ServeFinal offers them our model
   // Participants: live members that stopped training after at least one step, by the same rule
   // for ourselves as for our peers (a node that took a final model over before its first step
@@ -45,148 +50,80 @@ bool Node::ConsensusParticipants(TimeMs now) {
   });
   if (parts.empty()) return false;  // a spectator with nobody who trained: it keeps its model
   std::sort(parts.begin(), parts.end());
-  // Issue 34: nobody can push to a participant behind NAT, so the leader is the first one
-  // that is not (when there is one); those behind NAT pull the result from it.
-  std::string leader = parts.front();
-  for (const std::string& p : parts) {
-    if (natted.count(p) == 0) {
-      leader = p;
-      break;
-    }
-  }
-  if (parts != cs.participants || leader != cs.leader || natted != cs.natted ||
-      spectator != cs.spectator) {
-    cs.participants = std::move(parts);
-    cs.spectator = spectator;
-    cs.leader = std::move(leader);
-    cs.natted = std::move(natted);
-    cs.next_send = now;  // a new leader or member: act at once
-    cs.next_pull = now;
-  }
+  consensus_.SetParticipants(std::move(parts), std::move(natted), spectator, now);
   return true;
 }
 
-void Node::Consensus(TimeMs now) {
-  ConsensusState& cs = consensus_;
+void Node::RunConsensus(TimeMs now) {
+  Consensus& cs = consensus_;
   if (!ConsensusParticipants(now)) return;
-  const std::vector<std::string>& parts = cs.participants;
-  const std::string leader = cs.leader;
+  const std::string leader = cs.leader();
+  const size_t parts = cs.participants().size();
   if (leader != config_.name) {
     // A participant: the leader's consensus model (it may have come before our view agreed
     // that everyone finished), else our final model to the leader until it comes.
-    if (cs.offer && cs.offer_from == leader) {
-      cs.result = std::move(cs.offer);
-      cs.result_from = leader;
-      cs.reducing = false;
-      Emit(AdoptConsensus{leader, cs.result, parts.size()});
-    }
-    if (cs.result && cs.result_from == leader) return;
-    if ((cs.spectator || cs.natted.count(config_.name) > 0) && pulls_.empty() &&
-        now >= cs.next_pull && cs.natted.count(leader) == 0) {
+    if (auto result = cs.AdoptOffer()) Emit(AdoptConsensus{leader, std::move(result), parts});
+    if (cs.HasLeadersResult()) return;
+    if (pulls_.empty() && cs.PullDue(config_.name, now)) {
       // Behind NAT the leader cannot push the result to us, and to a spectator it does not:
       // we ask for it (it closes until it has one). A participant's final model goes to it as
       // below.
       if (auto peer = FindPeer(leader)) {
-        cs.next_pull = now + config_.consensus_retry_ms;
+        cs.Pulled(now + config_.consensus_retry_ms);
         stats_.consensus_pulls++;
         PullFrom(leader, *peer->data_addr);
       }
     }
-    if (cs.spectator || round_ || pending_ || now < cs.next_send) return;
-    cs.next_send = now + config_.consensus_retry_ms;
+    if (cs.spectator() || round_ || pending_ || !cs.SendDue(now)) return;
+    cs.Sent(now + config_.consensus_retry_ms);
     pending_ = SnapshotIn{latest_step_, latest_, true, {}};
     return SendRound({leader}, now);
   }
-  // The leader. A result that covers every live participant stands (whoever computed it: a
-  // leader that failed after sending it to us); otherwise reduce anew.
-  const auto covers = [&](const std::vector<std::string>& over) {
-    return std::all_of(parts.begin(), parts.end(), [&](const std::string& p) {
-      return std::binary_search(over.begin(), over.end(), p);
-    });
-  };
-  if (cs.result && covers(cs.reduced_over)) {
-    if (cs.result_from != config_.name) {
-      cs.result_from = config_.name;  // we serve it from now on
-      cs.acked.clear();
-    }
-    std::vector<std::string> due;  // (those behind NAT pull it)
-    for (const std::string& p : parts) {
-      if (p != config_.name && !cs.acked.count(p) && !cs.natted.count(p)) due.push_back(p);
-    }
-    if (due.empty() || round_ || pending_ || now < cs.next_send) return;
-    cs.next_send = now + config_.consensus_retry_ms;
-    pending_ = SnapshotIn{latest_step_, cs.result, true, {}};
+  // The leader. A result that covers every live participant stands; otherwise reduce anew.
+  if (cs.ResultStands()) {
+    std::vector<std::string> due = cs.Serve(config_.name);  // (those behind NAT pull it)
+    if (due.empty() || round_ || pending_ || !cs.SendDue(now)) return;
+    cs.Sent(now + config_.consensus_retry_ms);
+    pending_ = SnapshotIn{latest_step_, cs.result(), true, {}};
     return SendRound(std::move(due), now, true);
   }
-  if (cs.reducing) return;
-  ConsensusReduce req;
-  req.id = ++cs.reduce_id;
-  for (const auto& p : parts) {
-    if (p == config_.name) {
-      req.models.push_back(latest_);
-      continue;
-    }
-    auto it = cs.finals.find(p);
-    if (it == cs.finals.end()) return;  // still waiting for this participant's model
-    req.models.push_back(it->second);
-  }
-  cs.reducing = true;
-  cs.reduced_over = parts;
-  Emit(LogLine{false, "consensus: averaging the final models of " + std::to_string(parts.size()) +
-                          " nodes"});
-  Emit(std::move(req));
+  if (cs.reducing()) return;
+  std::optional<ConsensusReduce> req = cs.Reduce(config_.name, latest_);
+  if (!req) return;  // still waiting for a participant's model
+  Emit(LogLine{false,
+               "consensus: averaging the final models of " + std::to_string(parts) + " nodes"});
+  Emit(std::move(*req));
 }
 
 void Node::OnConsensusResult(ConsensusResult r, TimeMs now) {
-  ConsensusState& cs = consensus_;
-  if (!cs.reducing || r.id != cs.reduce_id || !r.params || !latest_ ||
-      r.params->size() != latest_->size()) {
-    return;
-  }
-  cs.reducing = false;
-  cs.result = std::move(r.params);
-  cs.result_from = config_.name;
-  cs.acked.clear();
-  cs.next_send = now;
-  Emit(AdoptConsensus{config_.name, cs.result, cs.reduced_over.size()});
-  Consensus(now);
+  auto result = consensus_.OnReduced(std::move(r), latest_, config_.name, now);
+  if (!result) return;
+  Emit(AdoptConsensus{config_.name, std::move(result), consensus_.reduced_over()});
+  RunConsensus(now);
 }
 
 bool Node::OnConsensusModel(const std::string& sender, bool consensus, std::vector<float>* params,
                             TimeMs now) {
-  ConsensusState& cs = consensus_;
   if (!config_.consensus) return false;
+  auto model = std::make_shared<const std::vector<float>>(std::move(*params));
   if (!consensus) {  // a finished peer's final model, kept for the reduce
-    cs.finals[sender] = std::make_shared<const std::vector<float>>(std::move(*params));
-    Consensus(now);
-    return true;
+    consensus_.OnFinal(sender, std::move(model));
+  } else {
+    // The consensus model: adopted (RunConsensus) once our view has `sender` as the leader. It
+    // is acknowledged already, so it is not sent again.
+    consensus_.OnOffer(sender, std::move(model));
   }
-  // The consensus model: kept, and adopted (Consensus) once our view has `sender` as the leader
-  // (a stale leader's is dropped then). It is acknowledged already, so it is not sent again.
-  cs.offer = std::make_shared<const std::vector<float>>(std::move(*params));
-  cs.offer_from = sender;
-  Consensus(now);
+  RunConsensus(now);
   return true;
 }
 
 Node::ConsensusView Node::consensus() const {
   ConsensusView v;
-  const ConsensusState& cs = consensus_;
   if (!config_.consensus || !config_.training) return v;
-  v.participants = cs.participants.size();
-  v.leader = cs.leader;
-  v.models = cs.finals.size() + (final_ ? 1 : 0);
-  if (!final_) {
-    v.state = "training";
-  } else if (cs.participants.empty()) {
-    v.state = "waiting";  // peers still train
-  } else if (cs.result && cs.result_from == v.leader) {
-    v.state = v.leader == config_.name ? "serving" : "adopted";
-  } else if (cs.reducing) {
-    v.state = "reducing";
-  } else {
-    v.state = "collecting";
-  }
+  v.participants = consensus_.participants().size();
+  v.leader = consensus_.leader();
+  v.models = consensus_.finals() + (lifecycle_.finished() ? 1 : 0);
+  v.state = consensus_.Phase(lifecycle_.finished(), config_.name);
   return v;
 }
 

@@ -1,5 +1,6 @@
-// Parameter multicast rounds (SPEC §6, §7): receiver choice (all, random, the shared SELMCAST
-// plan), chunked transfers acknowledged by ParamAck, and reassembly of what peers send.
+// Parameter multicast rounds (docs/contract.md "Barriers", "Receiver selection"): receiver choice
+// (all, random, the shared SELMCAST plan), chunked transfers acknowledged by ParamAck, and
+// reassembly of what peers send.
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -19,8 +20,7 @@ void Node::OnSnapshot(SnapshotIn s, TimeMs now) {
   if (!config_.training || !s.params) return;
   latest_ = s.params;
   latest_step_ = s.step;
-  if (s.final && !final_) {
-    final_ = true;
+  if (s.final && lifecycle_.Finish()) {
     final_serve_at_ = now + config_.final_serve_interval_ms;
   }
   pending_ = std::move(s);
@@ -144,7 +144,8 @@ std::vector<std::string> Node::SampleExternal() {
 }
 
 void Node::MaybePull() {
-  if (!swim_ || !pulls_.empty() || leaving_ || swim_->reach() != ms::Reach::kNat) return;
+  if (!swim_ || !pulls_.empty() || lifecycle_.leaving() || swim_->reach() != ms::Reach::kNat)
+    return;
   std::vector<std::pair<std::string, std::string>> reachable;  // (name, data address)
   ForEachPeer([&](const PeerRef& p) {
     if (!p.alive || !p.training) return;
@@ -171,8 +172,8 @@ void Node::PullFrom(const std::string& name, const std::string& addr) {
 }
 
 void Node::StartRound(TimeMs now) {
-  if (pending_ && !leaving_) MaybePull();
-  if (!pending_ || round_ || awaiting_plan_ != 0 || leaving_) return;
+  if (pending_ && !lifecycle_.leaving()) MaybePull();
+  if (!pending_ || round_ || awaiting_plan_ != 0 || lifecycle_.leaving()) return;
   if (!swim_ && !pending_->final && config_.select == sync::SelectPolicy::kRandom) {
     if (external_eligible_ == 0) {
       pending_.reset();
@@ -271,7 +272,7 @@ void Node::OnPlan(PlanResult p, TimeMs now) {
 
 void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consensus) {
   if (swim_ && !receivers.empty()) {
-    // Issue 34: nothing can open a connection to a member behind NAT; it pulls (MaybePull).
+    // Nothing can open a connection to a member behind NAT; it pulls (MaybePull).
     receivers.erase(std::remove_if(receivers.begin(), receivers.end(),
                                    [&](const std::string& name) {
                                      const ms::Member* m = swim_->Find(name);
@@ -349,7 +350,7 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
 }
 
 void Node::ReleaseSnapshot() {
-  if (!final_ && !pending_ && !round_) latest_.reset();
+  if (!lifecycle_.finished() && !pending_ && !round_) latest_.reset();
 }
 
 // A compressed transfer to `name`: the change since the reference it acknowledged last, or a full
@@ -390,7 +391,7 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
     round_->raw_bytes += round_->raw_per_rx;
     stats_.params_bytes_sent += t.wire_bytes;
     stats_.params_bytes_raw += round_->raw_per_rx;
-    if (round_->consensus) consensus_.acked.insert(t.receiver);
+    if (round_->consensus) consensus_.Acked(t.receiver);
     if (t.new_ref) {
       const auto old = tx_refs_.find(t.receiver);
       const uint32_t since = t.full || old == tx_refs_.end() ? 0 : old->second.since_full + 1;
@@ -409,8 +410,8 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
 }
 
 // A transfer to a member that failed or left is abandoned at once, so the next round (and with
-// it the rest of the mesh) does not wait for a TCP timeout (SPEC §6: no stalls). The driver
-// answers the abort with ConnClosed, which ends the transfer.
+// it the rest of the mesh) does not wait for a TCP timeout (docs/contract.md "Barriers": no
+// stalls). The driver answers the abort with ConnClosed, which ends the transfer.
 void Node::AbortTransfersTo(const std::string& name) {
   auto open = data_conns_.find(name);
   if (open == data_conns_.end()) return;
@@ -522,7 +523,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, wire::ParamChunk
   CompleteIncoming(conn, sender, chunk_round, model->step, now);
   // The end-of-training consensus: a finished node keeps its finished peers' final models
   // (the leader averages them), and the consensus model replaces ours.
-  if ((model->consensus || (model->final && final_)) &&
+  if ((model->consensus || (model->final && lifecycle_.finished())) &&
       OnConsensusModel(sender, model->consensus, &model->params, now)) {
     return;
   }

@@ -1,4 +1,4 @@
-// Elastic meshes (issue 14): join with state, and finished nodes serving their final model.
+// Elastic meshes: join with state, and finished nodes serving their final model.
 //
 // Join with state. A node about to take its first step (fresh, or resumed from a checkpoint) that,
 // once its --min-peers are there, sees every live training peer further on asks the most advanced
@@ -26,8 +26,8 @@ namespace meshtrain::node {
 // its --min-peers are there), and, when it was given peers to join, until it knows any: so that
 // nobody's barrier waits for a node that is about to take over the mesh's model and step.
 bool Node::Joining() const {
-  if (fetch_.phase == Fetch::kDone || !config_.join_state) return false;
-  if (fetch_.phase == Fetch::kWaiting) return true;
+  if (lifecycle_.ready() || !config_.join_state) return false;
+  if (lifecycle_.fetching_state()) return true;
   // An upper bound: exact, unless a peer's step went down (it restarted from an older
   // checkpoint) while it held the largest; then we hold back until that peer leaves the set.
   if (PeersMaxStep() > progress_.step + config_.join_state_min_lead) return true;
@@ -57,10 +57,10 @@ void Node::PublishTraining(TimeMs now) {
 // is further on than we are ("whichever is newer": a resumed node keeps its checkpoint unless the
 // mesh has moved past it), adopting the slowest peer's step (never below our own).
 bool Node::StateReady(TimeMs now) {
-  if (fetch_.phase == Fetch::kDone) return true;
-  if (fetch_.phase == Fetch::kIdle) {
+  if (lifecycle_.ready()) return true;
+  if (!lifecycle_.fetching_state()) {
     auto keep_own = [&] {
-      fetch_.phase = Fetch::kDone;
+      lifecycle_.Started();
       PublishTraining(now);
       return true;
     };
@@ -100,7 +100,7 @@ bool Node::StateReady(TimeMs now) {
     if (best.empty() || best_step <= progress_.step + config_.join_state_min_lead) {
       return keep_own();  // we are not behind
     }
-    fetch_.phase = Fetch::kWaiting;
+    lifecycle_.BeginFetch();
     fetch_.conn = next_conn_++;
     fetch_.from = best;
     fetch_.adopt_step = std::max(progress_.step, min_step);
@@ -117,7 +117,7 @@ bool Node::StateReady(TimeMs now) {
   if (now >= fetch_.deadline) {
     Emit(LogLine{true, "no model from " + fetch_.from + " in time: going on with our own"});
     Emit(Close{fetch_.conn, true});
-    fetch_.phase = Fetch::kDone;
+    lifecycle_.Started();
     PublishTraining(now);
     return true;
   }
@@ -137,7 +137,7 @@ void Node::OnStateChunk(ConnId conn, wire::Frame& f, TimeMs now) {
   }
   auto model = fetch_.assembler.Add(*chunk);
   if (!model) return;
-  fetch_.phase = Fetch::kDone;
+  lifecycle_.Started();
   Emit(Close{conn, false});
   Emit(LogLine{false, "adopted the model of " + fetch_.from + " (its step " +
                           std::to_string(model->step) + "); first step " +
@@ -150,23 +150,23 @@ void Node::OnStateChunk(ConnId conn, wire::Frame& f, TimeMs now) {
 }
 
 void Node::OnStateClosed(TimeMs now) {
-  if (fetch_.phase != Fetch::kWaiting) return;
+  if (!lifecycle_.fetching_state()) return;
   if (now + 2 * kStateRetryMs < fetch_.deadline) {
     // E.g. the peer still holds us for failed (we restarted under the same name): ask again,
     // maybe another peer, until the deadline.
-    fetch_.phase = Fetch::kIdle;
+    lifecycle_.RetryFetch();
     fetch_.retry_at = now + kStateRetryMs;
     if (barrier_waiting_) barrier_deadline_ = fetch_.retry_at;
     return;
   }
   Emit(LogLine{true, "could not fetch the model of " + fetch_.from + ": going on with our own"});
-  fetch_.phase = Fetch::kDone;
+  lifecycle_.Started();
   PublishTraining(now);
   if (barrier_waiting_) RunBarrier(now);
 }
 
 // A peer asks for our model (on a connection it opened): the newest snapshot, whole. Between
-// rounds the node holds no snapshot (the trainer reuses its buffer, issue 31): the request then
+// rounds the node holds no snapshot (the trainer reuses its buffer): the request then
 // waits for the next one, which comes within a sync interval.
 void Node::ServeState(ConnId conn, const std::string& from) {
   // Any member we know (a node restarted under its name may still be "failed" here).
@@ -175,19 +175,20 @@ void Node::ServeState(ConnId conn, const std::string& from) {
     Emit(Close{conn, false});
     return;
   }
-  // The end-of-training consensus (issue 34): a participant behind NAT asks its leader for the
+  // The end-of-training consensus: a participant behind NAT asks its leader for the
   // consensus model. Answered with it once it is ready; closed before (not our final model:
   // that is no consensus, and the participant asks again).
   // A spectator (a finished member that took no step of its own) asks the same way.
-  const ConsensusState& cs = consensus_;
+  const Consensus& cs = consensus_;
   const auto spectator = [&] {
     const auto p = FindPeer(from);
     return p && p->live && !p->training && p->step == 0;
   };
-  if (config_.consensus && final_ && cs.leader == config_.name &&
-      (std::binary_search(cs.participants.begin(), cs.participants.end(), from) || spectator())) {
-    if (cs.result && cs.result_from == config_.name) {
-      Emit(SendParams{conn, config_.name, cs.result, 1, latest_step_, false, wire::CompressSpec{},
+  if (config_.consensus && lifecycle_.finished() && cs.leader() == config_.name &&
+      (std::binary_search(cs.participants().begin(), cs.participants().end(), from) ||
+       spectator())) {
+    if (cs.result() && cs.result_from() == config_.name) {
+      Emit(SendParams{conn, config_.name, cs.result(), 1, latest_step_, false, wire::CompressSpec{},
                       std::clamp<uint32_t>(config_.chunk_floats, 1, wire::kParamChunkFloats),
                       true});
       stats_.consensus_pulls_served++;
@@ -211,10 +212,10 @@ void Node::SendState(ConnId conn) {
 }
 
 void Node::ServeFinal(TimeMs now) {
-  if (!final_ || now < final_serve_at_) return;
+  if (!lifecycle_.finished() || now < final_serve_at_) return;
   final_serve_at_ = now + config_.final_serve_interval_ms;
-  if (Candidates().empty()) return Consensus(now);  // nobody trains any more
-  if (!latest_ || pending_ || round_ || leaving_) return;
+  if (Candidates().empty()) return RunConsensus(now);  // nobody trains any more
+  if (!latest_ || pending_ || round_ || lifecycle_.leaving()) return;
   pending_ = SnapshotIn{latest_step_, latest_, true, {}};
   StartRound(now);
 }

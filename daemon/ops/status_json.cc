@@ -218,7 +218,7 @@ json StatusJson(const StatusInputs& in) {
           {"outer_steps", st.outer_steps},
           // The end-of-training consensus (issue 32): one model for every finished node.
           {"consensus",
-           {{"state", in.node.consensus().state},
+           {{"state", node::ConsensusPhaseName(in.node.consensus().state)},
             {"leader", in.node.consensus().leader},
             {"participants", in.node.consensus().participants},
             {"models", st.consensus_models},

@@ -1,4 +1,4 @@
-// libFuzzer target: random input sequences into node::Node::Step / Tick (issue 12).
+// libFuzzer target: random input sequences into node::Node::Step / Tick.
 //
 // Input: a sequence of operations read with FuzzedDataProvider. Each starts with an opcode and a
 // time step (0..2 s of virtual time), then its own fields:
@@ -92,7 +92,7 @@ wire::ParamChunk Chunk(FuzzedDataProvider& in) {
   ch.offset = in.ConsumeIntegralInRange<uint32_t>(0, ch.total - 1);
   const uint32_t len = in.ConsumeIntegralInRange<uint32_t>(1, ch.total - ch.offset);
   ch.data.assign(len, in.ConsumeFloatingPointInRange<float>(-1, 1));
-  // Compressed transfers (issue 17): a change against a reference the node may or may not hold,
+  // Compressed transfers: a change against a reference the node may or may not hold,
   // in any encoding, possibly malformed (the node expands and checks what a simulated network
   // hands over unverified).
   ch.base = in.ConsumeIntegralInRange<uint64_t>(0, 4);
@@ -139,7 +139,7 @@ struct Checker {
     for (auto& o : outs) {
       if (auto* d = std::get_if<node::SendDatagram>(&o)) {
         (void)PlainCodec().EncodeDatagram(d->msg);  // may refuse an oversize one, never crash
-        // Through a relay (issue 34): to a member by name, never a relay frame in a frame.
+        // Through a relay: to a member by name, never a relay frame in a frame.
         FUZZ_CHECK(d->via.empty() || !d->dest.empty());
         if (!d->via.empty()) FUZZ_CHECK(!std::holds_alternative<wire::RelayFrame>(d->msg.body));
       } else if (auto* r = std::get_if<node::RelayedIn>(&o)) {
@@ -201,7 +201,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         wire::Datagram dg;
         dg.sender = PickName(in);
         const int kind = in.ConsumeIntegralInRange<int>(0, 2);
-        if (kind == 2) {  // a relay frame (issue 34) for a member of the pool, or for us
+        if (kind == 2) {  // a relay frame for a member of the pool, or for us
           const auto inner = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange<size_t>(9, 64));
           dg.body = wire::RelayFrame{PickName(in), inner};
         } else if (kind == 1) {
@@ -227,7 +227,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         a.meta.training = in.ConsumeBool();
         a.meta.uplink_mbps = in.ConsumeFloatingPointInRange<float>(0, 100);
         a.meta.downlink_mbps = in.ConsumeFloatingPointInRange<float>(0, 100);
-        // NAT and relays (issue 34): any reach, a relay from the pool, relay registrations.
+        // NAT and relays: any reach, a relay from the pool, relay registrations.
         a.meta.reach = static_cast<ms::Reach>(in.ConsumeIntegralInRange<uint8_t>(0, 2));
         if (in.ConsumeBool()) a.meta.relay = PickName(in);
         a.meta.serves_relay = in.ConsumeBool();

@@ -1,4 +1,4 @@
-// A spectator at the end-of-training consensus (issue 32, node/node_consensus.cc), driven by
+// A spectator at the end-of-training consensus (node/node_consensus.cc), driven by
 // hand: a node that took a finished peer's final model over before its first step finishes at
 // step 0. Its peers leave it out of the participants (they count members that stopped after at
 // least one step), so it leaves itself out too: it sends the leader no final model, pulls the
@@ -102,7 +102,7 @@ TEST_CASE("consensus spectator: a node that took no step pulls the leader's resu
   CHECK(adopted->leader == "p1");
   REQUIRE(adopted->params != nullptr);
   CHECK(*adopted->params == std::vector<float>(8, 2.5f));
-  CHECK(h.n->consensus().state == std::string("adopted"));
+  CHECK(h.n->consensus().state == node::ConsensusPhase::kAdopted);
 }
 
 TEST_CASE("consensus spectator: the leader averages the participants and serves a spectator",
@@ -133,7 +133,7 @@ TEST_CASE("consensus spectator: the leader averages the participants and serves 
   h.n->Step(ConsensusResult{reduce->id, result}, h.now);
   h.Drain();
   h.RunUntil(h.now + 100);
-  CHECK(h.n->consensus().state == std::string("serving"));
+  CHECK(h.n->consensus().state == node::ConsensusPhase::kServing);
   // Now s3's request gets the consensus model, marked so.
   auto sent = request(20);
   REQUIRE(sent.has_value());

@@ -1,4 +1,4 @@
-// The end-of-training consensus (issue 32, node/node_consensus.cc) in virtual time: nodes that
+// The end-of-training consensus (node/node_consensus.cc) in virtual time: nodes that
 // stop at --steps end with one model, bit for bit the average of their final models; a node
 // (the leader among them) failing during it leaves the others agreeing all the same.
 #include <catch2/catch.hpp>
@@ -41,7 +41,8 @@ TEST_CASE("consensus: every finished node ends with the average of the final mod
       const auto v = mesh.node(i).consensus();
       CHECK(v.participants == 4);
       CHECK(v.leader == "n0");
-      CHECK(std::string(v.state) == (i == 0 ? "serving" : "adopted"));
+      CHECK(v.state == (i == 0 ? meshtrain::node::ConsensusPhase::kServing
+                               : meshtrain::node::ConsensusPhase::kAdopted));
     }
     CHECK(crcs.size() == 1);
     // Bit for bit the plain average of the four final models, in the leader's order (by name).
@@ -75,7 +76,8 @@ TEST_CASE("consensus: the leader failing during it leaves the others agreeing",
       const auto v = mesh.node(i).consensus();
       CHECK(v.leader == "n1");
       CHECK(v.participants == 3);
-      CHECK(std::string(v.state) == (i == 1 ? "serving" : "adopted"));
+      CHECK(v.state == (i == 1 ? meshtrain::node::ConsensusPhase::kServing
+                               : meshtrain::node::ConsensusPhase::kAdopted));
     }
     CHECK(crcs.size() == 1);
   }
@@ -92,4 +94,16 @@ TEST_CASE("consensus: a node alone adopts its own final model", "[node][consensu
   CHECK(mesh.consensus_adoptions(0) == 1);
   CHECK(mesh.params_crc(0) ==
         meshtrain::learn::ParamsCrc32(mesh.final_params(0).data(), mesh.final_params(0).size()));
+}
+
+TEST_CASE("consensus: the status names of the phases stay as they were", "[node][consensus]") {
+  using meshtrain::node::ConsensusPhase;
+  using meshtrain::node::ConsensusPhaseName;
+  CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kOff)) == "off");
+  CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kTraining)) == "training");
+  CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kWaiting)) == "waiting");
+  CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kCollecting)) == "collecting");
+  CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kReducing)) == "reducing");
+  CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kServing)) == "serving");
+  CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kAdopted)) == "adopted");
 }

@@ -165,7 +165,7 @@ void Mesh::MaybeCompute(size_t i) {
   At(now_ + static_cast<int64_t>(opt_.step_ms * p.speed * f), [this, i] {
     Peer& q = *peers_[i];
     if (q.crashed) return;
-    // SPEC §6: what arrived since the last step is mixed at the step boundary.
+    // docs/contract.md "Barriers": what arrived since the last step is mixed at the step boundary.
     if (q.task && !q.inbox.empty()) {
       std::vector<const float*> others;
       std::vector<double> weights;

@@ -1,4 +1,4 @@
-// Members behind NAT as the node core sees them (issue 34), driven by hand: one public node
+// Members behind NAT as the node core sees them, driven by hand: one public node
 // hears of a public peer p1, a peer c2 behind a cone NAT and a peer r3 behind a symmetric NAT,
 // reached through the relay p1. Parameters are pushed only to members that a connection can
 // reach (the others pull), SELMCAST plans without them as receivers, and capacity-probe trains
@@ -150,7 +150,7 @@ TEST_CASE("nat node: the consensus leader is not behind NAT; those behind NAT pu
   h.RunUntil(h.now + 500);
   CHECK(h.n->consensus().participants == 4);
   CHECK(h.n->consensus().leader == "n0");
-  CHECK(std::string(h.n->consensus().state) == "collecting");
+  CHECK(h.n->consensus().state == node::ConsensusPhase::kCollecting);
   // c2 asks for the result before there is one: closed, nothing sent.
   auto request = [&](ConnId conn) {
     bool closed = false;
@@ -188,7 +188,7 @@ TEST_CASE("nat node: the consensus leader is not behind NAT; those behind NAT pu
   h.n->Step(ConsensusResult{id, result}, h.now);
   h.Drain();
   h.RunUntil(h.now + 100);
-  CHECK(std::string(h.n->consensus().state) == "serving");
+  CHECK(h.n->consensus().state == node::ConsensusPhase::kServing);
   // The result is pushed to p1 only (nothing connects to c2 or r3)...
   std::set<std::string> to;
   for (const Output& o : h.out) {

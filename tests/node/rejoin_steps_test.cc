@@ -1,5 +1,5 @@
 // A node restarted from its checkpoint rejoins a mesh that has moved on: it must fetch the mesh's
-// model (issue 14), also when gossip tells it of the members before anything tells their steps.
+// model, also when gossip tells it of the members before anything tells their steps.
 // faults/test_elastic_restart once failed that way under load: the restarted agent's first
 // packet was a ping from a peer that still suspected it, whose gossip named both peers (step 0:
 // unknown), and the agent went on from its checkpoint at step 100 while the mesh was at ~1500.

@@ -1,4 +1,4 @@
-// Retry-join in the node core (issue 13): a retry asks the driver to resolve the peers again
+// Retry-join in the node core: a retry asks the driver to resolve the peers again
 // (RetryJoin), the answer (JoinCmd tag 0) starts push-pulls without a CommandDone, and
 // --retry-max ends in JoinGaveUp. Virtual time; no sockets.
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // Peers waiting for this node's step (ProgressQuery.need) are watchers: answered once, when the
-// node gets there, instead of at once (issue 33). bsp/ssp/wbsp rely on that answer as pbsp/pssp
+// node gets there, instead of at once. bsp/ssp/wbsp rely on that answer as pbsp/pssp
 // do, and in a mesh of more than 1024 every peer may wait for one node, so the watchers are
 // bounded by the barrier's view (at least 1024), and a query that finds no place is answered at
 // once: its sender is never left with neither answer.
