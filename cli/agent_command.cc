@@ -23,6 +23,16 @@
 namespace meshtrain::cli {
 namespace {
 
+// "{none,fp16,int8,topk:F}" for --help, from wire::kEncodingNames.
+std::string CompressBraces() {
+  std::string out;
+  for (const auto& [name, kind] : wire::kEncodingNames) {
+    out +=
+        (out.empty() ? "{" : ",") + std::string(name) + (kind == wire::Encoding::kTopK ? ":F" : "");
+  }
+  return out + "}";
+}
+
 // --compress: a scheme of wire::kEncodingNames, topk with its fraction (topk:F).
 void AddCompressOption(CLI::App* a, daemon::AgentConfig& c) {
   const CLI::Validator scheme(
@@ -34,7 +44,7 @@ void AddCompressOption(CLI::App* a, daemon::AgentConfig& c) {
         const std::string prefix = "invalid --compress ";
         return msg.rfind(prefix, 0) == 0 ? msg.substr(prefix.size()) : msg;
       },
-      "{" + wire::CompressChoices() + "}");
+      CompressBraces());
   a->add_option_function<std::string>(
        "--compress", [&c](const std::string& v) { c.compress = *wire::ParseCompress(v); },
        "Parameter transfers: none, fp16, int8 (blocks of 256, one scale each) or "

@@ -56,7 +56,7 @@ TEST_CASE("AgentConfig::Finalize fills defaults and rejects bad values", "[confi
   CHECK(err([](AgentConfig& x) { x.task = "mnist"; }).find("--task") != std::string::npos);
   CHECK(err([](AgentConfig& x) {
           x.relay_mode = meshtrain::membership::Config::RelayMode::kNamed;
-          x.relay_name = "bad name";
+          x.relay_name = "bad\nname";
         }).find("--relay") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.shard = "4/4"; }).find("--shard") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.name = "bad name"; }).find("--name") != std::string::npos);
