@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "cli/exit_codes.h"
+#include "cli/option_choice.h"
 #include "daemon/ops/json_text.h"
 #include "learn/mixing.h"
 #include "learn/model_file.h"
@@ -32,13 +34,13 @@ struct TrainArgs {
   uint64_t eval_every = 0;
   double eval_average = 0;
   std::string out;
-  std::string format = "table";
+  OutputFormat format = OutputFormat::kTable;
 };
 
 struct EvaluateArgs {
   DataArgs data;
   std::string model;
-  std::string format = "table";
+  OutputFormat format = OutputFormat::kTable;
 };
 
 TrainArgs& Train() {
@@ -50,10 +52,8 @@ EvaluateArgs& Eval() {
   return a;
 }
 
-int Error(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\n", msg.c_str());
-  return 2;
-}
+// Bad options, data files and models are usage errors (cli/exit_codes.h).
+int Error(const std::string& msg) { return UsageError(msg); }
 
 void AddDataOptions(CLI::App* c, DataArgs* d, bool train) {
   if (train) {
@@ -113,9 +113,7 @@ CLI::App* AddTrainCommand(CLI::App& app) {
                 "this decay per step, e.g. 0.98 (0 = the parameters as trained)")
       ->capture_default_str();
   c->add_option("--out", a.out, "Write the trained model here (.npz, see `evaluate`)");
-  c->add_option("--format", a.format, "table or json (the summary)")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  AddChoice(c, "--format", a.format, kOutputFormatNames, "Output format (the summary)");
   return c;
 }
 
@@ -125,9 +123,7 @@ CLI::App* AddEvaluateCommand(CLI::App& app) {
       "evaluate", "Accuracy and loss of a model file (from `export` or --data-dir) on a test set");
   c->add_option("--model", a.model, "Model file (.npz)")->required();
   AddDataOptions(c, &a.data, false);
-  c->add_option("--format", a.format, "table or json")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  AddChoice(c, "--format", a.format, kOutputFormatNames, "Output format");
   return c;
 }
 
@@ -204,7 +200,7 @@ int RunTrainCommand() {
   nlohmann::json out = {{"model", task.name()}, {"params", task.num_params()}, {"steps", a.steps},
                         {"batch", a.batch},     {"threads", a.threads},        {"train_s", train_s},
                         {"samples_per_s", sps}, {"accuracy", eval.accuracy},   {"loss", eval.loss}};
-  if (a.format == "json") {
+  if (a.format == OutputFormat::kJson) {
     std::printf("%s\n", daemon::JsonText(out).c_str());
   } else {
     std::printf("steps %llu in %.2f s (%.0f samples/s), test accuracy %.4f, loss %.4f\n",
@@ -221,7 +217,7 @@ int RunEvaluateCommand() {
   if (!model.ok()) return Error(model.status().message());
   auto r = learn::EvaluateModelFile(model.value(), o);
   if (!r.ok()) return Error(r.status().message());
-  if (a.format == "json") {
+  if (a.format == OutputFormat::kJson) {
     std::printf("%s\n", daemon::JsonText(nlohmann::json{{"model", model->spec},
                                                         {"step", model->step},
                                                         {"samples", r->samples},

@@ -1,4 +1,4 @@
-// `meshtrain train` (one process, no mesh: a baseline and the samples/s figure of issue 15) and
+// `meshtrain train` (one process, no mesh: a baseline and its samples/s figure) and
 // `meshtrain evaluate --model FILE` (a model file's accuracy and loss on a test set). Options live
 // in static objects: call the Add functions once from main() and the Run functions after parsing.
 // Both exit 2 with one `error:` line for bad options, files or models.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,9 +12,14 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "cli/exit_codes.h"
+#include "cli/option_choice.h"
+#include "cli/simulate_progress.h"
 #include "daemon/ops/json_text.h"
 #include "sim/psp_sim.h"
 #include "sim/svg_plot.h"
@@ -39,34 +45,45 @@ constexpr const char* kDescription =
     "Task: --task synthetic (linear regression) or the agents' own models on the real\n"
     "Fashion-MNIST (fmnist-mlp, ...). Hosts: --nodes-per-host/--host-cores share cores between\n"
     "nodes, with the loop's (--step-overhead) and evaluator's (--eval-cost) CPU per step;\n"
-    "bench/sim_policies.py runs the issue-18 preset beside real agents.";
+    "bench/sim_policies.py runs its heterogeneous preset beside real agents.";
+
+// --progress: auto (when stderr is a terminal), always or never.
+enum class Progress : uint8_t { kAuto, kAlways, kNever };
+constexpr std::array<std::pair<std::string_view, Progress>, 3> kProgressNames = {{
+    {"auto", Progress::kAuto},
+    {"always", Progress::kAlways},
+    {"never", Progress::kNever},
+}};
+
+// --dist: the names are the simulator's own (sim::StepDistName).
+const std::array<std::pair<std::string_view, sim::StepDist>, 3>& StepDistNames() {
+  static const std::array<std::pair<std::string_view, sim::StepDist>, 3> names = {{
+      {sim::StepDistName(sim::StepDist::kGamma), sim::StepDist::kGamma},
+      {sim::StepDistName(sim::StepDist::kExponential), sim::StepDist::kExponential},
+      {sim::StepDistName(sim::StepDist::kConstant), sim::StepDist::kConstant},
+  }};
+  return names;
+}
 
 struct SimulateArgs {
   sim::PspSimOptions base;
-  std::string barriers = "pssp";
+  std::string barriers = "pssp";  // names of sync::kPolicyNames, comma-separated (checked)
   std::string samples = "4";
   std::string staleness = "4";
-  std::string dist = "gamma";
   std::string stragglers;
   std::string slowdowns;
-  std::string select = "random";
   std::vector<std::string> crashes;
   double probe_timeout_ms = 500;
-  std::string format = "table";
+  OutputFormat format = OutputFormat::kTable;
   std::string csv;
   std::string plot;
   bool no_wall = false;
-  std::string progress = "auto";
+  Progress progress = Progress::kAuto;
 };
 
 SimulateArgs& Args() {
   static SimulateArgs args;
   return args;
-}
-
-int Fail(const std::string& msg) {
-  std::fprintf(stderr, "error: %s\n", msg.c_str());
-  return 1;
 }
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -156,7 +173,7 @@ std::optional<std::vector<RunSpec>> Expand(const SimulateArgs& a, std::string* e
   for (const std::string& p : Split(a.barriers, ',')) {
     auto policy = sync::ParsePolicy(p);
     if (!policy) {
-      *error = "unknown --barrier '" + p + "' (asp, bsp, ssp, pbsp, pssp, dssp)";
+      *error = "invalid --barrier '" + p + "': expected " + daemon::ChoiceList(sync::kPolicyNames);
       return std::nullopt;
     }
     policies.push_back(*policy);
@@ -218,6 +235,7 @@ std::string Describe(const sim::PspSimOptions& o) {
 
 }  // namespace
 
+// size: option table
 CLI::App* AddSimulateCommand(CLI::App& app) {
   SimulateArgs& a = Args();
   sim::PspSimOptions& o = a.base;
@@ -225,8 +243,8 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
   s->description(kDescription);
   s->add_option("--nodes", o.nodes, "Number of simulated nodes")->capture_default_str();
   s->add_option("--duration", o.duration_s, "Virtual seconds to simulate")->capture_default_str();
-  s->add_option("--barrier", a.barriers,
-                "Barrier policies, comma-separated: asp,bsp,ssp,pbsp,pssp,dssp,wbsp")
+  s->add_option("--barrier", a.barriers, "Barrier policies, comma-separated (a run each)")
+      ->check(ChoiceListCheck(sync::kPolicyNames))
       ->capture_default_str();
   s->add_option("--sample", a.samples, "PSP sample size beta (comma list for a sweep)")
       ->capture_default_str();
@@ -239,8 +257,7 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--step-time", o.compute.step_ms, "Mean compute time of one step (ms)")
       ->capture_default_str();
-  s->add_option("--dist", a.dist, "Per-step time distribution: gamma, exp or const")
-      ->capture_default_str();
+  AddChoice(s, "--dist", o.compute.dist, StepDistNames(), "Per-step time distribution");
   s->add_option("--step-cv", o.compute.step_cv, "gamma: CV of one step around the node's mean")
       ->capture_default_str();
   s->add_option("--node-cv", o.compute.node_cv, "CV of the per-node mean speeds (drawn once)")
@@ -249,7 +266,7 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
                 "FRACTION:FACTOR - this share of nodes is FACTOR times slower (e.g. 0.05:4)");
   s->add_option("--slowdowns", a.slowdowns,
                 "LIST: node i is LIST[i mod len] times slower, e.g. 1,1,1,2,3,4 (the agents' "
-                "--slowdown of the issue-18 bench)");
+                "--slowdown in bench/policies.py)");
   s->add_flag("--batch-auto", o.batch_auto,
               "Every node runs --batch auto (batch scaled to the mesh's median pace, lr with it)");
   s->add_option("--latency", o.net.latency_ms, "One-way network latency (ms)")
@@ -262,8 +279,7 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
   s->add_option("--param-bytes", o.param_bytes,
                 "Bytes per parameter transfer (0: 4 x params + 64 with a task, else 100000)")
       ->capture_default_str();
-  s->add_option("--select", a.select, "Receiver selection: random, all or selmcast")
-      ->capture_default_str();
+  AddChoice(s, "--select", o.select, sync::kSelectPolicyNames, "Receiver selection");
   s->add_option("--fanout", o.fanout, "Parameter receivers per step")->capture_default_str();
   s->add_option("--view", o.view,
                 "pbsp/pssp/asp: peers each node knows (0: all up to 2000 nodes, else 500; "
@@ -332,139 +348,39 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   s->add_option("--csv", a.csv, "Write barrier,t,node,step rows (one per node per second)");
   s->add_option("--plot", a.plot, "Write an SVG of progress (and error) over time");
-  s->add_option("--format", a.format, "table or json")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  AddChoice(s, "--format", a.format, kOutputFormatNames, "Output format");
   s->add_flag("--no-wall", a.no_wall, "Omit the wall-clock time (byte-identical output)");
-  s->add_option("--progress", a.progress,
-                "Show progress on stderr (setup, virtual time, median step, time left): auto = "
-                "when stderr is a terminal, always, never")
-      ->check(CLI::IsMember({"auto", "always", "never"}))
-      ->capture_default_str();
+  AddChoice(s, "--progress", a.progress, kProgressNames,
+            "Show progress on stderr (setup, virtual time, median step, time left): auto = "
+            "when stderr is a terminal, always, never");
   return s;
 }
 
-// Progress of the runs on stderr (--progress): on a terminal one line rewritten in place at most
-// every half second and cleared when a run ends; elsewhere a line every 10 s of wall time.
-class ProgressLine {
- public:
-  ProgressLine(bool tty, size_t runs) : tty_(tty), runs_(runs) {}
+namespace {
 
-  void StartRun(size_t index, const std::string& label) {
-    index_ = index;
-    label_ = label;
-    run_start_ = Clock::now();
-    training_start_ = {};
-    last_ = {};
-    setup_s_ = -1;
-  }
-
-  void operator()(const sim::SimProgress& p) {
-    const Clock::time_point now = Clock::now();
-    using Phase = sim::SimProgress::Phase;
-    if (p.phase != Phase::kSetup && setup_s_ < 0) setup_s_ = Seconds(run_start_, now);
-    if (p.phase == Phase::kTraining && training_start_ == Clock::time_point{}) {
-      training_start_ = now;
-    }
-    const bool last = p.phase == Phase::kTraining && p.t_s >= p.duration_s;
-    const double every = tty_ ? 0.5 : 10;
-    if (p.phase != Phase::kSetup && !last && last_ != Clock::time_point{} &&
-        Seconds(last_, now) < every) {
-      return;
-    }
-    last_ = now;
-    char text[256];
-    const std::string head = "simulate " + label_ + " (" + std::to_string(index_ + 1) + "/" +
-                             std::to_string(runs_) + ")";
-    if (p.phase == Phase::kSetup) {
-      std::snprintf(text, sizeof text, "%s: setting up %zu nodes", head.c_str(), p.nodes);
-    } else if (p.phase == Phase::kWarmUp) {
-      std::snprintf(text, sizeof text, "%s: membership warm-up, %.1f virtual s, %.0f s",
-                    head.c_str(), p.t_s, Seconds(run_start_, now));
-    } else {
-      const double share = p.duration_s > 0 ? std::min(1.0, p.t_s / p.duration_s) : 1;
-      const double spent = Seconds(training_start_, now);
-      std::string left;
-      if (p.t_s > 0 && !last) {
-        const double rest = spent / p.t_s * (p.duration_s - p.t_s);
-        left = ", about " + Duration(rest) + " left";
-      }
-      std::snprintf(text, sizeof text,
-                    "%s: %.0f of %.0f virtual s (%.0f %%), median step %llu; setup %s, "
-                    "training %s%s",
-                    head.c_str(), p.t_s, p.duration_s, 100 * share,
-                    static_cast<unsigned long long>(p.median_step), Duration(setup_s_).c_str(),
-                    Duration(spent).c_str(), left.c_str());
-    }
-    if (tty_) {
-      std::fprintf(stderr, "\r\033[K%s", text);
-    } else {
-      std::fprintf(stderr, "%s\n", text);
-    }
-    std::fflush(stderr);
-  }
-
-  // The run is over: a terminal's line is cleared (the results follow on stdout).
-  void EndRun() {
-    if (tty_) std::fprintf(stderr, "\r\033[K");
-    std::fflush(stderr);
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  static double Seconds(Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  }
-  static std::string Duration(double s) {
-    char buf[32];
-    if (s < 60) {
-      std::snprintf(buf, sizeof buf, "%.1f s", std::max(0.0, s));
-    } else {
-      const auto whole = static_cast<long long>(std::llround(s));
-      std::snprintf(buf, sizeof buf, "%lld min %02lld s", whole / 60, whole % 60);
-    }
-    return buf;
-  }
-
-  bool tty_;
-  size_t runs_;
-  size_t index_ = 0;
-  std::string label_;
-  Clock::time_point run_start_{};
-  Clock::time_point training_start_{};
-  Clock::time_point last_{};
-  double setup_s_ = -1;
-};
-
-int RunSimulateCommand() {
-  SimulateArgs& a = Args();
-  sim::PspSimOptions base = a.base;
-  base.replay_alone = !a.no_wall;  // a measurement: only where measured figures are printed
-
-  auto dist = sim::ParseStepDist(a.dist);
-  if (!dist) return Fail("--dist must be gamma, exp or const");
-  base.compute.dist = *dist;
-  auto select = sync::ParseSelectPolicy(a.select);
-  if (!select) return Fail("--select must be random, all or selmcast");
-  base.select = *select;
-  if (!(a.probe_timeout_ms >= 1)) return Fail("--probe-timeout must be >= 1 ms");
-  base.barrier.probe_timeout = static_cast<sync::TimeMs>(std::llround(a.probe_timeout_ms));
+// The options into the simulator's, bar the barrier sweep (Expand): a usage error or
+// kExitOk.
+int BaseOptions(const SimulateArgs& a, sim::PspSimOptions* base) {
+  *base = a.base;
+  base->replay_alone = !a.no_wall;  // a measurement: only where measured figures are printed
+  if (!(a.probe_timeout_ms >= 1)) return UsageError("--probe-timeout must be >= 1 ms");
+  base->barrier.probe_timeout = static_cast<sync::TimeMs>(std::llround(a.probe_timeout_ms));
   if (!a.stragglers.empty()) {
     const auto parts = Split(a.stragglers, ':');
     double f, k;
     if (parts.size() != 2 || !ParseDouble(parts[0], &f) || !ParseDouble(parts[1], &k)) {
-      return Fail("--stragglers takes FRACTION:FACTOR, e.g. 0.05:4");
+      return UsageError("--stragglers takes FRACTION:FACTOR, e.g. 0.05:4");
     }
-    base.compute.straggler_fraction = f;
-    base.compute.straggler_factor = k;
+    base->compute.straggler_fraction = f;
+    base->compute.straggler_factor = k;
   }
   if (!a.slowdowns.empty()) {
     for (const std::string& part : Split(a.slowdowns, ',')) {
       double f;
       if (!ParseDouble(part, &f) || !(f >= 1 && f <= 1000)) {
-        return Fail("--slowdowns takes factors in [1, 1000], e.g. 1,1,1,2,3,4");
+        return UsageError("--slowdowns takes factors in [1, 1000], e.g. 1,1,1,2,3,4");
       }
-      base.compute.slowdowns.push_back(f);
+      base->compute.slowdowns.push_back(f);
     }
   }
   for (const std::string& c : a.crashes) {
@@ -472,153 +388,168 @@ int RunSimulateCommand() {
     uint64_t count;
     double at;
     if (parts.size() != 2 || !ParseU64(parts[0], &count) || !ParseDouble(parts[1], &at)) {
-      return Fail("--crash takes COUNT@SECONDS, e.g. 1@30");
+      return UsageError("--crash takes COUNT@SECONDS, e.g. 1@30");
     }
-    base.crashes.push_back(sim::CrashSpec{static_cast<size_t>(count), at});
+    base->crashes.push_back(sim::CrashSpec{static_cast<size_t>(count), at});
   }
-  base.record_nodes = !a.csv.empty();
+  base->record_nodes = !a.csv.empty();
+  return kExitOk;
+}
 
-  std::string error;
-  const auto specs = Expand(a, &error);
-  if (!specs) return Fail(error);
+// One run's per-node steps as --csv rows (then dropped from `res`). The barrier column names
+// the policy; runs of one policy (a sweep) get the full label.
+void WriteCsvRows(const std::vector<RunSpec>& specs, const RunSpec& spec, sim::PspSimResult* res,
+                  std::ofstream* csv) {
+  const size_t same = static_cast<size_t>(std::count_if(
+      specs.begin(), specs.end(), [&](const RunSpec& s) { return s.policy == spec.policy; }));
+  const std::string label = same > 1 ? sim::PolicyLabel(spec.policy, spec.sample, spec.staleness)
+                                     : sync::PolicyName(spec.policy);
+  for (size_t t = 0; t < res->node_steps.size(); ++t) {
+    const std::vector<uint64_t>& row = res->node_steps[t];
+    for (size_t node = 0; node < row.size(); ++node) {
+      *csv << label << ',' << t << ",n" << node << ',' << row[node] << '\n';
+    }
+  }
+  res->node_steps.clear();
+  res->node_steps.shrink_to_fit();
+}
 
+// Runs every configuration in turn (progress on stderr, rows into --csv): kExitOk with
+// `results` filled, or an error's exit status.
+int RunAll(const SimulateArgs& a, const sim::PspSimOptions& base, const std::vector<RunSpec>& specs,
+           std::vector<sim::PspSimResult>* results) {
   std::ofstream csv;
   if (!a.csv.empty()) {
     csv.open(a.csv, std::ios::out | std::ios::trunc);
-    if (!csv) return Fail("cannot write --csv file " + a.csv);
+    if (!csv) return RuntimeError("cannot write --csv file " + a.csv);
     csv << "barrier,t,node,step\n";
   }
-
   const bool tty = isatty(STDERR_FILENO) != 0;
-  const bool show_progress = a.progress == "always" || (a.progress == "auto" && tty);
-  ProgressLine progress(tty, specs->size());
-  const auto wall_start = std::chrono::steady_clock::now();
-  std::vector<sim::PspSimResult> results;
-  for (const RunSpec& spec : *specs) {
+  const bool show_progress =
+      a.progress == Progress::kAlways || (a.progress == Progress::kAuto && tty);
+  ProgressLine progress(tty, specs.size());
+  for (const RunSpec& spec : specs) {
     sim::PspSimOptions o = base;
     o.barrier.policy = spec.policy;
     o.barrier.sample = spec.sample;
     o.barrier.staleness = spec.staleness;
     if (show_progress) {
-      progress.StartRun(results.size(), sim::PolicyLabel(spec.policy, spec.sample, spec.staleness));
+      progress.StartRun(results->size(),
+                        sim::PolicyLabel(spec.policy, spec.sample, spec.staleness));
       o.progress = [&progress](const sim::SimProgress& p) { progress(p); };
     }
     auto r = sim::RunPspSim(o);
     if (show_progress) progress.EndRun();
-    if (!r.ok()) return Fail(r.status().message());
-    sim::PspSimResult res = std::move(r).value();
-    if (csv.is_open()) {
-      // The barrier column names the policy; runs of one policy (a sweep) get the full label.
-      const size_t same = static_cast<size_t>(std::count_if(
-          specs->begin(), specs->end(), [&](const RunSpec& s) { return s.policy == spec.policy; }));
-      const std::string label = same > 1
-                                    ? sim::PolicyLabel(spec.policy, spec.sample, spec.staleness)
-                                    : sync::PolicyName(spec.policy);
-      for (size_t t = 0; t < res.node_steps.size(); ++t) {
-        const std::vector<uint64_t>& row = res.node_steps[t];
-        for (size_t node = 0; node < row.size(); ++node) {
-          csv << label << ',' << t << ",n" << node << ',' << row[node] << '\n';
-        }
-      }
-      res.node_steps.clear();
-      res.node_steps.shrink_to_fit();
+    if (!r.ok()) {
+      // The simulator refuses options it cannot run (InvalidArgument): a usage error.
+      return r.status().code() == Status::Code::kInvalidArgument
+                 ? UsageError(r.status().message())
+                 : RuntimeError(r.status().message());
     }
-    results.push_back(std::move(res));
+    sim::PspSimResult res = std::move(r).value();
+    if (csv.is_open()) WriteCsvRows(specs, spec, &res, &csv);
+    results->push_back(std::move(res));
   }
-  const double wall_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   if (csv.is_open()) {
     csv.close();
-    if (!csv) return Fail("error writing --csv file " + a.csv);
+    if (!csv) return RuntimeError("error writing --csv file " + a.csv);
   }
+  return kExitOk;
+}
 
-  if (!a.plot.empty()) {
-    std::vector<sim::PlotRun> runs;
-    for (const sim::PspSimResult& r : results) {
-      runs.push_back(sim::PlotRun{sim::PolicyLabel(r.policy, r.sample, r.staleness), r.series});
+int WritePlot(const std::string& path, const sim::PspSimOptions& base,
+              const std::vector<sim::PspSimResult>& results) {
+  std::vector<sim::PlotRun> runs;
+  for (const sim::PspSimResult& r : results) {
+    runs.push_back(sim::PlotRun{sim::PolicyLabel(r.policy, r.sample, r.staleness), r.series});
+  }
+  const std::string title = std::to_string(base.nodes) + " nodes, " + Fixed(base.duration_s, 0) +
+                            " virtual s, seed " + std::to_string(base.seed);
+  std::ofstream out(path, std::ios::out | std::ios::trunc);
+  out << sim::RenderProgressSvg(runs, title);
+  out.close();
+  if (!out) return RuntimeError("cannot write --plot file " + path);
+  return kExitOk;
+}
+
+// One run's object of --format json.
+json RunJson(const sim::PspSimResult& r, bool wall) {
+  json p = {
+      {"barrier", sync::PolicyName(r.policy)},
+      {"sample", r.sample},
+      {"staleness", r.staleness},
+      {"steps_min", r.steps_min},
+      {"steps_median", r.steps_median},
+      {"steps_max", r.steps_max},
+      {"spread", r.spread()},
+      {"steps_p10", r.steps_p10},
+      {"steps_p90", r.steps_p90},
+      {"wait_share", Round(r.wait_share, 4)},
+      {"compute_share", Round(r.compute_share, 4)},
+      {"local_steps", r.local_steps},
+      {"messages_per_node", Round(r.messages_per_node, 1)},
+      {"bytes_per_node", Round(r.bytes_per_node, 0)},
+      {"error", OptionalNumber(r.error, 6)},
+      {"error_avg_model", OptionalNumber(r.error_avg_model, 6)},
+      {"time_to_target_s", OptionalNumber(r.time_to_target_s, 3)},
+      {"time_to_target_all_s", OptionalNumber(r.time_to_target_all_s, 3)},
+      {"view", r.view},
+      {"live_nodes", r.live_nodes},
+      {"work", r.work},
+      {"peer_visits", r.peer_visits},
+      {"sample_visits", r.sample_visits},
+      {"view_entries", r.view_entries},
+      {"work_per_node",
+       Round(static_cast<double>(r.work) / static_cast<double>(std::max<size_t>(1, r.nodes)), 1)}};
+  // Per trainer step of the mesh (all nodes' steps): the barrier's samples and progress
+  // queries, and below the node cores' time.
+  uint64_t steps = 0;
+  for (uint64_t s : r.final_steps) steps += s;
+  const double per_step = 1.0 / static_cast<double>(std::max<uint64_t>(1, steps));
+  p["samples_per_step"] = Round(static_cast<double>(r.rounds) * per_step, 3);
+  p["queries_per_step"] = Round(static_cast<double>(r.queries) * per_step, 3);
+  if (wall) {
+    // Measured (not reproducible bit for bit): resident memory per node and the node
+    // cores' time per trainer step.
+    p["mem_bytes_per_node"] = Round(r.mem_bytes_per_node, 0);
+    p["threads"] = r.threads;
+    p["node_us_per_step"] = Round(r.node_core_s * 1e6 * per_step, 2);
+    // The same for a few nodes' inputs replayed alone, as in an agent (null: not measured).
+    p["node_us_per_step_alone"] =
+        r.alone_steps > 0
+            ? json(Round(r.alone_core_s * 1e6 / static_cast<double>(r.alone_steps), 2))
+            : json(nullptr);
+  }
+  if (!r.crashes.empty()) {
+    json crashes = json::array();
+    for (const sim::CrashReport& c : r.crashes) {
+      crashes.push_back({{"node", c.node},
+                         {"crash_at_s", c.crash_at_s},
+                         {"first_detect_s", OptionalNumber(c.first_detect_s, 3)},
+                         {"all_detect_s", OptionalNumber(c.all_detect_s, 3)},
+                         {"observers", c.observers},
+                         {"detected", c.detected},
+                         {"dropped", c.dropped},
+                         {"unaware", c.unaware}});
     }
-    const std::string title = std::to_string(base.nodes) + " nodes, " + Fixed(base.duration_s, 0) +
-                              " virtual s, seed " + std::to_string(base.seed);
-    std::ofstream out(a.plot, std::ios::out | std::ios::trunc);
-    out << sim::RenderProgressSvg(runs, title);
-    out.close();
-    if (!out) return Fail("cannot write --plot file " + a.plot);
+    p["crashes"] = crashes;
+    p["false_failures"] = r.false_failures;
   }
+  return p;
+}
 
+void PrintJson(const sim::PspSimOptions& base, const std::vector<sim::PspSimResult>& results,
+               bool wall, double wall_s) {
+  json policies = json::array();
+  for (const sim::PspSimResult& r : results) policies.push_back(RunJson(r, wall));
+  json out = {{"nodes", base.nodes}, {"duration_s", base.duration_s}, {"policies", policies}};
+  if (wall) out["wall_s"] = Round(wall_s, 2);
+  std::printf("%s\n", meshtrain::daemon::JsonText(out).c_str());
+}
+
+// The summary table: a row per run.
+void PrintRunTable(const sim::PspSimOptions& base, const std::vector<sim::PspSimResult>& results) {
   const bool task = base.task != "none";
-  if (a.format == "json") {
-    json policies = json::array();
-    for (const sim::PspSimResult& r : results) {
-      json p = {{"barrier", sync::PolicyName(r.policy)},
-                {"sample", r.sample},
-                {"staleness", r.staleness},
-                {"steps_min", r.steps_min},
-                {"steps_median", r.steps_median},
-                {"steps_max", r.steps_max},
-                {"spread", r.spread()},
-                {"steps_p10", r.steps_p10},
-                {"steps_p90", r.steps_p90},
-                {"wait_share", Round(r.wait_share, 4)},
-                {"compute_share", Round(r.compute_share, 4)},
-                {"local_steps", r.local_steps},
-                {"messages_per_node", Round(r.messages_per_node, 1)},
-                {"bytes_per_node", Round(r.bytes_per_node, 0)},
-                {"error", OptionalNumber(r.error, 6)},
-                {"error_avg_model", OptionalNumber(r.error_avg_model, 6)},
-                {"time_to_target_s", OptionalNumber(r.time_to_target_s, 3)},
-                {"time_to_target_all_s", OptionalNumber(r.time_to_target_all_s, 3)},
-                {"view", r.view},
-                {"live_nodes", r.live_nodes},
-                {"work", r.work},
-                {"peer_visits", r.peer_visits},
-                {"sample_visits", r.sample_visits},
-                {"view_entries", r.view_entries},
-                {"work_per_node", Round(static_cast<double>(r.work) /
-                                            static_cast<double>(std::max<size_t>(1, r.nodes)),
-                                        1)}};
-      // Per trainer step of the mesh (all nodes' steps): the barrier's samples and progress
-      // queries, and below the node cores' time.
-      uint64_t steps = 0;
-      for (uint64_t s : r.final_steps) steps += s;
-      const double per_step = 1.0 / static_cast<double>(std::max<uint64_t>(1, steps));
-      p["samples_per_step"] = Round(static_cast<double>(r.rounds) * per_step, 3);
-      p["queries_per_step"] = Round(static_cast<double>(r.queries) * per_step, 3);
-      if (!a.no_wall) {
-        // Measured (not reproducible bit for bit): resident memory per node and the node
-        // cores' time per trainer step.
-        p["mem_bytes_per_node"] = Round(r.mem_bytes_per_node, 0);
-        p["threads"] = r.threads;
-        p["node_us_per_step"] = Round(r.node_core_s * 1e6 * per_step, 2);
-        // The same for a few nodes' inputs replayed alone, as in an agent (null: not measured).
-        p["node_us_per_step_alone"] =
-            r.alone_steps > 0
-                ? json(Round(r.alone_core_s * 1e6 / static_cast<double>(r.alone_steps), 2))
-                : json(nullptr);
-      }
-      if (!r.crashes.empty()) {
-        json crashes = json::array();
-        for (const sim::CrashReport& c : r.crashes) {
-          crashes.push_back({{"node", c.node},
-                             {"crash_at_s", c.crash_at_s},
-                             {"first_detect_s", OptionalNumber(c.first_detect_s, 3)},
-                             {"all_detect_s", OptionalNumber(c.all_detect_s, 3)},
-                             {"observers", c.observers},
-                             {"detected", c.detected},
-                             {"dropped", c.dropped},
-                             {"unaware", c.unaware}});
-        }
-        p["crashes"] = crashes;
-        p["false_failures"] = r.false_failures;
-      }
-      policies.push_back(p);
-    }
-    json out = {{"nodes", base.nodes}, {"duration_s", base.duration_s}, {"policies", policies}};
-    if (!a.no_wall) out["wall_s"] = Round(wall_s, 2);
-    std::printf("%s\n", meshtrain::daemon::JsonText(out).c_str());
-    return 0;
-  }
-
-  std::printf("%s\n\n", Describe(base).c_str());
   std::vector<std::string> header = {"barrier",    "sample",  "staleness", "steps_min", "p10",
                                      "median",     "p90",     "steps_max", "spread",    "p90-p10",
                                      "wait_share", "compute", "msgs/node", "bytes/node"};
@@ -657,43 +588,76 @@ int RunSimulateCommand() {
     rows.push_back(std::move(row));
   }
   PrintTable(header, rows);
+}
+
+// The failure-detection table, when runs crashed nodes.
+void PrintCrashTable(const sim::PspSimOptions& base,
+                     const std::vector<sim::PspSimResult>& results) {
   bool any_crash = false;
   for (const sim::PspSimResult& r : results) any_crash = any_crash || !r.crashes.empty();
-  if (any_crash) {
-    std::printf("\nfailure detection (%s):\n",
-                base.membership ? "SWIM membership" : "oracle, --membership off");
-    std::vector<std::vector<std::string>> crows;
-    for (const sim::PspSimResult& r : results) {
-      for (const sim::CrashReport& c : r.crashes) {
-        crows.push_back({sim::PolicyLabel(r.policy, r.sample, r.staleness), c.node,
-                         Fixed(c.crash_at_s, 1),
-                         c.first_detect_s ? Fixed(*c.first_detect_s, 2) : "-",
-                         c.all_detect_s ? Fixed(*c.all_detect_s, 2) : "-",
-                         std::to_string(c.detected) + "/" + std::to_string(c.observers),
-                         std::to_string(c.dropped), std::to_string(c.unaware),
-                         std::to_string(r.false_failures)});
-      }
+  if (!any_crash) return;
+  std::printf("\nfailure detection (%s):\n",
+              base.membership ? "SWIM membership" : "oracle, --membership off");
+  std::vector<std::vector<std::string>> crows;
+  for (const sim::PspSimResult& r : results) {
+    for (const sim::CrashReport& c : r.crashes) {
+      crows.push_back({sim::PolicyLabel(r.policy, r.sample, r.staleness), c.node,
+                       Fixed(c.crash_at_s, 1), c.first_detect_s ? Fixed(*c.first_detect_s, 2) : "-",
+                       c.all_detect_s ? Fixed(*c.all_detect_s, 2) : "-",
+                       std::to_string(c.detected) + "/" + std::to_string(c.observers),
+                       std::to_string(c.dropped), std::to_string(c.unaware),
+                       std::to_string(r.false_failures)});
     }
-    PrintTable({"run", "node", "crash_at_s", "first_detect_s", "all_detect_s", "detected",
-                "dropped", "unaware", "false_failures"},
-               crows);
   }
-  if (!a.no_wall) {
-    std::printf("\n");
-    for (const sim::PspSimResult& r : results) {
-      uint64_t steps = 0;
-      for (uint64_t s : r.final_steps) steps += s;
-      std::printf(
-          "%s: %.0f bytes of memory per node, %.2f us of node core per step (%.2f alone), %.1f "
-          "work units per node\n",
-          sim::PolicyLabel(r.policy, r.sample, r.staleness).c_str(), r.mem_bytes_per_node,
-          r.node_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, steps)),
-          r.alone_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, r.alone_steps)),
-          static_cast<double>(r.work) / static_cast<double>(std::max<size_t>(1, r.nodes)));
-    }
-    std::printf("wall time %.2f s\n", wall_s);
+  PrintTable({"run", "node", "crash_at_s", "first_detect_s", "all_detect_s", "detected", "dropped",
+              "unaware", "false_failures"},
+             crows);
+}
+
+// The measured figures (not with --no-wall).
+void PrintWall(const std::vector<sim::PspSimResult>& results, double wall_s) {
+  std::printf("\n");
+  for (const sim::PspSimResult& r : results) {
+    uint64_t steps = 0;
+    for (uint64_t s : r.final_steps) steps += s;
+    std::printf(
+        "%s: %.0f bytes of memory per node, %.2f us of node core per step (%.2f alone), %.1f "
+        "work units per node\n",
+        sim::PolicyLabel(r.policy, r.sample, r.staleness).c_str(), r.mem_bytes_per_node,
+        r.node_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, steps)),
+        r.alone_core_s * 1e6 / static_cast<double>(std::max<uint64_t>(1, r.alone_steps)),
+        static_cast<double>(r.work) / static_cast<double>(std::max<size_t>(1, r.nodes)));
   }
-  return 0;
+  std::printf("wall time %.2f s\n", wall_s);
+}
+
+}  // namespace
+
+int RunSimulateCommand() {
+  const SimulateArgs& a = Args();
+  sim::PspSimOptions base;
+  if (int rc = BaseOptions(a, &base); rc != kExitOk) return rc;
+  std::string error;
+  const auto specs = Expand(a, &error);
+  if (!specs) return UsageError(error);
+
+  const auto wall_start = std::chrono::steady_clock::now();
+  std::vector<sim::PspSimResult> results;
+  if (int rc = RunAll(a, base, *specs, &results); rc != kExitOk) return rc;
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (!a.plot.empty()) {
+    if (int rc = WritePlot(a.plot, base, results); rc != kExitOk) return rc;
+  }
+  if (a.format == OutputFormat::kJson) {
+    PrintJson(base, results, !a.no_wall, wall_s);
+    return kExitOk;
+  }
+  std::printf("%s\n\n", Describe(base).c_str());
+  PrintRunTable(base, results);
+  PrintCrashTable(base, results);
+  if (!a.no_wall) PrintWall(results, wall_s);
+  return kExitOk;
 }
 
 }  // namespace meshtrain::cli

@@ -1,4 +1,4 @@
-// Multi-host addressing (issue 13): `--join` and `--advertise` as host names or IP literals
+// Multi-host addressing: `--join` and `--advertise` as host names or IP literals
 // (IPv6 in brackets), the advertised address when bound to a wildcard, and the name resolution
 // of join retries. Start-up resolution blocks (the loop is not running yet); retries resolve
 // with uv_getaddrinfo so the loop never waits on DNS.

@@ -25,6 +25,7 @@
 #include "daemon/link_prober.h"
 #include "daemon/net_endpoint.h"
 #include "daemon/offload.h"
+#include "daemon/ops/dashboard_state.h"
 #include "daemon/ops/http_server.h"
 #include "daemon/ops/json_text.h"
 #include "daemon/ops/log_tap.h"
@@ -67,9 +68,10 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<transport::UdpEndpoint> udp;
   std::unique_ptr<TcpHub> data_tcp;
   std::unique_ptr<NetEndpoint> net;
-  std::unique_ptr<ParamStreamer> streamer;  // snapshots out, chunk by chunk (issue 31)
+  std::unique_ptr<ParamStreamer> streamer;  // snapshots out, chunk by chunk
   std::unique_ptr<LoopMonitor> loop_monitor;
-  std::unique_ptr<LinkProber> prober;  // link-capacity probes (SPEC §7)
+  std::unique_ptr<LinkProber>
+      prober;  // link-capacity probes (docs/contract.md "Receiver selection")
   std::unique_ptr<RpcServer> rpc;
   std::unique_ptr<KeyRotation> keys;
   std::unique_ptr<StampClock> stamps;  // what messages are stamped with (stamp_clock.h)
@@ -79,16 +81,14 @@ struct Agent::Impl : RpcBackend {
   std::vector<std::unique_ptr<transport::Signal>> signals;
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<node::Node> node;
-  // Observability (issue 19): --http, `monitor`, and what the dashboard plots.
+  // Observability: --http, `monitor`, and what the dashboard plots.
   std::unique_ptr<HttpServer> http;
   std::unique_ptr<transport::Timer> publish_timer;
   std::unique_ptr<transport::Async> log_wake;
   std::shared_ptr<LogTap> tap;
   spdlog::level::level_enum console_level = spdlog::level::info;
   PlanView plan_view;
-  std::map<std::string, std::vector<std::array<double, 4>>> history;  // t, eval step, acc, loss
-  std::vector<std::array<double, 3>> traffic;                         // t, sent B/s, received B/s
-  uint64_t last_sent = 0, last_received = 0;
+  DashboardCurves curves;  // with --http: what the dashboard plots
   uint64_t publishes = 0;
   uint64_t internal_errors = 0;  // exceptions caught at the driver's boundary
   double round_s = 0;            // EWMA of parameter round times (--sync-every auto)
@@ -270,7 +270,7 @@ struct Agent::Impl : RpcBackend {
     if (dg) Feed(node::DatagramIn{from.ToString(), std::move(*dg)});
   }
 
-  // A datagram our relay delivered (issue 34): untrusted like any other (rate limit, decode,
+  // A datagram our relay delivered: untrusted like any other (rate limit, decode,
   // replay guard), and never a relay frame again (no nesting).
   void OnRelayed(const node::RelayedIn& ri) {
     auto dg = inbound->OnRelayed(ri.inner.data(), ri.inner.size(), ri.via_addr, MonoSeconds());
@@ -330,20 +330,7 @@ struct Agent::Impl : RpcBackend {
     }
   }
 
-  // ---- observability (issue 19) ---------------------------------------------------------------
-
-  static constexpr size_t kMaxCurvePoints = 300;  // per series; halved (every other) beyond
-  static constexpr size_t kMaxCurves = 64;
-
-  template <typename Point>
-  static void AppendBounded(std::vector<Point>* v, Point p) {
-    v->push_back(p);
-    if (v->size() <= kMaxCurvePoints) return;
-    std::vector<Point> thin;  // keep the whole time range at half the density
-    for (size_t i = 0; i < v->size(); i += 2) thin.push_back((*v)[i]);
-    if (thin.back() != v->back()) thin.push_back(v->back());
-    *v = std::move(thin);
-  }
+  // ---- observability: --http, `monitor` ------------------------------------------------------
 
   // Every 500 ms: a heartbeat to monitors every 2 s; with --http, new points for the curves,
   // then the bodies /metrics and /api/state serve.
@@ -353,40 +340,12 @@ struct Agent::Impl : RpcBackend {
       if (auto st = stamps->Renew(MonoMs()); !st.ok()) spdlog::warn("{}", st.message());
     }
     if (!http) return;  // the curves and bodies are only for the HTTP endpoint
-    const double t = metrics.Elapsed();
     const json st = Status();
     const std::vector<membership::Member> members = node->Members();
-    for (const auto& m : members) {
-      if (!m.eval.valid()) continue;
-      auto it = history.find(m.name);
-      if (it == history.end()) {
-        if (history.size() >= kMaxCurves) continue;
-        it = history.emplace(m.name, std::vector<std::array<double, 4>>{}).first;
-      }
-      if (!it->second.empty() && it->second.back()[1] == static_cast<double>(m.eval.step)) continue;
-      AppendBounded(&it->second,
-                    {t, static_cast<double>(m.eval.step), m.eval.accuracy, m.eval.loss});
-    }
-    const uint64_t sent = st.value("bytes_sent", uint64_t{0});
-    const uint64_t received = st.value("bytes_received", uint64_t{0});
-    if (publishes > 1) {
-      AppendBounded(&traffic, {t, static_cast<double>(sent - last_sent) / 0.5,
-                               static_cast<double>(received - last_received) / 0.5});
-    }
-    last_sent = sent;
-    last_received = received;
-    json hist = json::object();
-    for (const auto& [name, points] : history) hist[name] = points;
-    json edges = json::array();
-    for (const PlanEdge& e : plan_view.edges) {
-      edges.push_back({{"from", e.from}, {"to", e.to}, {"mbps", e.mbps}});
-    }
-    const json state = {
-        {"self", st},
-        {"members", MembersJson(members, config.name)["members"]},
-        {"history", hist},
-        {"plan", {{"policy", config.select}, {"rate_mbps", plan_view.rate_mbps}, {"edges", edges}}},
-        {"traffic", traffic}};
+    curves.Sample(metrics.Elapsed(), 0.5, members, st.value("bytes_sent", uint64_t{0}),
+                  st.value("bytes_received", uint64_t{0}));
+    const json state =
+        curves.State(st, MembersJson(members, config.name)["members"], config.select, plan_view);
     PromInputs in;
     in.status = st;
     in.members = members;
@@ -407,8 +366,7 @@ struct Agent::Impl : RpcBackend {
     for (const TappedLine& line : tap->Take()) rpc->StreamLog(line.level, line.text);
   }
 
-  // ---- RPC backend
-  // --------------------------------------------------------------------------------
+  // ---- RPC backend ---------------------------------------------------------------------------
 
   json Status() override {
     StatusInputs in(config, *node);
@@ -479,9 +437,12 @@ struct Agent::Impl : RpcBackend {
               [this, tag](json r) { rpc->Reply(tag, r); });
   }
 
-  // ---- start-up and shutdown
-  // ---------------------------------------------------------------------
+  // ---- start-up and shutdown -----------------------------------------------------------------
 
+  // Start-up, in order: addresses, data directory and keys (PrepareAgent), the wire and
+  // transports (StartNetwork), the control endpoints (StartControl), then the trainer and the
+  // node core (StartNode). An exit status: 2 for a configuration the agent cannot run with, 1
+  // for a failure to start (a port in use), 0 when running.
   int Start() {
     if (auto st = config.ResolveAddresses(); !st.ok()) {
       spdlog::error("{}", st.message());
@@ -492,7 +453,14 @@ struct Agent::Impl : RpcBackend {
       return 2;
     }
     peer_snapshot = std::make_unique<PeerSnapshotWriter>(config.data_dir);
-    const uint64_t seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
+    for (int (Impl::*step)() : {&Impl::StartNetwork, &Impl::StartControl, &Impl::StartNode}) {
+      if (int rc = (this->*step)(); rc != 0) return rc;
+    }
+    return 0;
+  }
+
+  // The codec and stamp clock, UDP and TCP endpoints, link prober and parameter streamer.
+  int StartNetwork() {
     codec = std::make_unique<wire::Codec>(config.cluster, keyring);
     // Stamps only ever compared with the same sender's earlier ones (wire/replay_guard.h).
     stamps = std::make_unique<StampClock>(config.data_dir);
@@ -533,6 +501,11 @@ struct Agent::Impl : RpcBackend {
     net->set_prober(prober.get());
     streamer = std::make_unique<ParamStreamer>(&loop, codec.get(), data_tcp.get());
     net->set_streamer(streamer.get());
+    return 0;
+  }
+
+  // The RPC server, key rotation, log tap, the listening sockets, --http and the signals.
+  int StartControl() {
     loop_monitor = std::make_unique<LoopMonitor>(&loop);
     rpc = std::make_unique<RpcServer>(&loop, config.rpc_token, this);
     keys = std::make_unique<KeyRotation>(config.name, keyring, codec.get(), data_tcp.get(),
@@ -589,6 +562,13 @@ struct Agent::Impl : RpcBackend {
         Feed(node::LeaveCmd{});
       }));
     }
+    return 0;
+  }
+
+  // The trainer (built-in, embedded or external), the node core, the banner and the publish
+  // timer; then the node starts.
+  int StartNode() {
+    const uint64_t seed = config.seed ? *config.seed : learn::SeedFromString(config.name);
     int64_t resumed = -1;
     trainer_wake = std::make_unique<transport::Async>(&loop, [this] { OnTrainerWake(); });
     auto wake = [this] { trainer_wake->Send(); };
@@ -601,7 +581,7 @@ struct Agent::Impl : RpcBackend {
       return 2;
     }
     trainer = std::move(made).value();
-    // Backpressure (issue 31): while the running sum is behind, incoming parameter chunks wait
+    // Backpressure: while the running sum is behind, incoming parameter chunks wait
     // in the kernel (TCP holds their senders back) instead of being dropped.
     if (data_tcp) data_tcp->SetReadGate([this] { return !trainer || !trainer->MixBacklogged(); });
     if (resumed >= 0) metrics.Write("resume", {{"step", resumed}});
@@ -679,7 +659,7 @@ Agent::Agent(AgentConfig config) : impl_(std::make_unique<Impl>(std::move(config
 Agent::Agent(AgentConfig config, std::unique_ptr<learn::Task> task)
     : impl_(std::make_unique<Impl>(std::move(config))) {
   impl_->config.task = task->name();  // the banner, status and checkpoints name it
-  impl_->config.trainer = "builtin";
+  impl_->config.trainer = TrainerKind::kBuiltin;
   impl_->embedded_task = std::move(task);
 }
 

@@ -16,7 +16,7 @@ namespace meshtrain::daemon {
 class Agent {
  public:
   explicit Agent(AgentConfig config);  // config must have passed Finalize()
-  // The embedding API (issue 16): the agent trains `task` (any learn::Task subclass: your model
+  // The embedding API: the agent trains `task` (any learn::Task subclass: your model
   // and data) with the built-in trainer instead of config.task; see examples/embed_agent.cc.
   Agent(AgentConfig config, std::unique_ptr<learn::Task> task);
   ~Agent();

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "daemon/addressing.h"
+#include "daemon/option_names.h"
 #include "learn/data_file.h"
 #include "learn/label_skew.h"
 #include "learn/mixing.h"
@@ -52,13 +53,8 @@ std::string Quoted(const std::string& v) {
 }  // namespace
 
 Status AgentConfig::FinalizeOuter() {
-  learn::OuterStep::Kind kind;
-  if (!learn::OuterStep::ParseKind(outer, &kind)) {
-    return Status::InvalidArgument("invalid --outer " + Quoted(outer) +
-                                   ": expected avg, sgd or nesterov");
-  }
-  const bool nesterov = kind == learn::OuterStep::Kind::kNesterov;
-  if (kind == learn::OuterStep::Kind::kAvg && (outer_lr != 0 || outer_momentum != -1)) {
+  const bool nesterov = outer == learn::OuterStep::Kind::kNesterov;
+  if (outer == learn::OuterStep::Kind::kAvg && (outer_lr != 0 || outer_momentum != -1)) {
     return Status::InvalidArgument("--outer-lr and --outer-momentum need --outer sgd or nesterov");
   }
   if (!nesterov && outer_momentum != -1 && outer_momentum != 0) {
@@ -86,11 +82,11 @@ Status AgentConfig::FinalizeOuter() {
                                      " needs a --sync-every that it divides (one fragment every "
                                      "H/F steps)");
     }
-    if (compress.rfind("topk", 0) == 0) {
+    if (compress.kind == wire::Encoding::kTopK) {
       return Status::InvalidArgument("--fragments does not go with --compress topk");
     }
   }
-  if (kind != learn::OuterStep::Kind::kAvg && external_trainer()) {
+  if (outer != learn::OuterStep::Kind::kAvg && external_trainer()) {
     return Status::InvalidArgument(
         "--outer applies to the built-in trainer (an external trainer takes the outer step "
         "itself: MeshOptimizer(outer=...) in meshtrain.torch)");
@@ -98,262 +94,273 @@ Status AgentConfig::FinalizeOuter() {
   return Status::OK();
 }
 
-Status AgentConfig::Finalize() {
-  // Strings that end up in names, labels and addresses, on the wire and in JSON: valid UTF-8
-  // first (issue 20), then their own syntax below.
+namespace {
+
+// Strings that end up in names, labels and addresses, on the wire and in JSON: valid UTF-8
+// first, then their own syntax (CheckAddresses, CheckIdentity).
+Status CheckUtf8(AgentConfig& c) {
   for (const auto& [flag, value] :
        std::initializer_list<std::pair<const char*, const std::string*>>{
-           {"--name", &name},
-           {"--bind", &bind},
-           {"--advertise", &advertise},
-           {"--rpc", &rpc},
-           {"--rpc-token", &rpc_token},
-           {"--cluster", &cluster},
-           {"--profile", &profile}}) {
+           {"--name", &c.name},
+           {"--bind", &c.bind},
+           {"--advertise", &c.advertise},
+           {"--relay", &c.relay_name},
+           {"--rpc", &c.rpc},
+           {"--rpc-token", &c.rpc_token},
+           {"--cluster", &c.cluster},
+           {"--profile", &c.profile}}) {
     if (!wire::ValidUtf8(*value))
       return Status::InvalidArgument(std::string("invalid ") + flag + ": not valid UTF-8");
   }
-  for (const auto& j : join) {
+  for (const auto& j : c.join) {
     if (!wire::ValidUtf8(j))
       return Status::InvalidArgument("invalid --join " + Quoted(j) + ": not valid UTF-8");
   }
-  auto bind_addr = wire::NetAddr::Parse(bind);
+  return Status::OK();
+}
+
+// The addresses: bind, advertise, rpc, http, join and the join retries.
+Status CheckAddresses(AgentConfig& c) {
+  auto bind_addr = wire::NetAddr::Parse(c.bind);
   if (!bind_addr)
-    return Status::InvalidArgument("invalid --bind " + Quoted(bind) +
+    return Status::InvalidArgument("invalid --bind " + Quoted(c.bind) +
                                    ": expected IP:PORT, e.g. 0.0.0.0:7950 or [::]:7950");
   if (bind_addr->port() == 0)
-    return Status::InvalidArgument("invalid --bind " + Quoted(bind) + ": port 0 is not allowed");
-  if (nat != "auto" && nat != "off") {
-    return Status::InvalidArgument("invalid --nat " + Quoted(nat) + ": auto or off");
-  }
-  if (relay.empty() || (relay != "auto" && relay != "off" && !wire::ValidNodeName(relay))) {
-    return Status::InvalidArgument("invalid --relay " + Quoted(relay) +
-                                   ": auto, off or a member's name");
-  }
-  if (serve_relay != "on" && serve_relay != "off") {
-    return Status::InvalidArgument("invalid --serve-relay " + Quoted(serve_relay) + ": on or off");
-  }
-  if (!(relay_rate_mbit >= 0) || !std::isfinite(relay_rate_mbit)) {
-    return Status::InvalidArgument("invalid --relay-rate: a rate in Mbit/s >= 0 (0 = no cap)");
-  }
-  advertise_given = !advertise.empty();
-  if (!advertise.empty()) {
-    auto adv = ParseHostPort(advertise);
+    return Status::InvalidArgument("invalid --bind " + Quoted(c.bind) + ": port 0 is not allowed");
+  c.advertise_given = !c.advertise.empty();
+  if (!c.advertise.empty()) {
+    auto adv = ParseHostPort(c.advertise);
     if (!adv.ok()) {
-      return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) + ": " +
+      return Status::InvalidArgument("invalid --advertise " + Quoted(c.advertise) + ": " +
                                      adv.status().message());
     }
-    const auto literal = wire::NetAddr::Parse(advertise);
+    const auto literal = wire::NetAddr::Parse(c.advertise);
     if (literal && literal->IsAny()) {
-      return Status::InvalidArgument("invalid --advertise " + Quoted(advertise) +
+      return Status::InvalidArgument("invalid --advertise " + Quoted(c.advertise) +
                                      ": a wildcard address cannot be reached; give this host's "
                                      "address");
     }
   }
-  if (!wire::NetAddr::Parse(rpc))
-    return Status::InvalidArgument("invalid --rpc " + Quoted(rpc) + ": expected IP:PORT");
-  if (!http.empty() && !wire::NetAddr::Parse(http)) {
-    return Status::InvalidArgument("invalid --http " + Quoted(http) + ": expected IP:PORT");
+  if (!wire::NetAddr::Parse(c.rpc))
+    return Status::InvalidArgument("invalid --rpc " + Quoted(c.rpc) + ": expected IP:PORT");
+  if (!c.http.empty() && !wire::NetAddr::Parse(c.http)) {
+    return Status::InvalidArgument("invalid --http " + Quoted(c.http) + ": expected IP:PORT");
   }
-  for (auto& j : join) {
+  for (auto& j : c.join) {
     if (auto hp = ParseHostPort(j); !hp.ok()) {
       return Status::InvalidArgument("invalid --join " + Quoted(j) + ": " + hp.status().message());
     }
   }
-  if (auto ms = ParseDurationMs(retry_interval); !ms || *ms < 100 || *ms > 86400000) {
-    return Status::InvalidArgument("invalid --retry-interval " + Quoted(retry_interval) +
+  if (auto ms = ParseDurationMs(c.retry_interval); !ms || *ms < 100 || *ms > 86400000) {
+    return Status::InvalidArgument("invalid --retry-interval " + Quoted(c.retry_interval) +
                                    ": expected a duration from 100ms to 24h, e.g. 30s");
   } else {
-    retry_join_interval_ms = *ms;
+    c.retry_join_interval_ms = *ms;
   }
-  if (retry_max < 0) return Status::InvalidArgument("invalid --retry-max: must be >= 0");
-  if (!std::isfinite(test_clock_offset_s) || std::fabs(test_clock_offset_s) > 1e6) {
+  if (c.retry_max < 0) return Status::InvalidArgument("invalid --retry-max: must be >= 0");
+  return Status::OK();
+}
+
+// Who this node is: name (default hostname-port), relay, profile, cluster, timing overrides.
+Status CheckIdentity(AgentConfig& c) {
+  if (c.relay_mode == membership::Config::RelayMode::kNamed &&
+      (c.relay_name.empty() || !wire::ValidNodeName(c.relay_name))) {
+    return Status::InvalidArgument("invalid --relay " + Quoted(c.relay_name) + ": " +
+                                   ChoiceList(kRelayModeNames) + " or a member's name");
+  }
+  if (!(c.relay_rate_mbit >= 0) || !std::isfinite(c.relay_rate_mbit)) {
+    return Status::InvalidArgument("invalid --relay-rate: a rate in Mbit/s >= 0 (0 = no cap)");
+  }
+  if (!std::isfinite(c.test_clock_offset_s) || std::fabs(c.test_clock_offset_s) > 1e6) {
     return Status::InvalidArgument("invalid --test-clock-offset: at most 1e6 seconds either way");
   }
-  if (name.empty()) {
+  if (c.name.empty()) {
     char host[256] = {0};
     if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "node");
-    name = std::string(host) + "-" + std::to_string(bind_addr->port());
+    c.name = std::string(host) + "-" + std::to_string(wire::NetAddr::Parse(c.bind)->port());
   }
   static const std::regex kName("[A-Za-z0-9._-]{1,64}");
-  if (!std::regex_match(name, kName)) {
-    return Status::InvalidArgument("invalid --name " + Quoted(name) +
+  if (!std::regex_match(c.name, kName)) {
+    return Status::InvalidArgument("invalid --name " + Quoted(c.name) +
                                    ": use 1-64 characters of [A-Za-z0-9._-]");
   }
-  if (!membership::Config::Profile(profile)) {
-    return Status::InvalidArgument("invalid --profile " + Quoted(profile) +
+  if (!membership::Config::Profile(c.profile)) {
+    return Status::InvalidArgument("invalid --profile " + Quoted(c.profile) +
                                    ": expected lan, wan or local");
   }
-  if (!wire::ValidClusterLabel(cluster)) {
+  if (!wire::ValidClusterLabel(c.cluster)) {
     return Status::InvalidArgument(
         "invalid --cluster: 1-64 bytes of UTF-8 without control characters");
   }
-  if (!model.empty()) {
+  if (c.probe_interval_ms == 0 || c.probe_timeout_ms == 0 || c.gossip_interval_ms == 0) {
+    return Status::InvalidArgument("timing overrides must be positive");
+  }
+  return Status::OK();
+}
+
+// What is trained and on what: --model/--task, the trainer, the data and its shards.
+Status CheckModelAndData(AgentConfig& c) {
+  if (!c.model.empty()) {
     const auto& presets = learn::TaskNames();
-    if (model != "none" && std::find(presets.begin(), presets.end(), model) == presets.end()) {
-      if (auto spec = learn::ParseModelSpec(model); !spec.ok()) {
-        return Status::InvalidArgument("invalid --model " + Quoted(model) + ": " +
+    if (c.model != "none" && std::find(presets.begin(), presets.end(), c.model) == presets.end()) {
+      if (auto spec = learn::ParseModelSpec(c.model); !spec.ok()) {
+        return Status::InvalidArgument("invalid --model " + Quoted(c.model) + ": " +
                                        spec.status().message());
       }
     }
-    task = model;
-  } else if (!OneOf(task, {"none", "synthetic", "fmnist-softmax", "fmnist-mlp", "fmnist-cnn"})) {
+    c.task = c.model;
+  } else if (!OneOf(c.task, {"none", "synthetic", "fmnist-softmax", "fmnist-mlp", "fmnist-cnn"})) {
     return Status::InvalidArgument(
-        "invalid --task " + Quoted(task) +
+        "invalid --task " + Quoted(c.task) +
         ": expected none, synthetic, fmnist-softmax, fmnist-mlp or fmnist-cnn (or use --model "
         "with a layer spec)");
   }
-  if (!OneOf(trainer, {"builtin", "external"})) {
-    return Status::InvalidArgument("invalid --trainer " + Quoted(trainer) +
-                                   ": expected builtin or external");
-  }
-  if (external_trainer()) {
-    if (trainer_socket.empty()) {
-      trainer_socket =
-          data_dir.empty() ? "/run/meshtrain/" + name + ".sock" : data_dir + "/trainer.sock";
+  if (c.external_trainer()) {
+    if (c.trainer_socket.empty()) {
+      c.trainer_socket =
+          c.data_dir.empty() ? "/run/meshtrain/" + c.name + ".sock" : c.data_dir + "/trainer.sock";
     }
     // sockaddr_un.sun_path holds 108 bytes with the terminating NUL.
-    if (trainer_socket.size() > 107) {
+    if (c.trainer_socket.size() > 107) {
       return Status::InvalidArgument("invalid --trainer-socket: a path of at most 107 bytes");
     }
-  } else if (!trainer_socket.empty()) {
+  } else if (!c.trainer_socket.empty()) {
     return Status::InvalidArgument("--trainer-socket needs --trainer external");
   }
-  if (!(trainer_timeout_s >= 0.1 && trainer_timeout_s <= 86400)) {
+  if (!(c.trainer_timeout_s >= 0.1 && c.trainer_timeout_s <= 86400)) {
     return Status::InvalidArgument("invalid --trainer-timeout: 0.1..86400 seconds");
   }
-  if (threads < 1 || threads > 64) {
-    return Status::InvalidArgument("invalid --threads " + std::to_string(threads) + ": 1..64");
+  if (c.threads < 1 || c.threads > 64) {
+    return Status::InvalidArgument("invalid --threads " + std::to_string(c.threads) + ": 1..64");
   }
-  if (!input_shape.empty()) {
-    if (auto shape = learn::ParseInputShape(input_shape); !shape.ok()) {
+  if (!c.input_shape.empty()) {
+    if (auto shape = learn::ParseInputShape(c.input_shape); !shape.ok()) {
       return Status::InvalidArgument("invalid --input-shape: " + shape.status().message());
     }
   }
-  if (train_data.empty() && !test_data.empty()) {
+  if (c.train_data.empty() && !c.test_data.empty()) {
     return Status::InvalidArgument("--test-data needs --train-data");
   }
-  if (!train_data.empty() && task == "synthetic") {
+  if (!c.train_data.empty() && c.task == "synthetic") {
     return Status::InvalidArgument("--train-data does not apply to the synthetic task");
   }
-  if (!OneOf(barrier, {"bsp", "ssp", "asp", "pbsp", "pssp", "dssp", "wbsp"})) {
-    return Status::InvalidArgument("invalid --barrier " + Quoted(barrier) +
-                                   ": expected bsp, ssp, asp, pbsp, pssp, dssp or wbsp");
+  if (!c.shard.empty()) {
+    static const std::regex kShard("([0-9]{1,6})/([0-9]{1,6})");
+    std::smatch m;
+    if (!std::regex_match(c.shard, m, kShard) || std::stoi(m[1]) >= std::stoi(m[2])) {
+      return Status::InvalidArgument("invalid --shard " + Quoted(c.shard) +
+                                     ": expected I/N with 0 <= I < N");
+    }
   }
-  if (!OneOf(overlap, {"on", "off"})) {
-    return Status::InvalidArgument("invalid --overlap " + Quoted(overlap) + ": expected on or off");
+  if (auto mode = learn::ParseShardMode(c.shard_mode); !mode.ok()) {
+    return Status::InvalidArgument("invalid " + mode.status().message());
   }
-  if (staleness_max < 0 || staleness_max > 1000) {
-    return Status::InvalidArgument("invalid --staleness-max: 0..1000");
-  }
-  if (!OneOf(select, {"all", "random", "selmcast"})) {
-    return Status::InvalidArgument("invalid --select " + Quoted(select) +
-                                   ": expected all, random or selmcast");
-  }
-  if (!batch_spec.empty()) {
+  return Status::OK();
+}
+
+// The optimizer and the evaluations: batch, lr, momentum, targets, checkpoints.
+Status CheckOptimizer(AgentConfig& c) {
+  if (!c.batch_spec.empty()) {
     static const std::regex kBatch("[0-9]{1,6}");
-    if (batch_spec == "auto") {
-      batch_auto = true;
-    } else if (std::regex_match(batch_spec, kBatch)) {
-      batch = std::stoi(batch_spec);
+    if (c.batch_spec == "auto") {
+      c.batch_auto = true;
+    } else if (std::regex_match(c.batch_spec, kBatch)) {
+      c.batch = std::stoi(c.batch_spec);
     } else {
-      return Status::InvalidArgument("invalid --batch " + Quoted(batch_spec) +
+      return Status::InvalidArgument("invalid --batch " + Quoted(c.batch_spec) +
                                      ": expected a number or auto");
     }
   }
-  if (batch < 1 || batch > 65536) return Status::InvalidArgument("invalid --batch: 1..65536");
-  if (!(lr > 0 && lr < 100)) return Status::InvalidArgument("invalid --lr: must be > 0");
-  if (!(momentum >= 0 && momentum < 1))
+  if (c.batch < 1 || c.batch > 65536) return Status::InvalidArgument("invalid --batch: 1..65536");
+  if (!(c.lr > 0 && c.lr < 100)) return Status::InvalidArgument("invalid --lr: must be > 0");
+  if (!(c.momentum >= 0 && c.momentum < 1))
     return Status::InvalidArgument("invalid --momentum: must be in [0, 1)");
-  if (!(target_accuracy >= 0 && target_accuracy <= 1)) {
+  if (!(c.target_accuracy >= 0 && c.target_accuracy <= 1)) {
     return Status::InvalidArgument("invalid --target-accuracy: must be in [0, 1]");
   }
-  if (eval_every < 1) return Status::InvalidArgument("invalid --eval-every: must be >= 1");
-  if (!(eval_average >= 0 && eval_average < 1)) {
+  if (c.eval_every < 1) return Status::InvalidArgument("invalid --eval-every: must be >= 1");
+  if (!(c.eval_average >= 0 && c.eval_average < 1)) {
     return Status::InvalidArgument("invalid --eval-average: a decay in [0, 1), e.g. 0.98");
   }
-  if (eval_average > 0 && external_trainer()) {
+  if (c.eval_average > 0 && c.external_trainer()) {
     return Status::InvalidArgument(
         "--eval-average applies to the built-in trainer (an external trainer evaluates its own "
         "model)");
   }
-  if (checkpoint_every < 1)
+  if (c.checkpoint_every < 1)
     return Status::InvalidArgument("invalid --checkpoint-every: must be >= 1");
-  if (staleness < 0) return Status::InvalidArgument("invalid --staleness: must be >= 0");
-  if (min_peers < 0 || min_peers > 10000)
+  if (!(c.slowdown >= 1 && c.slowdown <= 1000))
+    return Status::InvalidArgument("invalid --slowdown: must be in [1, 1000]");
+  return Status::OK();
+}
+
+// Barriers, peers and parameter exchange (the --outer options: FinalizeOuter).
+Status CheckSync(AgentConfig& c) {
+  if (c.staleness_max < 0 || c.staleness_max > 1000) {
+    return Status::InvalidArgument("invalid --staleness-max: 0..1000");
+  }
+  if (c.staleness < 0) return Status::InvalidArgument("invalid --staleness: must be >= 0");
+  if (c.min_peers < 0 || c.min_peers > 10000)
     return Status::InvalidArgument("invalid --min-peers: 0..10000");
-  if (max_peers < 0 || max_peers > 10000)
+  if (c.max_peers < 0 || c.max_peers > 10000)
     return Status::InvalidArgument("invalid --max-peers: 0..10000");
-  if (max_peers > 0 && min_peers > max_peers) {
-    return Status::InvalidArgument("invalid --min-peers " + std::to_string(min_peers) +
-                                   ": more than --max-peers " + std::to_string(max_peers) +
+  if (c.max_peers > 0 && c.min_peers > c.max_peers) {
+    return Status::InvalidArgument("invalid --min-peers " + std::to_string(c.min_peers) +
+                                   ": more than --max-peers " + std::to_string(c.max_peers) +
                                    " (the barrier would never see that many peers)");
   }
-  if (sample < 0) return Status::InvalidArgument("invalid --sample: must be >= 0");
-  if (fanout < 1) return Status::InvalidArgument("invalid --fanout: must be >= 1");
-  if (!sync_every_spec.empty()) {
+  if (c.sample < 0) return Status::InvalidArgument("invalid --sample: must be >= 0");
+  if (c.fanout < 1) return Status::InvalidArgument("invalid --fanout: must be >= 1");
+  if (!c.sync_every_spec.empty()) {
     static const std::regex kSteps("[0-9]{1,6}");
-    sync_every_auto = sync_every_spec == "auto";
-    if (!sync_every_auto && !std::regex_match(sync_every_spec, kSteps)) {
-      return Status::InvalidArgument("invalid --sync-every " + Quoted(sync_every_spec) +
+    c.sync_every_auto = c.sync_every_spec == "auto";
+    if (!c.sync_every_auto && !std::regex_match(c.sync_every_spec, kSteps)) {
+      return Status::InvalidArgument("invalid --sync-every " + Quoted(c.sync_every_spec) +
                                      ": expected a number of steps >= 1 or auto");
     }
-    sync_every = sync_every_auto ? 1 : std::stoi(sync_every_spec);
+    c.sync_every = c.sync_every_auto ? 1 : std::stoi(c.sync_every_spec);
   }
-  if (sync_every < 1) return Status::InvalidArgument("invalid --sync-every: must be >= 1");
-  if (auto st = FinalizeOuter(); !st.ok()) return st;
-  if (auto c = wire::ParseCompress(compress); !c.ok()) return c.status();
-  if (!OneOf(join_state, {"on", "off"})) {
-    return Status::InvalidArgument("invalid --join-state " + Quoted(join_state) +
-                                   ": expected on or off");
-  }
-  if (uplink_limit < 0 || downlink_limit < 0)
+  if (c.sync_every < 1) return Status::InvalidArgument("invalid --sync-every: must be >= 1");
+  if (auto st = c.FinalizeOuter(); !st.ok()) return st;
+  if (c.uplink_limit < 0 || c.downlink_limit < 0)
     return Status::InvalidArgument("invalid bandwidth limit: must be >= 0");
-  if (!(capacity_probe_s == 0 || (capacity_probe_s >= 1 && capacity_probe_s <= 86400)))
+  if (!(c.capacity_probe_s == 0 || (c.capacity_probe_s >= 1 && c.capacity_probe_s <= 86400)))
     return Status::InvalidArgument(
         "invalid --capacity-probe-interval: must be 0 (off) or in [1, 86400] seconds");
-  if (!(slowdown >= 1 && slowdown <= 1000))
-    return Status::InvalidArgument("invalid --slowdown: must be in [1, 1000]");
-  if (!shard.empty()) {
-    static const std::regex kShard("([0-9]{1,6})/([0-9]{1,6})");
-    std::smatch m;
-    if (!std::regex_match(shard, m, kShard) || std::stoi(m[1]) >= std::stoi(m[2])) {
-      return Status::InvalidArgument("invalid --shard " + Quoted(shard) +
-                                     ": expected I/N with 0 <= I < N");
-    }
-  }
-  if (auto mode = learn::ParseShardMode(shard_mode); !mode.ok()) {
-    return Status::InvalidArgument("invalid " + mode.status().message());
-  }
-  if (probe_interval_ms == 0 || probe_timeout_ms == 0 || gossip_interval_ms == 0) {
-    return Status::InvalidArgument("timing overrides must be positive");
-  }
-  if (!OneOf(log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"})) {
-    return Status::InvalidArgument("invalid --log-level " + Quoted(log_level));
-  }
-  tags.clear();
-  for (const std::string& arg : tag_args) {
+  return Status::OK();
+}
+
+// --tag KEY=VALUE arguments into `tags`: sorted by key, unique, wire::ValidTags.
+Status ParseTags(AgentConfig& c) {
+  c.tags.clear();
+  for (const std::string& arg : c.tag_args) {
     const size_t eq = arg.find('=');
     if (eq == std::string::npos) {
       return Status::InvalidArgument("invalid --tag " + Quoted(arg) + ": expected KEY=VALUE");
     }
-    tags.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
+    c.tags.emplace_back(arg.substr(0, eq), arg.substr(eq + 1));
   }
-  std::sort(tags.begin(), tags.end());
-  for (size_t i = 1; i < tags.size(); ++i) {
-    if (tags[i].first == tags[i - 1].first) {
-      return Status::InvalidArgument("invalid --tag: key " + Quoted(tags[i].first) +
+  std::sort(c.tags.begin(), c.tags.end());
+  for (size_t i = 1; i < c.tags.size(); ++i) {
+    if (c.tags[i].first == c.tags[i - 1].first) {
+      return Status::InvalidArgument("invalid --tag: key " + Quoted(c.tags[i].first) +
                                      " given twice");
     }
   }
-  if (!wire::ValidTags(tags)) {
+  if (!wire::ValidTags(c.tags)) {
     return Status::InvalidArgument(
         "invalid --tag: at most 8 tags; keys 1..32 bytes of [A-Za-z0-9_.-]; values up to 64 "
         "bytes of UTF-8 without control characters; 256 bytes in all");
   }
-  if (!OneOf(log_format, {"text", "json"})) {
-    return Status::InvalidArgument("invalid --log-format " + Quoted(log_format) +
-                                   ": expected text or json");
+  return Status::OK();
+}
+
+}  // namespace
+
+Status AgentConfig::Finalize() {
+  for (Status (*check)(AgentConfig&) : {CheckUtf8, CheckAddresses, CheckIdentity, CheckModelAndData,
+                                        CheckOptimizer, CheckSync, ParseTags}) {
+    if (auto st = check(*this); !st.ok()) return st;
   }
   return Status::OK();
 }
@@ -396,14 +403,11 @@ membership::Config AgentConfig::MembershipConfig() const {
   membership::Config c = *membership::Config::Profile(profile);
   c.name = name;
   c.addr = advertise;
-  c.nat = nat == "auto";
+  c.nat = nat;
   c.adopt_reflexive = c.nat && !advertise_given;
-  using RelayMode = membership::Config::RelayMode;
-  c.relay_mode = relay == "off"    ? RelayMode::kOff
-                 : relay == "auto" ? RelayMode::kAuto
-                                   : RelayMode::kNamed;
-  if (c.relay_mode == RelayMode::kNamed) c.relay_name = relay;
-  c.serve_relay = serve_relay == "on";
+  c.relay_mode = relay_mode;
+  if (c.relay_mode == membership::Config::RelayMode::kNamed) c.relay_name = relay_name;
+  c.serve_relay = serve_relay;
   c.relay_rate_bytes_per_s = relay_rate_mbit * 1e6 / 8;
   if (probe_interval_ms > 0) c.probe_interval = probe_interval_ms;
   if (probe_timeout_ms > 0) c.probe_timeout = probe_timeout_ms;
@@ -427,8 +431,10 @@ std::string AgentConfig::Banner(bool encrypted) const {
              MESHTRAIN_VERSION_STRING, name, bind,
              advertise_how.empty() ? advertise : advertise + " (" + advertise_how + ")", rpc,
              cluster, encrypted ? "yes" : "no", profile,
-             external_trainer() ? "external (socket " + trainer_socket + ")" : task, barrier,
-             select, compress, sync_every_auto ? std::string("auto") : std::to_string(sync_every)) +
+             external_trainer() ? "external (socket " + trainer_socket + ")" : task,
+             sync::PolicyName(barrier), sync::SelectPolicyName(select),
+             wire::CompressName(compress),
+             sync_every_auto ? std::string("auto") : std::to_string(sync_every)) +
          (http.empty() ? std::string()
                        : fmt::format("  http:      http://{}/ (dashboard), http://{}/metrics\n",
                                      http, http));
@@ -445,21 +451,23 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.seed = seed;
   n.training = task != "none" || external_trainer();
   n.trainer_attached = !external_trainer();  // until a trainer process attaches
-  n.barrier.policy = *sync::ParsePolicy(barrier);
+  n.barrier.policy = barrier;
   n.barrier.staleness = static_cast<uint64_t>(staleness);
   n.barrier.sample = static_cast<size_t>(sample);
   n.barrier.r_max = static_cast<uint64_t>(staleness_max);
-  n.overlap_barrier = overlap == "on";
+  n.overlap_barrier = overlap;
   // dssp and wbsp decide on every live peer; an explicit --sample makes them pdssp/pwbsp.
-  if ((barrier == "dssp" || barrier == "wbsp") && !sample_given) n.barrier.sample = 0;
-  n.select = *sync::ParseSelectPolicy(select);
+  if ((barrier == sync::Policy::kDssp || barrier == sync::Policy::kWbsp) && !sample_given) {
+    n.barrier.sample = 0;
+  }
+  n.select = select;
   n.fanout = static_cast<size_t>(fanout);
   n.min_peers = static_cast<size_t>(std::max(0, min_peers));
   n.barrier.max_peers = static_cast<size_t>(std::max(0, max_peers));
   n.resumed = resumed_step >= 0;
   n.start_step = resumed_step >= 0 ? static_cast<uint64_t>(resumed_step) : 0;
-  n.compress = *wire::ParseCompress(compress);
-  n.join_state = join_state == "on";
+  n.compress = compress;
+  n.join_state = join_state;
   n.uplink_limit_mbps = uplink_limit;
   n.downlink_limit_mbps = downlink_limit;
   n.capacity_probe_interval_ms = static_cast<node::TimeMs>(capacity_probe_s * 1000);

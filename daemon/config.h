@@ -1,19 +1,45 @@
-// Agent configuration: every `meshtrain agent` option of SPEC §3, validated into one value.
+// Agent configuration: every `meshtrain agent` option (docs/contract.md "Command line"),
+// validated into one value. Enumerated options are held typed (parsed once, by the CLI's checks
+// built from each option's names table; see daemon/option_names.h); free-form ones (names,
+// addresses, paths, specs) as strings, checked by Finalize.
 // Thread-safety: plain value type.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "daemon/ops/log_format.h"
+#include "learn/mixing.h"
 #include "membership/swim.h"
 #include "node/node.h"
+#include "sync/barrier.h"
+#include "sync/selection.h"
+#include "wire/compress.h"
 
 namespace meshtrain::daemon {
 
 using ::meshtrain::Status;
+
+// --trainer: builtin (the --task/--model, on a thread of the agent) or external (one local
+// trainer process attached over --trainer-socket; see daemon/trainer/external_trainer.h).
+enum class TrainerKind : uint8_t { kBuiltin, kExternal };
+inline constexpr std::array<std::pair<std::string_view, TrainerKind>, 2> kTrainerNames = {{
+    {"builtin", TrainerKind::kBuiltin},
+    {"external", TrainerKind::kExternal},
+}};
+
+// --relay's keywords; any other value names the member to relay through (RelayMode::kNamed).
+inline constexpr std::array<std::pair<std::string_view, membership::Config::RelayMode>, 2>
+    kRelayModeNames = {{
+        {"auto", membership::Config::RelayMode::kAuto},
+        {"off", membership::Config::RelayMode::kOff},
+    }};
 
 struct AgentConfig {
   std::string name;  // empty: hostname-port
@@ -22,20 +48,21 @@ struct AgentConfig {
   // to the first --join peer (ResolveAddresses; addressing.h). Resolved to IP:PORT at start.
   std::string advertise;
   std::string advertise_how;     // how ResolveAddresses chose it (for the banner)
-  bool advertise_given = false;  // --advertise was given (Finalize): never moved (issue 34)
-  // --nat auto|off (issue 34): find this node's reachability, answer packets where they came
+  bool advertise_given = false;  // --advertise was given (Finalize): never moved
+  // --nat auto|off (kAutoOffNames): find this node's reachability, answer packets where they came
   // from, and (without --advertise) move to the address peers agree they see it at.
-  std::string nat = "auto";
-  // Relays (issue 34, with --nat auto): --relay auto|NAME|off picks the member this node is
-  // reached through when it is behind symmetric NAT; --serve-relay on|off whether it relays for
-  // others; --relay-rate MBIT caps what it relays (0 = no cap).
-  std::string relay = "auto";
-  std::string serve_relay = "on";
+  bool nat = true;
+  // Relays (with --nat auto): --relay auto|NAME|off picks the member this node is reached
+  // through when it is behind symmetric NAT (relay_name: the NAME); --serve-relay on|off whether
+  // it relays for others; --relay-rate MBIT caps what it relays (0 = no cap).
+  membership::Config::RelayMode relay_mode = membership::Config::RelayMode::kAuto;
+  std::string relay_name;
+  bool serve_relay = true;
   double relay_rate_mbit = 0;
   std::string rpc = "127.0.0.1:7951";
-  std::string rpc_token;  // required from RPC clients when set
-  std::string http;       // --http IP:PORT: /metrics and the dashboard (issue 19); empty = off
-  std::vector<std::string> join;           // HOST:PORT, IP:PORT or [IPv6]:PORT, as given
+  std::string rpc_token;          // required from RPC clients when set
+  std::string http;               // --http IP:PORT: /metrics and the dashboard; empty = off
+  std::vector<std::string> join;  // HOST:PORT, IP:PORT or [IPv6]:PORT, as given
   std::vector<std::string> join_resolved;  // IP:PORT, by ResolveAddresses
   bool retry_join = false;
   std::string retry_interval = "30s";  // --retry-interval (Serf's default)
@@ -56,13 +83,10 @@ struct AgentConfig {
   std::string data_dir;
   int checkpoint_every = 500;  // steps between checkpoints (with data_dir)
   std::string task = "fmnist-mlp";
-  // --trainer (issue 16): builtin (the --task/--model above, on a thread of the agent) or
-  // external (one local trainer process attached over --trainer-socket; see
-  // daemon/trainer/external_trainer.h).
-  std::string trainer = "builtin";
+  TrainerKind trainer = TrainerKind::kBuiltin;
   std::string trainer_socket;     // empty: --data-dir/trainer.sock or /run/meshtrain/NAME.sock
   double trainer_timeout_s = 60;  // an attached trainer silent this long is detached
-  bool external_trainer() const { return trainer == "external"; }
+  bool external_trainer() const { return trainer == TrainerKind::kExternal; }
   // --model: a preset (learn::Presets) or a layer spec (learn/network.h); when set it replaces
   // --task (Finalize copies it there, so everything downstream reads `task`).
   std::string model;
@@ -86,37 +110,36 @@ struct AgentConfig {
   double target_accuracy = 0;  // 0 = none
   int eval_every = 100;
   double eval_average = 0;  // --eval-average: decay of the evaluated moving average; 0 = off
-  std::string barrier = "pssp";
+  sync::Policy barrier = sync::Policy::kPssp;
   int staleness = 4;
   int sample = 4;
-  bool sample_given = false;   // --sample was given (dssp/wbsp then sample β peers)
-  int staleness_max = 4;       // dssp: r_max, extra steps beyond --staleness (s_L)
-  std::string overlap = "on";  // OSP: next step's barrier queries overlap this step's compute
-  std::string select = "selmcast";
+  bool sample_given = false;  // --sample was given (dssp/wbsp then sample β peers)
+  int staleness_max = 4;      // dssp: r_max, extra steps beyond --staleness (s_L)
+  bool overlap = true;        // on (OSP): next step's barrier queries overlap this step's compute
+  sync::SelectPolicy select = sync::SelectPolicy::kSelmcast;
   int fanout = 3;
   int sync_every = 1;
   std::string
       sync_every_spec;  // --sync-every as given: "N" or "auto" (Finalize sets the two below)
   bool sync_every_auto = false;
-  // --outer (issue 32, learn::OuterStep): avg, sgd or nesterov at each sync; --outer-lr and
+  // --outer (learn::OuterStep, DiLoCo): avg, sgd or nesterov at each sync; --outer-lr and
   // --outer-momentum (0 and -1 here: the kind's defaults, set by Finalize: nesterov 0.7 and 0.9,
   // sgd 1.0 and 0).
-  std::string outer = "avg";
-  // --fragments F (streaming fragments, issue 32): every H/F steps one of F fragments of the
-  // model is sent (and takes its outer step), in turn.
+  learn::OuterStep::Kind outer = learn::OuterStep::Kind::kAvg;
+  // --fragments F (streaming DiLoCo fragments): every H/F steps one of F fragments of the model
+  // is sent (and takes its outer step), in turn.
   int fragments = 1;
   double outer_lr = 0;
   double outer_momentum = -1;
-  std::string compress = "none";
-  std::string join_state = "on";  // on: a fresh node joining a running mesh fetches its model  //
-                                  // none, fp16, int8 or topk:F (wire/compress.h)
-  double uplink_limit = 0;        // MB/s, 0 = none
-  double downlink_limit = 0;      // MB/s, 0 = none
-  double capacity_probe_s = 30;   // --capacity-probe-interval: a probe train this often, 0 = off
+  wire::CompressSpec compress;   // --compress none, fp16, int8 or topk:F (wire/compress.h)
+  bool join_state = true;        // on: a fresh node joining a running mesh fetches its model
+  double uplink_limit = 0;       // MB/s, 0 = none
+  double downlink_limit = 0;     // MB/s, 0 = none
+  double capacity_probe_s = 30;  // --capacity-probe-interval: a probe train this often, 0 = off
   double slowdown = 1;
   std::string metrics_file;
-  std::string log_level = "info";
-  std::string log_format = "text";    // text or json (issue 19)
+  spdlog::level::level_enum log_level = spdlog::level::info;
+  LogFormat log_format = LogFormat::kText;
   std::vector<std::string> tag_args;  // --tag KEY=VALUE, as given
   // Parsed by Finalize: sorted by key, unique, wire::ValidTags.
   std::vector<std::pair<std::string, std::string>> tags;
@@ -135,7 +158,8 @@ struct AgentConfig {
   int JoinFamily() const;
   // The membership timing for this configuration (profile plus overrides).
   membership::Config MembershipConfig() const;
-  // The start-up banner (SPEC §3): name, bind, rpc, cluster, encrypted, task, barrier, selection.
+  // The start-up banner (docs/contract.md "Output formats"): name, bind, rpc, cluster,
+  // encrypted, task, barrier, selection.
   std::string Banner(bool encrypted) const;
   // The node core's configuration; `seed` is the node's RNG seed, `resumed_step` the checkpoint
   // step it resumed at (-1: a fresh start).

@@ -25,7 +25,7 @@ namespace meshtrain::daemon {
 bool ConfigFileArgs(const std::string& path, std::vector<std::string>* args, std::string* error);
 
 // The parser behind ConfigFileArgs, on the file's contents; `origin` names it in errors. Every
-// argument it returns is valid UTF-8 (each line is checked, issue 20), and the error line never
+// argument it returns is valid UTF-8 (each line is checked), and the error line never
 // repeats bytes that are not. Never throws (bar std::bad_alloc).
 bool ConfigTextArgs(std::string_view text, const std::string& origin,
                     std::vector<std::string>* args, std::string* error);

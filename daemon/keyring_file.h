@@ -1,4 +1,4 @@
-// The cluster keyring persisted in --data-dir (issue 13): `<data-dir>/keyring`, one base64 key
+// The cluster keyring persisted in --data-dir: `<data-dir>/keyring`, one base64 key
 // per line, primary first, mode 0600, replaced atomically (write, fsync, rename) after every
 // change a `meshtrain keys` rotation makes, so a rotation survives a restart. As in Serf, an
 // existing keyring file takes precedence over --encrypt at start.

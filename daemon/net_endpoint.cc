@@ -27,7 +27,7 @@ void NetEndpoint::SendDatagram(const std::string& to_addr, const wire::Datagram&
 void NetEndpoint::SendRelayed(const std::string& to_addr, const std::string& via,
                               const std::string& dest, const wire::Datagram& msg) {
   // The datagram as it would go straight to the member (sealed by us), inside a frame of ours
-  // to its relay (issue 34).
+  // to its relay.
   wire::Datagram frame;
   frame.sender = msg.sender;
   wire::RelayFrame rf;

@@ -34,7 +34,7 @@ class NetEndpoint : public node::Endpoint {
                    const wire::Datagram& msg) override;
   void Connect(node::ConnId conn, const std::string& to) override;
   void SendFrame(node::ConnId conn, const wire::Frame& msg) override;
-  // Streamed by the ParamStreamer when one is set (issue 31), else encoded at once.
+  // Streamed by the ParamStreamer when one is set, else encoded at once.
   void SendParams(const node::SendParams& s) override;
   void Close(node::ConnId conn, bool abort) override;
   void ProbeLink(const node::ProbeLink& probe) override {

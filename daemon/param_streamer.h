@@ -1,5 +1,5 @@
 // Streams parameter snapshots (node::SendParams) on TCP connections chunk by chunk, as each
-// connection drains (issue 31). Memory follows the model once: every receiver of a round reads
+// connection drains. Memory follows the model once: every receiver of a round reads
 // the one shared snapshot; chunks are encoded (compression, FlatBuffers, sealing) on libuv's
 // thread pool, at most kEncodesInFlight at a time per round, up to kMaxCached chunks ahead of
 // each stream, and each encoded chunk is kept while some stream of its round will queue it

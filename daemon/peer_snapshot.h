@@ -1,5 +1,5 @@
-// The peer snapshot (SPEC §8, --data-dir): the addresses of the live members, written whenever
-// membership changes, so a restarted agent rejoins through them.
+// The peer snapshot (docs/contract.md "Training", --data-dir): the addresses of the live members,
+// written whenever membership changes, so a restarted agent rejoins through them.
 //
 // Writes are atomic (temp file, fsync, rename) and happen on a thread of their own, never on the
 // loop thread; only the newest pending view is written. Thread-safety: Save and the destructor on

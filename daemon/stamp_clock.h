@@ -1,4 +1,4 @@
-// The clock this agent stamps its messages with (Datagram/Frame sent_ms; issue 13). Receivers
+// The clock this agent stamps its messages with (Datagram/Frame sent_ms). Receivers
 // never compare it with their own clock, only with this sender's earlier stamps: the replay
 // guard refuses a new session whose first stamp is below the sender's previous session
 // (wire/replay_guard.h). So the stamps must not go back across a restart, even when the wall

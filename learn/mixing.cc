@@ -68,8 +68,8 @@ std::vector<float> AverageModels(const std::vector<const std::vector<float>*>& m
 }
 
 bool OuterStep::ParseKind(const std::string& text, Kind* kind) {
-  for (Kind k : {Kind::kAvg, Kind::kSgd, Kind::kNesterov}) {
-    if (text == Name(k)) {
+  for (const auto& [name, k] : kKindNames) {
+    if (text == name) {
       *kind = k;
       return true;
     }
@@ -78,13 +78,8 @@ bool OuterStep::ParseKind(const std::string& text, Kind* kind) {
 }
 
 const char* OuterStep::Name(Kind kind) {
-  switch (kind) {
-    case Kind::kSgd:
-      return "sgd";
-    case Kind::kNesterov:
-      return "nesterov";
-    case Kind::kAvg:
-      break;
+  for (const auto& [name, k] : kKindNames) {
+    if (k == kind) return name.data();  // the table's names are string literals
   }
   return "avg";
 }

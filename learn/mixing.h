@@ -9,9 +9,11 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -101,8 +103,14 @@ class ParamAverage {
 class OuterStep {
  public:
   enum class Kind { kAvg, kSgd, kNesterov };
+  // The kinds' names (--outer, the config file, status), in the order help and errors list them.
+  static constexpr std::array<std::pair<std::string_view, Kind>, 3> kKindNames = {{
+      {"avg", Kind::kAvg},
+      {"sgd", Kind::kSgd},
+      {"nesterov", Kind::kNesterov},
+  }};
   OuterStep(Kind kind, double lr, double momentum) : kind_(kind), lr_(lr), momentum_(momentum) {}
-  // "avg", "sgd" or "nesterov"; false otherwise.
+  // A name of kKindNames; false otherwise.
   static bool ParseKind(const std::string& text, Kind* kind);
   static const char* Name(Kind kind);
   bool enabled() const { return kind_ != Kind::kAvg; }

@@ -46,32 +46,15 @@ std::vector<size_t> SampleIndices(size_t n, size_t k, Rng& rng) {
 }  // namespace
 
 std::optional<Policy> ParsePolicy(std::string_view name) {
-  if (name == "asp") return Policy::kAsp;
-  if (name == "bsp") return Policy::kBsp;
-  if (name == "ssp") return Policy::kSsp;
-  if (name == "pbsp") return Policy::kPbsp;
-  if (name == "pssp") return Policy::kPssp;
-  if (name == "dssp") return Policy::kDssp;
-  if (name == "wbsp") return Policy::kWbsp;
+  for (const auto& [n, p] : kPolicyNames) {
+    if (n == name) return p;
+  }
   return std::nullopt;
 }
 
 const char* PolicyName(Policy policy) {
-  switch (policy) {
-    case Policy::kAsp:
-      return "asp";
-    case Policy::kBsp:
-      return "bsp";
-    case Policy::kSsp:
-      return "ssp";
-    case Policy::kPbsp:
-      return "pbsp";
-    case Policy::kPssp:
-      return "pssp";
-    case Policy::kDssp:
-      return "dssp";
-    case Policy::kWbsp:
-      return "wbsp";
+  for (const auto& [n, p] : kPolicyNames) {
+    if (p == policy) return n.data();  // the table's names are string literals
   }
   return "unknown";
 }

@@ -67,6 +67,7 @@
 // Thread-safety: none. One thread owns a BarrierCore at a time.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -77,6 +78,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sync/progress_view.h"
@@ -89,7 +91,19 @@ inline constexpr TimeMs kNoDeadline = std::numeric_limits<TimeMs>::max();
 
 enum class Policy : uint8_t { kAsp, kBsp, kSsp, kPbsp, kPssp, kDssp, kWbsp };
 
-// "asp" | "bsp" | "ssp" | "pbsp" | "pssp" | "dssp" | "wbsp"; nullopt for anything else.
+// The policies' names (the agent's and the simulator's --barrier, the config file, status and
+// results), in the order help and error messages list them.
+inline constexpr std::array<std::pair<std::string_view, Policy>, 7> kPolicyNames = {{
+    {"asp", Policy::kAsp},
+    {"bsp", Policy::kBsp},
+    {"ssp", Policy::kSsp},
+    {"pbsp", Policy::kPbsp},
+    {"pssp", Policy::kPssp},
+    {"dssp", Policy::kDssp},
+    {"wbsp", Policy::kWbsp},
+}};
+
+// A name of kPolicyNames; nullopt for anything else.
 std::optional<Policy> ParsePolicy(std::string_view name);
 const char* PolicyName(Policy policy);
 bool IsProbabilistic(Policy policy);  // pbsp, pssp

@@ -103,20 +103,15 @@ Assignment EmptyPlan(const std::vector<NodeCapacity>& caps, size_t fanout, bool 
 }  // namespace
 
 std::optional<SelectPolicy> ParseSelectPolicy(std::string_view name) {
-  if (name == "all") return SelectPolicy::kAll;
-  if (name == "random") return SelectPolicy::kRandom;
-  if (name == "selmcast") return SelectPolicy::kSelmcast;
+  for (const auto& [n, p] : kSelectPolicyNames) {
+    if (n == name) return p;
+  }
   return std::nullopt;
 }
 
 const char* SelectPolicyName(SelectPolicy policy) {
-  switch (policy) {
-    case SelectPolicy::kAll:
-      return "all";
-    case SelectPolicy::kRandom:
-      return "random";
-    case SelectPolicy::kSelmcast:
-      return "selmcast";
+  for (const auto& [n, p] : kSelectPolicyNames) {
+    if (p == policy) return n.data();  // the table's names are string literals
   }
   return "unknown";
 }

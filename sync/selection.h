@@ -44,12 +44,14 @@
 // Thread-safety: free functions on values; safe to call concurrently with distinct RNGs.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <map>
 #include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace meshtrain::sync {
@@ -58,7 +60,15 @@ using Rng = std::mt19937_64;
 
 enum class SelectPolicy : uint8_t { kAll, kRandom, kSelmcast };
 
-// "all" | "random" | "selmcast"; nullopt for anything else.
+// The receiver selections' names (--select of the agent and the simulator, the config file,
+// status), in the order help and error messages list them.
+inline constexpr std::array<std::pair<std::string_view, SelectPolicy>, 3> kSelectPolicyNames = {{
+    {"all", SelectPolicy::kAll},
+    {"random", SelectPolicy::kRandom},
+    {"selmcast", SelectPolicy::kSelmcast},
+}};
+
+// A name of kSelectPolicyNames; nullopt for anything else.
 std::optional<SelectPolicy> ParseSelectPolicy(std::string_view name);
 const char* SelectPolicyName(SelectPolicy policy);
 

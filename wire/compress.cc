@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <utility>
@@ -12,48 +13,47 @@
 
 namespace meshtrain::wire {
 
+std::string CompressChoices() {
+  std::string out;
+  for (size_t i = 0; i < kEncodingNames.size(); ++i) {
+    if (i > 0) out += i + 1 == kEncodingNames.size() ? " or " : ", ";
+    out += kEncodingNames[i].first;
+    if (kEncodingNames[i].second == Encoding::kTopK) out += ":F";
+  }
+  return out;
+}
+
 Result<CompressSpec> ParseCompress(const std::string& text) {
   CompressSpec spec;
-  if (text == "none") return spec;
-  if (text == "fp16") {
-    spec.kind = Encoding::kFp16;
-    return spec;
-  }
-  if (text == "int8") {
-    spec.kind = Encoding::kInt8;
-    return spec;
-  }
-  if (text.rfind("topk:", 0) == 0) {
-    const std::string f = text.substr(5);
+  const size_t colon = text.find(':');
+  const std::string_view head = std::string_view(text).substr(0, colon);
+  for (const auto& [name, kind] : kEncodingNames) {
+    if (head != name || (colon != std::string::npos) != (kind == Encoding::kTopK)) continue;
+    spec.kind = kind;
+    if (kind != Encoding::kTopK) return spec;
+    const std::string f = text.substr(colon + 1);
     char* end = nullptr;
     const double v = f.empty() ? 0 : std::strtod(f.c_str(), &end);
     if (!f.empty() && end == f.c_str() + f.size() && std::isfinite(v) && v > 0 && v <= 0.5) {
-      spec.kind = Encoding::kTopK;
       spec.topk_fraction = v;
       return spec;
     }
     return Status::InvalidArgument("invalid --compress \"" + text +
                                    "\": topk takes a fraction F with 0 < F <= 0.5 (topk:0.01)");
   }
-  return Status::InvalidArgument("invalid --compress \"" + text +
-                                 "\": expected none, fp16, int8 or topk:F");
+  return Status::InvalidArgument("invalid --compress \"" + text + "\": expected " +
+                                 CompressChoices());
 }
 
 std::string CompressName(const CompressSpec& spec) {
-  switch (spec.kind) {
-    case Encoding::kNone:
-      return "none";
-    case Encoding::kFp16:
-      return "fp16";
-    case Encoding::kInt8:
-      return "int8";
-    case Encoding::kTopK: {
-      char buf[48];
-      std::snprintf(buf, sizeof(buf), "topk:%g", spec.topk_fraction);
-      return buf;
-    }
+  std::string name = "none";
+  for (const auto& [n, kind] : kEncodingNames) {
+    if (kind == spec.kind) name = std::string(n);
   }
-  return "none";
+  if (spec.kind != Encoding::kTopK) return name;
+  char buf[48];
+  std::snprintf(buf, sizeof(buf), ":%g", spec.topk_fraction);
+  return name + buf;
 }
 
 // ---- binary16 ---------------------------------------------------------------------------------

@@ -19,10 +19,13 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -39,9 +42,21 @@ struct CompressSpec {
   double topk_fraction = 0.01;  // topk: share of values sent, in (0, 0.5]
 };
 
-// "none", "fp16", "int8" or "topk:F" (0 < F <= 0.5).
+// The schemes' names (--compress, the config file, status), in the order help and errors list
+// them; topk takes its fraction after a colon: "topk:F".
+inline constexpr std::array<std::pair<std::string_view, Encoding>, 4> kEncodingNames = {{
+    {"none", Encoding::kNone},
+    {"fp16", Encoding::kFp16},
+    {"int8", Encoding::kInt8},
+    {"topk", Encoding::kTopK},
+}};
+
+// "none", "fp16", "int8" or "topk:F" (0 < F <= 0.5); the error names the accepted values.
 Result<CompressSpec> ParseCompress(const std::string& text);
+// The inverse of ParseCompress (topk's fraction as %g).
 std::string CompressName(const CompressSpec& spec);
+// The accepted values for a message or --help: "none, fp16, int8 or topk:F".
+std::string CompressChoices();
 
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);

@@ -1,4 +1,4 @@
-// The agent's HTTP endpoint (--http ADDR, issue 19): GET /metrics (Prometheus text), GET /
+// The agent's HTTP endpoint (--http ADDR): GET /metrics (Prometheus text), GET /
 // (the dashboard, built into the binary), GET /api/state (the dashboard's JSON). HTTP parsing
 // is libmicrohttpd's, on its own thread: a slow or hostile client can hold at most its share of
 // the connection limit until the connection timeout, and never blocks the agent's loop, which

@@ -1,4 +1,4 @@
-// The one way meshtrain turns JSON into text (issue 20). nlohmann::json::dump() throws
+// The one way meshtrain turns JSON into text. nlohmann::json::dump() throws
 // type_error 316 on a string that is not valid UTF-8; a name that slipped past validation
 // must never turn a log line, a metrics event or an RPC reply into an abort (an exception
 // escaping a libuv callback). The non-throwing mode replaces invalid bytes with U+FFFD.

@@ -44,16 +44,12 @@ std::unique_ptr<spdlog::formatter> JsonLogFormatter::clone() const {
   return std::make_unique<JsonLogFormatter>(node_);
 }
 
-bool SetLogFormat(spdlog::logger& logger, const std::string& format, const std::string& node) {
-  if (format == "json") {
+void SetLogFormat(spdlog::logger& logger, LogFormat format, const std::string& node) {
+  if (format == LogFormat::kJson) {
     logger.set_formatter(std::make_unique<JsonLogFormatter>(node));
-    return true;
-  }
-  if (format == "text") {
+  } else {
     logger.set_pattern("%Y-%m-%dT%H:%M:%S.%e [%^%l%$] " + node + ": %v");
-    return true;
   }
-  return false;
 }
 
 }  // namespace meshtrain::daemon

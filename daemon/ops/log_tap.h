@@ -1,4 +1,4 @@
-// `meshtrain monitor` (issue 19): a spdlog sink that copies log lines, at the level the
+// `meshtrain monitor`: a spdlog sink that copies log lines, at the level the
 // attached monitors ask for, into a bounded queue the loop thread drains and streams over RPC.
 // The console keeps its own level (--log-level); while a monitor wants debug lines the logger
 // itself runs at debug and the console sink filters.

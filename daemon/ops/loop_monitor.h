@@ -1,4 +1,4 @@
-// How responsive the event loop is (issue 31: the loop never blocks on work proportional to the
+// How responsive the event loop is (the loop never blocks on work proportional to the
 // model). Two measures:
 //   - lag: a timer due every kTickMs fires late by however long the loop was busy with something
 //     else (Node.js's event-loop lag); kept as a histogram (Prometheus

@@ -1,7 +1,7 @@
-// JSON-lines metrics log (SPEC §3 "Metrics file"): one object per line, each with `t` (seconds
-// since the agent started) and `event`. Lines are flushed as they are written so that a crash
-// loses at most the line being written.
-// Thread-safety: Write may be called from any thread (internally serialized).
+// JSON-lines metrics log (docs/contract.md "Output formats"): one object per line, each with `t`
+// (seconds since the agent started) and `event`. Lines are flushed as they are written so that a
+// crash loses at most the line being written. Thread-safety: Write may be called from any thread
+// (internally serialized).
 #pragma once
 
 #include <chrono>

@@ -80,6 +80,24 @@ void Histogram(PromWriter* w, const char* name, const char* help,
   w->Sample(std::string(name) + "_count", static_cast<double>(count));
 }
 
+// Relays: what this agent forwarded for members behind symmetric NAT, and what it refused, by
+// reason (status -> nat).
+void RelayFamilies(PromWriter* w, const json& nat) {
+  if (!nat.is_object()) return;
+  w->Family("meshtrain_relayed_frames_total", "counter",
+            "Relay frames this agent forwarded for members behind symmetric NAT.");
+  w->Sample("meshtrain_relayed_frames_total", Num(nat, "relayed_frames"));
+  w->Family("meshtrain_relayed_bytes_total", "counter", "Bytes of the relay frames it forwarded.");
+  w->Sample("meshtrain_relayed_bytes_total", Num(nat, "relayed_bytes"));
+  w->Family("meshtrain_relay_refused_total", "counter",
+            "Relay frames and registrations this agent refused, by reason.");
+  const json refused = nat.value("relay_refused_by_reason", json::object());
+  for (const auto& [reason, n] : refused.items()) {
+    if (n.is_number())
+      w->Sample("meshtrain_relay_refused_total", n.get<double>(), {{"reason", reason}});
+  }
+}
+
 }  // namespace
 
 std::string RenderPrometheus(const PromInputs& in) {
@@ -146,23 +164,7 @@ std::string RenderPrometheus(const PromInputs& in) {
   }
   if (!any) w.Sample("meshtrain_rejected_total", 0, {{"reason", "none"}});
 
-  // Relays (issue 34): what this agent forwarded for members behind symmetric NAT, and what it
-  // refused, by reason (status -> nat).
-  const json nat = s.value("nat", json::object());
-  if (nat.is_object()) {
-    w.Family("meshtrain_relayed_frames_total", "counter",
-             "Relay frames this agent forwarded for members behind symmetric NAT.");
-    w.Sample("meshtrain_relayed_frames_total", Num(nat, "relayed_frames"));
-    w.Family("meshtrain_relayed_bytes_total", "counter", "Bytes of the relay frames it forwarded.");
-    w.Sample("meshtrain_relayed_bytes_total", Num(nat, "relayed_bytes"));
-    w.Family("meshtrain_relay_refused_total", "counter",
-             "Relay frames and registrations this agent refused, by reason.");
-    const json refused = nat.value("relay_refused_by_reason", json::object());
-    for (const auto& [reason, n] : refused.items()) {
-      if (n.is_number())
-        w.Sample("meshtrain_relay_refused_total", n.get<double>(), {{"reason", reason}});
-    }
-  }
+  RelayFamilies(&w, s.value("nat", json::object()));
 
   w.Family("meshtrain_peer_step", "gauge", "Each known live member's step, as gossiped.");
   for (const auto& m : in.members) {

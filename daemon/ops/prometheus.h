@@ -1,4 +1,4 @@
-// GET /metrics (issue 19): the agent's state in the Prometheus text exposition format 0.0.4.
+// GET /metrics: the agent's state in the Prometheus text exposition format 0.0.4.
 // Names follow Prometheus conventions: `meshtrain_` prefix, base units (seconds, bytes),
 // counters end in `_total`. Rendered on the loop thread from the same figures `status` shows.
 // Thread-safety: pure functions.

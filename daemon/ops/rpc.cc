@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/ops/log_format.h"
+#include "daemon/option_names.h"
 #include "wire/messages.h"
 
 namespace meshtrain::daemon {
@@ -35,7 +37,7 @@ bool GetString(const nlohmann::json& j, const char* field, std::string* out, std
     return false;
   }
   // The JSON parser already refuses ill-formed UTF-8 and lone surrogate escapes; checked here
-  // too so that the guarantee does not rest on a library detail (issue 20).
+  // too so that the guarantee does not rest on a library detail.
   if (!wire::ValidUtf8(s)) {
     *error = std::string("field '") + field + "' is not valid UTF-8";
     return false;
@@ -66,8 +68,8 @@ std::optional<RpcRequest> ParseRpcRequest(const uint8_t* data, size_t len, std::
     r.log_level = "info";
     if (!GetString(j, "level", &r.log_level, error, false)) return std::nullopt;
     if (!ValidMonitorLevel(r.log_level)) {
-      *error = "monitor: unknown log level '" + Prefix(r.log_level, 32) +
-               "' (trace, debug, info, warn, error)";
+      *error = "monitor: unknown log level '" + Prefix(r.log_level, 32) + "' (" +
+               ChoiceList(kMonitorLevelNames) + ")";
       return std::nullopt;
     }
     return r;
@@ -116,10 +118,7 @@ std::optional<RpcRequest> ParseRpcRequest(const uint8_t* data, size_t len, std::
 }
 
 bool ValidMonitorLevel(const std::string& level) {
-  for (const char* l : {"trace", "debug", "info", "warn", "error"}) {
-    if (level == l) return true;
-  }
-  return false;
+  return ParseName(kMonitorLevelNames, level).has_value();
 }
 
 bool TokenMatches(const std::string& expected, const std::string& given) {

@@ -1,6 +1,6 @@
-// The agent's control endpoint (SPEC §3, --rpc): one request frame per connection, parsed by
-// ParseRpcRequest (daemon/ops/rpc.h), checked against the RPC token, and dispatched to a backend;
-// every reply is one JSON object written with JsonText (never throws).
+// The agent's control endpoint (docs/contract.md "Command line", --rpc): one request frame per
+// connection, parsed by ParseRpcRequest (daemon/ops/rpc.h), checked against the RPC token, and
+// dispatched to a backend; every reply is one JSON object written with JsonText (never throws).
 //
 // Commands that finish later (join, force-leave, keys) get a tag; the backend completes them with
 // Reply(tag, json). Thread-safety: loop thread only.
@@ -50,7 +50,7 @@ class RpcServer {
   void CloseAll();
   uint64_t rejects() const { return rejects_; }
 
-  // `monitor` connections (issue 19) stay open: the first frame is {"ok":true,"monitor":LEVEL},
+  // `monitor` connections stay open: the first frame is {"ok":true,"monitor":LEVEL},
   // then one {"level":..,"log":..} frame per line at or above LEVEL, and {"heartbeat":true}
   // when Heartbeat() is called (keeps the idle timeout away, and finds dead clients).
   static constexpr size_t kMaxMonitors = 8;

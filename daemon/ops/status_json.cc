@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/option_names.h"
+
 namespace meshtrain::daemon {
 
 using nlohmann::json;
@@ -92,7 +94,7 @@ json MembersJson(const std::vector<membership::Member>& members, const std::stri
 
 namespace {
 
-// Issue 31: how late the loop's 20 ms tick fired (p50/p99/max over the last minute, max since
+// how late the loop's 20 ms tick fired (p50/p99/max over the last minute, max since
 // start) and the most CPU the loop thread used between two ticks.
 json LoopJson(const StatusInputs& in) {
   if (!in.loop) return nullptr;
@@ -108,7 +110,7 @@ json LoopJson(const StatusInputs& in) {
           {"model_pass_largest_floats", l.model_pass_largest}};
 }
 
-// Issue 34: NAT traversal and relays. `relay`: the member this node is reached through ("" =
+// NAT traversal and relays. `relay`: the member this node is reached through ("" =
 // none) and whether it answered; the rest counts what this node relayed for others and what it
 // refused, by reason.
 json NatJson(const StatusInputs& in) {
@@ -142,12 +144,9 @@ json NatJson(const StatusInputs& in) {
           {"reflexive_moves", s.reflexive_moves}};
 }
 
-}  // namespace
-
-json StatusJson(const StatusInputs& in) {
+// What was refused, by reason (rejected_by_reason); *total: their sum (rejected_packets).
+json RejectedJson(const StatusInputs& in, uint64_t* total) {
   const node::Node& n = in.node;
-  const TrainerState st = in.trainer.value_or(TrainerState{});
-  const bool has_trainer = in.trainer.has_value();
   json rejected = json::object();
   for (size_t i = 0; i < wire::kNumRejects; ++i) {
     const auto r = static_cast<wire::Reject>(i);
@@ -163,18 +162,62 @@ json StatusJson(const StatusInputs& in) {
   if (in.framing_errors > 0) rejected["framing"] = in.framing_errors;
   if (in.refused_connections > 0) rejected["connections_refused"] = in.refused_connections;
   if (in.probe_rejects > 0) rejected["capacity_probe"] = in.probe_rejects;
-  const uint64_t rejected_total = in.rejects.total() + n.stats().rejected + in.rpc_rejects +
-                                  in.framing_errors + trainer_rejected + in.probe_rejects;
-  const auto& s = n.stats();
-  const membership::Stats ms = n.MembershipStats();
-  json trainer = {{"kind", in.external ? "external" : "builtin"}};
+  *total = in.rejects.total() + n.stats().rejected + in.rpc_rejects + in.framing_errors +
+           trainer_rejected + in.probe_rejects;
+  return rejected;
+}
+
+// --trainer: its kind and, for an external one, whether a process is attached.
+json TrainerJson(const StatusInputs& in) {
+  const TrainerKind kind = in.external ? TrainerKind::kExternal : TrainerKind::kBuiltin;
+  json trainer = {{"kind", std::string(NameOf(kTrainerNames, kind))}};
   if (in.external) {
     trainer["attached"] = in.external->attached;
     trainer["pid"] = in.external->attached ? json(in.external->pid) : json(nullptr);
     trainer["socket"] = in.external->socket;
   }
+  return trainer;
+}
+
+// The end-of-training consensus: one model for every finished node.
+json ConsensusJson(const StatusInputs& in, const TrainerState& st) {
+  const auto& s = in.node.stats();
+  return {{"state", node::ConsensusPhaseName(in.node.consensus().state)},
+          {"leader", in.node.consensus().leader},
+          {"participants", in.node.consensus().participants},
+          {"models", st.consensus_models},
+          {"crc32", st.consensus_crc32},
+          // Behind NAT: requests for the consensus model made (a participant behind NAT pulls
+          // it) and answered with it (the leader).
+          {"pulls", s.consensus_pulls},
+          {"pulls_served", s.consensus_pulls_served}};
+}
+
+// Link-capacity probes (docs/contract.md "Receiver selection"): trains sent and measured, and
+// the estimates (MB/s) this node publishes as its uplink_mbps/downlink_mbps.
+json ProbesJson(const StatusInputs& in) {
+  const node::Node& n = in.node;
+  return {{"sent", n.stats().probes_sent},
+          {"measured", n.stats().probes_measured},
+          {"answered", in.probe_trains_answered},
+          {"contended", in.probe_trains_contended},
+          {"queued", in.probe_trains_queued},
+          {"uplink_mbps", n.uplink_estimate_mbps()},
+          {"downlink_mbps", n.downlink_estimate_mbps()}};
+}
+
+}  // namespace
+
+json StatusJson(const StatusInputs& in) {
+  const node::Node& n = in.node;
+  const TrainerState st = in.trainer.value_or(TrainerState{});
+  const bool has_trainer = in.trainer.has_value();
+  uint64_t rejected_total = 0;
+  const json rejected = RejectedJson(in, &rejected_total);
+  const auto& s = n.stats();
+  const membership::Stats ms = n.MembershipStats();
   return {{"name", in.config.name},
-          {"trainer", trainer},
+          {"trainer", TrainerJson(in)},
           {"membership",
            {{"probes", ms.probes},
             {"suspicions_raised", ms.suspicions_raised},
@@ -191,15 +234,15 @@ json StatusJson(const StatusInputs& in) {
           {"params_received", s.params_received},
           {"params_crc32", st.params_crc32},
           {"rounds", s.rounds},
-          {"barrier", in.config.barrier},
-          {"select", in.config.select},
+          {"barrier", sync::PolicyName(in.config.barrier)},
+          {"select", sync::SelectPolicyName(in.config.select)},
           {"peers_alive", n.PeersAlive()},
           {"barrier_wait_s", n.BarrierWaitSeconds(in.now)},
-          // issue 14: --max-peers; barrier_peers = training peers barriers may wait for
+          // --max-peers; barrier_peers = training peers barriers may wait for
           {"max_peers", in.config.max_peers},
           {"barrier_peers", n.barrier() ? n.barrier()->view().size() : 0},
           {"observers", n.barrier() ? json(n.barrier()->observers()) : json::array()},
-          // issue 18: where the time goes (compute includes wbsp's local steps)
+          // where the time goes (compute includes wbsp's local steps)
           {"compute_s", st.compute_s},
           {"idle_s", st.idle_s},
           {"early_permits", s.early_permits},  // OSP: permits that came before their step ended
@@ -212,21 +255,11 @@ json StatusJson(const StatusInputs& in) {
           {"bytes_sent", in.bytes_sent},
           {"bytes_received", in.bytes_received},
           {"mean_fanout", s.rounds ? static_cast<double>(s.fanout_sum) / s.rounds : 0.0},
-          {"compress", in.config.compress},
+          {"compress", wire::CompressName(in.config.compress)},
           {"sync_every", has_trainer ? st.sync_every : in.config.sync_every},
-          {"outer", in.config.outer},
+          {"outer", learn::OuterStep::Name(in.config.outer)},
           {"outer_steps", st.outer_steps},
-          // The end-of-training consensus (issue 32): one model for every finished node.
-          {"consensus",
-           {{"state", node::ConsensusPhaseName(in.node.consensus().state)},
-            {"leader", in.node.consensus().leader},
-            {"participants", in.node.consensus().participants},
-            {"models", st.consensus_models},
-            {"crc32", st.consensus_crc32},
-            // Behind NAT (issue 34): requests for the consensus model made (a participant
-            // behind NAT pulls it) and answered with it (the leader).
-            {"pulls", s.consensus_pulls},
-            {"pulls_served", s.consensus_pulls_served}}},
+          {"consensus", ConsensusJson(in, st)},
           {"params_bytes_sent", s.params_bytes_sent},
           {"params_bytes_raw", s.params_bytes_raw},
           {"compression_ratio",
@@ -234,16 +267,7 @@ json StatusJson(const StatusInputs& in) {
                ? static_cast<double>(s.params_bytes_raw) / static_cast<double>(s.params_bytes_sent)
                : 1.0},
           {"params_need_full", s.params_need_full},
-          // Link-capacity probes (SPEC §7): trains sent and measured, and the estimates
-          // (MB/s) this node publishes as its uplink_mbps/downlink_mbps.
-          {"capacity_probes",
-           {{"sent", s.probes_sent},
-            {"measured", s.probes_measured},
-            {"answered", in.probe_trains_answered},
-            {"contended", in.probe_trains_contended},
-            {"queued", in.probe_trains_queued},
-            {"uplink_mbps", n.uplink_estimate_mbps()},
-            {"downlink_mbps", n.downlink_estimate_mbps()}}},
+          {"capacity_probes", ProbesJson(in)},
           {"rejected_packets", rejected_total},
           {"rejected_by_reason", rejected},
           {"health_score", n.HealthScore()},

@@ -1,6 +1,6 @@
-// The JSON documents of `meshtrain status` and `meshtrain members` (SPEC §3 output contracts),
-// built from plain inputs so that tests can check them without an agent.
-// Thread-safety: pure functions.
+// The JSON documents of `meshtrain status` and `meshtrain members` (docs/contract.md "Output
+// formats"), built from plain inputs so that tests can check them without an agent. Thread-safety:
+// pure functions.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,7 @@
 
 namespace meshtrain::daemon {
 
-// --trainer external (issue 16): whether a trainer process is attached.
+// --trainer external: whether a trainer process is attached.
 struct ExternalStatus {
   bool attached = false;
   int64_t pid = 0;
@@ -53,14 +53,14 @@ struct StatusInputs {
   uint64_t mix_chunks_dropped = 0;  // incoming chunks the mixer's queue had no room for
   double models_mixed = 0;          // streamed peer models mixed, in whole models
   uint64_t read_pauses = 0;         // parameter connections paused: the running sum was behind
-  uint64_t relay_nested = 0;        // relay frames delivered inside a relay frame (issue 34)
+  uint64_t relay_nested = 0;        // relay frames delivered inside a relay frame
 };
 
 nlohmann::json StatusJson(const StatusInputs& in);
 // `self`: this node's name (its row's path is "self").
 nlohmann::json MembersJson(const std::vector<membership::Member>& members,
                            const std::string& self = "");
-// How this node reaches member `m` (issue 34): "self", "punched" (the member is behind NAT:
+// How this node reaches member `m`: "self", "punched" (the member is behind NAT:
 // the path exists because its own traffic opened it; for a relayed member, while we send to
 // it at the source of its own recent datagrams, Member::direct), "relayed" or "direct".
 const char* PathName(const membership::Member& m, const std::string& self);

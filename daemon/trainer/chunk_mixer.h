@@ -1,4 +1,4 @@
-// Folds peers' parameter chunks into a running sum on a thread of its own (issue 31), so that
+// Folds peers' parameter chunks into a running sum on a thread of its own, so that
 // neither the event loop nor the trainer pays for it chunk by chunk: the loop thread hands each
 // arriving chunk over (Push moves it into a queue: O(1)), the mixer thread ("mt-mix") folds it
 // into a learn::RunningSum, and the trainer mixes the sum into its parameters at its step

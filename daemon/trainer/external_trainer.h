@@ -1,4 +1,4 @@
-// The external trainer (issue 16, `meshtrain agent --trainer external`): instead of training a
+// The external trainer (`meshtrain agent --trainer external`): instead of training a
 // built-in task, the agent serves one local trainer process — any framework, e.g. PyTorch through
 // python/meshtrain — over a Unix stream socket, and plugs it into the same seams the built-in
 // trainer uses (permits, snapshots, mixing; daemon/trainer/trainer.h).
@@ -156,7 +156,7 @@ class ExternalTrainer : public Trainer {
   std::optional<Snapshot> outbox_;
   // The buffer the next published snapshot is copied into: one nobody but this trainer holds.
   // Small models keep up to three (a fresh allocation per step costs more than the copy); a
-  // model above kOneSnapshotFloats keeps one (issue 31: memory is the shared memory, one
+  // model above kOneSnapshotFloats keeps one (memory is the shared memory, one
   // snapshot in flight and the running sum), so while the node still sends it a PUBLISH makes
   // no new snapshot (nullptr) and the next round takes the first PUBLISH after this one.
   // SnapshotBuffer: a pooled buffer nobody else holds, or nullptr; CanAllocateSnapshot: whether
@@ -180,7 +180,7 @@ class ExternalTrainer : public Trainer {
   // than at the next PUBLISH.
   bool unsent_publish_ = false;
   // Work proportional to the model (the PUBLISH copy, the MIX) runs on libuv's thread pool
-  // (issue 31: the loop never blocks); the trainer waits for its reply meanwhile, and a request
+  // (the loop never blocks); the trainer waits for its reply meanwhile, and a request
   // that arrives before it is refused (one request at a time).
   bool job_ = false;
   uint64_t conn_gen_ = 0;                                 // bumped when the trainer detaches

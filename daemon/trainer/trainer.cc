@@ -614,10 +614,11 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config
   topts.name = config.name;
   topts.checkpoint_dir = config.data_dir;
   topts.checkpoint_every = config.checkpoint_every;
-  if (config.barrier == "wbsp") topts.busy_local_steps = TrainerOptions::kMaxBusyLocalSteps;
+  if (config.barrier == sync::Policy::kWbsp)
+    topts.busy_local_steps = TrainerOptions::kMaxBusyLocalSteps;
   topts.batch_auto = config.batch_auto;
   topts.eval_average = config.eval_average;
-  learn::OuterStep::ParseKind(config.outer, &topts.outer);  // checked by Finalize
+  topts.outer = config.outer;
   topts.outer_lr = config.outer_lr;
   topts.outer_momentum = config.outer_momentum;
   topts.fragments = config.fragments;

@@ -4,9 +4,9 @@
 // The loop thread stays in charge of everything protocol-related; the trainer only computes.
 // Before each step the trainer asks for permission (the loop runs the barrier policy and calls
 // Permit); at each step boundary it mixes the parameters that arrived since the last step
-// (SPEC §6 gossip averaging); every `sync_every` steps it leaves a parameter snapshot for the
-// loop to multicast, so communication overlaps the next step's computation. Nothing the trainer
-// does waits on the network: a newer snapshot replaces one the loop has not taken yet.
+// (docs/contract.md "Parameter exchange"); every `sync_every` steps it leaves a parameter snapshot
+// for the loop to multicast, so communication overlaps the next step's computation. Nothing the
+// trainer does waits on the network: a newer snapshot replaces one the loop has not taken yet.
 //
 // Thread-safety: the public methods are safe to call from any thread; `notify` is called from
 // the trainer thread whenever there is something new for the loop (it must be thread-safe,
@@ -131,11 +131,11 @@ struct TrainerOptions {
   std::string name;            // for log lines and checkpoint metadata
   std::string checkpoint_dir;  // empty: no checkpoints
   int checkpoint_every = 500;  // steps between periodic checkpoints
-  // wbsp (issue 18): while the barrier holds, keep taking local steps on the node's own data
+  // wbsp: while the barrier holds, keep taking local steps on the node's own data
   // (their update accumulates in the parameters and goes out with the next snapshot), at most
   // this many per wait; 0 = idle while waiting (every other policy).
   int busy_local_steps = 0;
-  // --batch auto (issue 18, dynamic batch size): see Trainer::AdaptBatch.
+  // --batch auto (dynamic batch size): see Trainer::AdaptBatch.
   bool batch_auto = false;
   // --eval-average D: evaluations, the target-accuracy decision, the final model offered to
   // peers and model.npz use the moving average of the parameters (learn::ParamAverage); the
@@ -191,7 +191,7 @@ struct TrainerState {
   double lr = 0;                   // current learning rate
 };
 
-// --sync-every auto (issue 17): hide a round's transfer under computation. A round started at a
+// --sync-every auto: hide a round's transfer under computation. A round started at a
 // snapshot ends `round_s` later; the next snapshot comes H steps of `step_s` each later (step_s:
 // the measured interval between step ends, barrier waits included), so
 // H = ceil(round_s / step_s) keeps one round in flight without queueing snapshots behind it and
@@ -237,11 +237,11 @@ class Trainer {
   // `finished`: the sender stopped training (its model mixes at full weight). `final_step`: the
   // chunks say this is the sender's final model, taken at its step *final_step; with
   // --target-accuracy it replaces ours (once per sender and step, see FinalModels) and is
-  // evaluated at once; training stops if it meets the target (the mesh-wide stop of issue 14).
+  // evaluated at once; training stops if it meets the target (the mesh-wide stop).
   virtual void Deliver(const std::string& from, std::vector<float> params, uint64_t step,
                        bool finished = false,
                        std::optional<uint64_t> final_step = std::nullopt) = 0;
-  // One chunk of a peer's snapshot (issue 31): folded into the running sum
+  // One chunk of a peer's snapshot: folded into the running sum
   // (daemon/trainer/chunk_mixer.h) that the next step boundary mixes in, with the progress-aware
   // weight of chunk.step.
   virtual void DeliverChunk(node::MixChunk chunk) = 0;
@@ -330,11 +330,11 @@ class BuiltinTrainer : public Trainer {
   const Eigen::VectorXf& EvalParams() const;
   // Evaluates EvalParams() now, on the trainer thread.
   void Evaluate(uint64_t step);
-  // Hands a copy to the evaluation thread (issue 18: off the critical path). Used when no
+  // Hands a copy to the evaluation thread (off the critical path). Used when no
   // --target-accuracy depends on the result; a newer request replaces one not started.
   void EvaluateLater(uint64_t step);
   void RecordEval(uint64_t step, const learn::EvalResult& r, uint32_t crc);
-  // Periodic checkpoints (issue 18: off the critical path): the trainer thread captures the
+  // Periodic checkpoints (off the critical path): the trainer thread captures the
   // state (a copy of parameters and velocity) and the checkpoint thread writes it (serialize,
   // write, fsync, rename). A newer capture replaces one not written yet; Stop() writes the one
   // pending before it returns, and SaveCheckpoint() (shutdown) writes synchronously.

@@ -1,4 +1,4 @@
-// The external-trainer protocol (issue 16, SPEC §3 "--trainer external"): length-prefixed binary
+// The external-trainer protocol (docs/contract.md "Command line"): length-prefixed binary
 // frames on a Unix stream socket between the agent and one local trainer process. Parameters do
 // not travel here: they live in a shared-memory file both map (see
 // daemon/trainer/external_trainer.h).
@@ -16,14 +16,14 @@
 //                 flags: 1 = adopted (the parameters were replaced: a join with state,
 //                 which also sets the step, or a finished peer's final model),
 //                 2 = a finished peer's final model replaced the parameters (evaluate now:
-//                 issue 14's mesh-wide stop with --target-accuracy; once per peer and step)
+//                 the mesh-wide stop with --target-accuracy; once per peer and step)
 //   EVAL 5        u64 step, f64 loss, f64 accuracy -> u32 stop, u32 0
 //                 (a report that meets --target-accuracy makes the shared memory's content,
 //                 i.e. the parameters just evaluated, the final model offered to the peers)
 //   DETACH 6      (empty)                         -> (empty), then the agent closes
 //   FINISH 7      (empty)                         -> u32 models, u32 crc32, u64 step
 //                 training is over: the shared memory is this node's final model. The reply
-//                 comes once the mesh's consensus model (issue 32: the average of every
+//                 comes once the mesh's consensus model (the average of every
 //                 finished node's final model) is in the shared memory; `models` it averages,
 //                 `crc32` of its bytes. Peers still training keep it waiting.
 // An ERROR frame (type 0xff, body: a UTF-8 message) answers a rejected request; the agent then

@@ -1,4 +1,4 @@
-// Multi-host addressing (issue 13): HOST:PORT syntax, resolution, the advertised address and
+// Multi-host addressing: HOST:PORT syntax, resolution, the advertised address and
 // durations. Name resolution uses only "localhost" (in every /etc/hosts) and literals.
 #include "daemon/addressing.h"
 

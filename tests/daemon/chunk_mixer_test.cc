@@ -1,4 +1,4 @@
-// daemon::ChunkMixer (issue 31): chunks whose values stay in the frame they came in
+// daemon::ChunkMixer: chunks whose values stay in the frame they came in
 // (wire::HeldValues) fold exactly as chunks in vectors, and the frame is let go once folded.
 #include "daemon/trainer/chunk_mixer.h"
 

@@ -54,7 +54,10 @@ TEST_CASE("AgentConfig::Finalize fills defaults and rejects bad values", "[confi
   CHECK(err([](AgentConfig& x) { x.bind = "nonsense"; }).find("--bind") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.join = {"1.2.3.4"}; }).find("--join") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.task = "mnist"; }).find("--task") != std::string::npos);
-  CHECK(err([](AgentConfig& x) { x.barrier = "xsp"; }).find("--barrier") != std::string::npos);
+  CHECK(err([](AgentConfig& x) {
+          x.relay_mode = meshtrain::membership::Config::RelayMode::kNamed;
+          x.relay_name = "bad\nname";
+        }).find("--relay") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.shard = "4/4"; }).find("--shard") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.name = "bad name"; }).find("--name") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.profile = "fast"; }).find("--profile") != std::string::npos);
@@ -145,7 +148,7 @@ TEST_CASE("RPC token comparison", "[rpc]") {
   CHECK_FALSE(TokenMatches("abc", ""));
 }
 
-// Issue 20: strings from the RPC, the command line and config files must be valid UTF-8.
+// strings from the RPC, the command line and config files must be valid UTF-8.
 TEST_CASE("UTF-8 at the edge: RPC, options, config files", "[config][rpc]") {
   std::string error;
   auto parse = [&error](const std::string& s) {

@@ -1,4 +1,4 @@
-// The keyring file in --data-dir (issue 13): round trip, mode 0600, corrupt files refused with
+// The keyring file in --data-dir: round trip, mode 0600, corrupt files refused with
 // one line naming the file.
 #include "daemon/keyring_file.h"
 

@@ -6,6 +6,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "daemon/option_names.h"
+
+using meshtrain::daemon::kLogFormatNames;
+using meshtrain::daemon::ParseName;
 using meshtrain::daemon::SetLogFormat;
 
 namespace {
@@ -17,7 +21,9 @@ std::string LogOnce(const std::string& format, spdlog::level::level_enum level,
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
   spdlog::logger logger("log_format_test", sink);
   logger.set_level(spdlog::level::trace);
-  REQUIRE(SetLogFormat(logger, format, "n\"1"));
+  const auto parsed = ParseName(kLogFormatNames, format);
+  REQUIRE(parsed);
+  SetLogFormat(logger, *parsed, "n\"1");
   logger.log(level, "{}", line);
   logger.flush();
   return out.str();
@@ -51,8 +57,6 @@ TEST_CASE("json log format never throws on invalid UTF-8", "[daemon][log]") {
 TEST_CASE("text log format keeps the pattern; unknown formats are refused", "[daemon][log]") {
   const std::string text = LogOnce("text", spdlog::level::info, "hello");
   CHECK(text.find("[info] n\"1: hello") != std::string::npos);
-  std::ostringstream out;
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
-  spdlog::logger logger("log_format_test2", sink);
-  CHECK_FALSE(SetLogFormat(logger, "xml", "n1"));
+  CHECK_FALSE(ParseName(kLogFormatNames, "xml"));
+  CHECK(ParseName(kLogFormatNames, "json") == meshtrain::daemon::LogFormat::kJson);
 }

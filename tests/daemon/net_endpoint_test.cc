@@ -1,7 +1,7 @@
 // The daemon's node::Endpoint over the real libuv transports: a connect that fails inside
 // TcpHub::Connect (EMFILE here) must come back as a queued ConnClosed input, never re-enter the
-// caller, and leave no mapping behind (issue 12: the old agent reset its round inside the
-// synchronous close and then wrote through the empty optional).
+// caller, and leave no mapping behind (a round reset inside a synchronous close would leave
+// the caller writing through an empty optional).
 #include "daemon/net_endpoint.h"
 
 #include <sys/resource.h>

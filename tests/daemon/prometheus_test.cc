@@ -1,4 +1,4 @@
-// GET /metrics rendering (issue 19): exposition syntax, escaping, histogram buckets, and that
+// GET /metrics rendering: exposition syntax, escaping, histogram buckets, and that
 // every family the issue lists is there with its type.
 #include "daemon/ops/prometheus.h"
 

@@ -1,4 +1,4 @@
-// The stamp clock (issue 13): stamps never go back across restarts with --data-dir, even when
+// The stamp clock: stamps never go back across restarts with --data-dir, even when
 // the wall clock does; they advance with the monotonic clock.
 #include "daemon/stamp_clock.h"
 

@@ -1,4 +1,4 @@
-"""Malformed user inputs (issue 15): a truncated IDX file, a CSV with a text cell, an .npy with
+"""Malformed user inputs: a truncated IDX file, a CSV with a text cell, an .npy with
 the wrong dtype, one with the wrong shape, a label beyond the model's outputs and a model spec
 with a typo. Each must stop `meshtrain agent` (and `meshtrain train`) before any training with
 exit status 2 and one error line that names the file and where (line, byte offset, array) or the
