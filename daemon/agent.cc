@@ -594,6 +594,9 @@ struct Agent::Impl : RpcBackend {
         std::max(nc.membership.packet_overhead_bytes, codec->DatagramOverhead());
     nc.membership.relay_overhead_bytes = wire::kRelayFrameOverhead;
     if (trainer) nc.expected_params = static_cast<uint32_t>(trainer->num_params());
+    // The loop's clock predates the task's loading (seconds on a busy host): timers armed now,
+    // the join connection's idle timeout among them, would be past due on the first turn.
+    uv_update_time(&loop);
     node = std::make_unique<node::Node>(std::move(nc), Now());
     if (trainer && trainer->num_params() > 0) {
       codec->set_expected_params(static_cast<uint32_t>(trainer->num_params()));
