@@ -107,8 +107,8 @@ void AddNetworkOptions(CLI::App* a, daemon::AgentConfig& c) {
   a->add_option("--test-clock-offset", c.test_clock_offset_s,
                 "TEST ONLY: shift this agent's wall clock by SECONDS")
       ->group("");
-  a->add_option("--profile", c.profile, "Membership timing: lan, wan or local")
-      ->capture_default_str();
+  AddChoice(a, "--profile", c.profile, membership::kTimingProfileNames,
+            "Membership timing (memberlist's profiles)");
   a->add_option("--probe-interval", c.probe_interval_ms, "Override the probe interval (ms)");
   a->add_option("--probe-timeout", c.probe_timeout_ms, "Override the probe timeout (ms)");
   a->add_option("--suspicion-mult", c.suspicion_mult, "Override SuspicionMult");

@@ -1,9 +1,8 @@
-// The agent is a thin libuv driver around node::Node (STYLE.md, "the whole node is a state
-// machine too"): every libuv callback becomes an input — after the inbound checks of
-// wire/inbound.h for bytes from the network —, every output becomes a send, a connect, a
-// close, a trainer call or a log/metrics line, and one uv_timer_t waits for NextDeadline().
-// Inputs caused by executing outputs (a connect that fails at once, a close) are queued and fed
-// after the current batch, never re-entering the node.
+// The agent is a thin libuv driver around node::Node (docs/design.md "The node core"): every
+// libuv callback becomes an input (bytes from the network after wire/inbound.h's checks), every
+// output a send, connect, close, trainer call or log/metrics line; one uv_timer_t waits for
+// NextDeadline(). Inputs that executing outputs cause (a connect that fails at once, a close)
+// are queued and fed after the current batch, never re-entering the node.
 #include "daemon/agent.h"
 
 #include <spdlog/spdlog.h>
@@ -163,7 +162,7 @@ struct Agent::Impl : RpcBackend {
     Drain();
   }
 
-  // The boundary no exception crosses (STYLE.md: never throw through a libuv callback): what
+  // The boundary no exception crosses (libuv: never throw through a callback): what
   // escapes one input is logged and counted, and the loop goes on with the next.
   template <typename Fn>
   void Guarded(const char* what, Fn&& fn) {
@@ -436,8 +435,6 @@ struct Agent::Impl : RpcBackend {
     keys->Run(req.key_op, req.key, LivePeers(node->Members(), config.name),
               [this, tag](json r) { rpc->Reply(tag, r); });
   }
-
-  // ---- start-up and shutdown -----------------------------------------------------------------
 
   // Start-up, in order: addresses, data directory and keys (PrepareAgent), the wire and
   // transports (StartNetwork), the control endpoints (StartControl), then the trainer and the

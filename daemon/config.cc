@@ -107,8 +107,7 @@ Status CheckUtf8(AgentConfig& c) {
            {"--relay", &c.relay_name},
            {"--rpc", &c.rpc},
            {"--rpc-token", &c.rpc_token},
-           {"--cluster", &c.cluster},
-           {"--profile", &c.profile}}) {
+           {"--cluster", &c.cluster}}) {
     if (!wire::ValidUtf8(*value))
       return Status::InvalidArgument(std::string("invalid ") + flag + ": not valid UTF-8");
   }
@@ -165,8 +164,11 @@ Status CheckAddresses(AgentConfig& c) {
 Status CheckIdentity(AgentConfig& c) {
   if (c.relay_mode == membership::Config::RelayMode::kNamed &&
       (c.relay_name.empty() || !wire::ValidNodeName(c.relay_name))) {
-    return Status::InvalidArgument("invalid --relay " + Quoted(c.relay_name) + ": " +
-                                   ChoiceList(kRelayModeNames) + " or a member's name");
+    std::string names;  // "auto, off"
+    for (const auto& entry : kRelayModeNames)
+      names += (names.empty() ? "" : ", ") + std::string(entry.first);
+    return Status::InvalidArgument("invalid --relay " + Quoted(c.relay_name) + ": " + names +
+                                   " or a member's name");
   }
   if (!(c.relay_rate_mbit >= 0) || !std::isfinite(c.relay_rate_mbit)) {
     return Status::InvalidArgument("invalid --relay-rate: a rate in Mbit/s >= 0 (0 = no cap)");
@@ -183,10 +185,6 @@ Status CheckIdentity(AgentConfig& c) {
   if (!std::regex_match(c.name, kName)) {
     return Status::InvalidArgument("invalid --name " + Quoted(c.name) +
                                    ": use 1-64 characters of [A-Za-z0-9._-]");
-  }
-  if (!membership::Config::Profile(c.profile)) {
-    return Status::InvalidArgument("invalid --profile " + Quoted(c.profile) +
-                                   ": expected lan, wan or local");
   }
   if (!wire::ValidClusterLabel(c.cluster)) {
     return Status::InvalidArgument(
@@ -400,7 +398,7 @@ Status AgentConfig::ResolveAddresses() {
 }
 
 membership::Config AgentConfig::MembershipConfig() const {
-  membership::Config c = *membership::Config::Profile(profile);
+  membership::Config c = membership::Config::ForProfile(profile);
   c.name = name;
   c.addr = advertise;
   c.nat = nat;
@@ -430,7 +428,7 @@ std::string AgentConfig::Banner(bool encrypted) const {
              "  barrier:   {}\n  selection: {}\n  compress:  {}, sync every {}\n",
              MESHTRAIN_VERSION_STRING, name, bind,
              advertise_how.empty() ? advertise : advertise + " (" + advertise_how + ")", rpc,
-             cluster, encrypted ? "yes" : "no", profile,
+             cluster, encrypted ? "yes" : "no", NameOf(membership::kTimingProfileNames, profile),
              external_trainer() ? "external (socket " + trainer_socket + ")" : task,
              sync::PolicyName(barrier), sync::SelectPolicyName(select),
              wire::CompressName(compress),

@@ -71,7 +71,7 @@ struct AgentConfig {
   // --test-clock-offset SECONDS (hidden, tests only): shifts this agent's wall clock, which
   // stamps messages, to show that nothing depends on hosts' clocks agreeing.
   double test_clock_offset_s = 0;
-  std::string profile = "lan";
+  membership::TimingProfile profile = membership::TimingProfile::kLan;
   // Single-timing overrides (< 0 = the profile's).
   int64_t probe_interval_ms = -1;
   int64_t probe_timeout_ms = -1;

@@ -1,5 +1,5 @@
 // Work that is not I/O — a SELMCAST solve, an fsync — runs on libuv's thread pool, off the loop
-// thread; its completion comes back on the loop thread (STYLE.md: libuv ownership).
+// thread; its completion comes back on the loop thread (libuv: handles belong to that thread).
 // Thread-safety: Offload is called on the loop thread; `work` runs on a pool thread and must not
 // touch loop-thread state; `done` runs on the loop thread.
 #pragma once

@@ -89,7 +89,7 @@ class LineTask : public Task {
 
 int main(int argc, char** argv) {
   meshtrain::daemon::AgentConfig config;
-  config.profile = "local";
+  config.profile = meshtrain::membership::TimingProfile::kLocal;
   config.eval_every = 50;
   CLI::App app{"A meshtrain agent embedded in a C++ program, training its own task"};
   app.add_option("--name", config.name, "Node name");

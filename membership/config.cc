@@ -47,10 +47,22 @@ Config Config::Local() {
   return c;
 }
 
+Config Config::ForProfile(TimingProfile profile) {
+  switch (profile) {
+    case TimingProfile::kWan:
+      return Wan();
+    case TimingProfile::kLocal:
+      return Local();
+    case TimingProfile::kLan:
+      break;
+  }
+  return Lan();
+}
+
 std::optional<Config> Config::Profile(const std::string& name) {
-  if (name == "lan") return Lan();
-  if (name == "wan") return Wan();
-  if (name == "local") return Local();
+  for (const auto& [n, profile] : kTimingProfileNames) {
+    if (n == name) return ForProfile(profile);
+  }
   return std::nullopt;
 }
 

@@ -7,6 +7,7 @@
 // Thread-safety: none. One thread owns a Swim at a time.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -14,6 +15,8 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "membership/types.h"
@@ -21,6 +24,15 @@
 namespace meshtrain::membership {
 
 // Timing and sizing knobs. Profiles carry memberlist's values (docs/contract.md "Membership").
+// The membership timing profiles (`--profile`), memberlist's values (docs/contract.md
+// "Membership"), named by one table that the CLI, the config file and the banner share.
+enum class TimingProfile : uint8_t { kLan, kWan, kLocal };
+inline constexpr std::array<std::pair<std::string_view, TimingProfile>, 3> kTimingProfileNames = {{
+    {"lan", TimingProfile::kLan},
+    {"wan", TimingProfile::kWan},
+    {"local", TimingProfile::kLocal},
+}};
+
 struct Config {
   std::string name;  // unique node name
   std::string addr;  // advertised "ip:port"
@@ -106,7 +118,8 @@ struct Config {
   static Config Lan();
   static Config Wan();
   static Config Local();
-  // "lan" | "wan" | "local"; nullopt for an unknown name.
+  static Config ForProfile(TimingProfile profile);
+  // A name of kTimingProfileNames; nullopt for an unknown name.
   static std::optional<Config> Profile(const std::string& name);
 };
 

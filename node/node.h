@@ -6,7 +6,7 @@
 // one ParamAck per receiver back), reassembly of incoming snapshots, bandwidth meters, push-pull
 // and join tracking, retry-join, and the graceful leave. It owns no socket, timer, thread or
 // clock, and draws randomness only from one RNG seeded from NodeConfig::seed (Scylla raft's fsm,
-// Tarantool's swim: STYLE.md).
+// Tarantool's swim).
 //
 // The driver (the daemon's libuv agent, or the simulator):
 //   1. feeds inputs with Step(input, now): verified datagrams and frames (wire/inbound.h has

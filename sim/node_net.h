@@ -5,7 +5,7 @@
 // a million events would cost a cache miss per level.
 //
 // Everything a node's output causes at another node (or at itself) becomes an input delivered
-// through the heap, never synchronously (STYLE.md):
+// through the heap, never synchronously (docs/design.md "The node core"):
 //   - SendDatagram: a DatagramIn at the receiver after latency + uniform jitter, unless lost
 //     (probability `loss`) or the receiver is down at arrival.
 //   - Connect/SendFrame/Close: a TCP-like stream. Frames queue on the sender's uplink and the

@@ -228,7 +228,8 @@ bool BarrierCore::Evaluate(uint64_t my_step, TimeMs now, Rng& rng) {
 }
 
 bool BarrierCore::EvaluateBound(uint64_t my_step, uint64_t bound) const {
-  // SPEC §6 bsp/ssp: c_i − c_j ≤ bound for every live peer j, i.e. against the live minimum.
+  // bsp/ssp (docs/contract.md "Barriers"): c_i − c_j ≤ bound for every live peer j, i.e. against
+  // the live minimum.
   const std::optional<uint64_t> min = view_.MinStep();
   return !min || Within(my_step, *min, bound);
 }

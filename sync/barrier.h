@@ -1,13 +1,13 @@
-// Barrier control (SPEC §6): decides, before a node starts local step c_i + 1, whether it may
-// pass (c_i = completed local steps) under one of six policies — asp, bsp, ssp, pbsp, pssp,
-// dssp — and counts the time it spends waiting (`barrier_wait_s`).
+// Barrier control (docs/contract.md "Barriers"): decides, before a node starts local step c_i + 1,
+// whether it may pass (c_i = completed local steps) under one of six policies — asp, bsp, ssp,
+// pbsp, pssp, dssp — and counts the time it spends waiting (`barrier_wait_s`).
 //
 // BarrierCore is a sans-I/O state machine. It owns the node's ProgressView, never reads a clock
 // and draws randomness only from the RNG passed to Check(). The caller:
 //   1. feeds progress: OnProgress() for every step learned from membership/parameter traffic
 //      of a live, training peer; OnPeerRemoved() when a peer fails, leaves or stops training;
 //   2. before each step calls Check(c_i, now, rng); on kWait it sends the queries returned by
-//      TakeQueries() (UDP progress queries, SPEC §6) and calls Check() again whenever
+//      TakeQueries() (UDP progress queries) and calls Check() again whenever
 //      OnProgress/OnReply/OnPeerRemoved return true, or when now >= NextDeadline();
 //   3. feeds each query answer to OnReply(name, seq, step, now).
 // Check() may be called more often than needed: that is harmless. Steps of peers are not
@@ -41,17 +41,17 @@
 //     live peer, silent or not, stays in the sample: bsp/ssp semantics). A peer stops being
 //     silent when it answers or its step advances.
 //   - β = 0 passes at once (asp).
-//   - Cost (issue 33): a reply finds its slot in O(1) (an index for samples above 32 peers).
+//   - Cost: a reply finds its slot in O(1) (an index for samples above 32 peers).
 //     When the sample is the whole view (β >= live peers) and every peer that blocks has been
 //     asked, a Check decides on the view's minimum step and re-asks only the peers due (a heap),
 //     so with bsp/ssp/dssp in a mesh of N an answer costs O(log N), not a walk over N peers.
 //
-// dssp (issue 18: fresh progress, pDSSP): decided on the same sampled rounds and queries as
-// pssp — with β >= live peers (the node's default for dssp) the sample is every live peer, with
-// a smaller β it is pDSSP. The node passes while every sampled peer is within s_L = staleness;
-// when a sampled peer blocks at s_L but all are within s_L + r_max and the node is the fastest of
-// its sample, the DSSP controller (DsspGrant) may grant r* extra steps. Blocking peers
-// are queried at once, so the decision never waits for gossip to carry their progress.
+// dssp (Dynamic SSP, Zhao et al. 2019; pDSSP with fresh progress): decided on the same sampled
+// rounds and queries as pssp — with β >= live peers (the node's default for dssp) the sample is
+// every live peer, with a smaller β it is pDSSP. The node passes while every sampled peer is within
+// s_L = staleness; when a sampled peer blocks at s_L but all are within s_L + r_max and the node is
+// the fastest of its sample, the DSSP controller (DsspGrant) may grant r* extra steps. Blocking
+// peers are queried at once, so the decision never waits for gossip to carry their progress.
 //
 // wbsp (worker-busy synchronous parallel, Yang et al., Parallel Computing 2024), decentralized:
 // the barrier is bsp on the node's *global* step (the step it publishes and that peers' barriers
@@ -121,7 +121,7 @@ struct BarrierConfig {
   // 0 = probe_timeout / 5 (at least 1 ms).
   TimeMs requery_interval = 0;
   double interval_alpha = 0.3;  // EWMA weight of the newest step-interval sample
-  // `--max-peers` (issue 14): at most this many training peers in the view (0 = no limit).
+  // `--max-peers`: at most this many training peers in the view (0 = no limit).
   // Training peers learned while the view is full are observers: they keep syncing parameters
   // (selection is not the barrier's business) but no barrier waits for them. When a peer of
   // the view fails, leaves or stops training, the earliest observer takes its place, with the
@@ -161,8 +161,8 @@ struct BarrierStats {
   // Sampled policies: the largest c_i − c_j over the peers of the sample at a pass (how far
   // the node ever ran ahead of the slowest sampled peer's known step; 0 if never ahead).
   uint64_t max_sampled_lead = 0;
-  // Work units (issue 33): view entries visited by walks over the view (a sample drawn while
-  // some peers are silent, a refill, dssp's projection) and sampled peers drawn.
+  // Work units (the simulator's cost counters): view entries visited by walks over the view (a
+  // sample drawn while some peers are silent, a refill, dssp's projection) and sampled peers drawn.
   uint64_t visited = 0;
   // Sampled peers examined by walks over the sample (deciding, asking, replies matched against
   // it): O(β) per Check for pbsp/pssp; with every peer sampled (bsp/ssp/wbsp) a walk per Check
@@ -219,9 +219,9 @@ class BarrierCore {
     return config_.policy == Policy::kPssp || config_.policy == Policy::kDssp ? config_.staleness
                                                                               : 0;
   }
-  // Overlap (OSP, issue 18): right after passing to step c + 1, open the episode of step c + 2
-  // and send its queries, so the answers arrive while step c + 1 computes and the next Check
-  // finds fresh progress. No wait is counted for a prefetch.
+  // Overlap (OSP, computation/communication overlap): right after passing to step c + 1, open the
+  // episode of step c + 2 and send its queries, so the answers arrive while step c + 1 computes and
+  // the next Check finds fresh progress. No wait is counted for a prefetch.
   void Prefetch(uint64_t next_step, TimeMs now, Rng& rng);
   // Would a node that has completed `next_step` steps pass already, on what is known now? A
   // function of the peers' known progress (which only grows), so a yes stays a yes: the node

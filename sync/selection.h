@@ -1,4 +1,5 @@
-// Receiver selection (SPEC §7): to which peers a node multicasts its parameters each round.
+// Receiver selection (docs/contract.md "Receiver selection"): to which peers a node multicasts its
+// parameters each round.
 //
 //   all       every live peer;
 //   random    P live peers uniformly at random (the bandwidth-agnostic baseline);

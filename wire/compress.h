@@ -76,7 +76,7 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
                                uint64_t round, uint64_t step, uint64_t base,
                                uint32_t chunk_floats = kParamChunkFloats);
 
-// Streamed full snapshots (issue 31): a transfer whose chunks are encoded one at a time, as the
+// Streamed full snapshots: a transfer whose chunks are encoded one at a time, as the
 // connection drains, from one shared snapshot, so no encoded copy of the whole model exists and
 // every receiver gets the same bytes. none, fp16 and int8 stream (each chunk is encoded on its
 // own); top-k does not (its threshold is over the whole change, against a per-receiver
@@ -84,7 +84,7 @@ EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressS
 // mixes them as they arrive; quantization error does not accumulate, as every transfer carries
 // the whole model rather than a change.
 bool Streamable(const CompressSpec& spec);
-// A transfer may carry one fragment [begin, end) of the model (streaming fragments, issue 32);
+// A transfer may carry one fragment [begin, end) of the model (DiLoCo's streaming fragments);
 // end = 0: the whole model.
 struct StreamSpan {
   uint32_t begin = 0;

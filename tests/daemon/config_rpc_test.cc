@@ -60,13 +60,12 @@ TEST_CASE("AgentConfig::Finalize fills defaults and rejects bad values", "[confi
         }).find("--relay") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.shard = "4/4"; }).find("--shard") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.name = "bad name"; }).find("--name") != std::string::npos);
-  CHECK(err([](AgentConfig& x) { x.profile = "fast"; }).find("--profile") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.slowdown = 0.5; }).find("--slowdown") != std::string::npos);
   CHECK(err([](AgentConfig& x) { x.momentum = 1.0; }).find("--momentum") != std::string::npos);
 
   AgentConfig t;
   t.name = "n";
-  t.profile = "local";
+  t.profile = meshtrain::membership::TimingProfile::kLocal;
   t.probe_interval_ms = 300;
   REQUIRE(t.Finalize().ok());
   auto m = t.MembershipConfig();

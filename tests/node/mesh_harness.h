@@ -2,7 +2,7 @@
 // a fake network (per-message latency with seeded jitter, per-connection FIFO, optional loss),
 // and a simulated trainer per node that takes real SGD steps on a learn::Task when it holds a
 // Permit. Nodes run their own SWIM. Everything is seeded: the same options give the same run.
-// Nothing sleeps; nothing touches a socket or a clock (Tarantool's swim tests, STYLE.md).
+// Nothing sleeps; nothing touches a socket or a clock (as Tarantool's swim tests).
 #pragma once
 
 #include <cstdint>
