@@ -217,19 +217,22 @@ std::optional<std::vector<RunSpec>> Expand(const SimulateArgs& a, std::string* e
 
 std::string Describe(const sim::PspSimOptions& o) {
   char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "%zu nodes, %g s virtual, seed %llu; step %g ms %s (step cv %g, node cv %g)%s; "
-                "latency %g+%g ms, %g MB/s, loss %g; select %s fanout %zu; task %s%s",
-                o.nodes, o.duration_s, static_cast<unsigned long long>(o.seed), o.compute.step_ms,
-                sim::StepDistName(o.compute.dist), o.compute.step_cv, o.compute.node_cv,
-                o.compute.straggler_fraction > 0
-                    ? (", stragglers " + Fixed(o.compute.straggler_fraction, 3) + "x" +
-                       Fixed(o.compute.straggler_factor, 2))
-                          .c_str()
-                    : "",
-                o.net.latency_ms, o.net.jitter_ms, o.net.bandwidth_mbps, o.net.loss,
-                sync::SelectPolicyName(o.select), o.fanout, o.task.c_str(),
-                o.membership ? (", membership " + o.profile).c_str() : "");
+  std::snprintf(
+      buf, sizeof(buf),
+      "%zu nodes, %g s virtual, seed %llu; step %g ms %s (step cv %g, node cv %g)%s; "
+      "latency %g+%g ms, %g MB/s, loss %g; select %s fanout %zu; task %s%s",
+      o.nodes, o.duration_s, static_cast<unsigned long long>(o.seed), o.compute.step_ms,
+      sim::StepDistName(o.compute.dist), o.compute.step_cv, o.compute.node_cv,
+      o.compute.straggler_fraction > 0 ? (", stragglers " + Fixed(o.compute.straggler_fraction, 3) +
+                                          "x" + Fixed(o.compute.straggler_factor, 2))
+                                             .c_str()
+                                       : "",
+      o.net.latency_ms, o.net.jitter_ms, o.net.bandwidth_mbps, o.net.loss,
+      sync::SelectPolicyName(o.select), o.fanout, o.task.c_str(),
+      o.membership ? (", membership " +
+                      std::string(daemon::NameOf(membership::kTimingProfileNames, o.profile)))
+                         .c_str()
+                   : "");
   return buf;
 }
 
@@ -287,8 +290,8 @@ CLI::App* AddSimulateCommand(CLI::App& app) {
       ->capture_default_str();
   s->add_flag("--membership", o.membership,
               "Run SWIM membership for failure detection (else an oracle removes crashed nodes)");
-  s->add_option("--profile", o.profile, "Membership timing profile: lan, wan or local")
-      ->capture_default_str();
+  AddChoice(s, "--profile", o.profile, membership::kTimingProfileNames,
+            "Membership timing profile");
   s->add_option("--crash", a.crashes, "COUNT@SECONDS: crash COUNT random nodes then (repeatable)");
   s->add_option("--task", o.task,
                 "none, synthetic (linear regression; error = test MSE), or a Fashion-MNIST model: "

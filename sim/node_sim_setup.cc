@@ -110,8 +110,7 @@ void NodeSim::SetupNodes() {
   full_view_ = NeedsFullView(o_.barrier.policy) || (o_.view == 0 && n_ <= kAutoFullViewMax) ||
                o_.view + 1 >= n_;
   view_ = full_view_ ? n_ - 1 : (o_.view == 0 ? kAutoPartialView : o_.view);
-  const membership::Config profile =
-      membership::Config::Profile(o_.profile).value_or(membership::Config::Lan());
+  const membership::Config profile = membership::Config::ForProfile(o_.profile);
   nodes_.reserve(n_);
   // replay_alone: up to kTracedNodes nodes, spread over the indices (without a task: a task's
   // inputs carry its parameters, too much to keep).

@@ -107,9 +107,6 @@ learn::Status ValidatePspSimOptions(const PspSimOptions& o) {
   if (o.stop_at_target && o.task == "none") {
     return Status::InvalidArgument("--stop-at-target needs a --task");
   }
-  if (o.membership && !membership::Config::Profile(o.profile)) {
-    return Status::InvalidArgument("--profile must be lan, wan or local");
-  }
   for (const CrashSpec& c : o.crashes) {
     if (!(c.at_s >= 0)) return Status::InvalidArgument("--crash time must be >= 0");
   }

@@ -73,6 +73,7 @@
 #include <vector>
 
 #include "learn/status.h"
+#include "membership/swim.h"
 #include "sync/barrier.h"
 #include "sync/selection.h"
 
@@ -139,7 +140,7 @@ struct PspSimOptions {
   size_t param_bytes = 0;   // bytes per parameter transfer; 0 = 4·params + 64 (task) or 100 000
   size_t view = 0;          // partial view size for pbsp/pssp/asp; 0 = auto (see above)
   bool membership = false;  // run SWIM for failure detection
-  std::string profile = "lan";  // membership timing profile
+  membership::TimingProfile profile = membership::TimingProfile::kLan;  // membership timing
   std::vector<CrashSpec> crashes;
   // Training task: "none", "synthetic" or a Fashion-MNIST preset (fmnist-mlp, fmnist-softmax,
   // fmnist-cnn), trained on the data in dataset_dir.

@@ -37,6 +37,7 @@ BARRIERS = ["asp", "bsp", "ssp", "pbsp", "pssp", "dssp", "wbsp"]
 ENUMERATED = [
     ("agent", "--barrier", "bogus", BARRIERS),
     ("agent", "--select", "bogus", ["all", "random", "selmcast"]),
+    ("agent", "--profile", "bogus", ["lan", "wan", "local"]),
     ("agent", "--outer", "bogus", ["avg", "sgd", "nesterov"]),
     ("agent", "--compress", "bogus", ["none", "fp16", "int8", "topk:F"]),
     ("agent", "--nat", "bogus", ["auto", "off"]),
@@ -51,6 +52,7 @@ ENUMERATED = [
     ("monitor", "--log-level", "bogus", ["trace", "debug", "info", "warn", "error"]),
     ("simulate", "--barrier", "pssp,bogus", BARRIERS),
     ("simulate", "--select", "bogus", ["all", "random", "selmcast"]),
+    ("simulate", "--profile", "bogus", ["lan", "wan", "local"]),
     ("simulate", "--dist", "bogus", ["gamma", "exp", "const"]),
     ("simulate", "--format", "bogus", ["table", "json"]),
     ("simulate", "--progress", "bogus", ["auto", "always", "never"]),

@@ -130,7 +130,8 @@ TEST_CASE("the survivors keep stepping after a node crashes mid-run", "[sim][nod
       PspSimOptions o = Preset(policy, SelectPolicy::kRandom);
       o.crashes.push_back(CrashSpec{1, 20});
       o.membership = swim;
-      o.profile = "local";  // SWIM: 1 s probes, detection within a few seconds
+      o.profile =
+          membership::TimingProfile::kLocal;  // SWIM: 1 s probes, detection within a few seconds
       SpreadWatch watch;
       watch.Attach(&o);
       const PspSimResult r = Run(o);
@@ -183,7 +184,7 @@ TEST_CASE("with SWIM membership bsp and ssp keep their bounds at every event, ov
       PspSimOptions o = Preset(policy, SelectPolicy::kRandom, seed);
       o.crashes.push_back(CrashSpec{1, 20});
       o.membership = true;
-      o.profile = "local";
+      o.profile = membership::TimingProfile::kLocal;
       o.duration_s = 30;
       SpreadWatch watch;
       watch.Attach(&o);

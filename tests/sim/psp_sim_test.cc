@@ -333,7 +333,7 @@ TEST_CASE("SWIM membership detects a crash and the barriers move on", "[sim][psp
   o.duration_s = 60;
   o.compute.straggler_fraction = 0;
   o.membership = true;
-  o.profile = "lan";
+  o.profile = membership::TimingProfile::kLan;
   o.crashes.push_back(CrashSpec{1, 10});
   const PspSimResult r = Run(o);
   Print("swim", r);
@@ -368,7 +368,7 @@ TEST_CASE("SWIM with bounded views: 300 nodes holding 30 members each train and 
   o.view = 30;
   o.duration_s = 30;
   o.membership = true;
-  o.profile = "lan";
+  o.profile = membership::TimingProfile::kLan;
   o.crashes.push_back(CrashSpec{2, 5});
   const PspSimResult r = Run(o);
   Print("swim-30", r);
