@@ -362,190 +362,199 @@ void ThroughputThread() {
 
 void BuiltinTrainer::Run() {
   NameThisThread("mt-train");
-  using Clock = std::chrono::steady_clock;
-  std::vector<Incoming> incoming;
-  Clock::time_point last_end;
-  bool have_last_end = false;
-  const Clock::time_point train_start = Clock::now();
+  LoopState loop;
+  loop.train_start = LoopClock::now();
   if (average_.enabled()) average_.Reset(task_->params());  // initial or restored parameters
   // The outer step starts from the parameters in hand (its momentum is not checkpointed).
   outer_.Reset(task_->params().data(), static_cast<size_t>(task_->params().size()));
-  // The last step published a snapshot (of the fragment [published_lo, published_hi)): the
-  // outer step is due on that range.
-  bool published = false;
-  size_t published_lo = 0, published_hi = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.start_step = state_.step;
   }
   while (true) {
-    uint64_t step = 0;
-    std::optional<Incoming> final_model;  // a finished peer's model to take over
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!state_.training || stop_) break;
-      step = state_.step;
-      state_.waiting = permitted_ < step + 1;
-      const auto wait_start = Clock::now();
-      if (state_.waiting) {
-        lock.unlock();
-        notify_();  // the loop runs the barrier for step + 1
-        lock.lock();
-        // wbsp: busy while blocked — local steps whose update joins the next global step.
-        for (int local = 0;
-             local < options_.busy_local_steps && !stop_ && !adopt_ && permitted_ < step + 1;
-             ++local) {
-          lock.unlock();
-          const double c = TimedStep();
-          lock.lock();
-          state_.compute_s += c;
-          state_.local_steps++;
-        }
-        const auto idle_start = Clock::now();
-        cv_.wait(lock, [&] { return stop_ || adopt_ || permitted_ >= step + 1; });
-        state_.idle_s += std::chrono::duration<double>(Clock::now() - idle_start).count();
-        if (stop_) break;
-      }
-      if (!adopt_) {
-        state_.wait.Observe(std::chrono::duration<double>(Clock::now() - wait_start).count());
-      }
-      if (adopt_) {
-        // Join with state: the peer's model replaces ours before our first step.
-        SetParams(adopt_->params);
-        mixer_.Clear();
-        task_->set_steps(static_cast<int64_t>(adopt_->step));
-        state_.step = adopt_->step;
-        adopt_.reset();
-        inbox_.clear();
-        continue;  // wait for the permit of the adopted step + 1
-      }
-      state_.waiting = false;
-      incoming.clear();
-      if (options_.target_accuracy > 0) {
-        if (auto* f = finals_.Take(inbox_)) final_model = std::move(*f);
-      }
-      if (!final_model) {
-        for (auto& [from, in] : inbox_) incoming.push_back(std::move(in));
-      }
-      inbox_.clear();
-    }
-    const auto t0 = Clock::now();
-    if (final_model) {
-      // Mesh-wide stop: a finished peer's model met the target; take it over (the other models
-      // of this round are dropped) and evaluate it now. Falling short of the target (other test
-      // data), this node trains on from it.
-      SetParams(final_model->params);
-      mixer_.Clear();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        state_.mixes += 1;
-      }
-      Evaluate(step);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!state_.training) continue;
-    } else if (!incoming.empty()) {
-      // Progress-aware mixing (learn::MixWeight): a model far behind ours barely counts.
-      std::vector<const float*> others;
-      std::vector<double> weights;
-      for (const auto& in : incoming) {
-        others.push_back(in.params.data());
-        weights.push_back(learn::MixWeight(step, in.step));
-      }
-      learn::MixWeighted(task_->params(), others, weights);
-    }
-    size_t chunk_mixed = 0;
-    bool outer_stepped = false;
-    if (!final_model) {
-      Eigen::VectorXf& x = task_->params();
-      chunk_mixed = mixer_.Apply(x.data(), static_cast<size_t>(x.size()));
-      if (published && outer_.enabled()) {
-        outer_.Step(x.data(), static_cast<size_t>(x.size()), published_lo, published_hi);
-        outer_stepped = true;
-      }
-    }
-    published = false;
+    Round r;
+    const RoundStart start = AwaitRound(&r);
+    if (start == RoundStart::kStop) break;
+    if (start == RoundStart::kAdopted) continue;  // wait for the permit of the adopted step + 1
+    const auto t0 = LoopClock::now();
+    if (!MixRound(loop, &r)) continue;  // the finished peer's final model ended training
+    loop.published = false;
     float loss = 0;
     const double compute = TimedStep(&loss);
     if (options_.batch_auto) AdaptBatch(compute);
-    const uint64_t done = step + 1;
-    std::shared_ptr<std::vector<float>> snap;
-    const auto end = Clock::now();
-    const double interval =
-        std::chrono::duration<double>(end - (have_last_end ? last_end : t0)).count();
-    have_last_end = true;
-    last_end = end;
-    int sync_every = 1;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      state_.step_s = state_.step_s == 0 ? interval : 0.9 * state_.step_s + 0.1 * interval;
-      sync_every = std::max(1, state_.sync_every);
-    }
-    std::shared_ptr<std::vector<float>> exported;  // what `export` gives: the evaluated model
-    // --fragments F: one fragment every H/F steps, in turn (H = sync_every, a multiple of F).
-    const uint64_t fragments = static_cast<uint64_t>(std::max(1, options_.fragments));
-    const uint64_t every = std::max<uint64_t>(1, static_cast<uint64_t>(sync_every) / fragments);
-    wire::StreamSpan span;
-    if (done % every == 0) {
-      const auto& p = task_->params();
-      snap = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
-      published = true;
-      std::tie(published_lo, published_hi) = learn::FragmentRange(
-          static_cast<size_t>(p.size()), fragments, (done / every) % fragments);
-      if (fragments > 1) {
-        span = {static_cast<uint32_t>(published_lo), static_cast<uint32_t>(published_hi)};
-      }
-      exported = snap;
-      if (average_.enabled()) {
-        const Eigen::VectorXf& a = EvalParams();
-        exported = std::make_shared<std::vector<float>>(a.data(), a.data() + a.size());
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      state_.step = done;
-      state_.mixes += incoming.size() + chunk_mixed;
-      state_.outer_steps += outer_stepped ? 1 : 0;
-      state_.compute_s += compute;
-      state_.step_compute_s =
-          state_.step_compute_s == 0 ? compute : 0.8 * state_.step_compute_s + 0.2 * compute;
-      state_.train_s = std::chrono::duration<double>(end - train_start).count();
-      state_.train_loss = state_.train_loss == 0 ? loss : 0.95 * state_.train_loss + 0.05 * loss;
-      if (snap) {
-        latest_ = std::move(exported);
-        latest_step_ = done;
-        outbox_ = Snapshot{done, std::move(snap), false, span};
-      }
-      if (options_.max_steps > 0 && done >= options_.max_steps) state_.training = false;
-    }
-    if (!options_.checkpoint_dir.empty() &&
-        done % static_cast<uint64_t>(options_.checkpoint_every) == 0) {
-      SaveCheckpointLater(done);  // written by the checkpoint thread
-    }
-    const bool last = options_.max_steps > 0 && done >= options_.max_steps;
-    if (done % static_cast<uint64_t>(options_.eval_every) == 0 || last) {
-      // Beside training, unless the result decides whether to stop (--target-accuracy) or it
-      // is the last one.
-      if (evaluator_.running() && !last) {
-        EvaluateLater(done);
-      } else {
-        Evaluate(done);
-      }
-    }
+    const uint64_t done = r.step + 1;
+    PublishStep(&loop, r, t0, compute, loss);
+    CheckpointAndEvaluate(done);
     notify_();
   }
-  {
+  OfferFinalModel();
+  notify_();
+}
+
+BuiltinTrainer::RoundStart BuiltinTrainer::AwaitRound(Round* r) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!state_.training || stop_) return RoundStart::kStop;
+  const uint64_t step = r->step = state_.step;
+  state_.waiting = permitted_ < step + 1;
+  const auto wait_start = LoopClock::now();
+  if (state_.waiting) {
+    lock.unlock();
+    notify_();  // the loop runs the barrier for step + 1
+    lock.lock();
+    // wbsp: busy while blocked — local steps whose update joins the next global step.
+    for (int local = 0;
+         local < options_.busy_local_steps && !stop_ && !adopt_ && permitted_ < step + 1; ++local) {
+      lock.unlock();
+      const double c = TimedStep();
+      lock.lock();
+      state_.compute_s += c;
+      state_.local_steps++;
+    }
+    const auto idle_start = LoopClock::now();
+    cv_.wait(lock, [&] { return stop_ || adopt_ || permitted_ >= step + 1; });
+    state_.idle_s += std::chrono::duration<double>(LoopClock::now() - idle_start).count();
+    if (stop_) return RoundStart::kStop;
+  }
+  if (!adopt_) {
+    state_.wait.Observe(std::chrono::duration<double>(LoopClock::now() - wait_start).count());
+  }
+  if (adopt_) {
+    // Join with state: the peer's model replaces ours before our first step.
+    SetParams(adopt_->params);
+    mixer_.Clear();
+    task_->set_steps(static_cast<int64_t>(adopt_->step));
+    state_.step = adopt_->step;
+    adopt_.reset();
+    inbox_.clear();
+    return RoundStart::kAdopted;
+  }
+  state_.waiting = false;
+  r->incoming.clear();
+  if (options_.target_accuracy > 0) {
+    if (auto* f = finals_.Take(inbox_)) r->final_model = std::move(*f);
+  }
+  if (!r->final_model) {
+    for (auto& [from, in] : inbox_) r->incoming.push_back(std::move(in));
+  }
+  inbox_.clear();
+  return RoundStart::kTrain;
+}
+
+bool BuiltinTrainer::MixRound(const LoopState& loop, Round* r) {
+  if (r->final_model) {
+    // Mesh-wide stop: a finished peer's model met the target; take it over (the other models
+    // of this round are dropped) and evaluate it now. Falling short of the target (other test
+    // data), this node trains on from it.
+    SetParams(r->final_model->params);
+    mixer_.Clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      state_.mixes += 1;
+    }
+    Evaluate(r->step);
     std::lock_guard<std::mutex> lock(mu_);
-    state_.waiting = false;
-    if (!stop_ && !state_.training) {
-      // Finished (step budget or target accuracy): hand the final model to the peers still
-      // training, so they converge towards it rather than on their own: the model evaluated.
-      const Eigen::VectorXf& p = EvalParams();
-      latest_ = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
-      latest_step_ = state_.step;
-      outbox_ = Snapshot{state_.step, latest_, true};
+    if (!state_.training) return false;
+  } else if (!r->incoming.empty()) {
+    // Progress-aware mixing (learn::MixWeight): a model far behind ours barely counts.
+    std::vector<const float*> others;
+    std::vector<double> weights;
+    for (const auto& in : r->incoming) {
+      others.push_back(in.params.data());
+      weights.push_back(learn::MixWeight(r->step, in.step));
+    }
+    learn::MixWeighted(task_->params(), others, weights);
+  }
+  if (!r->final_model) {
+    Eigen::VectorXf& x = task_->params();
+    r->chunk_mixed = mixer_.Apply(x.data(), static_cast<size_t>(x.size()));
+    if (loop.published && outer_.enabled()) {
+      outer_.Step(x.data(), static_cast<size_t>(x.size()), loop.published_lo, loop.published_hi);
+      r->outer_stepped = true;
     }
   }
-  notify_();
+  return true;
+}
+
+void BuiltinTrainer::PublishStep(LoopState* loop, const Round& r, LoopClock::time_point t0,
+                                 double compute, float loss) {
+  const uint64_t done = r.step + 1;
+  std::shared_ptr<std::vector<float>> snap;
+  const auto end = LoopClock::now();
+  const double interval =
+      std::chrono::duration<double>(end - (loop->have_last_end ? loop->last_end : t0)).count();
+  loop->have_last_end = true;
+  loop->last_end = end;
+  int sync_every = 1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_.step_s = state_.step_s == 0 ? interval : 0.9 * state_.step_s + 0.1 * interval;
+    sync_every = std::max(1, state_.sync_every);
+  }
+  std::shared_ptr<std::vector<float>> exported;  // what `export` gives: the evaluated model
+  // --fragments F: one fragment every H/F steps, in turn (H = sync_every, a multiple of F).
+  const uint64_t fragments = static_cast<uint64_t>(std::max(1, options_.fragments));
+  const uint64_t every = std::max<uint64_t>(1, static_cast<uint64_t>(sync_every) / fragments);
+  wire::StreamSpan span;
+  if (done % every == 0) {
+    const auto& p = task_->params();
+    snap = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
+    loop->published = true;
+    std::tie(loop->published_lo, loop->published_hi) =
+        learn::FragmentRange(static_cast<size_t>(p.size()), fragments, (done / every) % fragments);
+    if (fragments > 1) {
+      span = {static_cast<uint32_t>(loop->published_lo), static_cast<uint32_t>(loop->published_hi)};
+    }
+    exported = snap;
+    if (average_.enabled()) {
+      const Eigen::VectorXf& a = EvalParams();
+      exported = std::make_shared<std::vector<float>>(a.data(), a.data() + a.size());
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.step = done;
+  state_.mixes += r.incoming.size() + r.chunk_mixed;
+  state_.outer_steps += r.outer_stepped ? 1 : 0;
+  state_.compute_s += compute;
+  state_.step_compute_s =
+      state_.step_compute_s == 0 ? compute : 0.8 * state_.step_compute_s + 0.2 * compute;
+  state_.train_s = std::chrono::duration<double>(end - loop->train_start).count();
+  state_.train_loss = state_.train_loss == 0 ? loss : 0.95 * state_.train_loss + 0.05 * loss;
+  if (snap) {
+    latest_ = std::move(exported);
+    latest_step_ = done;
+    outbox_ = Snapshot{done, std::move(snap), false, span};
+  }
+  if (options_.max_steps > 0 && done >= options_.max_steps) state_.training = false;
+}
+
+void BuiltinTrainer::CheckpointAndEvaluate(uint64_t done) {
+  if (!options_.checkpoint_dir.empty() &&
+      done % static_cast<uint64_t>(options_.checkpoint_every) == 0) {
+    SaveCheckpointLater(done);  // written by the checkpoint thread
+  }
+  const bool last = options_.max_steps > 0 && done >= options_.max_steps;
+  if (done % static_cast<uint64_t>(options_.eval_every) == 0 || last) {
+    // Beside training, unless the result decides whether to stop (--target-accuracy) or it
+    // is the last one.
+    if (evaluator_.running() && !last) {
+      EvaluateLater(done);
+    } else {
+      Evaluate(done);
+    }
+  }
+}
+
+void BuiltinTrainer::OfferFinalModel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.waiting = false;
+  if (!stop_ && !state_.training) {
+    // Finished (step budget or target accuracy): hand the final model to the peers still
+    // training, so they converge towards it rather than on their own: the model evaluated.
+    const Eigen::VectorXf& p = EvalParams();
+    latest_ = std::make_shared<std::vector<float>>(p.data(), p.data() + p.size());
+    latest_step_ = state_.step;
+    outbox_ = Snapshot{state_.step, latest_, true};
+  }
 }
 
 learn::Result<std::unique_ptr<Trainer>> MakeTrainer(const AgentConfig& config, MetricsLog* metrics,

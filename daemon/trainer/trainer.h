@@ -15,6 +15,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -376,6 +377,39 @@ class BuiltinTrainer : public Trainer {
   uint64_t latest_step_ = 0;
   std::shared_ptr<const std::vector<float>> consensus_;  // under mu_
   TrainerState state_;
+
+  // The training loop (Run) in its steps, in the order each round takes them: AwaitRound (the
+  // permit for step + 1, or a join's model to adopt; takes the inbox), MixRound (a finished peer's
+  // final model, or the received models, the streamed chunks and the outer step), the SGD step,
+  // PublishStep (the step's bookkeeping and snapshot), CheckpointAndEvaluate; at the end
+  // OfferFinalModel. Trainer thread only.
+  using LoopClock = std::chrono::steady_clock;
+  // Carried from one round to the next.
+  struct LoopState {
+    LoopClock::time_point train_start;
+    LoopClock::time_point last_end;
+    bool have_last_end = false;
+    // The last step published a snapshot (of the fragment [published_lo, published_hi)): the
+    // outer step is due on that range.
+    bool published = false;
+    size_t published_lo = 0, published_hi = 0;
+  };
+  // One round: the step it starts from and what it mixes in.
+  struct Round {
+    uint64_t step = 0;
+    std::vector<Incoming> incoming;
+    std::optional<Incoming> final_model;  // a finished peer's model to take over
+    size_t chunk_mixed = 0;
+    bool outer_stepped = false;
+  };
+  enum class RoundStart { kStop, kAdopted, kTrain };
+  RoundStart AwaitRound(Round* r);
+  // False when the final model taken over ended training (the round ends there).
+  bool MixRound(const LoopState& loop, Round* r);
+  void PublishStep(LoopState* loop, const Round& r, LoopClock::time_point t0, double compute,
+                   float loss);
+  void CheckpointAndEvaluate(uint64_t done);
+  void OfferFinalModel();
 
   std::thread thread_;
   struct EvalJob {

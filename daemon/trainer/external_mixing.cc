@@ -1,0 +1,355 @@
+// The external trainer's model side (see external_trainer.h): the snapshots a PUBLISH copies out
+// of the shared memory for the node to send, the MIX that folds received models into it, EVAL
+// reports and the mesh-wide stop, FINISH and the consensus model, and the node's deliveries.
+// The socket protocol itself (connections, framing, attach, barrier waits) is in
+// external_trainer.cc.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/huge_pages.h"
+#include "daemon/offload.h"
+#include "daemon/ops/metrics.h"
+#include "daemon/trainer/external_trainer.h"
+#include "daemon/trainer/external_trainer_impl.h"
+#include "learn/mixing.h"
+
+namespace meshtrain::daemon {
+
+using external_impl::Seconds;
+
+namespace {
+
+// A snapshot buffer of n floats, with huge pages advised before its pages are first touched.
+std::shared_ptr<std::vector<float>> NewSnapshotBuffer(size_t n) {
+  auto b = std::make_shared<std::vector<float>>();
+  b->reserve(n);
+  AdviseHugePages(b->data(), n * sizeof(float));
+  b->resize(n);
+  return b;
+}
+
+}  // namespace
+
+// ---- publish and snapshots ----------------------------------------------------------------------
+
+void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p) {
+  if (p.step < state_.step) {
+    return Reject(c, "trainer_message", seq,
+                  "publish(" + std::to_string(p.step) + ") goes back from step " +
+                      std::to_string(state_.step));
+  }
+  // A copy: the trainer overwrites the shared memory with its next step while this one is sent.
+  auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
+  if (p.end > num_params_) {
+    return Reject(c, "trainer_message", seq,
+                  "publish: fragment end " + std::to_string(p.end) + " is beyond the model's " +
+                      std::to_string(num_params_) + " parameters");
+  }
+  const wire::StreamSpan span{static_cast<uint32_t>(p.begin), static_cast<uint32_t>(p.end)};
+  if (!*snap && !CanAllocateSnapshot()) return FinishPublish(c, seq, p.step, nullptr, span);
+  // The copy and its finite check (and a new buffer's allocation: writing a large model's
+  // pages is as costly as the copy) run on the thread pool; the trainer waits for the reply.
+  job_ = true;
+  auto ok = std::make_shared<bool>(false);
+  OffloadBulk(
+      loop_,
+      [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
+        if (!*snap) *snap = NewSnapshotBuffer(n);
+        *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, step = p.step, snap, ok,
+       span] {
+        if (life.expired() || gen != conn_gen_) return;  // gone, or the trainer detached
+        KeepSnapshotBuffer(*snap);
+        job_ = false;
+        if (!*ok)
+          return Reject(c, "trainer_message", seq, "publish: the parameters are not all finite");
+        FinishPublish(c, seq, step, *snap, span);
+        HandleFrames(c);
+      });
+}
+
+void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
+                                    std::shared_ptr<std::vector<float>> snap,
+                                    wire::StreamSpan span) {
+  const auto now = Clock::now();
+  const double interval = Seconds(now - last_publish_);
+  const double compute = Seconds(now - std::max(last_publish_, last_permit_));
+  const uint64_t steps = std::max<uint64_t>(1, step - state_.step);
+  last_publish_ = now;
+  state_.step_s = state_.step_s == 0 ? interval / static_cast<double>(steps)
+                                     : 0.9 * state_.step_s + 0.1 * interval / steps;
+  state_.compute_s += compute;
+  const double per_step = compute / static_cast<double>(steps);
+  state_.step_compute_s =
+      state_.step_compute_s == 0 ? per_step : 0.8 * state_.step_compute_s + 0.2 * per_step;
+  state_.train_s = Seconds(now - train_start_);
+  state_.step = step;
+  state_.waiting = false;
+  unsent_publish_ = !snap && num_params_ > kOneSnapshotFloats;
+  if (snap) {
+    latest_ = snap;
+    latest_step_ = step;
+    outbox_ = Snapshot{step, std::move(snap), false, span};
+  }
+  Reply(c, tp::kPublish | tp::kReplyBit, seq, tp::Writer().U64(step).Take());
+  notify_();
+}
+
+std::shared_ptr<std::vector<float>> ExternalTrainer::SnapshotBuffer() {
+  for (auto& b : pool_) {
+    // Held by the pool, and by latest_ when it is this buffer: nobody else.
+    const long holders = 1 + (latest_.get() == b.get() ? 1 : 0);
+    if (b->size() == num_params_ && b.use_count() == holders) return b;
+  }
+  return nullptr;
+}
+
+void ExternalTrainer::PrepareBuffers() {
+  if (num_params_ <= kOneSnapshotFloats || preparing_ || !pool_.empty()) return;
+  preparing_ = true;
+  auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>();
+  OffloadBulk(
+      loop_,
+      [snap, n = num_params_, mixer = mixer_] {
+        *snap = NewSnapshotBuffer(n);  // zero-filled: every page touched
+        mixer->Reserve(n);
+      },
+      [this, life = std::weak_ptr<int>(life_), snap] {
+        if (life.expired()) return;
+        preparing_ = false;
+        if (*snap && (*snap)->size() == num_params_) KeepSnapshotBuffer(*snap);
+      });
+}
+
+bool ExternalTrainer::CanAllocateSnapshot() const {
+  return num_params_ <= kOneSnapshotFloats || (pool_.empty() && !preparing_);
+}
+
+void ExternalTrainer::KeepSnapshotBuffer(const std::shared_ptr<std::vector<float>>& b) {
+  constexpr size_t kPool = 3;
+  if (!b || std::find(pool_.begin(), pool_.end(), b) != pool_.end()) return;
+  if (pool_.size() >= kPool) pool_.erase(pool_.begin());
+  pool_.push_back(b);
+}
+
+void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
+  // Decided here, carried out on the thread pool (the trainer waits for the reply meanwhile).
+  struct Work {
+    std::optional<Incoming> take;  // a model that replaces the trainer's
+    std::vector<Incoming> whole;   // whole models to average in (final models, top-k)
+    std::vector<double> weights;
+    size_t mixed = 0;
+    std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
+    bool snap_ok = false;
+  };
+  auto work = std::make_shared<Work>();
+  uint32_t flags = 0;
+  if (adopt_) {
+    // Join with state: the peer's model and step replace the trainer's.
+    work->take = std::move(adopt_);
+    state_.step = work->take->step;
+    adopt_.reset();
+    inbox_.clear();
+    flags |= tp::kMixAdopted;
+  } else if (Incoming* fin = options_.target_accuracy > 0 ? finals_.Take(inbox_) : nullptr) {
+    // Mesh-wide stop: a finished peer's final model (it met the target) replaces the trainer's
+    // (once per peer and step: FinalModels); the trainer evaluates it now. The step stays ours.
+    work->take = std::move(*fin);
+    work->mixed = 1;
+    inbox_.clear();
+    flags |= tp::kMixAdopted | tp::kMixFinished;
+  } else {
+    for (auto& [from, in] : inbox_) {
+      work->weights.push_back(learn::MixWeight(state_.step, in.step));
+      work->whole.push_back(std::move(in));
+    }
+    inbox_.clear();
+  }
+  if (unsent && !work->take && !preparing_) work->snap = SnapshotBuffer();
+  job_ = true;
+  OffloadBulk(
+      loop_,
+      [map = shm_.map, data = shm_.data, n = num_params_, mixer = mixer_, work] {
+        if (work->take) {
+          std::memcpy(data, work->take->params.data(), n * sizeof(float));
+          mixer->Clear();
+          return;
+        }
+        if (!work->whole.empty()) {
+          std::vector<const float*> others;
+          for (const auto& in : work->whole) others.push_back(in.params.data());
+          learn::MixWeighted(data, n, others, work->weights);
+        }
+        work->mixed = work->whole.size() + mixer->Apply(data, n);
+        if (work->snap) work->snap_ok = learn::CopyParamsFinite(data, work->snap->data(), n);
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, flags, work] {
+        if (life.expired() || gen != conn_gen_) return;
+        job_ = false;
+        if (work->snap_ok) {
+          latest_ = work->snap;
+          latest_step_ = state_.step;
+          outbox_ = Snapshot{state_.step, work->snap};
+          notify_();
+        }
+        const auto mixed = static_cast<uint32_t>(work->mixed);
+        state_.mixes += mixed;
+        Reply(c, tp::kMix | tp::kReplyBit, seq,
+              tp::Writer().U32(mixed).U32(flags).U64(state_.step).Take());
+        if (flags & tp::kMixAdopted) notify_();
+        HandleFrames(c);
+      });
+}
+
+void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e) {
+  if (e.step > state_.step) {
+    return Reject(c, "trainer_message", seq,
+                  "eval at step " + std::to_string(e.step) + " is ahead of the published step " +
+                      std::to_string(state_.step));
+  }
+  state_.loss = e.loss;
+  state_.accuracy = e.accuracy;
+  state_.eval_step = e.step;
+  metrics_->Write("eval", {{"step", e.step}, {"loss", e.loss}, {"accuracy", e.accuracy}});
+  spdlog::info("step {} test loss {:.4f} accuracy {:.4f}", e.step, e.loss, e.accuracy);
+  const bool reached = options_.target_accuracy > 0 && e.accuracy >= options_.target_accuracy;
+  if (reached && !target_reached_) {
+    target_reached_ = true;
+    state_.training = false;
+    spdlog::info("target accuracy {:.3f} reached at step {}: training stops, staying in the mesh",
+                 options_.target_accuracy, e.step);
+    // The final model is the one the trainer just evaluated: the shared memory as it stands
+    // (Mesh.step leaves the mixed model there; report(..., model=m) stores m first), not the
+    // snapshot published before the last mix.
+    return OfferFinal(c, [this, c, seq] {
+      Reply(c, tp::kEval | tp::kReplyBit, seq, tp::Writer().U32(1).U32(0).Take());
+    });
+  }
+  Reply(c, tp::kEval | tp::kReplyBit, seq, tp::Writer().U32(reached ? 1 : 0).U32(0).Take());
+  notify_();
+}
+
+void ExternalTrainer::OfferFinal(Conn* c, std::function<void()> reply) {
+  // Copied on the thread pool; the trainer waits.
+  auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
+  auto ok = std::make_shared<bool>(false);
+  job_ = true;
+  OffloadBulk(
+      loop_,
+      [map = shm_.map, data = shm_.data, snap, n = num_params_, ok] {
+        if (!*snap) *snap = NewSnapshotBuffer(n);
+        *ok = learn::CopyParamsFinite(data, (*snap)->data(), n);
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, snap, ok,
+       reply = std::move(reply)] {
+        if (life.expired()) return;
+        if (*ok) {
+          latest_ = *snap;
+        } else {
+          spdlog::warn("the final parameters are not finite: offering the last published model");
+        }
+        if (latest_) outbox_ = Snapshot{latest_step_, latest_, true};
+        if (gen != conn_gen_) return notify_();  // the trainer detached meanwhile
+        job_ = false;
+        reply();
+        notify_();
+        HandleFrames(c);
+      });
+}
+
+void ExternalTrainer::HandleFinish(Conn* c, uint32_t seq) {
+  const bool offered = target_reached_;  // the final model went out with the report
+  state_.training = false;
+  finish_seq_ = seq;
+  spdlog::info("the trainer finished at step {}: waiting for the mesh's consensus model",
+               state_.step);
+  metrics_->Write("trainer", {{"finished", true}, {"step", state_.step}});
+  if (offered || !latest_) {
+    // Nothing (new) to offer: reply when (or if already) the consensus model is here.
+    if (consensus_) ReplyFinish();
+    return notify_();
+  }
+  OfferFinal(c, [this] {
+    if (consensus_) ReplyFinish();
+  });
+}
+
+void ExternalTrainer::AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
+                                     size_t participants) {
+  if (!params || params->size() != num_params_ || state_.training) return;
+  consensus_ = std::move(params);
+  latest_ = consensus_;
+  state_.consensus_crc32 = learn::ParamsCrc32(consensus_->data(), consensus_->size());
+  state_.consensus_models = participants;
+  spdlog::info("consensus model of {} nodes adopted (crc32 {:08x})", participants,
+               state_.consensus_crc32);
+  metrics_->Write("consensus", {{"models", participants}, {"crc32", state_.consensus_crc32}});
+  if (finish_seq_ && !job_) ReplyFinish();
+  notify_();
+}
+
+void ExternalTrainer::ReplyFinish() {
+  if (!finish_seq_ || !consensus_ || conn_ == nullptr || !shm_.data) return;
+  job_ = true;
+  OffloadBulk(
+      loop_,
+      [map = shm_.map, data = shm_.data, model = consensus_] {
+        std::memcpy(data, model->data(), model->size() * sizeof(float));
+      },
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c = conn_] {
+        if (life.expired() || gen != conn_gen_ || !finish_seq_) return;
+        job_ = false;
+        const uint32_t seq = *finish_seq_;
+        finish_seq_.reset();
+        Reply(c, tp::kFinish | tp::kReplyBit, seq,
+              tp::Writer()
+                  .U32(static_cast<uint32_t>(state_.consensus_models))
+                  .U32(state_.consensus_crc32)
+                  .U64(state_.step)
+                  .Take());
+        HandleFrames(c);
+      });
+}
+
+// ---- the node's side ----------------------------------------------------------------------------
+
+void ExternalTrainer::Deliver(const std::string& from, std::vector<float> params, uint64_t step,
+                              bool finished, std::optional<uint64_t> final_step) {
+  if (num_params_ == 0 || params.size() != num_params_) return;
+  inbox_[from] = Incoming{std::move(params), step, finished, final_step};
+}
+
+void ExternalTrainer::DeliverChunk(node::MixChunk chunk) {
+  if (num_params_ == 0 || chunk.total != num_params_) return;
+  const double w = learn::MixWeight(state_.step, chunk.step);
+  mixer_->Push(std::move(chunk), w);
+}
+
+void ExternalTrainer::Adopt(std::vector<float> params, uint64_t step) {
+  // Finite: checked chunk by chunk on arrival (node::AdoptState), not again on the loop.
+  if (params.empty() || (num_params_ != 0 && params.size() != num_params_)) return;
+  if (attached()) {
+    adopt_ = Incoming{std::move(params), step, false, std::nullopt};  // handed over at the next MIX
+    return;
+  }
+  // No trainer yet: the model a trainer attaching later starts from.
+  latest_ = std::make_shared<const std::vector<float>>(std::move(params));
+  latest_step_ = step;
+  state_.step = std::max(state_.step, step);
+}
+
+std::optional<Snapshot> ExternalTrainer::TakeSnapshot() {
+  std::optional<Snapshot> out = std::move(outbox_);
+  outbox_.reset();
+  return out;
+}
+
+learn::Result<learn::ModelFile> ExternalTrainer::Model() const {
+  return learn::Status::InvalidArgument(
+      "the model belongs to the external trainer process (no layer spec in the agent)");
+}
+
+}  // namespace meshtrain::daemon
