@@ -32,6 +32,7 @@
 #endif
 
 namespace ms = meshtrain::membership;
+namespace wire = meshtrain::wire;
 namespace node = meshtrain::node;
 namespace mtd = meshtrain::daemon;  // not `daemon`: unistd.h declares daemon()
 

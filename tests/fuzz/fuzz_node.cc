@@ -24,6 +24,7 @@
 using meshtrain::fuzz::PlainCodec;
 namespace node = meshtrain::node;
 namespace ms = meshtrain::membership;
+namespace wire = meshtrain::wire;
 
 namespace {
 

@@ -46,7 +46,8 @@ set(FUZZ_LIBS "")
 
 # The agent's whole receive path in process: Inbound -> node::Node -> the daemon's event, metrics
 # and reply writers (daemon/ops/status_json.cc, daemon/ops/metrics.cc, compiled in as the agent has them).
-set(FUZZ_LIBS meshtrain::node nlohmann_json::nlohmann_json spdlog::spdlog fmt::fmt Eigen3::Eigen)
+set(FUZZ_LIBS meshtrain::node meshtrain::learn nlohmann_json::nlohmann_json spdlog::spdlog fmt::fmt
+    Eigen3::Eigen)
 foreach(mode plain sealed)
   if(mode STREQUAL "sealed")
     set(FUZZ_DEFS FUZZ_SEALED=1)
