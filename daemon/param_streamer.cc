@@ -30,6 +30,7 @@ wire::Frame ChunkFrame(const node::SendParams& s, uint32_t index) {
                               s.spec, s.round, s.step, s.chunk_floats, s.span);
   c.final = s.final;
   c.consensus = s.consensus;
+  c.covers = s.covers;
   wire::Frame f;
   f.sender = s.sender;
   f.body = std::move(c);
@@ -58,9 +59,10 @@ std::shared_ptr<ParamStreamer::Round> ParamStreamer::RoundFor(const node::SendPa
   for (const auto& w : rounds_) {
     auto r = w.lock();
     if (r && r->s.params == s.params && r->s.round == s.round && r->s.step == s.step &&
-        r->s.final == s.final && r->s.consensus == s.consensus && r->s.span.begin == s.span.begin &&
-        r->s.span.end == s.span.end && r->s.spec.kind == s.spec.kind &&
-        r->s.chunk_floats == s.chunk_floats && r->s.sender == s.sender) {
+        r->s.final == s.final && r->s.consensus == s.consensus && r->s.covers == s.covers &&
+        r->s.span.begin == s.span.begin && r->s.span.end == s.span.end &&
+        r->s.spec.kind == s.spec.kind && r->s.chunk_floats == s.chunk_floats &&
+        r->s.sender == s.sender) {
       return r;
     }
   }

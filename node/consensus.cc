@@ -50,12 +50,17 @@ Consensus::Model Consensus::AdoptOffer() {
   if (!offer_ || offer_from_ != leader_) return nullptr;
   result_ = std::move(offer_);
   result_from_ = leader_;
+  result_covers_ = offer_covers_;
   reducing_ = false;
   return result_;
 }
 
+bool Consensus::Settled() const {
+  return HasLeadersResult() && (result_covers_ == 0 || result_covers_ >= participants_.size());
+}
+
 bool Consensus::PullDue(const std::string& self, TimeMs now) const {
-  return (spectator_ || natted(self)) && now >= next_pull_ && !natted(leader_);
+  return (spectator_ || natted(self)) && now >= next_pull_ && !natted(leader_) && !Settled();
 }
 
 bool Consensus::ResultStands() const {
@@ -103,14 +108,16 @@ Consensus::Model Consensus::OnReduced(ConsensusResult r, const Model& latest,
   reducing_ = false;
   result_ = std::move(r.params);
   result_from_ = self;
+  result_covers_ = static_cast<uint32_t>(reduced_over_.size());
   acked_.clear();
   next_send_ = now;
   return result_;
 }
 
-void Consensus::OnOffer(const std::string& sender, Model m) {
+void Consensus::OnOffer(const std::string& sender, Model m, uint32_t covers) {
   offer_ = std::move(m);
   offer_from_ = sender;
+  offer_covers_ = covers;
 }
 
 ConsensusPhase Consensus::Phase(bool finished, const std::string& self) const {

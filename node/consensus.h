@@ -55,7 +55,12 @@ class Consensus {
   // finished): it becomes our result. Returns it, to adopt, or null.
   Model AdoptOffer();
   bool HasLeadersResult() const { return result_ && result_from_ == leader_; }
-  // Behind NAT (or a spectator) we pull the leader's result, every retry interval.
+  // The leader's result averages as many participants as our view counts (or did not say how
+  // many). One that averages fewer is provisional: the leader missed a participant that our
+  // view has (it saw it training, or not at all), and reduces again once it sees it finished.
+  bool Settled() const;
+  // Behind NAT (or a spectator) we pull the leader's result, every retry interval, until it is
+  // settled.
   bool PullDue(const std::string& self, TimeMs now) const;
   void Pulled(TimeMs next) { next_pull_ = next; }
   // Our final model to the leader (or the result to the participants), every retry interval.
@@ -75,12 +80,15 @@ class Consensus {
   // The reduce's answer; the result to adopt, or null when it is not ours or does not fit.
   Model OnReduced(ConsensusResult r, const Model& latest, const std::string& self, TimeMs now);
   size_t reduced_over() const { return reduced_over_.size(); }
+  // As it goes out (ParamChunk::covers): the participants the result averages.
+  uint32_t result_covers() const { return result_covers_; }
 
   // ---- transfers ----
   void OnFinal(const std::string& sender, Model m) { finals_[sender] = std::move(m); }
   // A consensus model received: kept, adopted once our view has `sender` as the leader (a
   // stale leader's is dropped then).
-  void OnOffer(const std::string& sender, Model m);
+  // `covers`: how many participants it averages (ParamChunk::covers; 0 = not said).
+  void OnOffer(const std::string& sender, Model m, uint32_t covers);
   void Acked(const std::string& receiver) { acked_.insert(receiver); }
 
   // ---- status ----
@@ -107,12 +115,14 @@ class Consensus {
   std::vector<std::string> reduced_over_;  // the participants of the reduce in flight or done
   Model result_;
   std::string result_from_;      // who averaged it (ourselves when leading)
+  uint32_t result_covers_ = 0;   // how many participants it averages (0: not said)
   std::set<std::string> acked_;  // leader: participants that acknowledged the result
   TimeMs next_send_ = 0;
   // A consensus model received, not adopted yet (our view may not agree yet that everyone
   // finished, or that its sender leads).
   Model offer_;
   std::string offer_from_;
+  uint32_t offer_covers_ = 0;
 };
 
 }  // namespace meshtrain::node

@@ -47,6 +47,7 @@ std::vector<wire::Frame> Endpoint::ParamFrames(const node::SendParams& s) {
     }
     c.final = s.final;
     c.consensus = s.consensus;
+    c.covers = s.covers;
     f.body = std::move(c);
     frames.push_back(std::move(f));
   }

@@ -149,6 +149,7 @@ struct SendParams {
   uint32_t chunk_floats = wire::kParamChunkFloats;
   bool consensus = false;   // the consensus model (plain floats, ParamChunk::consensus)
   wire::StreamSpan span{};  // a fragment of the model only (SnapshotIn::span)
+  uint32_t covers = 0;      // the consensus model: participants it averages (ParamChunk::covers)
 };
 // Send a probe train of `packets` datagrams to the membership address `to`; the report comes
 // back as ProbeResult{id} (or never: the node gives up after a few seconds).

@@ -268,10 +268,10 @@ class Node {
   // The end-of-training consensus (node_consensus.cc).
   void RunConsensus(TimeMs now);
   void OnConsensusResult(ConsensusResult r, TimeMs now);
-  // A finished peer's final model (store: we are finished) or the leader's consensus model.
-  // True when taken (not to be mixed).
-  bool OnConsensusModel(const std::string& sender, bool consensus, std::vector<float>* params,
-                        TimeMs now);
+  // A finished peer's final model (store: we are finished) or the leader's consensus model
+  // (averaging `covers` participants, 0 = not said). True when taken (not to be mixed).
+  bool OnConsensusModel(const std::string& sender, bool consensus, uint32_t covers,
+                        std::vector<float>* params, TimeMs now);
   // Updates consensus_'s participants; false while the consensus does not apply (we or peers
   // still train, or it is off).
   bool ConsensusParticipants(TimeMs now);

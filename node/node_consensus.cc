@@ -63,10 +63,11 @@ void Node::RunConsensus(TimeMs now) {
     // A participant: the leader's consensus model (it may have come before our view agreed
     // that everyone finished), else our final model to the leader until it comes.
     if (auto result = cs.AdoptOffer()) Emit(AdoptConsensus{leader, std::move(result), parts});
-    if (cs.HasLeadersResult()) return;
+    if (cs.Settled()) return;
     if (pulls_.empty() && cs.PullDue(config_.name, now)) {
       // Behind NAT the leader cannot push the result to us, and to a spectator it does not:
-      // we ask for it (it closes until it has one). A participant's final model goes to it as
+      // we ask for it (it closes until it has one), and again while the one we hold averages
+      // fewer participants than our view counts. A participant's final model goes to it as
       // below.
       if (auto peer = FindPeer(leader)) {
         cs.Pulled(now + config_.consensus_retry_ms);
@@ -74,7 +75,9 @@ void Node::RunConsensus(TimeMs now) {
         PullFrom(leader, *peer->data_addr);
       }
     }
-    if (cs.spectator() || round_ || pending_ || !cs.SendDue(now)) return;
+    // A provisional result (Settled) came from the leader, so our final model is with it: the
+    // leader pushes its next result, or we pull it.
+    if (cs.HasLeadersResult() || cs.spectator() || round_ || pending_ || !cs.SendDue(now)) return;
     cs.Sent(now + config_.consensus_retry_ms);
     pending_ = SnapshotIn{latest_step_, latest_, true, {}};
     return SendRound({leader}, now);
@@ -102,8 +105,8 @@ void Node::OnConsensusResult(ConsensusResult r, TimeMs now) {
   RunConsensus(now);
 }
 
-bool Node::OnConsensusModel(const std::string& sender, bool consensus, std::vector<float>* params,
-                            TimeMs now) {
+bool Node::OnConsensusModel(const std::string& sender, bool consensus, uint32_t covers,
+                            std::vector<float>* params, TimeMs now) {
   if (!config_.consensus) return false;
   auto model = std::make_shared<const std::vector<float>>(std::move(*params));
   if (!consensus) {  // a finished peer's final model, kept for the reduce
@@ -111,7 +114,7 @@ bool Node::OnConsensusModel(const std::string& sender, bool consensus, std::vect
   } else {
     // The consensus model: adopted (RunConsensus) once our view has `sender` as the leader. It
     // is acknowledged already, so it is not sent again.
-    consensus_.OnOffer(sender, std::move(model));
+    consensus_.OnOffer(sender, std::move(model), covers);
   }
   RunConsensus(now);
   return true;

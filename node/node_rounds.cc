@@ -163,7 +163,10 @@ void Node::MaybePull() {
 void Node::PullFrom(const std::string& name, const std::string& addr) {
   const ConnId conn = next_conn_++;
   pulls_[conn] = name;
-  in_streams_.erase(name);  // a pulled snapshot is always round 1 (SendState)
+  // A pulled snapshot is always round 1 (SendState), and so is a pulled consensus model: what
+  // came before from this peer is no older round of it.
+  in_streams_.erase(name);
+  assemblers_.erase(name);
   Emit(Connect{conn, addr});
   wire::Frame f;
   f.sender = config_.name;
@@ -327,7 +330,7 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
     if (streamed) {
       t.wire_bytes = stream_bytes;
       Emit(SendParams{conn, config_.name, snap.params, id, snap.step, snap.final, spec,
-                      chunk_floats, consensus, span});
+                      chunk_floats, consensus, span, consensus ? consensus_.result_covers() : 0});
     } else {
       for (auto& c : EncodeFor(name, params, id, snap.step, &t)) {
         c.final = snap.final;
@@ -524,7 +527,7 @@ void Node::OnParamChunk(ConnId conn, const std::string& sender, wire::ParamChunk
   // The end-of-training consensus: a finished node keeps its finished peers' final models
   // (the leader averages them), and the consensus model replaces ours.
   if ((model->consensus || (model->final && lifecycle_.finished())) &&
-      OnConsensusModel(sender, model->consensus, &model->params, now)) {
+      OnConsensusModel(sender, model->consensus, model->covers, &model->params, now)) {
     return;
   }
   // A finished peer's model reached its goal however few steps it took: it mixes at full weight

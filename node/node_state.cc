@@ -188,9 +188,16 @@ void Node::ServeState(ConnId conn, const std::string& from) {
       (std::binary_search(cs.participants().begin(), cs.participants().end(), from) ||
        spectator())) {
     if (cs.result() && cs.result_from() == config_.name) {
-      Emit(SendParams{conn, config_.name, cs.result(), 1, latest_step_, false, wire::CompressSpec{},
-                      std::clamp<uint32_t>(config_.chunk_floats, 1, wire::kParamChunkFloats),
-                      true});
+      SendParams answer;
+      answer.conn = conn;
+      answer.sender = config_.name;
+      answer.params = cs.result();
+      answer.round = 1;
+      answer.step = latest_step_;
+      answer.chunk_floats = std::clamp<uint32_t>(config_.chunk_floats, 1, wire::kParamChunkFloats);
+      answer.consensus = true;
+      answer.covers = cs.result_covers();
+      Emit(std::move(answer));
       stats_.consensus_pulls_served++;
     }
     Emit(Close{conn, false});

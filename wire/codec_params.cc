@@ -34,7 +34,7 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b, 
   return {w::Body::ParamChunk,
           w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
                               c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx,
-                              c.final, c.keyed, c.consensus, c.fragment)
+                              c.final, c.keyed, c.consensus, c.fragment, c.covers)
               .Union()};
 }
 
@@ -118,6 +118,7 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   out->keyed = c->keyed();
   out->consensus = c->consensus();
   out->fragment = c->fragment();
+  out->covers = c->covers();
   out->wire_bytes = ChunkWireBytes(*out);
   out->count = c->count();
   if (out->count == 0 && out->encoding == 0) {

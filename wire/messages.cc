@@ -257,6 +257,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     keyed_ = false;
     final_ = false;
     consensus_ = false;
+    covers_ = 0;
     chunks_ = c.chunks;
     total_ = c.total;
     seen_.assign(chunks_, false);
@@ -272,6 +273,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
   keyed_ = keyed_ || c.base != 0 || c.keyed;
   final_ = final_ || c.final;
   consensus_ = consensus_ || c.consensus;
+  covers_ = std::max(covers_, c.covers);
   ++received_;
   const size_t end = c.offset + c.data.size();
   if (end > params_.size()) {
@@ -293,7 +295,7 @@ std::optional<ParamAssembler::Model> ParamAssembler::Add(const ParamChunk& c) {
     next = uint64_t{offset} + len;
   }
   tiled = tiled && next == total_;
-  Model m{round_, step_, base_, keyed_, std::move(params_), final_, consensus_};
+  Model m{round_, step_, base_, keyed_, std::move(params_), final_, consensus_, covers_};
   Reset();  // the round stays recorded so its late duplicates are ignored
   if (!tiled) return std::nullopt;
   return m;

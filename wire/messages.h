@@ -109,6 +109,8 @@ struct ParamChunk {
   // The transfer covers one fragment of the model, not all of it (streaming fragments, issue
   // 32; appended field): its `chunks` cover less than `total`.
   bool fragment = false;
+  // With `consensus`: how many participants' final models it averages (0: not said; appended).
+  uint32_t covers = 0;
   uint64_t wire_bytes = 0;  // set by the receiver's codec: payload bytes as received
   // Not on the wire: a sender's plain chunk may point at its values in a snapshot it holds until
   // the frame is encoded, instead of copying them into `data` (view[0, count); `data` empty).
@@ -304,6 +306,7 @@ class ParamAssembler {
     std::vector<float> params;
     bool final = false;      // the sender's final model (ParamChunk::final of its chunks)
     bool consensus = false;  // the consensus model (ParamChunk::consensus of its chunks)
+    uint32_t covers = 0;     // ParamChunk::covers of its chunks (the largest)
   };
 
   // The complete model once `chunk` was its last missing piece; nullopt otherwise.
@@ -321,6 +324,7 @@ class ParamAssembler {
   bool keyed_ = false;
   bool final_ = false;
   bool consensus_ = false;
+  uint32_t covers_ = 0;
   uint32_t chunks_ = 0;
   uint32_t total_ = 0;
   uint32_t received_ = 0;

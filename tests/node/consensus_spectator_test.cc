@@ -52,8 +52,10 @@ struct Hand : testing::HandDriver {
     n->Step(SnapshotIn{step, std::make_shared<const std::vector<float>>(8, value), true, {}}, now);
     Drain();
   }
-  // A model chunk from `sender` on connection `conn` (final or consensus as asked).
-  void Chunk(ConnId conn, const char* sender, float value, bool final_model, bool consensus) {
+  // A model chunk from `sender` on connection `conn` (final or consensus as asked; a consensus
+  // model averaging `covers` participants).
+  void Chunk(ConnId conn, const char* sender, float value, bool final_model, bool consensus,
+             uint32_t covers = 0) {
     wire::ParamChunk c;
     c.round = 1;
     c.step = 10;
@@ -63,6 +65,7 @@ struct Hand : testing::HandDriver {
     c.data.assign(8, value);
     c.final = final_model;
     c.consensus = consensus;
+    c.covers = covers;
     wire::Frame f;
     f.sender = sender;
     f.body = std::move(c);
@@ -105,6 +108,52 @@ TEST_CASE("consensus spectator: a node that took no step pulls the leader's resu
   CHECK(h.n->consensus().state == node::ConsensusPhase::kAdopted);
 }
 
+TEST_CASE(
+    "consensus spectator: a result that averages fewer participants than we see is pulled "
+    "again",
+    "[node][consensus]") {
+  // The leader averaged before it saw p2 finish (p2 was training in its view); ours counts p1
+  // and p2. The result it serves says it averages one participant: adopted, as the best there
+  // is, and pulled again every retry interval until the leader's next result covers both.
+  Hand h;
+  h.Finish(0, 3.0f);
+  h.RunUntil(h.now + 500);
+  REQUIRE(h.n->consensus().participants == 2);
+  const auto pull_to_leader = [&]() -> std::optional<ConnId> {
+    std::optional<ConnId> pull;
+    for (const Output& o : h.out) {
+      if (const auto* c = std::get_if<Connect>(&o); c != nullptr && c->to == kP1) pull = c->conn;
+    }
+    h.out.clear();
+    return pull;
+  };
+  const auto adopted = [&]() -> std::optional<float> {
+    std::optional<float> v;
+    for (const Output& o : h.out) {
+      if (const auto* a = std::get_if<AdoptConsensus>(&o)) v = a->params->front();
+    }
+    return v;
+  };
+  std::optional<ConnId> pull = pull_to_leader();
+  REQUIRE(pull.has_value());
+  h.Chunk(*pull, "p1", 2.0f, false, true, 1);
+  CHECK(adopted() == 2.0f);
+  CHECK(h.n->consensus().state == node::ConsensusPhase::kAdopted);
+  const uint64_t pulls = h.n->stats().consensus_pulls;
+  h.out.clear();
+  h.RunUntil(h.now + 2 * h.n->config().consensus_retry_ms);
+  pull = pull_to_leader();
+  REQUIRE(pull.has_value());
+  CHECK(h.n->stats().consensus_pulls == pulls + 1);
+  // The leader's next result averages both: adopted, and no pull after it.
+  h.Chunk(*pull, "p1", 2.5f, false, true, 2);
+  CHECK(adopted() == 2.5f);
+  h.out.clear();
+  h.RunUntil(h.now + 5 * h.n->config().consensus_retry_ms);
+  CHECK_FALSE(pull_to_leader().has_value());
+  CHECK(h.n->stats().consensus_pulls == pulls + 1);
+}
+
 TEST_CASE("consensus spectator: the leader averages the participants and serves a spectator",
           "[node][consensus]") {
   Hand h;
@@ -140,6 +189,7 @@ TEST_CASE("consensus spectator: the leader averages the participants and serves 
   CHECK(sent->consensus);
   REQUIRE(sent->params != nullptr);
   CHECK(*sent->params == *result);
+  CHECK(sent->covers == 3);  // it averages n0, p1 and p2
   CHECK(h.n->stats().consensus_pulls_served == 1);
 }
 
