@@ -11,6 +11,8 @@
 #      transport tests under ASan + UBSan beside them at low priority (the netbed links are
 #      emulated in user space and want the CPU first), then netbed/test_capacity alone;
 #   5. the network-namespace tests with the sanitizer build's agents.
+# Both builds compile through ccache (scripts/build.sh): a second run on the same machine
+# recompiles only what changed; the summary says how many compiles the cache answered.
 # MESHTRAIN_SKIP_ASAN=1 skips the sanitizer build and its stages. The integration and fault
 # tests assert wall-clock bounds and RSS growth, which the sanitizers' slowdown and quarantine
 # memory distort; run them there by hand with `ctest --test-dir build-asan -L "integration|faults"`.
@@ -74,6 +76,9 @@ asan=1
 
 stage "dependencies"
 bash scripts/install-deps.sh
+use_ccache=0
+[ "${MESHTRAIN_CCACHE:-1}" = 1 ] && command -v ccache >/dev/null && use_ccache=1
+[ "$use_ccache" = 1 ] && ccache --zero-stats >/dev/null
 
 stage "build (gcc RelWithDebInfo -g1, unity, -Wall -Wextra -Werror)"
 BUILD_DIR=build bash scripts/build.sh -DMESHTRAIN_WERROR=ON -DCMAKE_UNITY_BUILD=ON \
@@ -142,5 +147,8 @@ else
 fi
 stage ""
 summary
+if [ "$use_ccache" = 1 ]; then
+  echo "ccache: $(ccache --print-stats | awk -F'\t' '$1 == "direct_cache_hit" || $1 == "preprocessed_cache_hit" {h += $2} $1 == "cache_miss" {m = $2} END {printf "%d of %d compiles from the cache", h, h + m}')"
+fi
 echo "tests: $passed passed, $failed failed"
 exit "$rc"
