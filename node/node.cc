@@ -40,19 +40,6 @@ const char* KindName(ms::Event::Kind k) {
 
 }  // namespace
 
-void Node::BusyMeter::Begin(TimeMs now) {
-  if (active++ == 0) since = now;
-}
-void Node::BusyMeter::End(TimeMs now, uint64_t moved) {
-  bytes += moved;
-  if (active > 0 && --active == 0) busy_ms += now - since;
-}
-void Node::BusyMeter::Sample() {
-  if (busy_ms > 0 && bytes > 0) estimate.Add(static_cast<double>(bytes), busy_ms / 1000.0);
-  busy_ms = 0;
-  bytes = 0;
-}
-
 Node::Node(NodeConfig config, TimeMs now)
     : config_(std::move(config)),
       // --min-peers gates the first step of a fresh run only: a node resuming from its
@@ -405,7 +392,7 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
     return OnParamChunk(in.conn, f.sender, *chunk, now);
   }
   if (in.conn >= kFirstOutgoingConn) {
-    if (lifecycle_.fetching_state() && in.conn == fetch_.conn) {
+    if (lifecycle_.fetching_state() && in.conn == fetch_.conn()) {
       return OnStateChunk(in.conn, f, now);
     }
     if (auto pp = pushpulls_.find(in.conn); pp != pushpulls_.end()) {
@@ -469,7 +456,7 @@ void Node::OnClosed(const ConnClosed& in, TimeMs now) {
   pulls_.erase(in.conn);
   state_waiters_.erase(std::remove(state_waiters_.begin(), state_waiters_.end(), in.conn),
                        state_waiters_.end());
-  if (lifecycle_.fetching_state() && in.conn == fetch_.conn) return OnStateClosed(now);
+  if (lifecycle_.fetching_state() && in.conn == fetch_.conn()) return OnStateClosed(now);
   if (incoming_.count(in.conn) > 0) return EndIncoming(in.conn, now);
   if (auto it = pushpulls_.find(in.conn); it != pushpulls_.end()) {
     std::unique_ptr<PushPull> pp = std::move(it->second);

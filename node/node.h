@@ -41,11 +41,14 @@
 #include <vector>
 
 #include "membership/swim.h"
+#include "node/busy_meter.h"
 #include "node/config.h"
 #include "node/consensus.h"
+#include "node/data_conns.h"
 #include "node/io.h"
 #include "node/lifecycle.h"
 #include "node/link_probes.h"
+#include "node/state_fetch.h"
 #include "node/watchers.h"
 #include "sync/bandwidth_estimate.h"
 #include "sync/barrier.h"
@@ -332,16 +335,8 @@ class Node {
   // Start gates, training finished (latest_ is the final model), graceful leave.
   Lifecycle lifecycle_;
   LinkProbes probes_;  // its deadline first: read with the ones above
-  // Join with state (the phase is lifecycle_.start()).
-  struct Fetch {
-    ConnId conn = 0;
-    std::string from;
-    uint64_t adopt_step = 0;
-    TimeMs deadline = 0;  // of the whole attempt (learning the mesh, fetches, retries)
-    TimeMs retry_at = 0;
-    wire::ParamAssembler assembler;
-  } fetch_;
-  static constexpr TimeMs kStateRetryMs = 250;
+  // Join with state (node/state_fetch.h; the phase is lifecycle_.start()).
+  StateFetch fetch_;
   Watchers watchers_;  // peers waiting for our step (ProgressQuery.need)
   // This node's barrier relies on watchers (sync::BarrierConfig::peers_watch): every sampled
   // policy but dssp.
@@ -400,16 +395,7 @@ class Node {
   std::map<ConnId, std::string> pulls_;  // by connection: the peer asked
   void MaybePull();
   void PullFrom(const std::string& name, const std::string& data_addr);
-  // Parameter connections stay open between transfers (one transfer at a time on each), so a
-  // transfer skips TCP's handshake and slow start; the driver's idle timeout closes unused ones
-  // and at most kMaxDataConns stay open (the least recently used idle one is closed).
-  struct DataConn {
-    ConnId conn = 0;
-    uint64_t used = 0;  // round that used it last
-  };
-  static constexpr size_t kMaxDataConns = 32;
-  std::map<std::string, DataConn> data_conns_;     // receiver -> its open connection
-  std::map<ConnId, std::string> data_conn_peers_;  // the same, by connection
+  DataConns data_conns_;  // open parameter connections to receivers (node/data_conns.h)
   // The newest snapshot of our model (served to joiners; the final one to peers still training).
   // Held only while a round, a pending round or a state transfer uses it, or when final: a large
   // model's trainer reuses the one snapshot buffer once nobody holds it.
@@ -418,18 +404,7 @@ class Node {
   uint64_t latest_step_ = 0;
   Consensus consensus_;  // the end-of-training consensus (node/consensus.h)
 
-  // Bandwidth meters (docs/contract.md "Receiver selection"): measured while transfers are active.
-  struct BusyMeter {
-    int active = 0;
-    TimeMs since = 0;
-    TimeMs busy_ms = 0;
-    uint64_t bytes = 0;
-    sync::BandwidthEstimate estimate;
-    void Begin(TimeMs now);
-    void End(TimeMs now, uint64_t moved);
-    void Sample();
-  };
-  BusyMeter up_, down_;
+  BusyMeter up_, down_;  // bandwidth meters (node/busy_meter.h)
 
   void SendProbe(TimeMs now);
 

@@ -416,9 +416,9 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
 // it the rest of the mesh) does not wait for a TCP timeout (docs/contract.md "Barriers": no
 // stalls). The driver answers the abort with ConnClosed, which ends the transfer.
 void Node::AbortTransfersTo(const std::string& name) {
-  auto open = data_conns_.find(name);
-  if (open == data_conns_.end()) return;
-  const ConnId conn = open->second.conn;
+  const std::optional<ConnId> open = data_conns_.Find(name);
+  if (!open) return;
+  const ConnId conn = *open;
   if (round_ && round_->transfers.count(conn) > 0) {
     Emit(LogLine{false, "abandoning the parameter transfer to " + name});
   }
@@ -427,26 +427,12 @@ void Node::AbortTransfersTo(const std::string& name) {
 }
 
 ConnId Node::DataConnTo(const std::string& name, const std::string& addr) {
-  if (auto open = data_conns_.find(name); open != data_conns_.end()) {
-    open->second.used = next_round_;
-    return open->second.conn;
-  }
-  if (data_conns_.size() >= kMaxDataConns) {
-    // Close the least recently used connection with no transfer on it.
-    auto lru = data_conns_.end();
-    for (auto it = data_conns_.begin(); it != data_conns_.end(); ++it) {
-      const bool busy = round_ && round_->transfers.count(it->second.conn) > 0;
-      if (!busy && (lru == data_conns_.end() || it->second.used < lru->second.used)) lru = it;
-    }
-    if (lru != data_conns_.end()) {
-      const ConnId old = lru->second.conn;
-      DropDataConn(old);
-      Emit(Close{old, false});
-    }
-  }
+  if (auto open = data_conns_.Use(name, next_round_)) return *open;
+  // At the limit: close the least recently used connection with no transfer on it.
+  const auto busy = [&](ConnId c) { return round_ && round_->transfers.count(c) > 0; };
+  if (auto old = data_conns_.EvictIdle(busy)) Emit(Close{*old, false});
   const ConnId conn = next_conn_++;
-  data_conns_[name] = DataConn{conn, next_round_};
-  data_conn_peers_[conn] = name;
+  data_conns_.Add(name, conn, next_round_);
   Emit(Connect{conn, addr});
   return conn;
 }
@@ -458,13 +444,7 @@ void Node::EndIncoming(ConnId conn, TimeMs now) {
   incoming_.erase(it);
 }
 
-void Node::DropDataConn(ConnId conn) {
-  auto it = data_conn_peers_.find(conn);
-  if (it == data_conn_peers_.end()) return;
-  auto open = data_conns_.find(it->second);
-  if (open != data_conns_.end() && open->second.conn == conn) data_conns_.erase(open);
-  data_conn_peers_.erase(it);
-}
+void Node::DropDataConn(ConnId conn) { data_conns_.Drop(conn); }
 
 void Node::OnParamChunk(ConnId conn, const std::string& sender, wire::ParamChunk& chunk,
                         TimeMs now) {

@@ -65,69 +65,57 @@ bool Node::StateReady(TimeMs now) {
       return true;
     };
     if (!config_.join_state) return keep_own();
-    if (fetch_.deadline == 0) fetch_.deadline = now + config_.join_state_timeout_ms;
-    if (now < fetch_.retry_at) {  // the last attempt failed; another one shortly
-      barrier_deadline_ = fetch_.retry_at;
+    fetch_.Arm(now, config_.join_state_timeout_ms);
+    if (now < fetch_.retry_at()) {  // the last attempt failed; another one shortly
+      barrier_deadline_ = fetch_.retry_at();
       return false;
     }
     // Nobody is further on than the lead (the usual case: a fresh mesh): no walk needed.
-    if ((config_.join.empty() || now >= fetch_.deadline) &&
+    if ((config_.join.empty() || now >= fetch_.deadline()) &&
         PeersMaxStep() <= progress_.step + config_.join_state_min_lead) {
       return keep_own();
     }
-    std::string best, best_addr;
-    uint64_t best_step = 0, min_step = ~uint64_t{0};
-    bool any_step_known = false;
+    StateFetch::Choice choice;
     ForEachPeer([&](const PeerRef& p) {
-      if (!p.alive || !p.training) return;
-      any_step_known = any_step_known || p.step_known;
-      min_step = std::min(min_step, p.step);
-      // Ties go to the first by name (the order a sorted member list gave).
-      if (best.empty() || p.step > best_step || (p.step == best_step && *p.name < best)) {
-        best = *p.name;
-        best_addr = *p.data_addr;
-        best_step = p.step;
-      }
+      if (p.alive && p.training) choice.Consider(*p.name, *p.data_addr, p.step, p.step_known);
     });
     // Still joining: learn the mesh first. Members told of by gossip before the join's state
     // exchange (e.g. in a ping from a peer that still suspects a restarted node) have no step
     // yet: 0 would read as "the mesh is not ahead", and a restarted node would go on from its
     // checkpoint instead of the mesh's newer model.
-    if ((best.empty() || !any_step_known) && !config_.join.empty() && now < fetch_.deadline) {
+    if ((choice.best.empty() || !choice.any_step_known) && !config_.join.empty() &&
+        now < fetch_.deadline()) {
       barrier_deadline_ = now + config_.min_peers_poll_ms;
       return false;
     }
-    if (best.empty() || best_step <= progress_.step + config_.join_state_min_lead) {
+    if (choice.best.empty() || choice.best_step <= progress_.step + config_.join_state_min_lead) {
       return keep_own();  // we are not behind
     }
     lifecycle_.BeginFetch();
-    fetch_.conn = next_conn_++;
-    fetch_.from = best;
-    fetch_.adopt_step = std::max(progress_.step, min_step);
-    fetch_.assembler.Reset();
-    Emit(LogLine{false, "joining a running mesh: fetching the model of " + best + " (step " +
-                            std::to_string(best_step) + "), continuing after step " +
-                            std::to_string(fetch_.adopt_step)});
-    Emit(Connect{fetch_.conn, best_addr});
+    fetch_.Begin(next_conn_++, choice, progress_.step);
+    Emit(LogLine{false, "joining a running mesh: fetching the model of " + choice.best + " (step " +
+                            std::to_string(choice.best_step) + "), continuing after step " +
+                            std::to_string(fetch_.adopt_step())});
+    Emit(Connect{fetch_.conn(), choice.best_addr});
     wire::Frame f;
     f.sender = config_.name;
     f.body = wire::StateRequestMsg{progress_.step};
-    Emit(SendFrame{fetch_.conn, std::move(f)});
+    Emit(SendFrame{fetch_.conn(), std::move(f)});
   }
-  if (now >= fetch_.deadline) {
-    Emit(LogLine{true, "no model from " + fetch_.from + " in time: going on with our own"});
-    Emit(Close{fetch_.conn, true});
+  if (now >= fetch_.deadline()) {
+    Emit(LogLine{true, "no model from " + fetch_.from() + " in time: going on with our own"});
+    Emit(Close{fetch_.conn(), true});
     lifecycle_.Started();
     PublishTraining(now);
     return true;
   }
-  barrier_deadline_ = fetch_.deadline;
+  barrier_deadline_ = fetch_.deadline();
   return false;
 }
 
 void Node::OnStateChunk(ConnId conn, wire::Frame& f, TimeMs now) {
   auto* chunk = std::get_if<wire::ParamChunk>(&f.body);
-  const bool ok = chunk != nullptr && f.sender == fetch_.from && wire::ExpandChunk(chunk) &&
+  const bool ok = chunk != nullptr && f.sender == fetch_.from() && wire::ExpandChunk(chunk) &&
                   chunk->base == 0 &&
                   (config_.expected_params == 0 || chunk->total == config_.expected_params);
   if (!ok) {
@@ -135,31 +123,30 @@ void Node::OnStateChunk(ConnId conn, wire::Frame& f, TimeMs now) {
     Emit(Close{conn, true});
     return;  // OnStateClosed falls back
   }
-  auto model = fetch_.assembler.Add(*chunk);
+  auto model = fetch_.Add(*chunk);
   if (!model) return;
   lifecycle_.Started();
   Emit(Close{conn, false});
-  Emit(LogLine{false, "adopted the model of " + fetch_.from + " (its step " +
+  Emit(LogLine{false, "adopted the model of " + fetch_.from() + " (its step " +
                           std::to_string(model->step) + "); first step " +
-                          std::to_string(fetch_.adopt_step + 1)});
-  progress_.step = fetch_.adopt_step;
+                          std::to_string(fetch_.adopt_step() + 1)});
+  progress_.step = fetch_.adopt_step();
   if (swim_) swim_->SetStep(progress_.step);
   PublishTraining(now);
-  Emit(AdoptState{fetch_.from, fetch_.adopt_step, std::move(model->params)});
+  Emit(AdoptState{fetch_.from(), fetch_.adopt_step(), std::move(model->params)});
   if (barrier_waiting_) RunBarrier(now);
 }
 
 void Node::OnStateClosed(TimeMs now) {
   if (!lifecycle_.fetching_state()) return;
-  if (now + 2 * kStateRetryMs < fetch_.deadline) {
+  if (fetch_.Closed(now)) {
     // E.g. the peer still holds us for failed (we restarted under the same name): ask again,
     // maybe another peer, until the deadline.
     lifecycle_.RetryFetch();
-    fetch_.retry_at = now + kStateRetryMs;
-    if (barrier_waiting_) barrier_deadline_ = fetch_.retry_at;
+    if (barrier_waiting_) barrier_deadline_ = fetch_.retry_at();
     return;
   }
-  Emit(LogLine{true, "could not fetch the model of " + fetch_.from + ": going on with our own"});
+  Emit(LogLine{true, "could not fetch the model of " + fetch_.from() + ": going on with our own"});
   lifecycle_.Started();
   PublishTraining(now);
   if (barrier_waiting_) RunBarrier(now);
