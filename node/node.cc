@@ -405,9 +405,9 @@ void Node::OnFrame(FrameIn& in, TimeMs now) {
       return OnPushPullReply(in.conn, *msg, now);
     }
     const auto* ack = std::get_if<wire::ParamAckMsg>(&f.body);
-    auto t = round_ ? round_->transfers.find(in.conn) : decltype(round_->transfers)::iterator{};
-    if (!round_ || t == round_->transfers.end() || ack == nullptr ||
-        f.sender != t->second.receiver || ack->round != round_->id) {
+    const std::string* receiver = round_ ? round_->ReceiverOn(in.conn) : nullptr;
+    if (receiver == nullptr || ack == nullptr || f.sender != *receiver ||
+        ack->round != round_->id()) {
       Reject();
       DropDataConn(in.conn);
       Emit(Close{in.conn, true});
@@ -475,7 +475,7 @@ void Node::OnClosed(const ConnClosed& in, TimeMs now) {
   }
   DropDataConn(in.conn);
   // Closed before the receiver acknowledged: the transfer on it is lost.
-  if (round_ && round_->transfers.count(in.conn) > 0) FinishTransfer(in.conn, false, now);
+  if (round_ && round_->Carries(in.conn)) FinishTransfer(in.conn, false, now);
 }
 
 }  // namespace meshtrain::node

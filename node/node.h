@@ -48,6 +48,7 @@
 #include "node/io.h"
 #include "node/lifecycle.h"
 #include "node/link_probes.h"
+#include "node/round.h"
 #include "node/state_fetch.h"
 #include "node/watchers.h"
 #include "sync/bandwidth_estimate.h"
@@ -148,9 +149,6 @@ class Node {
 
  private:
   struct Peer;
-  struct Round;
-  struct Transfer;
-  struct Reference;
   struct PushPull;
 
   // Constructs the output in place (an Output alternative or an Output).
@@ -243,7 +241,7 @@ class Node {
   // Forgets a parameter connection (closing, closed or broken): no transfer reuses it.
   void DropDataConn(ConnId conn);
   std::vector<wire::ParamChunk> EncodeFor(const std::string& name, const std::vector<float>& params,
-                                          uint64_t round, uint64_t step, Transfer* t);
+                                          uint64_t round, uint64_t step, Round::Transfer* t);
   void OnParamChunk(ConnId conn, const std::string& sender, wire::ParamChunk& chunk, TimeMs now);
   uint64_t PlanEpoch() const;
 
@@ -345,7 +343,7 @@ class Node {
     return p != sync::Policy::kAsp && p != sync::Policy::kDssp;
   }
 
-  // Rounds: one in flight; a newer snapshot replaces a pending one.
+  // Rounds (node/round.h): one in flight; a newer snapshot replaces a pending one.
   std::unique_ptr<Round> round_;
   std::optional<SnapshotIn> pending_;
   uint64_t next_round_ = 1;

@@ -313,17 +313,14 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
   const uint64_t stream_bytes = streamed ? wire::StreamWireBytes(total, spec, chunk_floats, span) +
                                                chunks * kFrameOverheadBytes
                                          : 0;
-  round_ = std::make_unique<Round>();
-  round_->id = id;
-  round_->started = now;
-  round_->consensus = consensus;
-  round_->raw_per_rx = uint64_t{floats} * sizeof(float) + chunks * kFrameOverheadBytes;
+  round_ = std::make_unique<Round>(
+      id, now, uint64_t{floats} * sizeof(float) + chunks * kFrameOverheadBytes, consensus);
   up_.Begin(now);
   for (const auto& name : receivers) {
     auto peer = FindPeer(name);
     if (!peer) continue;
     const ConnId conn = DataConnTo(name, *peer->data_addr);
-    Transfer t;
+    Round::Transfer t;
     t.receiver = name;
     // The transfer ends when the receiver acknowledges the whole snapshot (ParamAck); a
     // connection closed before that (refused, aborted, timed out) loses it.
@@ -342,10 +339,9 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
         Emit(SendFrame{conn, std::move(f)});
       }
     }
-    round_->transfers[conn] = std::move(t);
-    round_->outstanding++;
+    round_->Add(conn, std::move(t));
   }
-  if (round_->outstanding == 0) {
+  if (round_->done()) {
     up_.End(now, 0);
     round_.reset();
     ReleaseSnapshot();
@@ -361,7 +357,7 @@ void Node::ReleaseSnapshot() {
 // drift between the two copies stays bounded). Top-k sends its full snapshots as int8.
 std::vector<wire::ParamChunk> Node::EncodeFor(const std::string& name,
                                               const std::vector<float>& params, uint64_t round,
-                                              uint64_t step, Transfer* t) {
+                                              uint64_t step, Round::Transfer* t) {
   auto ref = tx_refs_.find(name);
   const bool full = ref == tx_refs_.end() || ref->second.since_full >= config_.full_every ||
                     ref->second.values->size() != params.size();
@@ -384,29 +380,22 @@ std::vector<wire::ParamChunk> Node::EncodeFor(const std::string& name,
 }
 
 void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
-  auto it = round_->transfers.find(conn);
-  Transfer t = std::move(it->second);
-  round_->transfers.erase(it);
-  round_->outstanding--;
+  Round::Transfer t = round_->End(conn, ok);
   if (ok) {
-    round_->delivered++;
-    round_->bytes += t.wire_bytes;
-    round_->raw_bytes += round_->raw_per_rx;
     stats_.params_bytes_sent += t.wire_bytes;
-    stats_.params_bytes_raw += round_->raw_per_rx;
-    if (round_->consensus) consensus_.Acked(t.receiver);
+    stats_.params_bytes_raw += round_->raw_per_rx();
+    if (round_->consensus()) consensus_.Acked(t.receiver);
     if (t.new_ref) {
       const auto old = tx_refs_.find(t.receiver);
       const uint32_t since = t.full || old == tx_refs_.end() ? 0 : old->second.since_full + 1;
-      tx_refs_[t.receiver] = Reference{round_->id, since, std::move(t.new_ref)};
+      tx_refs_[t.receiver] = Reference{round_->id(), since, std::move(t.new_ref)};
     }
   }
-  if (round_->outstanding > 0) return;
-  const double seconds = static_cast<double>(now - round_->started) / 1000.0;
-  up_.End(now, round_->bytes);
+  if (!round_->done()) return;
+  up_.End(now, round_->bytes());
   stats_.rounds++;
-  stats_.fanout_sum += static_cast<uint64_t>(round_->delivered);
-  Emit(RoundDone{round_->delivered, round_->bytes, seconds, round_->raw_bytes});
+  stats_.fanout_sum += static_cast<uint64_t>(round_->delivered());
+  Emit(round_->Summary(now));
   round_.reset();
   StartRound(now);
   ReleaseSnapshot();
@@ -419,7 +408,7 @@ void Node::AbortTransfersTo(const std::string& name) {
   const std::optional<ConnId> open = data_conns_.Find(name);
   if (!open) return;
   const ConnId conn = *open;
-  if (round_ && round_->transfers.count(conn) > 0) {
+  if (round_ && round_->Carries(conn)) {
     Emit(LogLine{false, "abandoning the parameter transfer to " + name});
   }
   DropDataConn(conn);
@@ -429,7 +418,7 @@ void Node::AbortTransfersTo(const std::string& name) {
 ConnId Node::DataConnTo(const std::string& name, const std::string& addr) {
   if (auto open = data_conns_.Use(name, next_round_)) return *open;
   // At the limit: close the least recently used connection with no transfer on it.
-  const auto busy = [&](ConnId c) { return round_ && round_->transfers.count(c) > 0; };
+  const auto busy = [&](ConnId c) { return round_ && round_->Carries(c); };
   if (auto old = data_conns_.EvictIdle(busy)) Emit(Close{*old, false});
   const ConnId conn = next_conn_++;
   data_conns_.Add(name, conn, next_round_);
