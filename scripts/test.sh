@@ -7,9 +7,10 @@
 #      them at low priority: the multi-process tests mostly wait on agents, the compiler fills
 #      the cores;
 #   3. a short bounded run of every libFuzzer target (tests/fuzz) from the sanitizer build;
-#   4. the network-namespace tests (netbed) of the release build, with the unit, simulation and
-#      transport tests under ASan + UBSan beside them (a session of their own: an equal share
-#      of the cores), then netbed/test_capacity alone (its emulated links want the CPU);
+#   4. the network-namespace tests (netbed) of the release build, then netbed/test_capacity alone
+#      (its emulated links want the CPU). The unit, simulation and transport tests under ASan +
+#      UBSan run from the end of the sanitizer build on, in its low-priority session, in the
+#      gaps the other stages leave; the script waits for them before test_capacity;
 #   5. the network-namespace tests with the sanitizer build's agents.
 # Both builds compile through ccache (scripts/build.sh): a second run on the same machine
 # recompiles only what changed; the summary says how many compiles the cache answered.
@@ -95,10 +96,23 @@ BUILD_DIR=build bash scripts/build.sh -DMESHTRAIN_WERROR=ON -DCMAKE_UNITY_BUILD=
 if [ "$asan" = 1 ]; then
   # clang, so that the libFuzzer targets build in the same tree; -O1 and line tables only: the
   # sanitizers need frames and lines, not full debug info.
-  echo "sanitizer build starts in the background (log: build-asan.log)"
-  CC=clang CXX=clang++ BUILD_DIR=build-asan JOBS=2 low bash scripts/build.sh \
+  # Once built, the unit, simulation and transport tests run under ASan + UBSan in the same
+  # low-priority session, in the gaps the release tests and then netbed leave.
+  echo "sanitizer build and its unit tests start in the background (build-asan.log," \
+    "build-asan/ctest-unit.log)"
+  rm -f build-asan.rc build-asan/ctest-unit.rc
+  # shellcheck disable=SC2016
+  CC=clang CXX=clang++ BUILD_DIR=build-asan JOBS=2 low bash -c '
+    bash scripts/build.sh "$@" >build-asan.log 2>&1
+    rc=$?
+    echo "$rc" >build-asan.rc
+    [ "$rc" = 0 ] || exit "$rc"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 \
+      -LE "integration|faults|packaging|netbed" >build-asan/ctest-unit.log 2>&1
+    echo $? >build-asan/ctest-unit.rc' asan \
     -DMESHTRAIN_SANITIZE=ON -DMESHTRAIN_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" >build-asan.log 2>&1 &
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" &
   bg_pid=$!
 fi
 
@@ -108,26 +122,25 @@ run_ctest build/ctest.log --test-dir build --output-on-failure -j2 --timeout 600
 
 if [ "$asan" = 1 ]; then
   stage "sanitizer build (what was left of it after the tests)"
-  if ! wait "$bg_pid"; then
-    bg_pid=""
+  # Bounded by the background session's life (and an hour).
+  for _ in $(seq 1800); do
+    [ -f build-asan.rc ] || ! kill -0 "$bg_pid" 2>/dev/null && break
+    sleep 2
+  done
+  if [ "$(cat build-asan.rc 2>/dev/null)" != 0 ]; then
     tail -n 60 build-asan.log
     echo "sanitizer build failed (build-asan.log)"
     exit 1
   fi
-  bg_pid=""
 
   stage "fuzz targets, short run"
   rm -rf build-asan/seeds
   build-asan/make_corpus build-asan/seeds >/dev/null
   bash tests/fuzz/run.sh --no-build --build build-asan --runs 20000 --parallel 2 || rc=1
 
-  stage "netbed tests (release build), ASan + UBSan unit tests beside them"
+  stage "netbed tests (release build), then the rest of the ASan + UBSan unit tests"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-  setsid bash -c 'ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 \
-    -LE "integration|faults|packaging|netbed" >build-asan/ctest-unit.log 2>&1
-    echo $? >build-asan/ctest-unit.rc' &
-  bg_pid=$!
   # test_capacity times probe trains at up to 640 Mbit/s: it runs alone, after the ASan tests
   # (beside them a 640 Mbit/s host was once measured at 179).
   run_ctest build/ctest-netbed.log --test-dir build --output-on-failure --timeout 600 -L netbed \
@@ -137,7 +150,7 @@ if [ "$asan" = 1 ]; then
   echo
   echo "-- ASan + UBSan: unit, simulation and transport tests --"
   cat build-asan/ctest-unit.log
-  asan_rc=$(cat build-asan/ctest-unit.rc)
+  asan_rc=$(cat build-asan/ctest-unit.rc 2>/dev/null || echo 1)
   count_ctest build-asan/ctest-unit.log "$asan_rc"
   [ "$asan_rc" = 0 ] || rc=1
   echo
