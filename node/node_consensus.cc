@@ -2,10 +2,10 @@
 // them its final model (node_state.cc, ServeFinal). Once no live member trains any more, the
 // finished nodes — the participants: live members that stopped training after at least one step,
 // and this node — agree on one model:
-//   1. The leader is the participant with the smallest name among those not behind NAT (issue
-//      34; the smallest of all when every one is). Every other participant sends it its final
-//      model (a final transfer, compressed as configured) until it holds a consensus model from
-//      that leader.
+//   1. The leader is the participant with the smallest name among those not behind NAT
+//      (docs/design.md "NAT and relays"; the smallest of all when every one is). Every other
+//      participant sends it its final model (a final transfer, compressed as configured) until
+//      it holds a consensus model from that leader.
 //   2. The leader, once it holds every participant's final model (its own included), asks the
 //      driver for their plain average (ConsensusReduce: equal weights, off the event loop).
 //   3. It adopts the average (AdoptConsensus) and sends it, as plain floats, to every

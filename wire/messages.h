@@ -106,8 +106,8 @@ struct ParamChunk {
   // full snapshots are mixed chunk by chunk (appended field).
   bool keyed = false;
   bool consensus = false;  // the consensus model at the end of training (appended field)
-  // The transfer covers one fragment of the model, not all of it (streaming fragments, issue
-  // 32; appended field): its `chunks` cover less than `total`.
+  // The transfer covers one fragment of the model, not all of it (streaming fragments; appended
+  // field): its `chunks` cover less than `total`.
   bool fragment = false;
   // With `consensus`: how many participants' final models it averages (0: not said; appended).
   uint32_t covers = 0;

@@ -16,6 +16,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Built from pieces so that this file does not match itself.
+CONTINUATION = re.compile(r"^\s*(//+|#+|\*|>)?\s*")
 CITATION = re.compile(r"[Ii]ssue[ -]?[0-9]+|" + "SPEC" + r" §|\.\./" + "shared")
 TEXT_SUFFIXES = (".cc", ".h", ".py", ".sh", ".md", ".txt", ".cmake", ".fbs", ".toml", ".service",
                  ".cfg", ".json", ".in", ".html", ".js")
@@ -43,9 +44,13 @@ def citations(root):
         path = os.path.join(root, rel)
         try:
             with open(path, encoding="utf-8") as f:
+                prev = ""
                 for no, line in enumerate(f, 1):
-                    if CITATION.search(line):
+                    # Also across a line break in a comment ("(issue" / "// 34; ...").
+                    joined = prev[-24:] + " " + CONTINUATION.sub("", line, count=1)
+                    if CITATION.search(line) or CITATION.search(joined):
                         found.append(f"{rel}:{no}: {line.strip()[:120]}")
+                    prev = line.rstrip()
         except (OSError, UnicodeDecodeError):
             continue
     return found
