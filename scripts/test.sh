@@ -9,8 +9,8 @@
 #   3. a short bounded run of every libFuzzer target (tests/fuzz) from the sanitizer build;
 #   4. the network-namespace tests (netbed) of the release build, then netbed/test_capacity alone
 #      (its emulated links want the CPU). The unit, simulation and transport tests under ASan +
-#      UBSan run from the end of the sanitizer build on, in its low-priority session, in the
-#      gaps the other stages leave; the script waits for them before test_capacity;
+#      UBSan run from the end of the sanitizer build on, in its session, beside the other
+#      stages; the script waits for them before test_capacity;
 #   5. the network-namespace tests with the sanitizer build's agents.
 # Both builds compile through ccache (scripts/build.sh): a second run on the same machine
 # recompiles only what changed; the summary says how many compiles the cache answered.
@@ -97,7 +97,8 @@ if [ "$asan" = 1 ]; then
   # clang, so that the libFuzzer targets build in the same tree; -O1 and line tables only: the
   # sanitizers need frames and lines, not full debug info.
   # Once built, the unit, simulation and transport tests run under ASan + UBSan in the same
-  # low-priority session, in the gaps the release tests and then netbed leave.
+  # session, back at normal priority (a fair share beside the release tests: at low priority
+  # another busy process on the machine starved them for minutes).
   echo "sanitizer build and its unit tests start in the background (build-asan.log," \
     "build-asan/ctest-unit.log)"
   rm -f build-asan.rc build-asan/ctest-unit.rc
@@ -107,6 +108,8 @@ if [ "$asan" = 1 ]; then
     rc=$?
     echo "$rc" >build-asan.rc
     [ "$rc" = 0 ] || exit "$rc"
+    echo 0 >/proc/self/autogroup 2>/dev/null || true
+    renice -n 0 -p $$ >/dev/null 2>&1 || true
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 \
       -LE "integration|faults|packaging|netbed" >build-asan/ctest-unit.log 2>&1
