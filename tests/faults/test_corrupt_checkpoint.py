@@ -38,6 +38,23 @@ def flip(path, offset, n=16):
         os.fsync(f.fileno())
 
 
+def kill9_at_rest(agent, newest):
+    """SIGKILL while no checkpoint is being written: the agent is paused (SIGSTOP) first, and
+    killed only once `newest` exists and no temporary file does (a kill between the rotation's
+    renames leaves no newest file to corrupt; the agent recovers from the previous one, which
+    is not this test's case). Bounded: 100 pauses. Returns the monotonic time of the kill."""
+    import signal
+    tmp = newest + ".tmp"
+    for _ in range(100):
+        os.kill(agent.proc.pid, signal.SIGSTOP)
+        if os.path.exists(newest) and not os.path.exists(tmp):
+            t = kill9(agent)
+            return t
+        os.kill(agent.proc.pid, signal.SIGCONT)
+        time.sleep(0.02)
+    raise AssertionError(f"{agent.name} was writing a checkpoint at every one of 100 pauses")
+
+
 def main():
     args = parse_args()
     t0 = time.monotonic()
@@ -55,7 +72,7 @@ def main():
             wait_until(lambda: checkpoint_step(prev), 20, what="two checkpoints on disk")
 
             # 1. Newest checkpoint corrupted: fall back to the previous one.
-            t_kill = kill9(victim)
+            t_kill = kill9_at_rest(victim, newest)
             step_new, step_prev = checkpoint_step(newest), checkpoint_step(prev)
             size = os.path.getsize(newest)
             flip(newest, size // 2)
@@ -95,7 +112,7 @@ def main():
         assert rejoin <= REJOIN_BOUND_S
 
         # 2. Every checkpoint corrupted: refuse to start, keep the files.
-        kill9(victim)
+        kill9_at_rest(victim, newest)
         with open(newest, "r+b") as f:
             f.truncate(os.path.getsize(newest) - 7)
         flip(prev, os.path.getsize(prev) // 2)
