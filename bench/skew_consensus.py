@@ -10,8 +10,9 @@ the union of the shards, the same steps) — the reference the mesh is held to.
     /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25
 
 A setting is OUTER:H[:DRIFT] (MeshOptimizer(outer=OUTER, sync_every=H, drift_correction=DRIFT),
-DRIFT params or gradient; --drift sets it for settings that name none). --lr, --batch,
---warmup and --schedule are the training recipe of the pooled and the mesh runs alike.
+DRIFT none, params or gradient; --drift sets it for settings that name none; with neither,
+MeshOptimizer's default). --lr, --batch, --warmup and --schedule are the training recipe of the
+pooled and the mesh runs alike.
 Acceptance: every node within 0.02 of pooled in every run; nesterov:25 with at most 1/10 of
 avg:1's bytes (docs/benchmarks.md, "one model at the end"):
 
@@ -103,10 +104,12 @@ opt = inner
 if a.socket:
     import meshtrain, meshtrain.torch as mt
     mesh = meshtrain.connect(a.socket, timeout=60)
+    # No --drift: MeshOptimizer's default (the documented one).
+    kw = {"drift_correction": {"none": False, "params": True}.get(a.drift, a.drift)} \
+        if a.drift else {}
     opt = mt.MeshOptimizer(inner, mesh, model=model, sync_every=a.sync_every, outer=a.outer,
-                           mix_state=a.mix_state,
-                           drift_correction={"": False, "params": True}.get(a.drift, a.drift),
-                           outer_lr=a.outer_lr, outer_momentum=a.outer_momentum)
+                           mix_state=a.mix_state, outer_lr=a.outer_lr,
+                           outer_momentum=a.outer_momentum, **kw)
 for step in range(a.steps):
     i = torch.randint(0, len(x), (a.batch,), generator=g)
     opt.zero_grad()
@@ -203,7 +206,7 @@ def main():
                     "then --schedule (pooled and mesh runs alike)")
     ap.add_argument("--mix-state", action="store_true",
                     help="MeshOptimizer(mix_state=True): Adam's moments mix with the parameters")
-    ap.add_argument("--drift", choices=["params", "gradient"], default=None,
+    ap.add_argument("--drift", choices=["none", "params", "gradient"], default=None,
                     help="MeshOptimizer(drift_correction=True or 'gradient'): SCAFFOLD-style")
     ap.add_argument("--compress", default="none",
                     help="the agents' --compress for the mesh runs (none, fp16, int8)")
@@ -225,8 +228,9 @@ def main():
     for text in a.settings.split(","):
         parts = text.split(":")
         if len(parts) not in (2, 3) or parts[0] not in ("avg", "sgd", "nesterov") or \
-                not parts[1].isdigit() or parts[2:] not in ([], ["params"], ["gradient"]):
-            ap.error(f"a setting is OUTER:H[:params|gradient], not {text!r}")
+                not parts[1].isdigit() or parts[2:] not in ([], ["none"], ["params"],
+                                                            ["gradient"]):
+            ap.error(f"a setting is OUTER:H[:none|params|gradient], not {text!r}")
         settings.append((parts[0], int(parts[1]), (parts[2:] or [a.drift])[0]))
     # The training recipe shared by the pooled and the mesh runs.
     recipe = ["--batch", a.batch, "--warmup", a.warmup]

@@ -69,8 +69,7 @@ struct Agent::Impl : RpcBackend {
   std::unique_ptr<NetEndpoint> net;
   std::unique_ptr<ParamStreamer> streamer;  // snapshots out, chunk by chunk
   std::unique_ptr<LoopMonitor> loop_monitor;
-  std::unique_ptr<LinkProber>
-      prober;  // link-capacity probes (docs/contract.md "Receiver selection")
+  std::unique_ptr<LinkProber> prober;  // link-capacity probes (contract.md "Receiver selection")
   std::unique_ptr<RpcServer> rpc;
   std::unique_ptr<KeyRotation> keys;
   std::unique_ptr<StampClock> stamps;  // what messages are stamped with (stamp_clock.h)
@@ -595,6 +594,7 @@ struct Agent::Impl : RpcBackend {
     // the join connection's idle timeout among them, would be past due on the first turn.
     uv_update_time(&loop);
     node = std::make_unique<node::Node>(std::move(nc), Now());
+    if (trainer) trainer->SetPeerSteps([this] { return SyncPeers(*node, config); });
     if (trainer && trainer->num_params() > 0) {
       codec->set_expected_params(static_cast<uint32_t>(trainer->num_params()));
       spdlog::info("task {}: {} parameters", config.task, trainer->num_params());

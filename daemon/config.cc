@@ -449,6 +449,9 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   n.seed = seed;
   n.training = task != "none" || external_trainer();
   n.trainer_attached = !external_trainer();  // until a trainer process attaches
+  // An external trainer's peers need no final model but under the mesh-wide stop (it would be
+  // taken over); the consensus averages the final models at the end.
+  n.offer_final = !external_trainer() || target_accuracy > 0;
   n.barrier.policy = barrier;
   n.barrier.staleness = static_cast<uint64_t>(staleness);
   n.barrier.sample = static_cast<size_t>(sample);

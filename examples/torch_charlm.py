@@ -22,7 +22,7 @@ output tied to the input embedding. Default 4 layers, d_model 256, 4 heads, cont
 (--lr, --weight-decay, linear warm-up over --warmup steps, then --schedule constant or cosine,
 gradients clipped to norm 1).
 
-Three modes, as examples/torch_fmnist.py:
+Four modes, three as examples/torch_fmnist.py:
   alone   no --socket, no --ddp: one process on its shard (default all the training text).
   DDP     --ddp RANK/WORLD --ddp-addr HOST --ddp-port P: one rank of PyTorch DDP with gloo
           (init_method tcp://HOST:P, HOST = rank 0's address), gradients all-reduced every step;
@@ -37,6 +37,11 @@ Three modes, as examples/torch_fmnist.py:
           The trainer is silent towards its agent for H steps: start the agents with a
           --trainer-timeout longer than H steps take (the default 60 s detaches the trainer
           when H = 50 steps take over a minute).
+
+  diloco  --diloco N: exact DiLoCo of N nodes in one process (shard i/N and mesh node i's
+          batches for replica i, each with its own AdamW; every --sync-every steps the exact
+          average takes the --outer step): the reference a mesh with the same recipe is held
+          to (bench/diloco_exact.py).
 
 Output: JSON lines on stdout.
   {"event":"start", "mode", "params", "train_chars", "val_chars", "shard", ...}
@@ -203,6 +208,96 @@ def model_crc(model):
                                for t in model.parameters()))
 
 
+def shard_sampler(a, train, shard, shards):
+    """Shard I/N of the training text (--shard-mode): (the text the windows are cut from as a
+    tensor, starts_of(idx) mapping sample indices to window starts, how many starts, the shard's
+    characters)."""
+    if a.shard_mode == "contiguous":
+        piece = len(train) // shards
+        train = train[shard * piece:(shard + 1) * piece]
+        if len(train) <= a.context + 1:
+            sys.exit("the shard is shorter than one window")
+        # window starts: every position whose window fits in the piece
+        def starts_of(idx):
+            return idx
+        n_starts = len(train) - a.context - 1
+        shard_chars = len(train)
+    else:
+        # window starts in the node's blocks (a window may run on into the next block: the text
+        # there is real, not a seam between blocks)
+        blocks = np.arange(shard, (len(train) - a.context - 1) // SHARD_BLOCK, shards)
+        if len(blocks) == 0:
+            sys.exit("the training text has fewer blocks than --shard's N")
+        block_ids = torch.from_numpy(blocks.astype(np.int64))
+
+        def starts_of(idx):
+            return block_ids[idx // SHARD_BLOCK] * SHARD_BLOCK + idx % SHARD_BLOCK
+        n_starts = len(blocks) * SHARD_BLOCK
+        shard_chars = n_starts
+    return torch.from_numpy(train.astype(np.int64)), starts_of, n_starts, shard_chars
+
+
+def batch_loss(model, train, starts_of, n_starts, gen, a):
+    """The loss of one batch of --batch windows drawn with `gen`."""
+    offs = torch.arange(a.context + 1)
+    starts = starts_of(torch.randint(0, n_starts, (a.batch,), generator=gen))
+    chunk = train[starts[:, None] + offs]
+    out = model(chunk[:, :-1])
+    return F.cross_entropy(out.reshape(-1, VOCAB), chunk[:, 1:].reshape(-1))
+
+
+def run_diloco(a, text, vx, vy):
+    """--diloco N: exact DiLoCo in this one process, the reference the mesh is held to. N
+    replicas of the initial model, replica i with its own AdamW (and schedule) on shard i/N and
+    the batches mesh node i draws; every --sync-every steps the exact average of the N models
+    takes the --outer step (meshtrain.torch.OuterStep, as MeshOptimizer does) and every replica
+    continues from the result. Evaluates that model every --eval-every steps and at the end
+    (JSON lines as the other modes, "mode": "diloco")."""
+    import copy
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+    from meshtrain.torch import OuterStep
+    n = a.diloco
+    torch.manual_seed(a.seed)
+    base = CharLM(a.layers, a.d_model, a.heads, a.context)
+    reps = [copy.deepcopy(base) for _ in range(n)]
+    opts = [torch.optim.AdamW(m.parameters(), lr=a.lr, weight_decay=a.weight_decay) for m in reps]
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: lr_factor(a, s)) for o in opts]
+    data = [shard_sampler(a, text, i, n) for i in range(n)]
+    gens = [torch.Generator().manual_seed(1000 * (a.seed + 1) + i) for i in range(n)]
+    outer = OuterStep(a.outer, a.outer_lr, a.outer_momentum)
+    outer.reset(list(base.parameters()))
+    start = time.time()
+    print(json.dumps({"event": "start", "mode": "diloco", "nodes": n,
+                      "params": sum(p.numel() for p in base.parameters()),
+                      "sync_every": a.sync_every, "outer": a.outer, "t": start}), flush=True)
+    bpc = None
+    for step in range(0, a.max_steps + 1):
+        if step > 0:
+            for m, o, sc, (train, starts_of, n_starts, _), g in zip(reps, opts, scheds, data,
+                                                                    gens):
+                o.zero_grad()
+                batch_loss(m, train, starts_of, n_starts, g, a).backward()
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                o.step()
+                sc.step()
+            if step % a.sync_every == 0:
+                with torch.no_grad():
+                    for p, *qs in zip(base.parameters(), *(m.parameters() for m in reps)):
+                        p.copy_(torch.stack([q.detach() for q in qs]).mean(0))
+                    outer.step(list(base.parameters()))
+                    for m in reps:
+                        for p, q in zip(base.parameters(), m.parameters()):
+                            q.copy_(p)
+        if step % a.eval_every == 0 or step == a.max_steps:
+            bpc, acc = evaluate(base, vx, vy)
+            print(json.dumps({"event": "eval", "step": step, "val_bpc": round(bpc, 4),
+                              "val_acc": round(acc, 4),
+                              "elapsed": round(time.time() - start, 2)}), flush=True)
+    print(json.dumps({"event": "final", "step": a.max_steps, "val_bpc": round(bpc, 4),
+                      "elapsed": round(time.time() - start, 2), "crc": model_crc(base)}),
+          flush=True)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
@@ -214,6 +309,10 @@ def parse_args(argv=None):
     g.add_argument("--ddp-addr", default="127.0.0.1", help="DDP: rank 0's address (default "
                    "%(default)s; on the namespace bed rank 0's host address)")
     g.add_argument("--ddp-port", type=int, default=29500, help="DDP: rank 0's TCP port")
+    g.add_argument("--diloco", type=int, metavar="N", default=0,
+                   help="exact DiLoCo of N nodes in this one process (the mesh's reference: "
+                   "the same recipe, shards and batches, exact averages; --sync-every, "
+                   "--outer)")
     g = p.add_argument_group("data")
     g.add_argument("--data", default=FORTUNES, help="directory of fortune text files "
                    "(default %(default)s)")
@@ -259,12 +358,20 @@ def parse_args(argv=None):
                    help="outer step after each mix (meshtrain.torch.MeshOptimizer)")
     g.add_argument("--outer-lr", type=float, help="outer learning rate (nesterov 0.7, sgd 1.0)")
     g.add_argument("--outer-momentum", type=float, help="nesterov momentum (0.9)")
+    g.add_argument("--finish", action="store_true",
+                   help="mesh: end with MeshOptimizer.finish() (the mesh's one model, "
+                   "evaluated: a \"consensus\" line)")
+    g.add_argument("--slowdown", type=float, default=1.0, metavar="F",
+                   help="emulate an F-times slower host: each step's compute takes F times as "
+                   "long (sleeps)")
     g.add_argument("--fragments", type=int, default=1, metavar="F",
                    help="streaming fragments (Streaming DiLoCo): the model in F parts, one "
                    "synced every H/F steps in turn (F must divide H)")
     a = p.parse_args(argv)
-    if a.socket and a.ddp:
-        p.error("--socket and --ddp exclude each other")
+    if sum(bool(x) for x in (a.socket, a.ddp, a.diloco)) > 1:
+        p.error("--socket, --ddp and --diloco exclude each other")
+    if a.diloco < 0 or a.slowdown < 1:
+        p.error("--diloco must be >= 1 nodes and --slowdown >= 1")
     if a.outer == "avg" and (a.outer_lr is not None or a.outer_momentum is not None):
         p.error("--outer-lr/--outer-momentum need --outer sgd or nesterov")
     if a.warmup < 0:
@@ -301,27 +408,9 @@ def main():
     text = load_text(a.data)
     n_val = int(len(text) * a.val_fraction)
     train, val = text[:len(text) - n_val], text[len(text) - n_val:]
-    if a.shard_mode == "contiguous":
-        piece = len(train) // shards
-        train = train[shard * piece:(shard + 1) * piece]
-        if len(train) <= a.context + 1:
-            sys.exit("the shard is shorter than one window")
-        # window starts: every position whose window fits in the piece
-        starts_of = lambda idx: idx  # noqa: E731
-        n_starts = len(train) - a.context - 1
-        shard_chars = len(train)
-    else:
-        # window starts in the node's blocks (a window may run on into the next block: the text
-        # there is real, not a seam between blocks)
-        blocks = np.arange(shard, (len(train) - a.context - 1) // SHARD_BLOCK, shards)
-        if len(blocks) == 0:
-            sys.exit("the training text has fewer blocks than --shard's N")
-        block_ids = torch.from_numpy(blocks.astype(np.int64))
-        starts_of = lambda idx: (block_ids[idx // SHARD_BLOCK] * SHARD_BLOCK  # noqa: E731
-                                 + idx % SHARD_BLOCK)
-        n_starts = len(blocks) * SHARD_BLOCK
-        shard_chars = n_starts
-    train = torch.from_numpy(train.astype(np.int64))
+    if a.diloco:
+        return run_diloco(a, train, *val_windows(val, a.val_windows, a.context))
+    train, starts_of, n_starts, shard_chars = shard_sampler(a, train, shard, shards)
     vx, vy = val_windows(val, a.val_windows, a.context)
 
     torch.manual_seed(a.seed)  # one initial model on every node
@@ -366,18 +455,17 @@ def main():
     step = mesh.step_count if mesh else 0
     eval_total, loss_sum, loss_n = 0.0, 0.0, 0
     reached, last_bpc = False, None
-    offs = torch.arange(a.context + 1)
     first = True  # the initial model is evaluated before the first step
     while True:
         done = step >= a.max_steps
         if not done and not first:
-            starts = starts_of(torch.randint(0, n_starts, (a.batch,), generator=gen))
-            chunk = train[starts[:, None] + offs]
+            t_step = time.process_time()
             stepper.zero_grad()
-            out = model(chunk[:, :-1])
-            loss = F.cross_entropy(out.reshape(-1, VOCAB), chunk[:, 1:].reshape(-1))
+            loss = batch_loss(model, train, starts_of, n_starts, gen, a)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if a.slowdown > 1:  # an F-times slower host: the step's compute, F - 1 times more
+                time.sleep((a.slowdown - 1) * (time.process_time() - t_step))
             stepper.step()
             sched.step()
             loss_sum += loss.item()
@@ -429,6 +517,13 @@ def main():
                           "reached": reached,
                           **({"allreduced_bytes": allreduced[0]} if a.ddp else {})}),
               flush=True)
+    if mesh and a.finish:
+        # The mesh's one model: the average of every node's final model.
+        res = stepper.finish()
+        bpc, acc = evaluate(base, vx, vy)
+        print(json.dumps({"event": "consensus", "models": res["models"], "crc32": res["crc32"],
+                          "val_bpc": round(bpc, 4), "val_acc": round(acc, 4),
+                          "syncs": stepper.syncs, "t": time.time()}), flush=True)
     if mesh:
         mesh.detach()
     if a.ddp:

@@ -81,6 +81,10 @@ struct NodeConfig {
   // A node that finished training (--target-accuracy, --steps) offers its final model to the
   // peers still training this often, so the last nodes converge with it instead of alone.
   TimeMs final_serve_interval_ms = 200;
+  // Whether peers still training need our final model: they mix it (the built-in trainer) or
+  // take it over (--target-accuracy). An external trainer's peers mix only the peers their syncs
+  // wait for, and the consensus averages the final models at the end: the agent turns it off.
+  bool offer_final = true;
   // One model at the end (node_consensus.cc): once no live member trains any more, the
   // finished nodes agree on the average of their final models. Off: each keeps its own.
   bool consensus = true;

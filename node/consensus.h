@@ -90,6 +90,22 @@ class Consensus {
   // `covers`: how many participants it averages (ParamChunk::covers; 0 = not said).
   void OnOffer(const std::string& sender, Model m, uint32_t covers);
   void Acked(const std::string& receiver) { acked_.insert(receiver); }
+  // Our final model `model` (by identity) was acknowledged by `receiver` at `now`, as the
+  // consensus's copy for its leader (`to_leader`) or offered to a peer still training (which
+  // mixes it and keeps nothing for the consensus): a finished node sends each final model once
+  // to each, not at every retry. Delivered(..., now, again) holds for `again` ms only (a leader
+  // that restarted and lost it gets it again then).
+  void FinalDelivered(const std::string& receiver, const void* model, bool to_leader, TimeMs now) {
+    (to_leader ? to_leader_ : offered_)[receiver] = {model, now};
+  }
+  bool Delivered(const std::string& receiver, const void* model, TimeMs now, TimeMs again) const {
+    auto it = to_leader_.find(receiver);
+    return it != to_leader_.end() && it->second.first == model && now - it->second.second < again;
+  }
+  bool Offered(const std::string& receiver, const void* model) const {
+    auto it = offered_.find(receiver);
+    return it != offered_.end() && it->second.first == model;
+  }
 
   // ---- status ----
   ConsensusPhase Phase(bool finished, const std::string& self) const;
@@ -117,6 +133,9 @@ class Consensus {
   std::string result_from_;      // who averaged it (ourselves when leading)
   uint32_t result_covers_ = 0;   // how many participants it averages (0: not said)
   std::set<std::string> acked_;  // leader: participants that acknowledged the result
+  // Receivers that acknowledged our final model: which one (identity) and when; as the
+  // leader's copy, or offered to a peer still training.
+  std::map<std::string, std::pair<const void*, TimeMs>> to_leader_, offered_;
   TimeMs next_send_ = 0;
   // A consensus model received, not adopted yet (our view may not agree yet that everyone
   // finished, or that its sender leads).

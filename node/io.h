@@ -196,6 +196,7 @@ struct MixChunk {
   std::vector<float> scales;  // one scale a block
   // Or the values left in the frame they came in (the vectors above then stay empty).
   wire::HeldValues held;
+  bool last = false;  // the transfer's last chunk: the sender's model (or fragment) is whole
   bool int8() const { return held ? held.q != nullptr : !q.empty(); }
   size_t count() const { return held ? held.n : q.empty() ? data.size() : q.size(); }
   const float* values() const { return held ? held.f : data.data(); }

@@ -78,9 +78,14 @@ void Node::RunConsensus(TimeMs now) {
     // A provisional result (Settled) came from the leader, so our final model is with it: the
     // leader pushes its next result, or we pull it.
     if (cs.HasLeadersResult() || cs.spectator() || round_ || pending_ || !cs.SendDue(now)) return;
+    // Once: the leader acknowledged this final model (again only after a long while, in case
+    // it restarted and lost it).
+    if (cs.Delivered(leader, latest_.get(), now, internal::kFinalResendMs)) return;
     cs.Sent(now + config_.consensus_retry_ms);
     pending_ = SnapshotIn{latest_step_, latest_, true, {}};
-    return SendRound({leader}, now);
+    SendRound({leader}, now);
+    if (round_) round_->CarriesFinal(latest_.get(), /*to_leader=*/true);
+    return;
   }
   // The leader. A result that covers every live participant stands; otherwise reduce anew.
   if (cs.ResultStands()) {

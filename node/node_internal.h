@@ -18,6 +18,9 @@ namespace ms = ::meshtrain::membership;
 // Bytes a frame costs beyond its floats (envelope, chunk header, seal, length prefix): the
 // meters only need the order of magnitude; the driver counts the real bytes for status.
 constexpr uint64_t kFrameOverheadBytes = 96;
+// A participant's final model, acknowledged by the consensus leader, goes to it again only after
+// this long (a leader that restarted lost it); never sooner, whatever the spread of finish times.
+constexpr TimeMs kFinalResendMs = 60000;
 
 inline bool IsLive(ms::Status s) { return s == ms::Status::kAlive || s == ms::Status::kSuspect; }
 

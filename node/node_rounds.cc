@@ -23,9 +23,12 @@ void Node::OnSnapshot(SnapshotIn s, TimeMs now) {
   if (s.final && lifecycle_.Finish()) {
     final_serve_at_ = now + config_.final_serve_interval_ms;
   }
-  pending_ = std::move(s);
   for (ConnId conn : state_waiters_) SendState(conn);
   state_waiters_.clear();
+  // Peers still training do not need a final model (config offer_final off): it is kept for the
+  // consensus, and a snapshot still to send goes out as it is.
+  if (s.final && !config_.offer_final) return;
+  pending_ = std::move(s);
   StartRound(now);
 }
 
@@ -315,6 +318,7 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
                                          : 0;
   round_ = std::make_unique<Round>(
       id, now, uint64_t{floats} * sizeof(float) + chunks * kFrameOverheadBytes, consensus);
+  if (snap.final && !consensus) round_->CarriesFinal(snap.params.get());
   up_.Begin(now);
   for (const auto& name : receivers) {
     auto peer = FindPeer(name);
@@ -385,6 +389,9 @@ void Node::FinishTransfer(ConnId conn, bool ok, TimeMs now) {
     stats_.params_bytes_sent += t.wire_bytes;
     stats_.params_bytes_raw += round_->raw_per_rx();
     if (round_->consensus()) consensus_.Acked(t.receiver);
+    if (round_->final_of()) {
+      consensus_.FinalDelivered(t.receiver, round_->final_of(), round_->to_leader(), now);
+    }
     if (t.new_ref) {
       const auto old = tx_refs_.find(t.receiver);
       const uint32_t since = t.full || old == tx_refs_.end() ? 0 : old->second.since_full + 1;
@@ -547,8 +554,9 @@ bool Node::OnStreamChunk(ConnId conn, const std::string& sender, wire::ParamChun
              std::move(c.q),
              std::move(c.scales),
              std::move(c.held)};
-  if (complete) CompleteIncoming(conn, sender, round, step, now);
+  m.last = complete;
   Emit(std::move(m));
+  if (complete) CompleteIncoming(conn, sender, round, step, now);
   return true;
 }
 

@@ -12,8 +12,9 @@
 //
 // Final models. A node that finished training (--target-accuracy or --steps) counts as finished
 // in every barrier (its metadata says training: false), and offers its final model to the peers
-// still training every final_serve_interval_ms (200 ms): the last nodes mix with it
-// (progress-aware, see learn/mixing.h) instead of finishing alone on their shards.
+// still training (config offer_final): once to each, checked every final_serve_interval_ms
+// (200 ms) for peers that started training since or whose transfer failed. The last nodes mix
+// with it (progress-aware, see learn/mixing.h) instead of finishing alone on their shards.
 #include <algorithm>
 
 #include "node/node.h"
@@ -209,9 +210,18 @@ void Node::ServeFinal(TimeMs now) {
   if (!lifecycle_.finished() || now < final_serve_at_) return;
   final_serve_at_ = now + config_.final_serve_interval_ms;
   if (Candidates().empty()) return RunConsensus(now);  // nobody trains any more
-  if (!latest_ || pending_ || round_ || lifecycle_.leaving()) return;
+  if (!config_.offer_final || !latest_ || pending_ || round_ || awaiting_plan_ != 0 ||
+      lifecycle_.leaving()) {
+    return;
+  }
+  // Each final model once to each peer still training (a transfer that failed is tried again).
+  std::vector<std::string> due;
+  for (const std::string& name : PushCandidates()) {
+    if (!consensus_.Offered(name, latest_.get())) due.push_back(name);
+  }
+  if (due.empty()) return;
   pending_ = SnapshotIn{latest_step_, latest_, true, {}};
-  StartRound(now);
+  SendRound(std::move(due), now);
 }
 
 }  // namespace meshtrain::node

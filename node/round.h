@@ -43,6 +43,14 @@ class Round {
 
   uint64_t id() const { return id_; }
   bool consensus() const { return consensus_; }
+  // A round carrying this node's final model (by identity), or null; `to_leader`: the
+  // consensus's copy for its leader (not one offered to a peer still training).
+  void CarriesFinal(const void* model, bool to_leader = false) {
+    final_of_ = model;
+    to_leader_ = to_leader;
+  }
+  const void* final_of() const { return final_of_; }
+  bool to_leader() const { return to_leader_; }
   uint64_t raw_per_rx() const { return raw_per_rx_; }
 
   void Add(ConnId conn, Transfer t);
@@ -64,6 +72,8 @@ class Round {
   TimeMs started_ = 0;
   uint64_t raw_per_rx_ = 0;
   bool consensus_ = false;
+  const void* final_of_ = nullptr;
+  bool to_leader_ = false;
   int outstanding_ = 0;
   int delivered_ = 0;
   uint64_t bytes_ = 0;                    // acknowledged bytes on the wire

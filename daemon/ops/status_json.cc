@@ -179,6 +179,20 @@ json TrainerJson(const StatusInputs& in) {
   return trainer;
 }
 
+// What the syncs mixed (an external trainer's; docs/design.md "Mixing"): `short` counts syncs
+// that mixed fewer whole peer models than peers they waited for.
+json SyncsJson(const TrainerState& st) {
+  const SyncTally& t = st.syncs;
+  return {{"count", t.count},
+          {"short", t.short_of},
+          {"timeouts", t.timeouts},
+          {"partial", t.partial},
+          {"wait_s", t.wait_s},
+          {"last", {{"waited", t.last_waited}, {"mixed", t.last_mixed}, {"models", t.last_models}}},
+          {"drift", st.drift},
+          {"configured", st.configured}};
+}
+
 // The end-of-training consensus: one model for every finished node.
 json ConsensusJson(const StatusInputs& in, const TrainerState& st) {
   const auto& s = in.node.stats();
@@ -257,8 +271,12 @@ json StatusJson(const StatusInputs& in) {
           {"mean_fanout", s.rounds ? static_cast<double>(s.fanout_sum) / s.rounds : 0.0},
           {"compress", wire::CompressName(in.config.compress)},
           {"sync_every", has_trainer ? st.sync_every : in.config.sync_every},
-          {"outer", learn::OuterStep::Name(in.config.outer)},
+          {"outer", learn::OuterStep::Name(has_trainer ? st.outer : in.config.outer)},
+          {"outer_lr", has_trainer ? st.outer_lr : in.config.outer_lr},
+          {"outer_momentum", has_trainer ? st.outer_momentum : in.config.outer_momentum},
+          {"fragments", has_trainer ? st.fragments : in.config.fragments},
           {"outer_steps", st.outer_steps},
+          {"syncs", SyncsJson(st)},
           {"consensus", ConsensusJson(in, st)},
           {"params_bytes_sent", s.params_bytes_sent},
           {"params_bytes_raw", s.params_bytes_raw},

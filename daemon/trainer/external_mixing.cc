@@ -30,6 +30,12 @@ std::shared_ptr<std::vector<float>> NewSnapshotBuffer(size_t n) {
   return b;
 }
 
+// The bytes a chunk holds while it waits (its values, as they came).
+size_t ChunkBytes(const node::MixChunk& c) {
+  const size_t scales = c.held ? c.held.ns : c.scales.size();
+  return c.int8() ? c.count() + scales * sizeof(float) : c.count() * sizeof(float);
+}
+
 }  // namespace
 
 // ---- publish and snapshots ----------------------------------------------------------------------
@@ -94,6 +100,10 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
     latest_step_ = step;
     outbox_ = Snapshot{step, std::move(snap), false, span};
   }
+  if (step != window_step_ && !mixing_) {
+    window_step_ = step;  // the window is mixed at this step (the MIX that follows)
+    ReleaseHeld();
+  }
   Reply(c, tp::kPublish | tp::kReplyBit, seq, tp::Writer().U64(step).Take());
   notify_();
 }
@@ -136,6 +146,55 @@ void ExternalTrainer::KeepSnapshotBuffer(const std::shared_ptr<std::vector<float
 }
 
 void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
+  if (!Gated() || adopt_) return Mix(c, seq, unsent, 0, false);
+  // The trainer waits for the reply; nothing else is taken from it meanwhile (job_).
+  job_ = true;
+  gate_ = GatedMix{c, seq, unsent, Clock::now()};
+  TryGatedMix();
+}
+
+void ExternalTrainer::TryGatedMix() {
+  if (!gate_) return;
+  const uint64_t s = state_.step;
+  size_t waited = 0;
+  std::string missing;  // for the log line of a sync that stops waiting
+  if (peer_steps_) {
+    for (const auto& [name, step] : peer_steps_()) {
+      if (step < s) continue;  // behind us: its model is mixed when it comes, by its age
+      waited++;
+      auto it = whole_step_.find(name);
+      // A newer model of that peer, held for the next window, is whole: the one of this step
+      // is not coming (it went out before this node trained).
+      auto later = held_whole_.find(name);
+      if ((it == whole_step_.end() || it->second < s) &&
+          (later == held_whole_.end() || later->second <= s)) {
+        missing += " " + name + " (at step " + std::to_string(step) + ", whole model of step " +
+                   (it == whole_step_.end() ? std::string("none") : std::to_string(it->second)) +
+                   ")";
+      }
+    }
+  }
+  for (const auto& [from, t] : window_) {
+    // Half in: never mix part of a model.
+    if (!t.whole && !t.lost) missing += " " + from + " (a transfer half in)";
+  }
+  const bool ready = missing.empty();
+  const double waiting = Seconds(Clock::now() - gate_->since);
+  const bool timed_out = !ready && waiting >= kSyncWaitS;
+  if (!ready && !timed_out) return;
+  const GatedMix g = *gate_;
+  gate_.reset();
+  state_.syncs.wait_s += waiting;
+  if (timed_out) {
+    spdlog::warn(
+        "sync at step {}: not every model it waited for came in {} s, mixing what came;"
+        " missing:{}",
+        s, kSyncWaitS, missing);
+  }
+  Mix(g.c, g.seq, g.unsent, waited, timed_out);
+}
+
+void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, bool timed_out) {
   // Decided here, carried out on the thread pool (the trainer waits for the reply meanwhile).
   struct Work {
     std::optional<Incoming> take;  // a model that replaces the trainer's
@@ -144,6 +203,7 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
     size_t mixed = 0;
     std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
     bool snap_ok = false;
+    double models = 0;  // peer models folded in, in model-sized units
   };
   auto work = std::make_shared<Work>();
   uint32_t flags = 0;
@@ -168,8 +228,12 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
     }
     inbox_.clear();
   }
+  // What this window holds, by sender: whole models, and any mixed only in part.
+  size_t whole = work->whole.size(), part = 0;
+  for (const auto& [from, t] : window_) (t.whole && !t.lost && !t.partial ? whole : part)++;
   if (unsent && !work->take && !preparing_) work->snap = SnapshotBuffer();
   job_ = true;
+  mixing_ = true;  // chunks that come meanwhile belong to the next window
   OffloadBulk(
       loop_,
       [map = shm_.map, data = shm_.data, n = num_params_, mixer = mixer_, work] {
@@ -183,11 +247,20 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
           for (const auto& in : work->whole) others.push_back(in.params.data());
           learn::MixWeighted(data, n, others, work->weights);
         }
+        mixer->Drain();  // every chunk handed over before the mix is in the sum
+        const double before = mixer->models_mixed();
         work->mixed = work->whole.size() + mixer->Apply(data, n);
+        work->models = static_cast<double>(work->whole.size()) + mixer->models_mixed() - before;
         if (work->snap) work->snap_ok = learn::CopyParamsFinite(data, work->snap->data(), n);
       },
-      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, flags, work] {
-        if (life.expired() || gen != conn_gen_) return;
+      [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, flags, work, waited,
+       timed_out, whole, part] {
+        if (life.expired()) return;
+        mixing_ = false;
+        ClearWindow();
+        window_step_ = state_.step + every_;
+        ReleaseHeld();
+        if (gen != conn_gen_) return;  // the trainer detached
         job_ = false;
         if (work->snap_ok) {
           latest_ = work->snap;
@@ -197,11 +270,49 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
         }
         const auto mixed = static_cast<uint32_t>(work->mixed);
         state_.mixes += mixed;
+        state_.syncs.count++;
+        if (!work->take) RecordSync(waited, whole, part, work->models, timed_out);
         Reply(c, tp::kMix | tp::kReplyBit, seq,
               tp::Writer().U32(mixed).U32(flags).U64(state_.step).Take());
         if (flags & tp::kMixAdopted) notify_();
         HandleFrames(c);
       });
+}
+
+void ExternalTrainer::RecordSync(size_t waited, size_t whole, size_t part, double models,
+                                 bool timed_out) {
+  SyncTally& t = state_.syncs;
+  t.last_waited = waited;
+  t.last_mixed = whole;
+  t.last_models = models;
+  if (whole < waited) t.short_of++;
+  if (part > 0) t.partial++;
+  if (timed_out) t.timeouts++;
+  if (state_.outer != learn::OuterStep::Kind::kAvg) state_.outer_steps++;
+  if (!Gated()) return;  // a line per sync of H steps, not per step
+  metrics_->Write("sync", {{"step", state_.step},
+                           {"waited", waited},
+                           {"mixed", whole},
+                           {"partial", part},
+                           {"models", models},
+                           {"timed_out", timed_out}});
+}
+
+void ExternalTrainer::HandleConfigure(Conn* c, uint32_t seq, const tp::Configure& cfg) {
+  sync_ = cfg;
+  every_ = std::max<uint64_t>(1, cfg.sync_every / cfg.fragments);
+  state_.sync_every = static_cast<int>(cfg.sync_every);
+  state_.fragments = static_cast<int>(cfg.fragments);
+  state_.outer = static_cast<learn::OuterStep::Kind>(cfg.outer);
+  state_.outer_lr = cfg.outer_lr;
+  state_.outer_momentum = cfg.outer_momentum;
+  state_.drift = tp::kDriftNames[cfg.drift];
+  state_.configured = true;
+  window_step_ = state_.step + every_;
+  spdlog::info("the trainer syncs every {} steps (outer {}, fragments {}, drift correction {})",
+               cfg.sync_every, learn::OuterStep::Name(state_.outer), cfg.fragments, state_.drift);
+  Reply(c, tp::kConfigure | tp::kReplyBit, seq, {});
+  notify_();
 }
 
 void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e) {
@@ -320,13 +431,78 @@ void ExternalTrainer::Deliver(const std::string& from, std::vector<float> params
                               bool finished, std::optional<uint64_t> final_step) {
   if (num_params_ == 0 || params.size() != num_params_) return;
   inbox_[from] = Incoming{std::move(params), step, finished, final_step};
+  if (!finished) {
+    uint64_t& s = whole_step_[from];
+    s = std::max(s, step);
+  }
+  TryGatedMix();
 }
 
 void ExternalTrainer::DeliverChunk(node::MixChunk chunk) {
   if (num_params_ == 0 || chunk.total != num_params_) return;
-  const double w = learn::MixWeight(state_.step, chunk.step);
-  mixer_->Push(std::move(chunk), w);
+  // A chunk of a model past the window's step (a peer a sync ahead) waits for its window, as
+  // does every chunk while a MIX runs; beyond kMaxHeldBytes it is folded now.
+  const bool later = mixing_ || (Gated() && !chunk.finished && chunk.step > window_step_);
+  const size_t bytes = ChunkBytes(chunk);
+  if (later && held_bytes_ + bytes <= kMaxHeldBytes) {
+    held_bytes_ += bytes;
+    if (chunk.last) {
+      uint64_t& s = held_whole_[chunk.from];
+      s = std::max(s, chunk.step);
+    }
+    held_.push_back(std::move(chunk));
+    TryGatedMix();
+    return;
+  }
+  PushChunk(std::move(chunk));
+  TryGatedMix();
 }
+
+void ExternalTrainer::PushChunk(node::MixChunk chunk) {
+  auto [it, fresh] = window_.try_emplace(chunk.from);
+  InTransfer& t = it->second;
+  if (fresh || t.round != chunk.round) {
+    // A transfer replacing one half in: that one stays mixed in part.
+    const bool partial = !fresh && (t.partial || !t.whole);
+    t = InTransfer{chunk.round, chunk.step, false, false, partial};
+  }
+  // Weighted by the model's age when it is mixed: at the window's step (docs/design.md
+  // "Mixing"); a finished peer's model counts fully.
+  const double w = chunk.finished ? 1.0 : learn::MixWeight(window_step_, chunk.step);
+  const bool last = chunk.last;
+  const std::string from = chunk.from;
+  const uint64_t step = chunk.step;
+  if (!mixer_->Push(std::move(chunk), w)) t.lost = true;
+  if (last && !t.lost) {
+    t.whole = true;
+    uint64_t& s = whole_step_[from];
+    s = std::max(s, step);
+  }
+}
+
+void ExternalTrainer::ReleaseHeld() {
+  std::deque<node::MixChunk> keep;
+  std::deque<node::MixChunk> held = std::move(held_);
+  held_.clear();
+  held_bytes_ = 0;
+  held_whole_.clear();
+  for (auto& chunk : held) {
+    if (Gated() && !chunk.finished && chunk.step > window_step_) {
+      held_bytes_ += ChunkBytes(chunk);
+      if (chunk.last) {
+        uint64_t& s = held_whole_[chunk.from];
+        s = std::max(s, chunk.step);
+      }
+      keep.push_back(std::move(chunk));
+    } else {
+      PushChunk(std::move(chunk));
+    }
+  }
+  held_ = std::move(keep);
+  TryGatedMix();
+}
+
+void ExternalTrainer::ClearWindow() { window_.clear(); }
 
 void ExternalTrainer::Adopt(std::vector<float> params, uint64_t step) {
   // Finite: checked chunk by chunk on arrival (node::AdoptState), not again on the loop.

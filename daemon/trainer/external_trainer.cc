@@ -249,6 +249,7 @@ void ExternalTrainer::Handle(Conn* c, uint32_t seq, tp::Request req) {
   if (auto* p = std::get_if<tp::Publish>(&req)) return HandlePublish(c, seq, *p);
   if (std::holds_alternative<tp::MixReq>(req)) return HandleMix(c, seq, unsent);
   if (auto* e = std::get_if<tp::EvalReport>(&req)) return HandleEval(c, seq, *e);
+  if (auto* cfg = std::get_if<tp::Configure>(&req)) return HandleConfigure(c, seq, *cfg);
   if (std::holds_alternative<tp::Finish>(req)) return HandleFinish(c, seq);
   Reply(c, tp::kDetach | tp::kReplyBit, seq, {});
   Close(c, kCleanDetach);
@@ -316,6 +317,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
   conn_gen_++;
   job_ = false;
   wait_.reset();
+  gate_.reset();
   finish_seq_.reset();
   UnmapShm(/*off_loop=*/true);
   if (!was_attached) return;
@@ -329,6 +331,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
 }
 
 void ExternalTrainer::OnTick() {
+  TryGatedMix();  // a waited peer may have failed or stopped training meanwhile
   if (conn_ == nullptr || wait_ || job_ || finish_seq_) return;  // the trainer waits on us
   const double silent = Seconds(Clock::now() - conn_->last_activity);
   if (silent > options_.timeout_s) {
@@ -397,6 +400,7 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
   num_params_ = a.num_params;
   inbox_.clear();
   mixer_->Clear();
+  ClearWindow();
   uint64_t step = state_.step;
   std::shared_ptr<const std::vector<float>> resume;
   if (latest_ && latest_->size() == num_params_ &&
@@ -407,6 +411,7 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
   }
   c->attached = true;
   state_.step = step;
+  window_step_ = step + every_;
   state_.start_step = step;
   state_.training = !target_reached_;
   state_.waiting = false;
@@ -473,6 +478,25 @@ void ExternalTrainer::Permit(uint64_t step, double) {
   Reply(conn_, tp::kWaitPermit | tp::kReplyBit, wait_->seq,
         tp::Writer().U64(wait_->step).U32(state_.training ? 1 : 0).U32(0).Take());
   wait_.reset();
+}
+
+ExternalTrainer::PeerSteps SyncPeers(const node::Node& node, const AgentConfig& config) {
+  ExternalTrainer::PeerSteps out;
+  if (config.select != sync::SelectPolicy::kAll || node.Reach() == membership::Reach::kNat) {
+    return out;
+  }
+  if (const sync::BarrierCore* b = node.barrier()) {
+    const sync::ProgressView& v = b->view();
+    for (const auto& e : v.entries()) out.emplace_back(v.name(e), e.progress.step);
+    return out;
+  }
+  for (const auto& m : node.Members()) {
+    if (m.name == config.name || !m.meta.training) continue;
+    if (m.status == membership::Status::kAlive || m.status == membership::Status::kSuspect) {
+      out.emplace_back(m.name, m.step);
+    }
+  }
+  return out;
 }
 
 learn::Result<std::unique_ptr<Trainer>> MakeExternalTrainer(uv_loop_t* loop,

@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -80,6 +81,13 @@ class ExternalTrainer : public Trainer {
   bool attached() const;
   int64_t trainer_pid() const;
 
+  // The live training peers and the step each reported, whose models a sync may wait for (the
+  // agent's membership view). The agent returns none when peers' models need not come to this
+  // node (--select other than all, or this node is behind NAT and pulls).
+  void SetPeerSteps(std::function<PeerSteps()> fn) override { peer_steps_ = std::move(fn); }
+  // How long a sync waits for the whole models of the peers that reached its step.
+  static constexpr double kSyncWaitS = 30;
+
  private:
   struct Conn;
   struct Shm {
@@ -104,6 +112,21 @@ class ExternalTrainer : public Trainer {
   // unsent: the last PUBLISH made no snapshot (its buffer was being sent); if the buffer is free
   // now, the mixed model becomes the snapshot of that step, copied after the mix.
   void HandleMix(Conn* c, uint32_t seq, bool unsent);
+  // The exact exchange (docs/design.md "Mixing"), for a trainer that syncs every H > 1 steps
+  // (CONFIGURE): a MIX waits until every live training peer that reached the published step has
+  // delivered a whole model at that step or later, and no transfer that started is still half
+  // in, then mixes (Mix). Re-checked as chunks arrive and every tick; kSyncWaitS at most.
+  void TryGatedMix();
+  void Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, bool timed_out);
+  // A sync's tally (status `syncs`, the `sync` metrics line).
+  void RecordSync(size_t waited, size_t whole, size_t part, double models, bool timed_out);
+  bool Gated() const { return sync_.sync_every > 1; }
+  // Folds a chunk into the window now (weighted by its age at the window's step), or holds it
+  // for a later window: one that belongs after the mix in progress or the next one.
+  void PushChunk(node::MixChunk chunk);
+  void ReleaseHeld();
+  void ClearWindow();
+  void HandleConfigure(Conn* c, uint32_t seq, const tp::Configure& cfg);
   void HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e);
   // FINISH: the shared memory becomes the final model (copied off the loop, then offered);
   // the reply waits for the consensus model (ReplyFinish).
@@ -192,11 +215,44 @@ class ExternalTrainer : public Trainer {
 
  private:
   uint64_t latest_step_ = 0;
+  // The exchange window: what was folded since the last MIX, by sender (a transfer is whole
+  // once its last chunk came), and the step it will be mixed at.
+  struct InTransfer {
+    uint64_t round = 0;
+    uint64_t step = 0;
+    bool whole = false;    // its last chunk came, none dropped
+    bool lost = false;     // a chunk was dropped: it will never be whole
+    bool partial = false;  // a transfer of this window was replaced half in (mixed in part)
+  };
+  std::map<std::string, InTransfer> window_;
+  std::map<std::string, uint64_t> whole_step_;  // sender -> step of its newest whole model
+  uint64_t window_step_ = 0;
+  uint64_t every_ = 1;   // steps between syncs (CONFIGURE: sync_every / fragments)
+  bool mixing_ = false;  // a MIX is on the thread pool: new chunks wait for the next window
+  std::deque<node::MixChunk> held_;
+  size_t held_bytes_ = 0;
+  std::map<std::string, uint64_t> held_whole_;  // sender -> step of a whole model held
+  static constexpr size_t kMaxHeldBytes = size_t{256} << 20;
+  struct GatedMix {
+    Conn* c = nullptr;
+    uint32_t seq = 0;
+    bool unsent = false;
+    Clock::time_point since;
+  };
+  std::optional<GatedMix> gate_;
+  std::function<PeerSteps()> peer_steps_;
+  tp::Configure sync_;
   bool target_reached_ = false;
   TrainerState state_;
   Clock::time_point last_publish_, last_permit_, train_start_;
   std::map<std::string, uint64_t> rejects_;
 };
+
+// The peers an external trainer's sync waits for (ExternalTrainer::SetPeerSteps): the live
+// training peers of the barrier's view (its steps come from progress queries too, fresher than
+// gossip), or of membership without a barrier. None when their models need not come to this node:
+// every peer pushes to every other with --select all only, and a node behind NAT pulls instead.
+ExternalTrainer::PeerSteps SyncPeers(const node::Node& node, const AgentConfig& config);
 
 // The external trainer for `--trainer external`, listening on config.trainer_socket.
 learn::Result<std::unique_ptr<Trainer>> MakeExternalTrainer(uv_loop_t* loop,

@@ -58,6 +58,10 @@ BuiltinTrainer::BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions
         }
       }) {
   state_.sync_every = std::max(1, options_.sync_every);
+  state_.outer = options_.outer;
+  state_.outer_lr = options_.outer_lr;
+  state_.outer_momentum = options_.outer_momentum;
+  state_.fragments = std::max(1, options_.fragments);
 }
 
 BuiltinTrainer::~BuiltinTrainer() { Stop(); }

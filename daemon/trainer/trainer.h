@@ -165,6 +165,19 @@ struct WaitBounds {
 };
 using WaitHistogram = BucketHistogram<WaitBounds>;
 
+// What an external trainer's syncs mixed (docs/design.md "Mixing"): a sync waits for the whole
+// models of the live training peers that reached its step, then mixes them.
+struct SyncTally {
+  uint64_t count = 0;      // MIX requests answered
+  uint64_t short_of = 0;   // syncs that mixed fewer whole models than peers they waited for
+  uint64_t timeouts = 0;   // syncs that stopped waiting at the deadline
+  uint64_t partial = 0;    // syncs that mixed some peer's model only in part
+  size_t last_waited = 0;  // the last sync: peers it waited for
+  size_t last_mixed = 0;   // whole peer models it mixed
+  double last_models = 0;  // peer models it mixed, in model-sized units (parameters covered)
+  double wait_s = 0;       // time syncs spent waiting for peers' models
+};
+
 struct TrainerState {
   uint64_t step = 0;
   bool training = true;
@@ -190,6 +203,15 @@ struct TrainerState {
   uint64_t start_step = 0;         // the step training started (or resumed) from
   int batch = 0;                   // current mini-batch size (changes with --batch auto)
   double lr = 0;                   // current learning rate
+  // How the trainer syncs: the built-in trainer's options, or what an external trainer runs
+  // (its CONFIGURE; the agent's defaults until it says).
+  learn::OuterStep::Kind outer = learn::OuterStep::Kind::kAvg;
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
+  int fragments = 1;
+  const char* drift = "none";  // an external trainer's drift correction: none, params, gradient
+  bool configured = false;     // an external trainer said how it syncs
+  SyncTally syncs;             // what the syncs mixed (external trainer)
 };
 
 // --sync-every auto: hide a round's transfer under computation. A round started at a
@@ -252,6 +274,10 @@ class Trainer {
   virtual std::optional<Snapshot> TakeSnapshot() = 0;
   // Steps between snapshots from now on (>= 1), for --sync-every auto.
   virtual void SetSyncEvery(int steps) = 0;
+  // The live training peers and the step each reported, for syncs that wait for the peers'
+  // models (the external trainer's exact exchange; daemon/trainer/external_trainer.h).
+  using PeerSteps = std::vector<std::pair<std::string, uint64_t>>;
+  virtual void SetPeerSteps(std::function<PeerSteps()>) {}
   virtual TrainerState state() const = 0;
   // Floats in the model; 0 while unknown (an external trainer that never attached).
   virtual size_t num_params() const = 0;

@@ -34,6 +34,8 @@ size_t BodySize(uint16_t type) {
       return 0;
     case kEval:
       return 24;
+    case kConfigure:
+      return 32;
     default:
       return std::numeric_limits<size_t>::max();
   }
@@ -41,6 +43,39 @@ size_t BodySize(uint16_t type) {
 
 // Steps beyond this are nonsense (2^53: exact as a double, for JSON status and Python).
 constexpr uint64_t kMaxStep = uint64_t{1} << 53;
+
+// CONFIGURE's body (32 bytes, checked by the caller).
+std::optional<Request> DecodeConfigure(const uint8_t* b, std::string* why) {
+  Configure c;
+  c.sync_every = static_cast<uint32_t>(Le(b, 4));
+  c.fragments = static_cast<uint32_t>(Le(b + 4, 4));
+  c.outer = static_cast<uint16_t>(Le(b + 8, 2));
+  c.drift = static_cast<uint16_t>(Le(b + 10, 2));
+  const auto reserved = static_cast<uint32_t>(Le(b + 12, 4));
+  c.outer_lr = F64(b + 16);
+  c.outer_momentum = F64(b + 24);
+  constexpr uint32_t kMaxSyncEvery = 1u << 24;
+  if (c.sync_every == 0 || c.sync_every > kMaxSyncEvery) {
+    *why = "configure: sync_every " + std::to_string(c.sync_every) + " is not in 1.." +
+           std::to_string(kMaxSyncEvery);
+    return std::nullopt;
+  }
+  if (c.fragments == 0 || c.sync_every % c.fragments != 0) {
+    *why = "configure: fragments " + std::to_string(c.fragments) +
+           " must be >= 1 and divide sync_every " + std::to_string(c.sync_every);
+    return std::nullopt;
+  }
+  if (c.outer > 2 || c.drift > 2 || reserved != 0) {
+    *why = "configure: outer must be 0..2, drift 0..2, reserved 0";
+    return std::nullopt;
+  }
+  if (!(std::isfinite(c.outer_lr) && c.outer_lr > 0 && c.outer_lr <= 1e3) ||
+      !(c.outer_momentum >= 0 && c.outer_momentum < 1)) {
+    *why = "configure: outer_lr must be in (0, 1000], outer_momentum in [0, 1)";
+    return std::nullopt;
+  }
+  return c;
+}
 
 }  // namespace
 
@@ -148,6 +183,8 @@ std::optional<Request> DecodeRequest(const Header& h, const uint8_t* b, std::str
       return Detach{};
     case kFinish:
       return Finish{};
+    case kConfigure:
+      return DecodeConfigure(b, why);
     default:
       *why = "unknown request type " + std::to_string(h.type);
       return std::nullopt;

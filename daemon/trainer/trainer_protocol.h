@@ -26,6 +26,12 @@
 //                 comes once the mesh's consensus model (the average of every
 //                 finished node's final model) is in the shared memory; `models` it averages,
 //                 `crc32` of its bytes. Peers still training keep it waiting.
+//   CONFIGURE 8   u32 sync_every, u32 fragments, u16 outer (0 avg, 1 sgd, 2 nesterov),
+//                 u16 drift (0 none, 1 params, 2 gradient), u32 0, f64 outer_lr,
+//                 f64 outer_momentum                -> (empty)
+//                 how the trainer syncs (MeshOptimizer): status shows it, and a MIX after a
+//                 PUBLISH of a multi-step sync waits for the models of the peers it waited for
+//                 (docs/design.md "Mixing"). Optional; any time after ATTACH.
 // An ERROR frame (type 0xff, body: a UTF-8 message) answers a rejected request; the agent then
 // closes the connection.
 //
@@ -60,6 +66,7 @@ enum Type : uint16_t {
   kEval = 5,
   kDetach = 6,
   kFinish = 7,
+  kConfigure = 8,
   kReplyBit = 0x80,
   kError = 0xff,
 };
@@ -91,8 +98,19 @@ struct EvalReport {
 };
 struct Detach {};
 struct Finish {};
+// How the trainer syncs, as it runs it (MeshOptimizer's arguments).
+struct Configure {
+  uint32_t sync_every = 1;
+  uint32_t fragments = 1;
+  uint16_t outer = 0;  // learn::OuterStep::Kind: 0 avg, 1 sgd, 2 nesterov
+  uint16_t drift = 0;  // 0 none, 1 params, 2 gradient
+  double outer_lr = 1.0;
+  double outer_momentum = 0.0;
+};
+constexpr const char* kDriftNames[] = {"none", "params", "gradient"};
 
-using Request = std::variant<Attach, WaitPermit, Publish, MixReq, EvalReport, Detach, Finish>;
+using Request =
+    std::variant<Attach, WaitPermit, Publish, MixReq, EvalReport, Detach, Finish, Configure>;
 
 // Parses a header from kHeaderBytes bytes; nullopt with *why on a bad magic, version, type or
 // length (the stream cannot be resynchronised after that).

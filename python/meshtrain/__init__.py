@@ -30,7 +30,9 @@ PROTOCOL_VERSION = 1
 _MAGIC = 0x5452544D
 _HEADER = struct.Struct("<IHHII")  # magic, version, type, seq, length
 _MAX_BODY = 4096
-ATTACH, WAIT_PERMIT, PUBLISH, MIX, EVAL, DETACH, FINISH = 1, 2, 3, 4, 5, 6, 7
+ATTACH, WAIT_PERMIT, PUBLISH, MIX, EVAL, DETACH, FINISH, CONFIGURE = 1, 2, 3, 4, 5, 6, 7, 8
+_OUTERS = ("avg", "sgd", "nesterov")
+_DRIFTS = ("none", "params", "gradient")
 _REPLY, _ERROR = 0x80, 0xFF
 _DTYPE_FLOAT32 = 1
 
@@ -147,6 +149,20 @@ class Mesh:
         self.step_count = step
         self.resumed = bool(have)
         return self.resumed
+
+    def configure(self, sync_every=1, fragments=1, outer="avg", outer_lr=1.0,
+                  outer_momentum=0.0, drift="none"):
+        """Tells the agent how this trainer syncs (MeshOptimizer does, after attaching): its
+        ``status`` shows it, and with ``sync_every`` > 1 each mix waits until the whole models
+        of the peers that reached the sync's step are in (the exact exchange of
+        docs/design.md "Mixing")."""
+        if self.params is None:
+            raise MeshError("configure() before the trainer attached")
+        if outer not in _OUTERS or drift not in _DRIFTS:
+            raise ValueError(f"outer must be one of {_OUTERS}, drift one of {_DRIFTS}")
+        self._request(CONFIGURE, struct.pack("<IIHHIdd", int(sync_every), int(fragments),
+                                             _OUTERS.index(outer), _DRIFTS.index(drift), 0,
+                                             float(outer_lr), float(outer_momentum)))
 
     def wait_permit(self, step):
         """Blocks until the barrier allows ``step``; False when the agent stopped training."""

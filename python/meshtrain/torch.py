@@ -251,6 +251,14 @@ class MeshOptimizer:
                 view.load(mesh.params)
         self.outer.reset(self.params)
         self._adoptions = mesh.adoptions
+        drift = "gradient" if self.gradient_drift is not None else \
+            "params" if self.drift is not None else "none"
+        mesh.configure(self.sync_every, self.fragments, self.outer.kind, self.outer.lr,
+                       self.outer.momentum, drift)
+        if mesh.step_count == 0:
+            # Start together: the barrier of the first step holds until the agent's --min-peers
+            # train, so every peer is there to receive the first sync's models.
+            mesh.wait_permit(1)
 
     @property
     def param_groups(self):

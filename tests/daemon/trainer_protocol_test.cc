@@ -26,7 +26,48 @@ std::vector<uint8_t> AttachBody(uint64_t n, uint16_t dtype = 1, int64_t resume =
   return tp::Writer().U64(n).U16(dtype).U16(0).U32(0).U64(static_cast<uint64_t>(resume)).Take();
 }
 
+std::vector<uint8_t> ConfigureBody(uint32_t every, uint32_t fragments, uint16_t outer,
+                                   uint16_t drift, double lr, double momentum,
+                                   uint32_t reserved = 0) {
+  return tp::Writer()
+      .U32(every)
+      .U32(fragments)
+      .U16(outer)
+      .U16(drift)
+      .U32(reserved)
+      .F64(lr)
+      .F64(momentum)
+      .Take();
+}
+
 }  // namespace
+
+TEST_CASE("trainer protocol: CONFIGURE says how the trainer syncs", "[daemon][trainer_protocol]") {
+  std::string why;
+  auto c = Decode(tp::kConfigure, ConfigureBody(100, 4, 2, 2, 0.7, 0.9), &why);
+  REQUIRE(c);
+  const auto& cfg = std::get<tp::Configure>(*c);
+  CHECK(cfg.sync_every == 100);
+  CHECK(cfg.fragments == 4);
+  CHECK(cfg.outer == 2);
+  CHECK(std::string(tp::kDriftNames[cfg.drift]) == "gradient");
+  CHECK(cfg.outer_lr == 0.7);
+  CHECK(cfg.outer_momentum == 0.9);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  auto bad = [&](std::vector<uint8_t> body) {
+    why.clear();
+    return !Decode(tp::kConfigure, body, &why) && !why.empty();
+  };
+  CHECK(bad(ConfigureBody(0, 1, 0, 0, 1, 0)));          // sync_every 0
+  CHECK(bad(ConfigureBody(10, 3, 0, 0, 1, 0)));         // 3 does not divide 10
+  CHECK(bad(ConfigureBody(10, 0, 0, 0, 1, 0)));         // no fragments
+  CHECK(bad(ConfigureBody(10, 1, 3, 0, 1, 0)));         // no such outer rule
+  CHECK(bad(ConfigureBody(10, 1, 0, 3, 1, 0)));         // no such drift correction
+  CHECK(bad(ConfigureBody(10, 1, 2, 0, nan, 0.9)));     // lr not finite
+  CHECK(bad(ConfigureBody(10, 1, 2, 0, 0.7, 1.0)));     // momentum 1
+  CHECK(bad(ConfigureBody(10, 1, 2, 0, 0.7, 0.9, 1)));  // reserved
+  CHECK(bad(std::vector<uint8_t>(31)));
+}
 
 TEST_CASE("trainer protocol: well-formed requests decode", "[daemon][trainer_protocol]") {
   std::string why;

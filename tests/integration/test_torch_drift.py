@@ -30,6 +30,14 @@ class FakeMesh:
     def attach(self, size):
         return False
 
+    step_count = 0
+
+    def configure(self, *args, **kwargs):
+        pass
+
+    def wait_permit(self, step):
+        return True
+
     def step(self, tensors, steps=1, span=None):
         import torch
         flat = torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
