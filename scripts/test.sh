@@ -7,11 +7,11 @@
 #      them at low priority: the multi-process tests mostly wait on agents, the compiler fills
 #      the cores;
 #   3. a short bounded run of every libFuzzer target (tests/fuzz) from the sanitizer build;
-#   4. the network-namespace tests (netbed) of the release build, then netbed/test_capacity alone
-#      (its emulated links want the CPU). The unit, simulation and transport tests under ASan +
-#      UBSan run from the end of the sanitizer build on, in its session, beside the other
-#      stages; the script waits for them before test_capacity;
-#   5. the network-namespace tests with the sanitizer build's agents.
+#   4. the network-namespace tests (netbed) of the release build, then those with the sanitizer
+#      build's agents, then netbed/test_capacity alone of each build (its emulated links want
+#      the CPU). The unit, simulation and transport tests under ASan + UBSan run from the end of
+#      the sanitizer build on, in its session, beside the other stages (the netbed tests mostly
+#      wait on emulated links); the script waits for them before test_capacity.
 # Both builds compile through ccache (scripts/build.sh): a second run on the same machine
 # recompiles only what changed; the summary says how many compiles the cache answered.
 # MESHTRAIN_SKIP_ASAN=1 skips the sanitizer build and its stages. The integration and fault
@@ -139,15 +139,17 @@ if [ "$asan" = 1 ]; then
   stage "fuzz targets, short run"
   rm -rf build-asan/seeds
   build-asan/make_corpus build-asan/seeds >/dev/null
-  bash tests/fuzz/run.sh --no-build --build build-asan --runs 20000 --parallel 2 || rc=1
+  bash tests/fuzz/run.sh --no-build --build build-asan --runs 10000 --parallel 2 || rc=1
 
-  stage "netbed tests (release build), then the rest of the ASan + UBSan unit tests"
+  stage "netbed tests (release, then ASan + UBSan build) beside the rest of the ASan unit tests"
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
   # test_capacity times probe trains at up to 640 Mbit/s: it runs alone, after the ASan tests
   # (beside them a 640 Mbit/s host was once measured at 179).
   run_ctest build/ctest-netbed.log --test-dir build --output-on-failure --timeout 600 -L netbed \
     -E netbed/test_capacity || rc=1
+  run_ctest build-asan/ctest-netbed.log --test-dir build-asan --output-on-failure --timeout 900 \
+    -L netbed -E netbed/test_capacity || rc=1
   wait "$bg_pid" || true
   bg_pid=""
   echo
@@ -157,13 +159,11 @@ if [ "$asan" = 1 ]; then
   count_ctest build-asan/ctest-unit.log "$asan_rc"
   [ "$asan_rc" = 0 ] || rc=1
   echo
-  echo "-- netbed/test_capacity (release build), alone --"
+  stage "netbed/test_capacity alone (release, then ASan + UBSan build)"
   run_ctest build/ctest-capacity.log --test-dir build --output-on-failure --timeout 600 \
     -R netbed/test_capacity || rc=1
-
-  stage "netbed tests under ASan + UBSan"
-  run_ctest build-asan/ctest-netbed.log --test-dir build-asan --output-on-failure --timeout 900 \
-    -L netbed || rc=1
+  run_ctest build-asan/ctest-capacity.log --test-dir build-asan --output-on-failure \
+    --timeout 900 -R netbed/test_capacity || rc=1
 else
   stage "netbed tests (release build)"
   run_ctest build/ctest-netbed.log --test-dir build --output-on-failure --timeout 600 -L netbed ||
