@@ -57,7 +57,8 @@ def recipe(a):
     r = ["--layers", a.layers, "--d-model", a.d_model, "--heads", a.heads, "--context",
          a.context, "--batch", a.batch, "--max-steps", a.steps, "--eval-every", a.sync_every, "--sync-every",
          a.sync_every, "--outer", a.outer, "--seed", a.seed, "--warmup", a.warmup,
-         "--schedule", a.schedule, "--lr", a.lr, "--shard-mode", a.shard_mode]
+         "--schedule", a.schedule, "--lr", a.lr, "--shard-mode", a.shard_mode, "--drift",
+         a.drift]
     return [str(x) for x in r]
 
 
@@ -119,6 +120,8 @@ def main():
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--sync-every", type=int, default=50)
     ap.add_argument("--outer", default="nesterov", choices=["avg", "sgd", "nesterov"])
+    ap.add_argument("--drift", default="auto", choices=["auto", "none", "gradient"],
+                    help="MeshOptimizer's drift_correction, in both runs (auto: its default)")
     ap.add_argument("--slowdown", type=float, default=2.0, help="the last node's slowdown")
     ap.add_argument("--spread-steps", type=int, default=0,
                     help="the last node trains this many steps more (its finish comes later; "

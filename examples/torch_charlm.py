@@ -255,7 +255,7 @@ def run_diloco(a, text, vx, vy):
     (JSON lines as the other modes, "mode": "diloco")."""
     import copy
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-    from meshtrain.torch import OuterStep
+    from meshtrain.torch import GradientCorrection, OuterStep
     n = a.diloco
     torch.manual_seed(a.seed)
     base = CharLM(a.layers, a.d_model, a.heads, a.context)
@@ -266,6 +266,10 @@ def run_diloco(a, text, vx, vy):
     gens = [torch.Generator().manual_seed(1000 * (a.seed + 1) + i) for i in range(n)]
     outer = OuterStep(a.outer, a.outer_lr, a.outer_momentum)
     outer.reset(list(base.parameters()))
+    # The gradient drift correction as MeshOptimizer runs it (its default with H > 1), with the
+    # exact mean of the nodes' mean gradients in place of the mesh's mix.
+    drift = a.drift == "gradient" or (a.drift == "auto" and a.sync_every > 1)
+    corr = [GradientCorrection(list(m.parameters())) for m in reps] if drift else []
     start = time.time()
     print(json.dumps({"event": "start", "mode": "diloco", "nodes": n,
                       "params": sum(p.numel() for p in base.parameters()),
@@ -278,9 +282,18 @@ def run_diloco(a, text, vx, vy):
                 o.zero_grad()
                 batch_loss(m, train, starts_of, n_starts, g, a).backward()
                 torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+                if corr:
+                    corr[reps.index(m)].before_step(list(m.parameters()))
                 o.step()
                 sc.step()
             if step % a.sync_every == 0:
+                if corr:
+                    for c in corr:
+                        c.before_mix()
+                    mean_c = torch.stack([c.mixed for c in corr]).mean(0)
+                    for c in corr:
+                        c.mixed.copy_(mean_c)
+                        c.after_mix()
                 with torch.no_grad():
                     for p, *qs in zip(base.parameters(), *(m.parameters() for m in reps)):
                         p.copy_(torch.stack([q.detach() for q in qs]).mean(0))
@@ -358,6 +371,9 @@ def parse_args(argv=None):
                    help="outer step after each mix (meshtrain.torch.MeshOptimizer)")
     g.add_argument("--outer-lr", type=float, help="outer learning rate (nesterov 0.7, sgd 1.0)")
     g.add_argument("--outer-momentum", type=float, help="nesterov momentum (0.9)")
+    g.add_argument("--drift", choices=["auto", "none", "gradient"], default="auto",
+                   help="MeshOptimizer's drift_correction (auto: the gradient correction when "
+                   "--sync-every > 1 with one fragment; none: off, half the bytes)")
     g.add_argument("--finish", action="store_true",
                    help="mesh: end with MeshOptimizer.finish() (the mesh's one model, "
                    "evaluated: a \"consensus\" line)")
@@ -370,6 +386,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if sum(bool(x) for x in (a.socket, a.ddp, a.diloco)) > 1:
         p.error("--socket, --ddp and --diloco exclude each other")
+    if a.diloco and a.fragments != 1:
+        p.error("--diloco runs whole-model syncs (--fragments 1)")
     if a.diloco < 0 or a.slowdown < 1:
         p.error("--diloco must be >= 1 nodes and --slowdown >= 1")
     if a.outer == "avg" and (a.outer_lr is not None or a.outer_momentum is not None):
@@ -442,7 +460,8 @@ def main():
         mesh = meshtrain.connect(a.socket)
         stepper = meshtrain.torch.MeshOptimizer(
             opt, mesh, sync_every=a.sync_every, outer=a.outer, outer_lr=a.outer_lr,
-            outer_momentum=a.outer_momentum, model=base, fragments=a.fragments)
+            outer_momentum=a.outer_momentum, model=base, fragments=a.fragments,
+            drift_correction={"none": False}.get(a.drift, a.drift))
     if rank == 0:
         print(json.dumps({"event": "start", "mode": mode, "params": n_params,
                           "train_chars": shard_chars, "val_chars": int(n_val),

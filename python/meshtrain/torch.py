@@ -198,6 +198,11 @@ class MeshOptimizer:
     (dividing `sync_every`; Streaming DiLoCo): every sync_every/F steps one of F contiguous
     fragments of the model goes out, in turn, and takes its outer step; each sync moves 1/F.
 
+    `drift_correction="auto"` (default): "gradient" (below) when sync_every > 1 and
+    fragments == 1, else off. On label-skewed shards H local steps drift towards each node's own
+    classes, which averaging the models does not undo; the gradient correction does, at one
+    model-sized buffer more per sync (2x the bytes). False turns it off (shards alike: half the
+    bytes).
     `drift_correction=True` (SCAFFOLD-style, serverless; for skewed shards with a large
     `sync_every`): at each sync the node learns how far its own model ended from the mix,
     d = x̄ − x_local, and adds c ← c + d / sync_every to a per-parameter correction c that
@@ -213,7 +218,7 @@ class MeshOptimizer:
 
     def __init__(self, optimizer, mesh, sync_every=1, params=None, share_memory=None,
                  outer="avg", outer_lr=None, outer_momentum=None, model=None, mix_buffers=True,
-                 fragments=1, mix_state=False, drift_correction=False):
+                 fragments=1, mix_state=False, drift_correction="auto"):
         if sync_every < 1:
             raise ValueError("sync_every must be >= 1")
         if fragments < 1 or sync_every % fragments:
@@ -229,8 +234,14 @@ class MeshOptimizer:
         self.buffers = mixed_buffers(model) if model is not None and mix_buffers else []
         if mix_state:  # the inner optimizer's moments travel and mix with the parameters
             self.buffers += optimizer_state(optimizer, self.params)
-        if drift_correction not in (False, None, True, "params", "gradient"):
-            raise ValueError('drift_correction must be False, True ("params") or "gradient"')
+        if drift_correction not in (False, None, True, "params", "gradient", "auto"):
+            raise ValueError('drift_correction must be "auto", False, True ("params") or '
+                             '"gradient"')
+        self.drift_default = drift_correction == "auto"
+        if self.drift_default:
+            # Local steps drift towards each node's own shard; the gradient correction removes
+            # that at one model-sized buffer more per sync (docs/python.md).
+            drift_correction = "gradient" if sync_every > 1 and fragments == 1 else False
         self.drift = self.gradient_drift = None
         if drift_correction == "gradient":
             if self.fragments != 1:
@@ -275,7 +286,10 @@ class MeshOptimizer:
     def step(self, closure=None):
         if self.gradient_drift is not None:
             if closure is not None:
-                raise ValueError('drift_correction="gradient" needs step() without a closure')
+                raise ValueError('drift_correction="gradient"' +
+                                 (" (the default with sync_every > 1)" if self.drift_default
+                                  else "") + " needs step() without a closure; pass "
+                                 "drift_correction=False or True to step with one")
             self.gradient_drift.before_step(self.params)
         loss = self.optimizer.step(closure)
         if self.drift is not None:

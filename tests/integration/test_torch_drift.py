@@ -6,8 +6,9 @@ averaging). Node i minimises 0.5·c_i·|x − a_i|² with SGD, c = (1, 4), a = (
 of the sum is x* = (c·a)/Σc = −0.6. With sync_every = 10 local steps, plain averaging (FedAvg)
 settles far from x* (each node runs to its own minimum between syncs: about −0.06); the drift
 correction, in parameter space (True) or gradient space ("gradient"), must bring every node
-to x* (within 0.01), with the outer steps avg and nesterov, and with 2 fragments. Also: a model
-the agent replaced (mesh.adoptions changes) clears the correction. Skips (77) without torch.
+to x* (within 0.01), with the outer steps avg and nesterov, and with 2 fragments; the default
+("auto") is the gradient correction with sync_every > 1 and one fragment, off otherwise. Also: a
+model the agent replaced (mesh.adoptions changes) clears the correction. Skips (77) without torch.
 """
 import os
 import sys
@@ -120,6 +121,16 @@ def main():
         assert gap < 0.01, (mode, outer, fragments, gap, xs)
         learned = opts[0].drift.c if mode is True else opts[0].gradient_drift.delta
         assert float(learned.abs().max()) > 0.01  # a correction was learned
+
+    # The default ("auto"): the gradient correction with sync_every > 1 and one fragment, none
+    # otherwise; and it brings the nodes to x* as the explicit setting does.
+    xs, opts = train("auto")
+    assert opts[0].gradient_drift is not None and opts[0].drift is None
+    assert max(float((x.detach() - XSTAR).abs().max()) for x in xs) < 0.01, xs
+    for h, fragments in ((1, 1), (10, 2)):
+        _, opts = train("auto", h=h, fragments=fragments, rounds=1)
+        assert opts[0].gradient_drift is None and opts[0].drift is None, (h, fragments)
+    print("drift correction auto: gradient with sync_every > 1 and one fragment, else off")
 
     # A replaced model clears the correction: afterwards, steps without a gradient leave the
     # parameters where they are.
