@@ -190,6 +190,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--first-run", type=int, default=0, help="the first run's seed")
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--settings", default="avg:1,nesterov:25")
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
@@ -236,7 +237,7 @@ def main():
     recipe = ["--batch", a.batch, "--warmup", a.warmup]
     rows, ok = [], True
     bytes_by = {}
-    for seed in range(a.runs):
+    for seed in range(a.first_run, a.first_run + a.runs):
         ref = pooled(py, script, a.steps, seed, workdir, a.lr, a.schedule, recipe)
         rows.append([seed, "pooled", "-", f"{ref['accuracy']:.4f}", "-", "-", "-"])
         for outer, h, drift in settings:

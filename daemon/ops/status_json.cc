@@ -247,6 +247,7 @@ json StatusJson(const StatusInputs& in) {
           {"train_loss", st.train_loss},
           {"params_received", s.params_received},
           {"params_crc32", st.params_crc32},
+          {"params", n.config().expected_params},  // floats a model (transfer) has; 0 = unknown
           {"rounds", s.rounds},
           {"barrier", sync::PolicyName(in.config.barrier)},
           {"select", sync::SelectPolicyName(in.config.select)},

@@ -1,5 +1,5 @@
 """The exact exchange (docs/design.md "Mixing"): 3 agents with external trainers that sync every
-H local steps (sync_worker.py: each pulls its model towards its own target), bsp (ssp at
+H = 50 local steps (sync_worker.py: each pulls its model towards its own target), bsp (ssp at
 staleness 0), the third trainer 2x slower per step, models of 200 000 floats (13 chunks: a
 transfer takes a while, so a mix that did not wait for it would show).
 
@@ -20,8 +20,8 @@ from harness import parse_args, wait_until  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGETS = [0.0, 3.0, 9.0]
-SYNCS, EVERY, LR, DIM = 8, 10, 0.1, 200000
-SLEEP = [0.004, 0.004, 0.008]
+SYNCS, EVERY, LR, DIM = 6, 50, 0.02, 200000
+SLEEP = [0.002, 0.002, 0.004]
 LINGER = [0.0, 0.0, 3.0]  # seconds the third trainer waits before finish()
 
 
