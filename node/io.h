@@ -173,7 +173,7 @@ struct Mix {
   bool finished = false;  // the sender finished training: mix at full weight (`step` is ours)
   // The chunks say final: the sender's final model (it met its target or step budget), at the
   // sender's own step `sender_step` (a (from, sender_step) pair names one final model; it is
-  // offered again every 200 ms).
+  // offered once to each peer, again only when that transfer failed).
   bool final_model = false;
   uint64_t sender_step = 0;
 };

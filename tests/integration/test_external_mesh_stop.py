@@ -7,9 +7,8 @@ Checks that:
 - the finished node's final model is the one its trainer evaluated (the shared memory at the
   EVAL report: the worker's model after the last mix), not the snapshot published before;
 - each node still training takes that final model over exactly once (mesh.peer_finished once,
-  its parameters replaced by the final model, not averaged with it), although the finished
-  node offers it again every 200 ms — a node whose evaluation falls short trains on instead of
-  being reset every round;
+  its parameters replaced by the final model, not averaged with it) — a node whose evaluation
+  falls short trains on instead of being reset every round;
 - after that the two train on to STEPS, keep mixing, and stay within the barrier; nothing is
   rejected.
 """
