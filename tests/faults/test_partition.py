@@ -186,6 +186,11 @@ def run(binary, net):
             steps0 = {a.name: s.latest(a.name)["step"] for a in agents}
             rounds0 = {a.name: s.latest(a.name)["rounds"] for a in agents}
             time.sleep(HOLD_S)
+            # A sample taken after the hold from every agent (a status call that a loaded
+            # machine made slow would leave the last one from before it: "+0 steps").
+            t_held = now()
+            wait_until(lambda: all(s.steps(a.name, t_held) for a in agents), 20, interval=0.1,
+                       what="a status sample of every agent after the hold")
             steps1 = {a.name: s.latest(a.name)["step"] for a in agents}
             rounds1 = {a.name: s.latest(a.name)["rounds"] for a in agents}
             training = {a.name: s.latest(a.name)["training"] for a in agents}
