@@ -39,7 +39,7 @@ from external_lib import external_mesh, start_all  # noqa: E402
 from harness import wait_until  # noqa: E402
 
 WORKER = r'''
-import argparse, gzip, json, math, os, struct, sys, zlib
+import argparse, dataclasses, gzip, json, math, os, struct, sys, zlib
 import numpy as np
 import torch
 sys.path.insert(0, os.environ["MESHTRAIN_PYTHON"])
@@ -122,7 +122,7 @@ with torch.no_grad():
     out["accuracy_own"] = float((model(xt).argmax(1) == yt).float().mean())
 if a.socket:
     out["mixed"] = mesh.mixed_total
-    out["finish"] = opt.finish()
+    out["finish"] = dataclasses.asdict(opt.finish())
 with torch.no_grad():
     out["accuracy"] = float((model(xt).argmax(1) == yt).float().mean())
 flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()]).numpy()

@@ -5,7 +5,7 @@ For each size in --params, a model of --tensors float32 nn.Parameter tensors (2-
 is stepped through real agents with --trainer external (--profile local) in two ways, measured in
 the same mesh, round by round in turns:
   copied  the parameters are tensors of their own: mesh.step copies them into the shared memory
-          before PUBLISH and back after a MIX that mixed something (meshtrain.torch.tensor_view)
+          before PUBLISH and back after a MIX that mixed something (meshtrain.Layout)
   shared  the same kind of model placed in the shared memory (meshtrain.torch.share_parameters):
           the tensors are views of mesh.params, mesh.step copies no parameter byte in Python
 beside the floor, one copy of the model in this process (np.copyto, single-threaded as the
@@ -20,7 +20,7 @@ it can, ssp --staleness 2; MIX then mixes the peer's model (its chunks that arri
 copies both ways, and the step time includes the agents' sending and mixing on a shared machine.
 
 Prints per size: median (and p90) ms per mesh.step of both ways, the memcpy floor, and the
-Python bytes copied per step (meshtrain.torch.copied_bytes). Needs numpy and torch (re-executes
+Python bytes copied per step (mesh.copied_bytes). Needs numpy and torch (re-executes
 itself with /usr/bin/python3 when this interpreter lacks them). Memory: about 4 model copies
 in this process plus 2 per agent (100 M parameters: ~1.6 GB + 0.8 GB per agent).
 Example: /usr/bin/python3 bench/torch_step_overhead.py --params 1e6,1e7,1e8
@@ -132,10 +132,10 @@ def measure(a, binary, total):
                 k = min(per_round, steps - done)
                 for name, model in ways.items():
                     for _ in range(k):
-                        b0, t0 = mt.copied_bytes, time.perf_counter()
-                        mixed[name] += bool(m.step(model))
+                        b0, t0 = m.copied_bytes, time.perf_counter()
+                        mixed[name] += bool(m.step(model).mixed)
                         times[name].append((time.perf_counter() - t0) * 1000)
-                        nbytes[name] += mt.copied_bytes - b0
+                        nbytes[name] += m.copied_bytes - b0
                 done += k
             m.detach()
             st = mesh.agents[0].status() or {}

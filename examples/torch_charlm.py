@@ -540,7 +540,7 @@ def main():
         # The mesh's one model: the average of every node's final model.
         res = stepper.finish()
         bpc, acc = evaluate(base, vx, vy)
-        print(json.dumps({"event": "consensus", "models": res["models"], "crc32": res["crc32"],
+        print(json.dumps({"event": "consensus", "models": res.models, "crc32": res.crc32,
                           "val_bpc": round(bpc, 4), "val_acc": round(acc, 4),
                           "syncs": stepper.syncs, "t": time.time()}), flush=True)
     if mesh:

@@ -168,6 +168,7 @@ def main():
     step = mesh.step_count if mesh else 0
     order, pos = torch.randperm(len(x), generator=gen), 0
     reached = False
+    finals_seen = mesh.finals_taken if mesh else 0  # finished peers' models taken over
     eval_total = 0.0  # seconds spent evaluating (reported, so benches can leave it out)
     while step < a.max_steps:
         if pos + a.batch > len(x):
@@ -183,9 +184,9 @@ def main():
             average.update()
         evaluated = average.model if average is not None else model
         # A finished peer's final model was taken over (agent --target-accuracy): evaluate now.
-        finished_in = mesh is not None and mesh.peer_finished
+        finished_in = mesh is not None and mesh.finals_taken != finals_seen
         if finished_in:
-            mesh.peer_finished = False
+            finals_seen = mesh.finals_taken
             # The parameters are now exactly the finished peer's evaluated model (the CRC in its
             # "reached" line); this node confirms it with its own evaluation below.
             now = time.time()

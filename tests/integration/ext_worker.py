@@ -42,8 +42,7 @@ def main():
         x -= a.lr * (x - target)
         if a.sleep:
             time.sleep(a.sleep)
-        mesh.step(x)
-        finished_in, mesh.peer_finished = mesh.peer_finished, False
+        finished_in = mesh.step(x).peer_finished
         taken += finished_in
         if mesh.step_count % 20 == 0 or finished_in:
             loss = float(np.mean((x - target) ** 2))

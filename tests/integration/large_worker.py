@@ -35,7 +35,7 @@ def main():
         x[lo:lo + slice_len] *= np.float32(0.999)
         time.sleep(a.sleep)
         t0 = time.monotonic()
-        mixed += mesh.step(x)
+        mixed += mesh.step(x).mixed
         worst = max(worst, time.monotonic() - t0)
         if not mesh.training:
             break

@@ -48,7 +48,7 @@ def main():
     res = mesh.finish(x)
     print(json.dumps({"event": "done", "step": mesh.step_count, "means": means,
                       "before": before,
-                      "consensus": {"models": res["models"], "crc32": res["crc32"],
+                      "consensus": {"models": res.models, "crc32": res.crc32,
                                     "mean": float(x.mean())}}), flush=True)
     mesh.detach()
 

@@ -28,7 +28,7 @@ from harness import Mesh, parse_args, wait_until  # noqa: E402
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
 
 WORKER = r'''
-import argparse, json, zlib
+import argparse, dataclasses, json, zlib
 import numpy as np
 import meshtrain
 
@@ -54,7 +54,7 @@ for i in range(a.steps):
 own = zlib.crc32(w.tobytes())
 res = mesh.finish(w)
 print(json.dumps({"event": "finished", "own": own, "crc": zlib.crc32(w.tobytes()),
-                  "reply": res, "training": mesh.training}), flush=True)
+                  "reply": dataclasses.asdict(res), "training": mesh.training}), flush=True)
 mesh.detach()
 '''
 
@@ -94,7 +94,7 @@ before = crc([bn.running_mean, bn.running_var])
 res = opt.finish()
 print(json.dumps({"event": "finished", "params": crc(net.parameters()),
                   "stats": crc([bn.running_mean, bn.running_var]), "stats_before": before,
-                  "buffers": len(opt.buffers), "models": res["models"]}), flush=True)
+                  "buffers": len(opt.buffers), "models": res.models}), flush=True)
 mesh.detach()
 '''
 

@@ -26,9 +26,12 @@ class FakeMesh:
     def __init__(self, shared, barrier, i):
         self.shared, self.barrier, self.i = shared, barrier, i
         self.params = None
+        self.layout = None
         self.adoptions = 0
+        self.resumed = False
 
-    def attach(self, size):
+    def attach(self, layout):
+        self.layout = layout
         return False
 
     step_count = 0
@@ -39,8 +42,9 @@ class FakeMesh:
     def wait_permit(self, step):
         return True
 
-    def step(self, tensors, steps=1, span=None):
+    def step(self, layout, steps=1, span=None):
         import torch
+        tensors = layout.tensors
         flat = torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
         self.shared[self.i] = flat
         self.barrier.wait()
