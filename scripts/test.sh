@@ -2,7 +2,8 @@
 # The whole test suite from a fresh Debian machine: installs dependencies, builds, and runs
 #   1. the release build (gcc, -Wall -Wextra -Werror, unity batches, line tables only);
 #   2. every CTest test of that build but the network-namespace ones (unit, virtual-time
-#      simulation, transport, multi-process integration, fault-injection and packaging tests),
+#      simulation, transport, multi-process integration, fault-injection and packaging tests, and
+#      the lint: source limits, `mypy --strict` of the Python client),
 #      while the sanitizer build (clang, ASan + UBSan, with the libFuzzer targets) compiles beside
 #      them at low priority: the multi-process tests mostly wait on agents, the compiler fills
 #      the cores;
@@ -112,7 +113,7 @@ if [ "$asan" = 1 ]; then
     renice -n 0 -p $$ >/dev/null 2>&1 || true
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 \
-      -LE "integration|faults|packaging|netbed" >build-asan/ctest-unit.log 2>&1
+      -LE "integration|faults|packaging|netbed|lint" >build-asan/ctest-unit.log 2>&1
     echo $? >build-asan/ctest-unit.rc' asan \
     -DMESHTRAIN_SANITIZE=ON -DMESHTRAIN_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" &
