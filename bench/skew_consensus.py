@@ -10,7 +10,8 @@ the union of the shards, the same steps) — the reference the mesh is held to.
     /usr/bin/python3 bench/skew_consensus.py --runs 5 --settings avg:1,nesterov:25
 
 A setting is OUTER:H[:DRIFT] (MeshOptimizer(outer=OUTER, sync_every=H, drift_correction=DRIFT),
-DRIFT none, params or gradient; --drift sets it for settings that name none; with neither,
+OUTER avg, sgd, nesterov or torch-nesterov (outer_optimizer=torch.optim.SGD(lr 0.7, momentum
+0.9, nesterov=True): the nesterov rule as a torch optimizer), DRIFT none, params or gradient; --drift sets it for settings that name none; with neither,
 MeshOptimizer's default). --lr, --batch, --warmup and --schedule are the training recipe of the
 pooled and the mesh runs alike.
 Acceptance: every node within 0.02 of pooled in every run; nesterov:25 with at most 1/10 of
@@ -107,9 +108,13 @@ if a.socket:
     # No --drift: MeshOptimizer's default (the documented one).
     kw = {"drift_correction": {"none": False, "params": True}.get(a.drift, a.drift)} \
         if a.drift else {}
-    opt = mt.MeshOptimizer(inner, mesh, model=model, sync_every=a.sync_every, outer=a.outer,
-                           mix_state=a.mix_state, outer_lr=a.outer_lr,
-                           outer_momentum=a.outer_momentum, **kw)
+    if a.outer == "torch-nesterov":  # the same rule as a torch optimizer
+        kw["outer_optimizer"] = lambda p: torch.optim.SGD(
+            p, lr=a.outer_lr or 0.7, momentum=a.outer_momentum or 0.9, nesterov=True)
+    else:
+        kw.update(outer=a.outer, outer_lr=a.outer_lr, outer_momentum=a.outer_momentum)
+    opt = mt.MeshOptimizer(inner, mesh, model=model, sync_every=a.sync_every,
+                           mix_state=a.mix_state, **kw)
 for step in range(a.steps):
     i = torch.randint(0, len(x), (a.batch,), generator=g)
     opt.zero_grad()
@@ -228,7 +233,7 @@ def main():
     settings = []
     for text in a.settings.split(","):
         parts = text.split(":")
-        if len(parts) not in (2, 3) or parts[0] not in ("avg", "sgd", "nesterov") or \
+        if len(parts) not in (2, 3) or parts[0] not in ("avg", "sgd", "nesterov", "torch-nesterov") or \
                 not parts[1].isdigit() or parts[2:] not in ([], ["none"], ["params"],
                                                             ["gradient"]):
             ap.error(f"a setting is OUTER:H[:none|params|gradient], not {text!r}")
