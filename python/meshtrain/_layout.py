@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Seque
 import numpy as np
 import numpy.typing as npt
 
+from meshtrain._protocol import MeshError
+
 if TYPE_CHECKING:
     import torch
 
@@ -205,8 +207,7 @@ def bind(model: Any, attached: Optional[Layout], num_params: int, what: str,
     ``model`` is it or names only tensors inside it; ``model``'s own layout when nothing was
     attached as a layout and it has the attached size, or (``prefix_ok``) when it has the shapes
     of the attached layout's first tensors (a copy such as a moving average). Anything else is a
-    ValueError naming both."""
-    from meshtrain._protocol import MeshError
+    MeshError naming both."""
     if attached is not None and (model is attached or model is None):
         return attached
     mine = Layout.of(model)

@@ -13,7 +13,8 @@
      and buffers): the checkpoint kept the inner and outer states, the corrections and the
      step counters, mid-way between two syncs;
    - mesh.finish(net) with the module alone works although the trainer attached parameters,
-     buffers and the correction (one layout; the call binds to it).
+     buffers and the correction (one layout; the call binds to it), and a report with a model
+     of another arrangement is refused with both named.
 2. Two agents, each a bfloat16 copy of the model on its own data: the model trains through
    the mesh (the loss falls on both), both end with the same model, and the float32 shared
    memory is filled by conversion: whole copies of the layout, counted in mesh.copied_bytes.
@@ -83,6 +84,7 @@ def one_node(py, binary):
     assert named["crc"] == full["crc"], (named, full)
     assert second["crc"] == full["crc"], (second, full)
     assert first["crc"] != full["crc"], "the first half should differ from the end"
+    assert "attached 630 parameters in 9 tensors" in full["other_layout"], full
     for r in (full, second):
         assert r["finish"]["models"] == 1 and r["crc_finished"] != 0, r
         # parameters + BatchNorm statistics (mean, var) + the gradient correction

@@ -95,6 +95,11 @@ if a.save:
                 "sched": sched.state_dict()}, a.save + ".tmp")
     os.replace(a.save + ".tmp", a.save)
 out["copied_bytes"] = mesh.copied_bytes
+try:  # another arrangement of the vector than the one attached: refused, naming both
+    mesh.report(0.5, 0.5, model=torch.nn.Linear(3, 3))
+    out["other_layout"] = "accepted"
+except meshtrain.MeshError as e:
+    out["other_layout"] = str(e)
 res = mesh.finish(net)  # the module alone: bound to what the trainer attached
 out["finish"] = {"models": res.models, "crc32": res.crc32, "step": res.step}
 out["crc_finished"] = crc(net.parameters())
