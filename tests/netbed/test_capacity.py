@@ -16,7 +16,7 @@ that, within 25 % of its delivered capacity (and never above 1.25x the larger of
 configured rate) within GRACE_S more, and a link that could not deliver its configured rate is
 named in the output. The probe counters must show trains sent, measured and answered, and no
 probe datagram rejected but the strays a slow machine's races explain
-(netbed_lib.probe_reject_slack: fewer than one per train).
+(netbed_lib.probe_reject_slack: a few per train).
 
 Skips (exit 77) where no bed can be built (not root, no namespaces or /dev/net/tun).
 """
@@ -218,7 +218,7 @@ def main():
                 assert cp["sent"] > 0 and cp["measured"] > 0 and cp["answered"] > 0, (j, cp)
                 rej = st["rejected_by_reason"]
                 # Refused probe datagrams only as many as a slow machine's races explain
-                # (netbed_lib.probe_reject_slack: fewer than one per train; linkemu counts the
+                # (netbed_lib.probe_reject_slack: a few per train; linkemu counts the
                 # pauses of 100 ms or more in this host's trains); no refused seal (--encrypt).
                 slack = nl.probe_reject_slack(st)
                 pauses = sum(t["pauses"] for t in bed.seen_trains if t["src"] == j)

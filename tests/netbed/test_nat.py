@@ -376,7 +376,7 @@ def main():
                       f"{st['mean_fanout']:.2f}, rejected {rej}")
                 assert st["params_received"] > 0 and st["rounds"] > 0, st
                 # Nothing refused but stray probe datagrams of a slow machine's races
-                # (netbed_lib.probe_reject_slack: fewer than one per train).
+                # (netbed_lib.probe_reject_slack: a few per train).
                 slack = nl.probe_reject_slack(st)
                 assert rej.get("capacity_probe", 0) <= slack, (rej, f"slack {slack}")
                 assert not {k: v for k, v in rej.items() if k != "capacity_probe"}, rej
