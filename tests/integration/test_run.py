@@ -6,7 +6,7 @@ agent on loopback and its training script, started and stopped together. Checks 
 - the script's exit status is run's (3), its output and the agent's come prefixed (`train | `,
   `agent | `), a partial last line included; the script sees MESHTRAIN_SOCKET and
   MESHTRAIN_RPC (the agent's --rpc); afterwards the agent is gone and the private socket
-  directory removed;
+  directory (under $TMPDIR) removed, as it is after every other case below;
 - SIGINT to run while the script trains (run_worker.py through the Python client): the script
   gets it, the agent leaves gracefully, run exits 130 promptly and both children are gone;
 - --restart 1 with a script that crashes once: it runs twice (`train#2 | `), the second time
@@ -33,9 +33,14 @@ WORKER = os.path.join(HERE, "run_worker.py")
 LINE = re.compile(r"^(train(?:#\d+)?) \| (\{.*\})$")
 
 
-def env():
-    e = {k: v for k, v in os.environ.items() if not k.startswith("MESHTRAIN_")}
+def env(work=None):
+    """The caller's environment without an agent's address; run's socket directory under
+    `work` (TMPDIR)."""
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("MESHTRAIN_") and k != "XDG_RUNTIME_DIR"}
     e["PYTHONPATH"] = os.path.join(REPO, "python")
+    if work:
+        e["TMPDIR"] = work
     return e
 
 
@@ -61,7 +66,7 @@ class Run:
                 "--", *command]
         with open(self.out_path, "wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env(),
+                                         stdin=subprocess.DEVNULL, env=env(work),
                                          start_new_session=True)
 
     def text(self):
@@ -135,6 +140,7 @@ def check_exit_code(binary, work, py):
         assert rc == 3, f"run exited {rc}, not the script's 3"
         assert re.search(r"^agent \| ", text, re.M) and "train | partial" in text, text
         sock = re.search(r"^train \| socket (\S+)$", text, re.M).group(1)
+        assert sock.startswith(work + "/meshtrain-run-"), f"{sock}: not under $TMPDIR"
         assert f"train | rpc {run.rpc}" in text, text
         assert not os.path.exists(sock) and not os.path.exists(os.path.dirname(sock)), sock
         pids = run.pids()
@@ -202,6 +208,8 @@ def main():
         check_sigint(args.bin, work, py)
         check_restart(args.bin, work, py)
         check_agent_death(args.bin, work, py)
+        left = [d for d in os.listdir(work) if d.startswith("meshtrain-run-")]
+        assert not left, f"socket directories left behind: {left}"
         ok = True
     finally:
         if ok:

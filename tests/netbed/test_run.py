@@ -8,7 +8,7 @@ Checks that:
   before the kill), not from 0; the agent stayed up;
 - SIGINT to h2's `run`: within 3 s h1's `meshtrain members` lists h2 as `left`, and every
   process of h2 (run, agent, script: by PID) is gone; run exits 130 (the script's death by
-  SIGINT).
+  SIGINT); SIGTERM to h1's run then ends it with 143.
 Skips (exit 77) where no bed can be built (not root, no namespaces or /dev/net/tun) or no
 python3 with numpy is found.
 """
@@ -86,8 +86,10 @@ def run_host(bed, i, binary, py, log):
     if i > 0:
         argv += ["--join", f"{bed.addr(0)}:{nl.PORT}", "--retry-join", "--retry-interval", "1s"]
     argv += ["--", py, WORKER, "--sleep", "0.02"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MESHTRAIN_")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MESHTRAIN_") and k != "XDG_RUNTIME_DIR"}
     env["PYTHONPATH"] = os.path.join(REPO, "python")
+    env["TMPDIR"] = os.path.dirname(log)  # run's socket directory: in the test's own
     return bed.spawn(i, argv, log, env=env)
 
 
@@ -165,6 +167,9 @@ def main():
                 assert procs[1].poll() is None and procs[0].poll() is None
                 check_sigint(bed, a.bin, procs[1], logs[1])
                 assert procs[0].poll() is None, "h1's run exited"
+                procs[0].send_signal(signal.SIGTERM)  # h1 stopped as h2 was (also its files)
+                rc = procs[0].wait(timeout=40)
+                assert rc == 128 + signal.SIGTERM, f"h1's run exited {rc} after SIGTERM"
             except BaseException:
                 for lg in logs:
                     with open(lg, errors="replace") as f:
