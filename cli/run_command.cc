@@ -317,8 +317,11 @@ class Runner {
   bool StartScript(std::string* error) {
     script_.prefix = starts_ == 0 ? "train" : "train#" + std::to_string(starts_ + 1);
     ++starts_;
-    const auto env = EnvWith(
-        {{"MESHTRAIN_SOCKET", socket_}, {"MESHTRAIN_RPC", rpc_}, {"MESHTRAIN_RPC_ADDR", rpc_}});
+    std::vector<std::pair<std::string, std::string>> set = {
+        {"MESHTRAIN_SOCKET", socket_}, {"MESHTRAIN_RPC", rpc_}, {"MESHTRAIN_RPC_ADDR", rpc_}};
+    // Python buffers a pipe's output in blocks: lines would come late and out of order.
+    if (std::getenv("PYTHONUNBUFFERED") == nullptr) set.emplace_back("PYTHONUNBUFFERED", "1");
+    const auto env = EnvWith(set);
     if (!Spawn(o_.command, env, nullptr, &script_, error)) return false;
     Note(script_.prefix + " started (pid " + std::to_string(script_.pid) + "): " + o_.command[0]);
     return true;
@@ -591,7 +594,8 @@ Command AddRunCommand(CLI::App& app) {
       "--config FILE included): the agent runs as `meshtrain agent OPTIONS --trainer external "
       "--trainer-socket SOCKET`. Once it serves the socket, COMMAND starts with "
       "MESHTRAIN_SOCKET=SOCKET and MESHTRAIN_RPC (and MESHTRAIN_RPC_ADDR) = the agent's --rpc "
-      "in its environment and stdin /dev/null. Both print through run, each line prefixed "
+      "in its environment (and PYTHONUNBUFFERED=1 unless set) and stdin /dev/null. Both print "
+      "through run, each line prefixed "
       "(`agent | `, `train | `, `train#2 | ` after a restart).\n\nSIGINT, SIGTERM or SIGHUP to "
       "run: the signal goes to the script's process group; once the script has exited (or "
       "after --stop-timeout: SIGKILL), the agent gets SIGTERM and leaves the mesh gracefully "
