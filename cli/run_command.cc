@@ -291,7 +291,9 @@ class Runner {
   // first, a signal came, or the wait timed out), everything stopped.
   int WaitForSocket() {
     const auto deadline = Clock::now() + Seconds(o_.start_timeout_s);
-    while (!SocketListening(socket_)) {
+    for (;;) {
+      // A signal first: once one came, the script must not start.
+      if (signals_ == 0 && agent_.running && SocketListening(socket_)) return -1;
       if (!agent_.running) {
         agent_.Drain(true);
         const int code = agent_.code == kExitUsage ? kExitUsage : kExitRuntime;
@@ -311,7 +313,6 @@ class Runner {
       }
       Poll(100);
     }
-    return -1;
   }
 
   bool StartScript(std::string* error) {
