@@ -9,12 +9,14 @@
 #endif
 #include <csignal>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/option_choice.h"
 #include "daemon/agent.h"
 #include "daemon/config.h"
+#include "daemon/config_file.h"
 #include "daemon/ops/log_format.h"
 #include "daemon/option_names.h"
 #include "learn/network.h"
@@ -275,6 +277,45 @@ int RunAgent(daemon::AgentConfig config) {
 }
 
 }  // namespace
+
+std::string ParseErrorMessage(const CLI::ParseError& e) {
+  std::string msg = e.what();
+  const size_t colon = msg.find(": ");
+  if (dynamic_cast<const CLI::ValidationError*>(&e) != nullptr && msg.rfind("-", 0) == 0 &&
+      colon != std::string::npos) {
+    const std::string rest = msg.substr(colon + 2);
+    const bool quoted = !rest.empty() && (rest[0] == '\'' || rest[0] == '"');
+    msg = "invalid " + msg.substr(0, colon) + (quoted ? " " : ": ") + rest;
+  }
+  return msg;
+}
+
+bool ParseAgentArgs(const std::vector<std::string>& args, daemon::AgentConfig* config,
+                    std::string* error) {
+  std::vector<std::string> argv = {"meshtrain", "agent"}, expanded;
+  argv.insert(argv.end(), args.begin(), args.end());
+  if (!daemon::ExpandAgentConfig(argv, &expanded, error)) return false;
+  CLI::App app{"meshtrain agent"};
+  std::string config_file;
+  app.add_option("--config", config_file, "Read options from a file");
+  AddNetworkOptions(&app, *config);
+  AddTrainingOptions(&app, *config);
+  AddSyncOptions(&app, *config);
+  AddOperationOptions(&app, *config);
+  std::vector<std::string> reversed(expanded.rbegin(), expanded.rend() - 2);
+  try {
+    app.parse(std::move(reversed));
+  } catch (const CLI::ParseError& e) {
+    *error = ParseErrorMessage(e);
+    return false;
+  }
+  config->sample_given = app.get_option("--sample")->count() > 0;
+  if (auto st = config->Finalize(); !st.ok()) {
+    *error = st.message();
+    return false;
+  }
+  return true;
+}
 
 Command AddAgentCommand(CLI::App& app) {
   static daemon::AgentConfig config;

@@ -7,7 +7,10 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 #include <vector>
+
+#include "daemon/config.h"
 
 namespace meshtrain::cli {
 
@@ -18,6 +21,20 @@ struct Command {
 
 // `agent`: runs an agent in the foreground (cli/agent_command.cc).
 Command AddAgentCommand(CLI::App& app);
+
+// `run`: an agent and a training script together (cli/run_command.cc). main() hands it what
+// follows the first `--` (removed from args) before parsing: the command to run.
+Command AddRunCommand(CLI::App& app);
+void TakeRunCommand(std::vector<std::string>* args);
+
+// Parses `meshtrain agent` options (args: what follows `agent`; --config FILE is read) into
+// *config, finalised, as `meshtrain agent` would; false with a one-line *error on a usage error.
+bool ParseAgentArgs(const std::vector<std::string>& args, daemon::AgentConfig* config,
+                    std::string* error);
+
+// CLI11's message for a parse error, in the configuration's own words for a refused value
+// ("invalid --barrier 'x': expected ...").
+std::string ParseErrorMessage(const CLI::ParseError& e);
 
 // The clients of a running agent's RPC endpoint (cli/client_commands.cc), each with --rpc and
 // --rpc-token.

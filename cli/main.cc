@@ -33,19 +33,10 @@ cli::Command AddVersionCommand(CLI::App& app) {
 }
 
 // A command-line error from CLI11: --help (and --help-all) print the help and exit 0; anything
-// else is a usage error, one line. A value refused by a validator reads as the configuration's
-// own errors do: "invalid --barrier 'x': expected ...".
+// else is a usage error, one line.
 int ParseFailure(CLI::App& app, const CLI::ParseError& e) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
-  std::string msg = e.what();
-  const size_t colon = msg.find(": ");
-  if (dynamic_cast<const CLI::ValidationError*>(&e) != nullptr && msg.rfind("-", 0) == 0 &&
-      colon != std::string::npos) {
-    const std::string rest = msg.substr(colon + 2);
-    const bool quoted = !rest.empty() && (rest[0] == '\'' || rest[0] == '"');
-    msg = "invalid " + msg.substr(0, colon) + (quoted ? " " : ": ") + rest;
-  }
-  return cli::UsageError(msg);
+  return cli::UsageError(cli::ParseErrorMessage(e));
 }
 
 }  // namespace
@@ -58,6 +49,7 @@ int main(int argc, char** argv) {
   // In the order `meshtrain --help` lists them.
   const std::vector<cli::Command> commands = {
       cli::AddAgentCommand(app),
+      cli::AddRunCommand(app),
       cli::AddJoinCommand(app),
       cli::AddLeaveCommand(app),
       cli::AddForceLeaveCommand(app),
@@ -73,10 +65,14 @@ int main(int argc, char** argv) {
       cli::AddExportCommand(app),
   };
 
-  // --config is expanded into arguments before parsing, so one parser validates both.
+  // --config is expanded into arguments before parsing, so one parser validates both; `run`
+  // passes its agent options (--config included) on, and its command is not parsed.
   std::vector<std::string> args(argv, argv + argc), expanded;
   std::string config_error;
-  if (!meshtrain::daemon::ExpandAgentConfig(args, &expanded, &config_error)) {
+  if (args.size() > 1 && args[1] == "run") {
+    cli::TakeRunCommand(&args);
+    expanded = args;
+  } else if (!meshtrain::daemon::ExpandAgentConfig(args, &expanded, &config_error)) {
     return cli::UsageError(config_error);
   }
   std::vector<std::string> reversed(expanded.rbegin(), expanded.rend() - 1);

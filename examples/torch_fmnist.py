@@ -5,6 +5,7 @@ One process per agent: start each agent with `--trainer external --trainer-socke
 
     python3 examples/torch_fmnist.py --socket PATH --shard 0/4
 
+(or both at once: `meshtrain run AGENT-OPTIONS -- python3 examples/torch_fmnist.py --shard 0/4`)
 trains on shard 0 of 4 and, through meshtrain.torch.MeshOptimizer, publishes its parameters,
 waits for the agent's barrier and mixes the peers' models every --sync-every steps. The same
 script runs without a mesh (no --socket: one process on all the data) or under PyTorch DDP
@@ -99,7 +100,9 @@ def model_crc(model):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--socket", help="the agent's --trainer-socket (omit: no mesh)")
+    p.add_argument("--socket", default=os.environ.get("MESHTRAIN_SOCKET"),
+                   help="the agent's --trainer-socket (default: $MESHTRAIN_SOCKET, which "
+                        "`meshtrain run` sets; neither: no mesh)")
     p.add_argument("--ddp", metavar="RANK/WORLD", help="run as one rank of PyTorch DDP (gloo)")
     p.add_argument("--ddp-port", type=int, default=29500)
     p.add_argument("--shard", default="0/1", help="train on shard I of N (I/N)")

@@ -16,6 +16,7 @@ from harness import free_port_block, parse_args  # noqa: E402
 # Subcommand -> arguments it needs besides the one under test.
 SUBCOMMANDS = {
     "agent": [],
+    "run": ["--", "true"],  # its unknown options are the agent's, checked before it starts
     "join": ["127.0.0.1:1"],
     "leave": [],
     "force-leave": ["somebody"],
