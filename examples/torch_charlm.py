@@ -316,7 +316,9 @@ def parse_args(argv=None):
         description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_argument_group("mode")
-    g.add_argument("--socket", help="mesh mode: the agent's --trainer-socket")
+    g.add_argument("--socket", default=os.environ.get("MESHTRAIN_SOCKET"),
+                   help="mesh mode: the agent's --trainer-socket (default: $MESHTRAIN_SOCKET, "
+                   "which `meshtrain run` sets)")
     g.add_argument("--ddp", metavar="RANK/WORLD", help="DDP mode: this process is rank RANK of "
                    "WORLD (gloo); trains on shard RANK/WORLD")
     g.add_argument("--ddp-addr", default="127.0.0.1", help="DDP: rank 0's address (default "
