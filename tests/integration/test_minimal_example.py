@@ -44,15 +44,15 @@ def main():
             args = [a.bin, "run", "--name", f"m{i + 1}", "--bind", f"127.0.0.1:{base + 2 * i}",
                     "--rpc", f"127.0.0.1:{base + 2 * i + 1}", "--profile", "local",
                     "--min-peers", "1", "--select", "all", "--trainer-timeout", "120"]
-            if i:
-                args += ["--join", f"127.0.0.1:{base}"]
+            if i:  # started at once with the first: it may not listen yet
+                args += ["--join", f"127.0.0.1:{base}", "--retry-join"]
             args += ["--", py, EXAMPLE, ckpt]
             logs.append(os.path.join(workdir, f"m{i + 1}.out"))
             with open(logs[-1], "wb") as out:
                 procs.append(subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, env=env))
         for p in procs:
-            p.wait(timeout=400)
+            p.wait(timeout=240)
         results = []
         for i, (p, log) in enumerate(zip(procs, logs)):
             with open(log, errors="replace") as f:
