@@ -22,7 +22,8 @@ loopback), training fmnist-mlp. Checks that:
 - over OBSERVE_S seconds after that, no agent logs a suspicion or failure of anyone;
 - every agent reaches TARGET test accuracy within STEP_BUDGET steps and received parameters
   (params_received > 0: the NATed ones by pulling over connections they open), and no agent
-  rejected anything (but stray probe datagrams, fewer than one a train); the relay
+  rejected anything (but stray probe datagrams, a few a train, and the chunks of a member it
+  falsely declared failed while the mesh formed, two per such failure it logged); the relay
   forwarded frames and refused none but frames from members it did not know yet while the mesh
   formed (a join's race: refused as not_member, none after) and a few for a member whose return
   path was not fresh;
@@ -379,7 +380,15 @@ def main():
                 # (netbed_lib.probe_reject_slack: a few per train).
                 slack = nl.probe_reject_slack(st)
                 assert rej.get("capacity_probe", 0) <= slack, (rej, f"slack {slack}")
-                assert not {k: v for k, v in rej.items() if k != "capacity_probe"}, rej
+                # A member this agent declared failed while the mesh formed (a slow machine's
+                # false failure, logged) may have had a transfer to it in flight: the node
+                # refuses that sender's chunks (or its acknowledgement) until it is alive again,
+                # one refusal per connection, each closing it.
+                with open(logs[i], errors="replace") as f:
+                    failures = len(re.findall(r"member \S+ failed", f.read()))
+                assert rej.get("node", 0) <= 2 * failures, (rej, f"{failures} failures logged")
+                assert not {k: v for k, v in rej.items() if k not in ("capacity_probe", "node")}, \
+                    rej
                 nat = st["nat"]
                 if names[i] == relay:
                     print(f"{names[i]}: relayed {nat['relayed_frames']} frames, "

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "base/sanitizer.h"
 #include "sim/psp_sim.h"
 #include "tests/sim/sim_test_util.h"
 
@@ -163,9 +164,13 @@ TEST_CASE("nodes train fmnist-mlp on the real data and stop once every node met 
   CHECK(*a.error > 0);
   CHECK(*a.error < 0.35);
   for (double e : a.node_errors) CHECK(e < 0.35);
-  // Deterministic, and the same on shared hosts with the agents' CPU costs, only slower.
-  const PspSimResult b = Run(o);
-  CHECK(*b.time_to_target_all_s == *a.time_to_target_all_s);
+  // Deterministic (checked by the release build; under ASan + UBSan, ten times slower, each run
+  // takes a minute and the rerun adds no path), and the same on shared hosts with the agents'
+  // CPU costs, only slower.
+  if (!kAddressSanitizer) {
+    const PspSimResult b = Run(o);
+    CHECK(*b.time_to_target_all_s == *a.time_to_target_all_s);
+  }
   PspSimOptions h = o;
   h.nodes_per_host = 6;
   h.host_cores = 2;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/sanitizer.h"
 #include "sim/sim_random.h"
 #include "sim/svg_plot.h"
 #include "tests/sim/sim_test_util.h"
@@ -145,8 +146,11 @@ TEST_CASE("two threads give the simulation of one, bit for bit", "[sim][psp][thr
     PspSimOptions o;
   };
   std::vector<Scenario> scenarios;
+  // Under ASan + UBSan (about ten times slower) half the nodes in every scenario: the same
+  // paths, half the events; the release build runs the full size.
+  const size_t div = kAddressSanitizer ? 2 : 1;
   PspSimOptions dense = SmallPreset(Policy::kPssp);
-  dense.nodes = 200;
+  dense.nodes = 200 / div;
   dense.duration_s = 2;
   dense.compute.step_ms = 20;
   dense.barrier.probe_timeout = 20;
@@ -160,7 +164,7 @@ TEST_CASE("two threads give the simulation of one, bit for bit", "[sim][psp][thr
   }
   {
     PspSimOptions o = dense;
-    o.nodes = 60;
+    o.nodes = 60 / div;
     o.task = "synthetic";
     o.select = sync::SelectPolicy::kSelmcast;
     scenarios.push_back({"synthetic task, selmcast", o});
@@ -182,7 +186,7 @@ TEST_CASE("two threads give the simulation of one, bit for bit", "[sim][psp][thr
   }
   {
     PspSimOptions o = dense;
-    o.nodes = 80;
+    o.nodes = 80 / div;
     o.membership = true;
     o.crashes.push_back(CrashSpec{2, 1});
     scenarios.push_back({"SWIM membership", o});
@@ -190,7 +194,7 @@ TEST_CASE("two threads give the simulation of one, bit for bit", "[sim][psp][thr
   {
     PspSimOptions o = dense;
     o.barrier.policy = Policy::kBsp;
-    o.nodes = 100;
+    o.nodes = 100 / div;
     scenarios.push_back({"bsp", o});
   }
   for (Scenario& sc : scenarios) {
