@@ -6,7 +6,8 @@ PKGS=(build-essential cmake pkg-config libuv1-dev libeigen3-dev libflatbuffers-d
       flatbuffers-compiler catch2 libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
       libsodium-dev zlib1g-dev dataset-fashion-mnist iproute2 nftables procps python3
       clang libclang-rt-14-dev libmicrohttpd-dev chromium prometheus curl
-      python3-numpy python3-torch python3-mypy iperf3 ninja-build ccache fortunes)
+      python3-numpy python3-torch python3-mypy python3-packaging iperf3 ninja-build ccache
+      fortunes)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

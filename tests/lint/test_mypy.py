@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python client type-checks: `mypy --strict` over python/meshtrain and its build backend
 (Debian's python3-mypy, run by an interpreter that also has numpy and torch, whose annotations
-it checks against). Exit 0 pass, 1 fail (also when no interpreter has mypy: scripts/install-deps.sh
+it checks against, and python3-packaging, which torch imports). Exit 0 pass, 1 fail (also when no interpreter has mypy: scripts/install-deps.sh
 installs it).
 
 Usage: tests/lint/test_mypy.py [--root DIR] [--cache-dir DIR]
@@ -47,7 +47,9 @@ def main():
     os.makedirs(a.cache_dir, exist_ok=True)
     args += ["--cache-dir", a.cache_dir]
     print(" ".join(args), flush=True)
-    r = subprocess.run(args, timeout=1200)
+    # From python/: the repository root's packaging/ folder would pass for the `packaging`
+    # module torch imports (python3-packaging, installed by scripts/install-deps.sh).
+    r = subprocess.run(args, timeout=1200, cwd=python_dir)
     return 0 if r.returncode == 0 else 1
 
 
