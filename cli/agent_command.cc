@@ -241,6 +241,10 @@ void AddOperationOptions(CLI::App* a, daemon::AgentConfig& c) {
                 "Seconds an attached external trainer may stay silent (outside barrier waits) "
                 "before it is detached and the agent stops counting as training")
       ->capture_default_str();
+  a->add_option("--trainer-grace", c.trainer_grace_s,
+                "Seconds an external trainer that left before it finished may take to attach "
+                "again; past them the end-of-training consensus goes on without this node")
+      ->capture_default_str();
   a->add_option("--slowdown", c.slowdown,
                 "Make each step F times slower (straggler emulation): a step lasts F times the "
                 "CPU time it used (its wall time with --threads > 1), so agents sharing cores "

@@ -316,7 +316,7 @@ struct Agent::Impl : RpcBackend {
       node->SetExpectedParams(n);
     }
     const TrainerState st = trainer->state();
-    node::TrainerProgress p{st.step, st.training, st.waiting, {}, 0};
+    node::TrainerProgress p{st.step, st.training, st.waiting, {}, 0, st.absent};
     p.step_ms = static_cast<float>(st.step_compute_s * 1000.0);
     if (st.accuracy && st.loss && std::isfinite(*st.loss) && *st.loss >= 0) {
       p.eval = {st.eval_step, static_cast<float>(std::clamp(*st.accuracy, 0.0, 1.0)),
@@ -568,10 +568,10 @@ struct Agent::Impl : RpcBackend {
     int64_t resumed = -1;
     trainer_wake = std::make_unique<transport::Async>(&loop, [this] { OnTrainerWake(); });
     auto wake = [this] { trainer_wake->Send(); };
-    auto made = embedded_task
-                    ? MakeTrainerFor(config, std::move(embedded_task), &metrics, wake, &resumed)
-                : config.external_trainer() ? MakeExternalTrainer(&loop, config, &metrics, wake)
-                                            : MakeTrainer(config, &metrics, wake, &resumed);
+    auto made =
+        embedded_task ? MakeTrainerFor(config, std::move(embedded_task), &metrics, wake, &resumed)
+        : config.external_trainer() ? MakeExternalTrainer(&loop, config, &metrics, wake, &resumed)
+                                    : MakeTrainer(config, &metrics, wake, &resumed);
     if (!made.ok()) {
       spdlog::error("{}", made.status().message());
       return 2;

@@ -228,6 +228,9 @@ Status CheckModelAndData(AgentConfig& c) {
   if (!(c.trainer_timeout_s >= 0.1 && c.trainer_timeout_s <= 86400)) {
     return Status::InvalidArgument("invalid --trainer-timeout: 0.1..86400 seconds");
   }
+  if (!(c.trainer_grace_s >= 0 && c.trainer_grace_s <= 86400)) {
+    return Status::InvalidArgument("invalid --trainer-grace: 0..86400 seconds");
+  }
   if (c.threads < 1 || c.threads > 64) {
     return Status::InvalidArgument("invalid --threads " + std::to_string(c.threads) + ": 1..64");
   }

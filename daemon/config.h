@@ -86,6 +86,8 @@ struct AgentConfig {
   TrainerKind trainer = TrainerKind::kBuiltin;
   std::string trainer_socket;     // empty: --data-dir/trainer.sock or /run/meshtrain/NAME.sock
   double trainer_timeout_s = 60;  // an attached trainer silent this long is detached
+  // A trainer gone (before it finished) this long: the consensus goes on without this node.
+  double trainer_grace_s = 60;
   bool external_trainer() const { return trainer == TrainerKind::kExternal; }
   // --model: a preset (learn::Presets) or a layer spec (learn/network.h); when set it replaces
   // --task (Finalize copies it there, so everything downstream reads `task`).

@@ -21,6 +21,7 @@ size_t MetaSize(const Meta& m) {
   size_t n = kTableBytes + 4 * kFieldBytes + m.data_addr.size();
   // The relay fields: the name's slot, prefix and padding, and the flag.
   if (!m.relay.empty() || m.serves_relay) n += 2 * kFieldBytes + m.relay.size();
+  if (m.absent) n += kFieldBytes;
   if (!m.tags.empty()) n += 2 * kFieldBytes;
   for (const auto& [key, value] : m.tags) n += 2 * kFieldBytes + key.size() + value.size();
   return n;

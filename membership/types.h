@@ -49,11 +49,14 @@ struct Meta {
   // symmetric NAT (--serve-relay on).
   std::string relay{};
   bool serves_relay = false;
+  // Not training, and no trainer came back within --trainer-grace: the end-of-training
+  // consensus goes on without this member (docs/design.md "One model at the end").
+  bool absent = false;
 
   bool operator==(const Meta& o) const {
     return data_addr == o.data_addr && training == o.training && uplink_mbps == o.uplink_mbps &&
            downlink_mbps == o.downlink_mbps && tags == o.tags && reach == o.reach &&
-           relay == o.relay && serves_relay == o.serves_relay;
+           relay == o.relay && serves_relay == o.serves_relay && absent == o.absent;
   }
   bool operator!=(const Meta& o) const { return !(*this == o); }
 };

@@ -84,7 +84,13 @@ class Consensus {
   uint32_t result_covers() const { return result_covers_; }
 
   // ---- transfers ----
-  void OnFinal(const std::string& sender, Model m) { finals_[sender] = std::move(m); }
+  // A participant's final model: kept for the reduce. One that sends it does not hold our
+  // result (a participant that adopted it sends no final model again): a restarted node whose
+  // former self acknowledged the result is served it anew.
+  void OnFinal(const std::string& sender, Model m) {
+    finals_[sender] = std::move(m);
+    acked_.erase(sender);
+  }
   // A consensus model received: kept, adopted once our view has `sender` as the leader (a
   // stale leader's is dropped then).
   // `covers`: how many participants it averages (ParamChunk::covers; 0 = not said).

@@ -44,6 +44,9 @@ struct TrainerProgress {
   bool waiting = false;   // blocked on the barrier for step `step + 1`
   membership::Eval eval;  // last test evaluation (published with our progress)
   float step_ms = 0;      // compute time per step (EWMA, ms; published for --batch auto)
+  // Not training, and no trainer came back within --trainer-grace (an external trainer that
+  // died): published, so that the end-of-training consensus goes on without this node.
+  bool absent = false;
 };
 // A parameter snapshot to multicast; a newer one replaces one not yet sent.
 struct SnapshotIn {

@@ -89,6 +89,7 @@ void Node::Start(TimeMs now) {
   if (swim_) {
     if (config_.training) {
       published_training_ = training();
+      published_absent_ = absent();
       swim_->SetStep(progress_.step);
       SetOwnMeta(now);  // training and the bandwidth caps travel in the alive message
     } else if (!config_.tags.empty()) {
@@ -109,6 +110,7 @@ void Node::SetOwnMeta(TimeMs now) {
   ms::Meta meta = self ? self->meta : ms::Meta{};
   meta.data_addr = config_.data_addr == config_.addr ? std::string() : config_.data_addr;
   meta.training = training();
+  meta.absent = absent();
   meta.tags = config_.tags;
   if (self == nullptr || (meta.uplink_mbps == 0 && meta.downlink_mbps == 0)) {
     meta.uplink_mbps = static_cast<float>(uplink_estimate_mbps());

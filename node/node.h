@@ -120,6 +120,11 @@ class Node {
   // Training as the mesh sees it: a fresh node joining a running mesh is not (nobody waits for
   // it) until it has adopted a peer's model (node_state.cc).
   bool training() const { return config_.training && progress_.training && !Joining(); }
+  // Our trainer is gone past --trainer-grace and we did not finish: peers leave us out of the
+  // end-of-training consensus (docs/design.md "One model at the end").
+  bool absent() const {
+    return config_.training && progress_.absent && !progress_.training && !lifecycle_.finished();
+  }
   double BarrierWaitSeconds(TimeMs now) const;
   const NodeStats& stats() const { return stats_; }
   // The membership core's counters (zero without membership).
@@ -144,6 +149,8 @@ class Node {
     std::string leader;
     size_t participants = 0;
     size_t models = 0;  // leader: final models in hand (its own included)
+    // Live members left out because their trainer is gone past the grace (Meta::absent).
+    std::vector<std::string> left_out;
   };
   ConsensusView consensus() const;
 
@@ -188,6 +195,8 @@ class Node {
     // Its step was learned (from the peer itself, progress gossip or a state exchange), not
     // merely defaulted to 0 because gossip told of the member before anything told its step.
     bool step_known = true;
+    // Its trainer is gone past the grace period (Meta::absent): no consensus participant.
+    bool absent = false;
   };
   static PeerRef RefOf(const membership::Member& m);
   // Visits every peer but self, in the source's own order (not sorted), copying nothing. Each
@@ -211,6 +220,23 @@ class Node {
   uint64_t PeersMaxStep() const;
   mutable uint64_t peers_max_step_ = 0;
   mutable bool peers_max_stale_ = false;
+  // Live peers that trained and stopped (at least one step, not training, not absent: finished,
+  // or waiting for a trainer): their largest step, cached the same way. A node that starts when
+  // nobody trains any more joins them (node_state.cc), and the --min-peers gate does not hold
+  // it back.
+  uint64_t FinishedMaxStep() const;
+  static bool FinishedPeer(const PeerRef& p) {
+    return p.alive && !p.training && !p.absent && p.step > 0;
+  }
+  mutable uint64_t finished_max_step_ = 0;
+  mutable bool finished_max_stale_ = false;
+  // The step a joining node compares itself with: the training peers' largest, or, when none
+  // trains ahead of step 0, the finished peers'.
+  uint64_t MeshLeadStep() const {
+    const uint64_t t = PeersMaxStep();
+    return t > 0 ? t : FinishedMaxStep();
+  }
+  std::vector<std::string> consensus_left_out_;  // ConsensusView::left_out
   uint64_t peers_version_ = 0;    // counts membership changes other than steps (SELMCAST view)
   size_t external_eligible_ = 0;  // external membership: alive, training peers
   // `fanout` distinct alive, training peers of the external view, drawn by index with rejection
@@ -318,6 +344,7 @@ class Node {
   std::unique_ptr<sync::BarrierCore> barrier_;
   TrainerProgress progress_;
   bool published_training_ = false;
+  bool published_absent_ = false;
   uint64_t published_step_ = 0;
   bool barrier_waiting_ = false;
   uint64_t early_permit_ = 0;  // the last permit granted before its step's Check (OSP)

@@ -128,7 +128,9 @@ void Node::RunBarrier(TimeMs now) {
   barrier_deadline_ = sync::kNoDeadline;
   if (!lifecycle_.min_peers_reached()) {
     // --min-peers: the mesh forms before anyone trains, so no node races ahead alone.
-    if (barrier_->view().size() < config_.min_peers) {
+    // A peer that already finished training means the mesh formed and trained: a node that
+    // starts now (restarted at the end) does not wait for peers that will never train again.
+    if (barrier_->view().size() < config_.min_peers && FinishedMaxStep() == 0) {
       // Enough live members but too few seen training: a peer's change of `training` may have
       // missed us (gossip's budget is small in a small mesh, and it went out before that peer
       // knew us); a push-pull fetches the current view instead of waiting for the periodic one.

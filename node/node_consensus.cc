@@ -43,13 +43,19 @@ bool Node::ConsensusParticipants(TimeMs now) {
     parts.push_back(config_.name);
     if (swim_ && swim_->reach() == ms::Reach::kNat) natted.insert(config_.name);
   }
+  consensus_left_out_.clear();
   ForEachPeer([&](const PeerRef& p) {
     if (!p.live || p.training || p.step == 0) return;
+    if (p.absent) {  // its trainer is gone past the grace: we go on without it
+      consensus_left_out_.push_back(*p.name);
+      return;
+    }
     parts.push_back(*p.name);
     if (p.nat) natted.insert(*p.name);
   });
   if (parts.empty()) return false;  // a spectator with nobody who trained: it keeps its model
   std::sort(parts.begin(), parts.end());
+  std::sort(consensus_left_out_.begin(), consensus_left_out_.end());
   consensus_.SetParticipants(std::move(parts), std::move(natted), spectator, now);
   return true;
 }
@@ -132,6 +138,7 @@ Node::ConsensusView Node::consensus() const {
   v.leader = consensus_.leader();
   v.models = consensus_.finals() + (lifecycle_.finished() ? 1 : 0);
   v.state = consensus_.Phase(lifecycle_.finished(), config_.name);
+  v.left_out = consensus_left_out_;
   return v;
 }
 

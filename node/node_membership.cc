@@ -30,6 +30,7 @@ Node::PeerRef Node::RefOf(const ms::Member& m) {
   r.step_ms = m.step_ms;
   r.nat = m.meta.reach == ms::Reach::kNat;
   r.step_known = m.step_learned > 0;
+  r.absent = m.meta.absent;
   return r;
 }
 
@@ -68,6 +69,11 @@ void Node::OnPeerChanged(const PeerRef& p, bool membership_changed, TimeMs now) 
     peers_max_step_ = std::max(peers_max_step_, p.step);
   } else if (p.step >= peers_max_step_ && peers_max_step_ > 0) {
     peers_max_stale_ = true;  // (a largest step of 0 never makes anyone join: nothing to lose)
+  }
+  if (FinishedPeer(p)) {
+    finished_max_step_ = std::max(finished_max_step_, p.step);
+  } else if (p.step >= finished_max_step_ && finished_max_step_ > 0) {
+    finished_max_stale_ = true;
   }
   if (barrier_) {
     // The barrier follows membership as it changes: live, training peers with their steps; the

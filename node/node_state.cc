@@ -31,7 +31,7 @@ bool Node::Joining() const {
   if (lifecycle_.fetching_state()) return true;
   // An upper bound: exact, unless a peer's step went down (it restarted from an older
   // checkpoint) while it held the largest; then we hold back until that peer leaves the set.
-  if (PeersMaxStep() > progress_.step + config_.join_state_min_lead) return true;
+  if (MeshLeadStep() > progress_.step + config_.join_state_min_lead) return true;
   const size_t peers = swim_ ? swim_->NumMembers() - 1 : external_.size();
   return peers == 0 && !config_.join.empty();
 }
@@ -47,10 +47,28 @@ uint64_t Node::PeersMaxStep() const {
   return peers_max_step_;
 }
 
+uint64_t Node::FinishedMaxStep() const {
+  if (finished_max_stale_) {
+    finished_max_step_ = 0;
+    ForEachPeer([&](const PeerRef& p) {
+      if (FinishedPeer(p)) finished_max_step_ = std::max(finished_max_step_, p.step);
+    });
+    finished_max_stale_ = false;
+  }
+  return finished_max_step_;
+}
+
 void Node::PublishTraining(TimeMs now) {
   const bool t = training();
-  if (t == published_training_) return;
+  const bool a = absent();
+  if (t == published_training_ && a == published_absent_) return;
+  if (a != published_absent_) {
+    Emit(LogLine{a, a ? "no trainer within the grace period: the end-of-training consensus "
+                        "goes on without this node"
+                      : "a trainer is back: this node takes part in the consensus again"});
+  }
   published_training_ = t;
+  published_absent_ = a;
   SetOwnMeta(now);
 }
 
@@ -73,13 +91,20 @@ bool Node::StateReady(TimeMs now) {
     }
     // Nobody is further on than the lead (the usual case: a fresh mesh): no walk needed.
     if ((config_.join.empty() || now >= fetch_.deadline()) &&
-        PeersMaxStep() <= progress_.step + config_.join_state_min_lead) {
+        MeshLeadStep() <= progress_.step + config_.join_state_min_lead) {
       return keep_own();
     }
     StateFetch::Choice choice;
     ForEachPeer([&](const PeerRef& p) {
       if (p.alive && p.training) choice.Consider(*p.name, *p.data_addr, p.step, p.step_known);
     });
+    if (choice.best.empty()) {
+      // Nobody trains any more (we restarted as the mesh finished): the finished peers' model
+      // and step; our trainer finishes there and joins the consensus.
+      ForEachPeer([&](const PeerRef& p) {
+        if (FinishedPeer(p)) choice.Consider(*p.name, *p.data_addr, p.step, p.step_known);
+      });
+    }
     // Still joining: learn the mesh first. Members told of by gossip before the join's state
     // exchange (e.g. in a ping from a peer that still suspects a restarted node) have no step
     // yet: 0 would read as "the mesh is not ahead", and a restarted node would go on from its

@@ -29,7 +29,7 @@ fb::Offset<w::Meta> EncodeMeta(fb::FlatBufferBuilder& b, const ms::Meta& m) {
   }
   const auto relay = m.relay.empty() ? 0 : b.CreateString(m.relay);
   return w::CreateMeta(b, data_addr, m.training, m.uplink_mbps, m.downlink_mbps, keys, values,
-                       static_cast<uint8_t>(m.reach), relay, m.serves_relay);
+                       static_cast<uint8_t>(m.reach), relay, m.serves_relay, m.absent);
 }
 
 struct UpdateEncoder {
@@ -166,6 +166,7 @@ bool DecodeMeta(const w::Meta* m, ms::Meta* out, Reject* why) {
     out->relay.assign(v);
   }
   out->serves_relay = m->serves_relay();
+  out->absent = m->absent();
   return true;
 }
 

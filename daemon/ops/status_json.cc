@@ -82,6 +82,7 @@ json MembersJson(const std::vector<membership::Member>& members, const std::stri
                    {"accuracy", m.eval.valid() ? json(m.eval.accuracy) : json(nullptr)},
                    {"loss", m.eval.valid() ? json(m.eval.loss) : json(nullptr)},
                    {"training", m.meta.training},
+                   {"absent", m.meta.absent},
                    {"uplink_mbps", m.meta.uplink_mbps},
                    {"downlink_mbps", m.meta.downlink_mbps},
                    {"reach", membership::ReachName(m.meta.reach)},
@@ -204,7 +205,10 @@ json ConsensusJson(const StatusInputs& in, const TrainerState& st) {
           // Behind NAT: requests for the consensus model made (a participant behind NAT pulls
           // it) and answered with it (the leader).
           {"pulls", s.consensus_pulls},
-          {"pulls_served", s.consensus_pulls_served}};
+          {"pulls_served", s.consensus_pulls_served},
+          // Live members left out: their trainer left before it finished and stayed away past
+          // --trainer-grace.
+          {"left_out", in.node.consensus().left_out}};
 }
 
 // Link-capacity probes (docs/contract.md "Receiver selection"): trains sent and measured, and
@@ -244,6 +248,8 @@ json StatusJson(const StatusInputs& in) {
           // parameters as trained)
           {"eval_average", in.config.eval_average},
           {"training", has_trainer && st.training},
+          // An external trainer left before it finished and none came back in --trainer-grace.
+          {"trainer_absent", has_trainer && st.absent},
           {"train_loss", st.train_loss},
           {"params_received", s.params_received},
           {"params_crc32", st.params_crc32},

@@ -98,6 +98,7 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
   if (snap) {
     latest_ = snap;
     latest_step_ = step;
+    if (checkpoints_ && checkpoints_->Due(step)) checkpoints_->Save(step, snap, "published");
     outbox_ = Snapshot{step, std::move(snap), false, span};
   }
   if (step != window_step_ && !mixing_) {
@@ -359,6 +360,7 @@ void ExternalTrainer::OfferFinal(Conn* c, std::function<void()> reply) {
         if (life.expired()) return;
         if (*ok) {
           latest_ = *snap;
+          if (checkpoints_) checkpoints_->Save(state_.step, latest_, "final");
         } else {
           spdlog::warn("the final parameters are not finite: offering the last published model");
         }
@@ -395,6 +397,7 @@ void ExternalTrainer::AdoptConsensus(std::shared_ptr<const std::vector<float>> p
   latest_ = consensus_;
   state_.consensus_crc32 = learn::ParamsCrc32(consensus_->data(), consensus_->size());
   state_.consensus_models = participants;
+  if (checkpoints_) checkpoints_->Save(state_.step, consensus_, "consensus");
   spdlog::info("consensus model of {} nodes adopted (crc32 {:08x})", participants,
                state_.consensus_crc32);
   metrics_->Write("consensus", {{"models", participants}, {"crc32", state_.consensus_crc32}});

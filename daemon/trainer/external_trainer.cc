@@ -73,6 +73,29 @@ ExternalTrainer::ExternalTrainer(uv_loop_t* loop, ExternalTrainerOptions options
     : loop_(loop), options_(std::move(options)), metrics_(metrics), notify_(std::move(notify)) {
   state_.training = false;  // until a trainer attaches
   state_.sync_every = 1;
+  if (!options_.checkpoint_dir.empty()) {
+    checkpoints_ = std::make_unique<ExternalCheckpoints>(
+        options_.checkpoint_dir, options_.checkpoint_every, options_.name, metrics_);
+  }
+}
+
+Status ExternalTrainer::Restore(int64_t* resumed_step) {
+  *resumed_step = -1;
+  if (!checkpoints_) return Status::OK();
+  auto loaded = checkpoints_->Load();
+  if (!loaded.ok()) return loaded.status();
+  if (!loaded.value()) return Status::OK();
+  const ExternalCheckpoints::Loaded& l = **loaded;
+  latest_ = l.params;
+  latest_step_ = l.step;
+  state_.step = state_.start_step = l.step;
+  checkpoints_->MarkWritten(l.step);
+  *resumed_step = static_cast<int64_t>(l.step);
+  spdlog::info(
+      "resumed from {} at step {} ({} model, {} parameters): a trainer that attaches "
+      "continues from it",
+      l.path, l.step, l.what.empty() ? "published" : l.what, l.params->size());
+  return Status::OK();
 }
 
 ExternalTrainer::~ExternalTrainer() { Stop(); }
@@ -321,6 +344,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
   finish_seq_.reset();
   UnmapShm(/*off_loop=*/true);
   if (!was_attached) return;
+  if (state_.training) gone_since_ = Clock::now();  // gone before it finished: the grace runs
   state_.training = false;
   state_.waiting = false;
   const bool clean = why == kCleanDetach;
@@ -332,6 +356,16 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
 
 void ExternalTrainer::OnTick() {
   TryGatedMix();  // a waited peer may have failed or stopped training meanwhile
+  if (gone_since_ && !state_.absent && !attached() &&
+      Seconds(Clock::now() - *gone_since_) >= options_.grace_s) {
+    state_.absent = true;  // the node publishes it: the consensus goes on without us
+    spdlog::warn(
+        "no trainer attached for {} s (--trainer-grace) since the last one left at step "
+        "{}",
+        options_.grace_s, state_.step);
+    metrics_->Write("trainer", {{"absent", true}, {"step", state_.step}});
+    notify_();
+  }
   if (conn_ == nullptr || wait_ || job_ || finish_seq_) return;  // the trainer waits on us
   const double silent = Seconds(Clock::now() - conn_->last_activity);
   if (silent > options_.timeout_s) {
@@ -410,6 +444,8 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
     step = std::max(step, static_cast<uint64_t>(a.resume_step));
   }
   c->attached = true;
+  gone_since_.reset();
+  state_.absent = false;
   state_.step = step;
   window_step_ = step + every_;
   state_.start_step = step;
@@ -502,13 +538,18 @@ ExternalTrainer::PeerSteps SyncPeers(const node::Node& node, const AgentConfig& 
 learn::Result<std::unique_ptr<Trainer>> MakeExternalTrainer(uv_loop_t* loop,
                                                             const AgentConfig& config,
                                                             MetricsLog* metrics,
-                                                            std::function<void()> notify) {
+                                                            std::function<void()> notify,
+                                                            int64_t* resumed_step) {
   ExternalTrainerOptions opts;
   opts.socket_path = config.trainer_socket;
   opts.timeout_s = config.trainer_timeout_s;
   opts.target_accuracy = config.target_accuracy;
   opts.name = config.name;
+  opts.checkpoint_dir = config.data_dir;
+  opts.checkpoint_every = config.checkpoint_every;
+  opts.grace_s = config.trainer_grace_s;
   auto t = std::make_unique<ExternalTrainer>(loop, opts, metrics, std::move(notify));
+  if (auto st = t->Restore(resumed_step); !st.ok()) return st;
   if (auto st = t->Listen(); !st.ok()) return st;
   return std::unique_ptr<Trainer>(std::move(t));
 }

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/trainer/external_checkpoint.h"
 #include "daemon/trainer/trainer.h"
 #include "daemon/trainer/trainer_protocol.h"
 #include "transport/transport.h"
@@ -43,6 +44,13 @@ struct ExternalTrainerOptions {
   double target_accuracy = 0;  // an eval report at or above it stops training (0 = none)
   std::string name;            // the agent's name, for the shared-memory file's name
   std::string shm_dir = "/dev/shm";
+  // --data-dir: the trainer's parameters are checkpointed there (external_checkpoint.h) every
+  // `checkpoint_every` steps; empty = none.
+  std::string checkpoint_dir;
+  int checkpoint_every = 500;
+  // --trainer-grace: a trainer gone this long before it finished makes the node absent from
+  // the end-of-training consensus (TrainerState::absent) until one attaches again.
+  double grace_s = 60;
 };
 
 class ExternalTrainer : public Trainer {
@@ -55,6 +63,9 @@ class ExternalTrainer : public Trainer {
 
   // Creates the socket (replacing a stale one no agent listens on) and listens.
   Status Listen();
+  // With a checkpoint directory: the newest checkpoint there becomes the model a trainer
+  // attaching resumes from. *resumed_step: its step, or -1 (none).
+  Status Restore(int64_t* resumed_step);
 
   void Start() override {}
   // Detaches the trainer (it sees the connection close), closes the socket and removes it.
@@ -246,6 +257,9 @@ class ExternalTrainer : public Trainer {
   TrainerState state_;
   Clock::time_point last_publish_, last_permit_, train_start_;
   std::map<std::string, uint64_t> rejects_;
+  std::unique_ptr<ExternalCheckpoints> checkpoints_;
+  // The trainer detached before it finished, at this time (the grace runs from it).
+  std::optional<Clock::time_point> gone_since_;
 };
 
 // The peers an external trainer's sync waits for (ExternalTrainer::SetPeerSteps): the live
@@ -254,10 +268,12 @@ class ExternalTrainer : public Trainer {
 // every peer pushes to every other with --select all only, and a node behind NAT pulls instead.
 ExternalTrainer::PeerSteps SyncPeers(const node::Node& node, const AgentConfig& config);
 
-// The external trainer for `--trainer external`, listening on config.trainer_socket.
+// The external trainer for `--trainer external`, listening on config.trainer_socket, restored
+// from --data-dir's checkpoint (*resumed_step: its step, or -1).
 learn::Result<std::unique_ptr<Trainer>> MakeExternalTrainer(uv_loop_t* loop,
                                                             const AgentConfig& config,
                                                             MetricsLog* metrics,
-                                                            std::function<void()> notify);
+                                                            std::function<void()> notify,
+                                                            int64_t* resumed_step);
 
 }  // namespace meshtrain::daemon

@@ -182,6 +182,7 @@ struct TrainerState {
   uint64_t step = 0;
   bool training = true;
   bool waiting = false;            // blocked on the barrier for step `step + 1`
+  bool absent = false;             // an external trainer left unfinished, none back in the grace
   std::optional<double> loss;      // last evaluated test loss
   std::optional<double> accuracy;  // last evaluated test accuracy
   uint64_t eval_step = 0;          // the step of that evaluation

@@ -25,6 +25,10 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--sleep", type=float, default=0.0, help="seconds of 'compute' per step")
     p.add_argument("--out", default="")
+    p.add_argument("--finish", action="store_true",
+                   help="end with mesh.finish() (the consensus model) instead of detaching")
+    p.add_argument("--die-at", type=int, default=-1,
+                   help="exit with status 3, without a word to the agent, at this mesh step")
     p.add_argument("--report-accuracy", type=float, default=0.0,
                    help="the accuracy reported every 20 steps (with the agent's --target-"
                         "accuracy at or below it, the agent finishes at step 20)")
@@ -44,6 +48,9 @@ def main():
             time.sleep(a.sleep)
         finished_in = mesh.step(x).peer_finished
         taken += finished_in
+        if 0 <= a.die_at <= mesh.step_count:
+            print(json.dumps({"event": "dying", "step": mesh.step_count}), flush=True)
+            os._exit(3)
         if mesh.step_count % 20 == 0 or finished_in:
             loss = float(np.mean((x - target) ** 2))
             acc = a.report_accuracy
@@ -54,7 +61,12 @@ def main():
     result = {"event": "done", "step": mesh.step_count, "mixed": mesh.mixed_total,
               "mean": float(x.mean()), "min": float(x.min()), "max": float(x.max()),
               "taken": taken, "training": mesh.training}
-    mesh.detach()
+    if a.finish:
+        fin = mesh.finish(x, timeout=600)
+        result.update(consensus_models=fin.models, consensus_crc32=fin.crc32,
+                      final_mean=float(x.mean()))
+    else:
+        mesh.detach()
     print(json.dumps(result), flush=True)
     if a.out:
         with open(a.out, "w") as f:

@@ -1,0 +1,239 @@
+"""Restarts and dead trainers with external trainers (ext_worker.py, numpy), each agent with its
+own --data-dir (the trainer's parameters checkpointed every CKPT_EVERY steps):
+
+1. A node restarted mid-run and again as the mesh finishes: 4 agents train to STEPS and call
+   finish(). n4's agent and trainer are killed -9 mid-run and restarted 2 s later with the same
+   name, port and data dir: its trainer attaches resuming from the agent's checkpoint (step > 0)
+   and the node steps on from the mesh's step. Then n4 is killed again just before the others
+   finish and restarted once they have: it resumes (not at 0), its trainer finishes, and all four
+   agents end with one consensus model (same crc32, 4 participants).
+2. A trainer that dies for good at step ~DIE_AT on 1 of 4 nodes (its agent stays up,
+   --trainer-grace GRACE_S): the other three finish with one consensus model of 3 within the
+   bound (grace + a few seconds after the last finished); the dead trainer's agent says
+   `trainer_absent`, its peers list it `absent` and their consensus `left_out` names it.
+3. A whole-mesh restart: 3 agents and their trainers killed -9 at once at step >= KILL_AT, all
+   restarted: every trainer resumes at >= the newest checkpoint of its agent (not 0), and the run
+   ends with one consensus model. The same for the built-in trainer (the synthetic task).
+"""
+import json
+import os
+import signal
+import sys
+import time
+
+from faults_lib import (Mesh, checkpoint_step, events, kill9, parse_args, wait_until,
+                        with_data_dirs)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from external_lib import Worker, Workers, external_mesh, require_numpy_python  # noqa: E402
+
+STEPS = 600
+CKPT_EVERY = 50
+DIE_AT = 70
+GRACE_S = 3
+KILL_AT = 500
+# The consensus after the last node finished: gossip of `training: false` and `absent`, the
+# final transfers and the reduce (a few seconds on a busy machine; the grace comes on top).
+END_S = 60
+
+
+def worker_args(steps=STEPS, *extra):
+    return ["--steps", steps, "--sleep", "0.02", "--dim", 2000, "--finish", *extra]
+
+
+def restart(agent):
+    """Starts a killed agent again (same name, port, data dir) and waits until it serves."""
+    agent.start()
+    wait_until(lambda: os.path.exists(agent.socket) and agent.status() is not None, 30,
+               what=f"{agent.name} serving again")
+
+
+def attached(w):
+    ev = w.event("attached")
+    return ev and ev["step"]
+
+
+def statuses(agents):
+    return {a.name: a.status() for a in agents}
+
+
+def consensus_of(st):
+    c = st["consensus"]
+    return c["state"], c["crc32"], c["participants"]
+
+
+def wait_consensus(agents, n, timeout):
+    def done():
+        sts = statuses(agents)
+        if any(s is None for s in sts.values()):
+            return None
+        cs = [consensus_of(s) for s in sts.values()]
+        ok = all(st in ("serving", "adopted") and parts == n for st, _, parts in cs) and \
+            len({crc for _, crc, _ in cs}) == 1
+        return sts if ok else None
+    return wait_until(done, timeout, interval=0.3, what=f"one consensus model of {n} nodes")
+
+
+def start(mesh):
+    seed = mesh.agents[0].start()
+    wait_until(lambda: seed.members() is not None, 10, what="seed up")
+    for a in mesh.agents[1:]:
+        a.start(join=[seed.addr])
+    n = len(mesh.agents)
+    wait_until(lambda: (lambda m: m and len(m) == n)(seed.members()), 20, what=f"{n} members")
+    wait_until(lambda: all(os.path.exists(getattr(a, "socket", "")) or not hasattr(a, "socket")
+                           for a in mesh.agents), 20, what="the trainer sockets")
+
+
+def on_disk(agent):
+    """The newest checkpoint's step in the agent's data dir (a kill between the rotation's two
+    renames leaves only the previous file, which the agent then resumes from)."""
+    steps = [checkpoint_step(os.path.join(agent.data_dir, f)) for f in ("ckpt.bin", "ckpt.prev.bin")]
+    return max((x for x in steps if x is not None), default=None)
+
+
+def step_of(agent):
+    st = agent.status()
+    return st["step"] if st else 0
+
+
+def restart_mid_run_and_at_end(py, binary):
+    with external_mesh(binary, 4, "rr", staleness=4) as mesh, Workers() as ws:
+        for a in mesh.agents:
+            a.extra += ["--checkpoint-every", str(CKPT_EVERY)]
+        with_data_dirs(mesh)
+        start(mesh)
+        for a in mesh.agents:
+            ws.append(Worker(py, a, mesh.workdir, *worker_args()))
+        victim, others = mesh.agents[3], mesh.agents[:3]
+        wait_until(lambda: checkpoint_step(os.path.join(victim.data_dir, "ckpt.bin")), 60,
+                   what="n4's first checkpoint")
+        wait_until(lambda: step_of(victim) >= 2 * CKPT_EVERY, 60, what="n4 past two checkpoints")
+        kill9(victim)
+        ws[3].stop()
+        ckpt = on_disk(victim)
+        time.sleep(2)
+        restart(victim)
+        ws.append(Worker(py, victim, mesh.workdir, *worker_args(), tag="-2"))
+        first = wait_until(lambda: attached(ws[-1]) is not None and ws[-1].event("attached"), 30,
+                           what="the restarted trainer attached")[1]
+        print(f"restart 1: killed past step {2 * CKPT_EVERY}, checkpoint on disk at {ckpt}; "
+              f"trainer attached at step {first['step']} (resumed {first['resumed']})")
+        assert first["resumed"] and first["step"] >= ckpt > 0, first
+        # Again just before the others finish; back once they have.
+        wait_until(lambda: min(step_of(a) for a in others) >= STEPS - 60, 120, interval=0.05,
+                   what="the others near the end")
+        kill9(victim)
+        ws[-1].stop()
+        ckpt = on_disk(victim)
+        wait_until(lambda: all(w.proc.poll() is not None for w in ws[:3]), 120,
+                   what="the other three trainers done")
+        restart(victim)
+        ws.append(Worker(py, victim, mesh.workdir, *worker_args(), tag="-3"))
+        wait_until(lambda: ws[-1].proc.poll() is not None, 120, what="the restarted trainer done")
+        last = ws[-1].event("attached")
+        done = ws[-1].event("done")
+        print(f"restart 2 (the others finished): checkpoint at {ckpt}; attached at step "
+              f"{last['step']}, done at step {done and done['step']}")
+        assert last["resumed"] and last["step"] >= ckpt > 0, last
+        assert done and done["step"] >= STEPS and done.get("consensus_models") == 4, done
+        took, sts = wait_consensus(mesh.agents, 4, END_S)
+        print(f"one consensus model of 4 on every agent, {took:.1f} s after n4's trainer ended")
+
+
+def dead_trainer(py, binary):
+    with external_mesh(binary, 4, "dt", staleness=4) as mesh, Workers() as ws:
+        for a in mesh.agents:
+            a.extra += ["--trainer-grace", str(GRACE_S)]
+        start(mesh)
+        for i, a in enumerate(mesh.agents):
+            extra = ["--die-at", DIE_AT] if i == 3 else []
+            ws.append(Worker(py, a, mesh.workdir, *worker_args(STEPS, *extra)))
+        wait_until(lambda: ws[3].proc.poll() is not None, 60, what="n4's trainer dying")
+        assert ws[3].event("dying"), ws[3].text()
+        wait_until(lambda: all(w.proc.poll() is not None for w in ws[:3]), 120,
+                   what="the three trainers done (finish returned)")
+        t_done = time.monotonic()
+        sts = statuses(mesh.agents[:3])
+        for w in ws[:3]:
+            d = w.event("done")
+            assert d and d["consensus_models"] == 3, w.text()[-1000:]
+        took, sts = wait_consensus(mesh.agents[:3], 3, END_S)
+        dead = mesh.agents[3].status()
+        print(f"n4's trainer died at step {ws[3].event('dying')['step']}; the three others "
+              f"finished with one consensus model of 3 (crc32 {sts['dt1']['consensus']['crc32']})")
+        assert dead["trainer_absent"] and not dead["training"], dead
+        for a in mesh.agents[:3]:
+            assert sts[a.name]["consensus"]["left_out"] == ["dt4"], sts[a.name]["consensus"]
+            assert a.members()["dt4"]["absent"], a.members()["dt4"]
+        assert took < END_S and t_done > 0
+
+
+def whole_mesh_restart_external(py, binary):
+    with external_mesh(binary, 3, "wx", staleness=4) as mesh, Workers() as ws:
+        for a in mesh.agents:
+            a.extra += ["--checkpoint-every", str(CKPT_EVERY)]
+        with_data_dirs(mesh)
+        start(mesh)
+        for a in mesh.agents:
+            ws.append(Worker(py, a, mesh.workdir, *worker_args(900)))
+        wait_until(lambda: min(step_of(a) for a in mesh.agents) >= KILL_AT, 120,
+                   what=f"every node at step {KILL_AT}")
+        at_kill = {a.name: step_of(a) for a in mesh.agents}
+        for w in list(ws):
+            w.stop()
+        for a in mesh.agents:
+            kill9(a)
+        ckpts = {a.name: on_disk(a) for a in mesh.agents}
+        start(mesh)
+        for a in mesh.agents:
+            ws.append(Worker(py, a, mesh.workdir, *worker_args(900), tag="-2"))
+        for a, w in zip(mesh.agents, ws[3:]):
+            ev = wait_until(lambda: w.event("attached"), 30, what=f"{a.name} attached")[1]
+            print(f"whole-mesh restart (external): {a.name} at step {at_kill[a.name]} when killed, "
+                  f"checkpoint at {ckpts[a.name]}, trainer attached at step {ev['step']}")
+            assert ev["resumed"] and ev["step"] >= ckpts[a.name] >= KILL_AT - CKPT_EVERY, ev
+            # Within a checkpoint interval (and the write in flight) of where it was.
+            assert ckpts[a.name] >= at_kill[a.name] - 2 * CKPT_EVERY, (ckpts, at_kill)
+        wait_until(lambda: all(w.proc.poll() is not None for w in ws[3:]), 120,
+                   what="the restarted trainers done")
+        wait_consensus(mesh.agents, 3, END_S)
+
+
+def whole_mesh_restart_builtin(binary):
+    common = ["--profile", "local", "--task", "synthetic", "--barrier", "ssp", "--staleness", "4",
+              "--steps", "4000", "--checkpoint-every", str(CKPT_EVERY), "--min-peers", "2",
+              "--select", "all"]
+    with Mesh(binary, 3, common, name_prefix="wb") as mesh:
+        with_data_dirs(mesh)
+        start(mesh)
+        wait_until(lambda: min(step_of(a) for a in mesh.agents) >= KILL_AT, 120,
+                   what=f"every node at step {KILL_AT}")
+        at_kill = {a.name: step_of(a) for a in mesh.agents}
+        for a in mesh.agents:
+            kill9(a)
+        ckpts = {a.name: on_disk(a) for a in mesh.agents}
+        start(mesh)
+        for a in mesh.agents:
+            res = wait_until(lambda: events(a.metrics, "resume"), 30, what=f"{a.name} resume")[1]
+            step = res[-1]["step"]
+            print(f"whole-mesh restart (built-in): {a.name} at step {at_kill[a.name]} when killed, "
+                  f"checkpoint at {ckpts[a.name]}, resumed at step {step}")
+            assert step >= ckpts[a.name] >= KILL_AT - CKPT_EVERY, (step, ckpts)
+            assert ckpts[a.name] >= at_kill[a.name] - 2 * CKPT_EVERY, (ckpts, at_kill)
+        wait_consensus(mesh.agents, 3, 120)
+
+
+def main():
+    args = parse_args()
+    py = require_numpy_python()
+    t0 = time.monotonic()
+    restart_mid_run_and_at_end(py, args.bin)
+    dead_trainer(py, args.bin)
+    whole_mesh_restart_external(py, args.bin)
+    whole_mesh_restart_builtin(args.bin)
+    print(json.dumps({"ok": True, "seconds": round(time.monotonic() - t0, 1)}))
+
+
+if __name__ == "__main__":
+    main()
