@@ -7,17 +7,17 @@ own --data-dir (the trainer's parameters checkpointed every CKPT_EVERY steps):
    and the node steps on from the mesh's step. Then n4 is killed again just before the others
    finish and restarted once they have: it resumes (not at 0), its trainer finishes, and all four
    agents end with one consensus model (same crc32, 4 participants).
-2. A trainer that dies for good at step ~DIE_AT on 1 of 4 nodes (its agent stays up,
-   --trainer-grace GRACE_S): the other three finish with one consensus model of 3 within the
-   bound (grace + a few seconds after the last finished); the dead trainer's agent says
-   `trainer_absent`, its peers list it `absent` and their consensus `left_out` names it.
+2. Trainers that end for good at step DIE_AT of DEAD_STEPS on 2 of 5 nodes (their agents stay
+   up, --trainer-grace GRACE_S): one refused (it published NaN parameters), one that exits. The
+   other three finish with one consensus model of 3 within END_S of the last finish() call (the
+   grace ran out long before); the two agents say `trainer_absent`, their peers list them
+   `absent` and their consensus `left_out` names them.
 3. A whole-mesh restart: 3 agents and their trainers killed -9 at once at step >= KILL_AT, all
    restarted: every trainer resumes at >= the newest checkpoint of its agent (not 0), and the run
    ends with one consensus model. The same for the built-in trainer (the synthetic task).
 """
 import json
 import os
-import signal
 import sys
 import time
 
@@ -30,6 +30,7 @@ from external_lib import Worker, Workers, external_mesh, require_numpy_python  #
 STEPS = 600
 CKPT_EVERY = 50
 DIE_AT = 70
+DEAD_STEPS = 1000
 GRACE_S = 3
 KILL_AT = 500
 # The consensus after the last node finished: gossip of `training: false` and `absent`, the
@@ -142,31 +143,37 @@ def restart_mid_run_and_at_end(py, binary):
 
 
 def dead_trainer(py, binary):
-    with external_mesh(binary, 4, "dt", staleness=4) as mesh, Workers() as ws:
+    with external_mesh(binary, 5, "dt", staleness=4) as mesh, Workers() as ws:
         for a in mesh.agents:
             a.extra += ["--trainer-grace", str(GRACE_S)]
         start(mesh)
         for i, a in enumerate(mesh.agents):
-            extra = ["--die-at", DIE_AT] if i == 3 else []
-            ws.append(Worker(py, a, mesh.workdir, *worker_args(STEPS, *extra)))
-        wait_until(lambda: ws[3].proc.poll() is not None, 60, what="n4's trainer dying")
-        assert ws[3].event("dying"), ws[3].text()
-        wait_until(lambda: all(w.proc.poll() is not None for w in ws[:3]), 120,
+            extra = {3: ["--poison-at", DIE_AT], 4: ["--die-at", DIE_AT]}.get(i, [])
+            ws.append(Worker(py, a, mesh.workdir, *worker_args(DEAD_STEPS, *extra)))
+        wait_until(lambda: ws[3].proc.poll() is not None and ws[4].proc.poll() is not None, 60,
+                   what="dt4's trainer refused and dt5's dead")
+        assert ws[3].event("refused") and ws[3].proc.returncode == 4, ws[3].text()[-2000:]
+        assert ws[4].event("dying"), ws[4].text()[-2000:]
+        wait_until(lambda: all(w.proc.poll() is not None for w in ws[:3]), 180,
                    what="the three trainers done (finish returned)")
         t_done = time.monotonic()
-        sts = statuses(mesh.agents[:3])
         for w in ws[:3]:
             d = w.event("done")
-            assert d and d["consensus_models"] == 3, w.text()[-1000:]
-        took, sts = wait_consensus(mesh.agents[:3], 3, END_S)
-        dead = mesh.agents[3].status()
-        print(f"n4's trainer died at step {ws[3].event('dying')['step']}; the three others "
-              f"finished with one consensus model of 3 (crc32 {sts['dt1']['consensus']['crc32']})")
-        assert dead["trainer_absent"] and not dead["training"], dead
+            assert d and d["step"] >= DEAD_STEPS and d["consensus_models"] == 3, w.text()[-1000:]
+        _, sts = wait_consensus(mesh.agents[:3], 3, END_S)
+        dones = [w.event("done") for w in ws[:3]]
+        wait_s = max(d["finish_returned"] for d in dones) - max(d["finish_called"] for d in dones)
+        print(f"dt4's trainer refused at step {DIE_AT}, dt5's killed at step {DIE_AT}: the three "
+              f"others finished at {DEAD_STEPS} with one consensus model of 3 (crc32 "
+              f"{sts['dt1']['consensus']['crc32']}), {wait_s:.1f} s after the last finish() call")
+        assert wait_s < END_S and t_done > 0, wait_s
+        for a in mesh.agents[3:]:
+            st = a.status()
+            assert st["trainer_absent"] and not st["training"], st
         for a in mesh.agents[:3]:
-            assert sts[a.name]["consensus"]["left_out"] == ["dt4"], sts[a.name]["consensus"]
-            assert a.members()["dt4"]["absent"], a.members()["dt4"]
-        assert took < END_S and t_done > 0
+            assert sts[a.name]["consensus"]["left_out"] == ["dt4", "dt5"], sts[a.name]["consensus"]
+            m = a.members()
+            assert m["dt4"]["absent"] and m["dt5"]["absent"], m
 
 
 def whole_mesh_restart_external(py, binary):

@@ -29,6 +29,9 @@ def main():
                    help="end with mesh.finish() (the consensus model) instead of detaching")
     p.add_argument("--die-at", type=int, default=-1,
                    help="exit with status 3, without a word to the agent, at this mesh step")
+    p.add_argument("--poison-at", type=int, default=-1,
+                   help="from this mesh step on, publish NaN parameters (the agent refuses them "
+                        "and detaches the trainer, which then exits with status 4)")
     p.add_argument("--report-accuracy", type=float, default=0.0,
                    help="the accuracy reported every 20 steps (with the agent's --target-"
                         "accuracy at or below it, the agent finishes at step 20)")
@@ -44,6 +47,14 @@ def main():
     taken = 0  # finished peers' models taken over
     while mesh.step_count < a.steps and mesh.training:
         x -= a.lr * (x - target)
+        if 0 <= a.poison_at <= mesh.step_count:
+            x[0] = np.nan
+            print(json.dumps({"event": "poisoned", "step": mesh.step_count}), flush=True)
+            try:
+                mesh.step(x)
+            except meshtrain.MeshError as e:
+                print(json.dumps({"event": "refused", "error": str(e)}), flush=True)
+                sys.exit(4)
         if a.sleep:
             time.sleep(a.sleep)
         finished_in = mesh.step(x).peer_finished
@@ -62,9 +73,10 @@ def main():
               "mean": float(x.mean()), "min": float(x.min()), "max": float(x.max()),
               "taken": taken, "training": mesh.training}
     if a.finish:
+        t0 = time.time()
         fin = mesh.finish(x, timeout=600)
         result.update(consensus_models=fin.models, consensus_crc32=fin.crc32,
-                      final_mean=float(x.mean()))
+                      final_mean=float(x.mean()), finish_called=t0, finish_returned=time.time())
     else:
         mesh.detach()
     print(json.dumps(result), flush=True)
