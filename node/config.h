@@ -76,8 +76,11 @@ struct NodeConfig {
   // most advanced one's model before its first step and adopts the slowest live peer's step.
   bool join_state = true;
   TimeMs join_state_timeout_ms = 10000;  // then it starts from its own initialisation
-  uint64_t join_state_min_lead = 20;     // fetch only from a mesh this many steps further on (the
-                                         // first nodes of a mesh start within a few steps)
+  // A fetch under way waits this long for the peer's answer (its next snapshot: one sync
+  // interval of an external trainer away) before the node goes on with its own model.
+  TimeMs join_state_answer_ms = 60000;
+  uint64_t join_state_min_lead = 20;  // fetch only from a mesh this many steps further on (the
+                                      // first nodes of a mesh start within a few steps)
   // A node that finished training (--target-accuracy, --steps) offers its final model to the
   // peers still training this often, so the last nodes converge with it instead of alone.
   TimeMs final_serve_interval_ms = 200;

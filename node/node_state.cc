@@ -7,8 +7,9 @@
 // snapshot and closes). The node adopts the model and the step of the slowest live training peer
 // (so no bsp/ssp barrier of anyone waits for it, and its own barrier starts where the mesh is),
 // and only then permits its first step. If the peer has no model, the transfer fails or takes
-// longer than join_state_timeout_ms, the node starts from its own initialisation, as the first
-// nodes of a mesh do.
+// longer than join_state_timeout_ms (join_state_answer_ms once a peer was asked: it answers with
+// its next snapshot, a sync interval of an external trainer away), the node starts from its own
+// initialisation, as the first nodes of a mesh do.
 //
 // Final models. A node that finished training (--target-accuracy or --steps) counts as finished
 // in every barrier (its metadata says training: false), and offers its final model to the peers
@@ -118,7 +119,7 @@ bool Node::StateReady(TimeMs now) {
       return keep_own();  // we are not behind
     }
     lifecycle_.BeginFetch();
-    fetch_.Begin(next_conn_++, choice, progress_.step);
+    fetch_.Begin(next_conn_++, choice, progress_.step, now, config_.join_state_answer_ms);
     Emit(LogLine{false, "joining a running mesh: fetching the model of " + choice.best + " (step " +
                             std::to_string(choice.best_step) + "), continuing after step " +
                             std::to_string(fetch_.adopt_step())});

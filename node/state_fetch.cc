@@ -15,7 +15,9 @@ void StateFetch::Choice::Consider(const std::string& name, const std::string& ad
   }
 }
 
-void StateFetch::Begin(ConnId conn, const Choice& c, uint64_t own_step) {
+void StateFetch::Begin(ConnId conn, const Choice& c, uint64_t own_step, TimeMs now,
+                       TimeMs answer_wait) {
+  deadline_ = std::max(deadline_, now + answer_wait);
   conn_ = conn;
   from_ = c.best;
   adopt_step_ = std::max(own_step, c.min_step);

@@ -38,8 +38,10 @@ class StateFetch {
   // Before this, a failed fetch waits to be tried again.
   TimeMs retry_at() const { return retry_at_; }
 
-  // A fetch from `c.best` on `conn`; the node continues after max(own step, c.min_step).
-  void Begin(ConnId conn, const Choice& c, uint64_t own_step);
+  // A fetch from `c.best` on `conn`; the node continues after max(own step, c.min_step). The
+  // peer answers with its next snapshot, which an external trainer that syncs every H steps
+  // publishes only then: the attempt's deadline moves to at least `answer_wait` from now.
+  void Begin(ConnId conn, const Choice& c, uint64_t own_step, TimeMs now, TimeMs answer_wait);
   ConnId conn() const { return conn_; }
   const std::string& from() const { return from_; }
   uint64_t adopt_step() const { return adopt_step_; }

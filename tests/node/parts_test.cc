@@ -54,16 +54,20 @@ TEST_CASE(
   f.Arm(1000, 5000);
   f.Arm(3000, 5000);  // the first call sets the deadline of the whole attempt
   CHECK(f.deadline() == 6000);
-  f.Begin(7, choice, 30);
+  f.Begin(7, choice, 30, 2000, 1000);  // the answer may take 1 s: within the deadline
+  CHECK(f.deadline() == 6000);
   CHECK(f.conn() == 7);
   CHECK(f.from() == "a");
   CHECK(f.adopt_step() == 30);  // never below our own step
-  f.Begin(8, choice, 10);
+  f.Begin(8, choice, 10, 2000, 1000);
   CHECK(f.adopt_step() == 25);
   // Closed early: tried again after kRetryMs while the deadline leaves time for two more.
   CHECK(f.Closed(2000));
   CHECK(f.retry_at() == 2000 + StateFetch::kRetryMs);
   CHECK_FALSE(f.Closed(6000 - 2 * StateFetch::kRetryMs));
+  // A peer that answers with its next snapshot, a sync interval away: the deadline moves out.
+  f.Begin(9, choice, 10, 5500, 4000);
+  CHECK(f.deadline() == 9500);
 }
 
 }  // namespace
