@@ -99,15 +99,18 @@ def parse_args(argv=None):
                    "for a time to target)")
     p.add_argument("--with-fault-free", action="store_true", help="--short: run it too")
     p.add_argument("--timeout", type=float, help="seconds per run at most (2400, short 240)")
+    p.add_argument("--stall", type=float, help="end a run (not finished) when no trainer "
+                   "wrote a line for this long (180 s, short 60 s)")
     p.add_argument("--json", help="write every run's figures to this file")
     p.add_argument("--logdir", help="where the runs' logs go (default: a new temporary one)")
     a = p.parse_args(argv)
     short = {"nodes": 3, "faults": 3, "first_fault": 5, "fault_every": 10, "down": 5,
              "stop_for": 5, "partition_for": 6, "max_steps": 400 if nl.SANITIZED else 500,
-             "sync_every": 20, "eval_every": 20, "model": SHORT_MODEL, "timeout": 240}
+             "sync_every": 20, "eval_every": 20, "model": SHORT_MODEL, "timeout": 240,
+             "stall": 60}
     full = {"nodes": 5, "faults": 10, "first_fault": 30, "fault_every": 60, "down": 10,
             "stop_for": 10, "partition_for": 15, "max_steps": 2000, "sync_every": 50,
-            "eval_every": 50, "model": FULL_MODEL, "timeout": 2400}
+            "eval_every": 50, "model": FULL_MODEL, "timeout": 2400, "stall": 180}
     for k, v in (short if a.short else full).items():
         if getattr(a, k) is None:
             setattr(a, k, v)
@@ -233,8 +236,17 @@ def run_once(a, binary, emu, workdir, faults):
             for i in range(a.nodes):
                 m.start_trainer(i)
             t_train = None  # when every host's trainer has evaluated its first model
+            said, said_at = None, time.time()  # the trainers' output so far, when it last grew
             while not m.done():
                 if time.time() - t0 > a.timeout:
+                    break
+                size = sum(os.path.getsize(o) for outs in m.outs for o in outs
+                           if os.path.exists(o))
+                if size != said:
+                    said, said_at = size, time.time()
+                elif time.time() - said_at > a.stall:
+                    print(f"    no trainer output for {a.stall:g} s: the run is stuck",
+                          flush=True)
                     break
                 if t_train is None and all(first_eval(outs[0]) for outs in m.outs):
                     t_train = time.time()
@@ -304,21 +316,30 @@ def undo_fault(m, bed, act, i):
 ATTACHED = re.compile(r"external trainer attached \(pid \d+, \d+ parameters\), "
                       r"(?:starting|resuming from the agent's model) at step (\d+)")
 JOINED = re.compile(r"fetching the model of \S+ \(step \d+\), continuing after step (\d+)")
+GAVE_UP = re.compile(r"no model from \S+ in time|could not fetch the model of")
 
 
 def resume_step(log, offset):
-    """The step a restarted agent's trainer continued from (agent log lines from offset on):
-    the step it attached at, or the step of the model it then fetched from a peer (a node
-    without a checkpoint joining a running mesh), whichever came last; None before both."""
+    """The step a restarted agent's trainer continued from (its agent's log lines from offset,
+    up to the next trainer's attach): the step it attached at, or the step of the model it then
+    fetched from a peer (a node joining a running mesh), unless that fetch was given up; None
+    before the attach."""
+    step, fetched = None, None
     try:
         with open(log, errors="replace") as f:
             f.seek(offset)
-            text = f.read()
+            for line in f:
+                if ATTACHED.search(line):
+                    if step is not None:
+                        break  # the next incarnation's trainer
+                    step = int(ATTACHED.search(line).group(1))
+                elif JOINED.search(line):
+                    fetched = int(JOINED.search(line).group(1))
+                elif GAVE_UP.search(line):
+                    fetched = None
     except OSError:
         return None
-    got = [(mt.start(), int(mt.group(1))) for rx in (ATTACHED, JOINED)
-           for mt in rx.finditer(text)]
-    return max(got)[1] if got else None
+    return fetched if fetched is not None else step
 
 
 def first_reach(events, target):
@@ -329,7 +350,8 @@ def summarize(raw, target):
     """The figures of one run (see the module's notes)."""
     n = len(raw["outs"])
     per_host = [[e for out in outs for e in bl.read_events(out)] for outs in raw["outs"]]
-    res = {"faults": raw["faults"], "finished": raw["finished"], "workdir": raw["workdir"]}
+    res = {"faults": raw["faults"], "skipped": raw["skipped"], "finished": raw["finished"],
+           "workdir": raw["workdir"]}
     kills, resumed = [], {}
     for f in raw["faults"]:
         if f["kind"] != "kill" or "restarted_out" not in f:
