@@ -277,8 +277,13 @@ def run_once(a, binary, emu, workdir, faults):
             time.sleep(1.5)
             tx_end = tx.read()
         status = [nl.status(bed, i, binary) or {} for i in range(a.nodes)]
+        # Each host's end: exit codes (None: still running) and what its agent said then.
+        ends = [{"agent_rc": m.agents[i].poll(), "trainer_rc": m.trainers[i].poll(),
+                 "step": status[i].get("step"), "training": status[i].get("training"),
+                 "trainer": status[i].get("trainer"), "consensus": status[i].get("consensus")}
+                for i in range(a.nodes)]
     return {"faults": applied, "skipped": skipped, "t0": t0, "t_train": t_train, "t_end": t_end,
-            "finished": finished,
+            "finished": finished, "ends": ends,
             "outs": m.outs, "tx": [e - b for e, b in zip(tx_end, tx.base)], "status": status,
             "workdir": workdir, "samples": tx.samples, "tx_base": tx.base}
 
@@ -351,7 +356,7 @@ def summarize(raw, target):
     n = len(raw["outs"])
     per_host = [[e for out in outs for e in bl.read_events(out)] for outs in raw["outs"]]
     res = {"faults": raw["faults"], "skipped": raw["skipped"], "finished": raw["finished"],
-           "workdir": raw["workdir"]}
+           "workdir": raw["workdir"], "ends": raw["ends"]}
     kills, resumed = [], {}
     for f in raw["faults"]:
         if f["kind"] != "kill" or "restarted_out" not in f:
@@ -410,6 +415,9 @@ def describe(res, ff=None):
           f"{res['steps_trained']}; MB sent per host "
           f"{', '.join(f'{x:.1f}' for x in res['tx_mb'])}" + (f"; kills: {k}" if k else ""),
           flush=True)
+    if not (res["finished"] and res["one_model"]):
+        for i, e in enumerate(res["ends"]):
+            print(f"    n{i + 1} at the end: {json.dumps(e)}", flush=True)
 
 
 def row(name, res, ff):
