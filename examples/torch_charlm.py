@@ -454,7 +454,6 @@ def main():
             return fut.then(lambda f: f.value()[0])
         model.register_comm_hook(None, counting_allreduce)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=a.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(a, s))
     stepper = opt
     if a.socket:
         import meshtrain
@@ -464,6 +463,10 @@ def main():
             opt, mesh, sync_every=a.sync_every, outer=a.outer, outer_lr=a.outer_lr,
             outer_momentum=a.outer_momentum, model=base, fragments=a.fragments,
             drift_correction={"none": False}.get(a.drift, a.drift))
+    # A trainer restarted beside its agent (or joining a running mesh) continues the learning-rate
+    # schedule at the mesh's step, not from its warm-up.
+    step0 = mesh.step_count if mesh else 0
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(a, s + step0))
     if rank == 0:
         print(json.dumps({"event": "start", "mode": mode, "params": n_params,
                           "train_chars": shard_chars, "val_chars": int(n_val),
