@@ -37,6 +37,7 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   if (!s.relay_.name.empty() && packet.from == s.relay_.name) s.relay_.last_heard = now;
   if (sender != nullptr && sender != s.self_) {
     sender->heard = now;
+    if (!from_addr.empty() && from_addr == sender->m.addr) sender->addr_confirmed = true;
     // Straight from the source: authoritative.
     if (packet.from_step != sender->m.step) {
       s.NoteStep(sender, packet.from_step, now);
@@ -102,7 +103,7 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
       s.OnRelayAck(*ack, packet.from);
     } else if (s.probe_.active && ack->seq == s.probe_.seq) {
       if (s.cfg_.nat && !ack->observed.empty()) s.NoteObserved(packet.from, ack->observed);
-      s.ProbeSucceeded();
+      s.ProbeSucceeded(packet.from == s.probe_.target);
     } else if (auto d = s.discovery_.find(ack->seq); d != s.discovery_.end()) {
       if (s.cfg_.nat && !ack->observed.empty() && d->second == packet.from) {
         s.NoteObserved(packet.from, ack->observed);
@@ -191,6 +192,8 @@ void Swim::HandlePushPullResponse(const PushPull& response, TimeMs now) {
     // seed's gossip of our alive message to reach them.
     const Member& self = impl_->self_->m;
     impl_->Announce(AliveMsg{self.name, self.addr, self.incarnation, self.meta});
+    impl_->discover_until_ =
+        now + impl_->cfg_.unconfirmed_grace_intervals * impl_->cfg_.probe_interval;
     impl_->Discover();
   }
 }
@@ -221,6 +224,7 @@ void Swim::Tick(TimeMs now) {
   }
   if (s.probe_.active && now >= s.probe_.deadline) s.ProbeFailed();
   if (!s.left_ && now >= s.next_probe_) s.StartProbe();
+  if (now >= s.next_discover_) s.Discover(/*retry=*/true);
   s.RelayTick();
 
   while (!s.suspicion_timers_.empty() && s.suspicion_timers_.begin()->first <= now) {
@@ -289,6 +293,7 @@ TimeMs Swim::NextDeadline() const {
   const Impl& s = *impl_;
   TimeMs d = kNever;
   if (!s.left_) d = std::min(d, s.next_probe_);
+  d = std::min(d, s.next_discover_);
   if (s.need_relay_ && !s.left_) d = std::min(d, s.relay_.next_keepalive);
   if (!s.relay_clients_.empty()) d = std::min(d, s.now_ + s.cfg_.relay_keepalive);
   if (s.probe_.active) {

@@ -60,6 +60,17 @@ struct Config {
   // its own moves there (a new incarnation): its address outside the NAT.
   bool nat = false;
   bool adopt_reflexive = false;
+  // Unconfirmed addresses (with `nat`). A member that joins behind a NAT first announces its
+  // inner address, which no peer reaches, and moves (or takes a relay) once acks say where
+  // its peers see it. A failed probe of a member whose address is unconfirmed (it does not say
+  // it is public, no ack came from that address and no datagram of the member's own from it
+  // yet) within this many probe intervals of learning that address, or of a member that moved
+  // while the probe was out, makes it no suspect and does not count against our own health:
+  // the probe tested an address nobody has seen it answer at. For as long after its join, a
+  // node that does not have two reports of where peers see it pings members not behind NAT
+  // again every probe interval, so it settles its address well within this window. 0 = off
+  // (probes decide at once).
+  int unconfirmed_grace_intervals = 5;
 
   // Bounded view (0 = off: every member is known, as in memberlist). With a bound, the node
   // holds at most this many other members, a random subset of the cluster, so its memory and
@@ -194,6 +205,9 @@ struct Stats {
   uint64_t shuffles = 0;         // view shuffles this node started (bounded views)
   uint64_t reflexive_moves = 0;  // times this node moved to an address its peers see it at
   uint64_t punches = 0;          // alive messages sent to open our NAT towards a NATed member
+  // Failed probes that made no suspicion: the target's address was unconfirmed, or it moved
+  // while the probe was out (Config::unconfirmed_grace_intervals).
+  uint64_t unconfirmed_holds = 0;
   // Relays. As a relay: registrations accepted, frames and their bytes forwarded,
   // refusals by reason (RelayVerdict, and registrations refused: kNotServing, kNotMember, kLoop).
   uint64_t relay_registrations = 0;

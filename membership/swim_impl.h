@@ -81,6 +81,13 @@ struct NodeState {
   // Last packet or push-pull straight from the member (bounded views: only members heard from
   // within a shuffle interval are shuffled, so a crashed member is not handed on).
   TimeMs heard = std::numeric_limits<TimeMs>::min() / 2;
+  // Unconfirmed addresses (Config::unconfirmed_grace_intervals): when we learned the member at
+  // its current address, and whether that address has answered (an ack to our probe) or sent
+  // us a datagram of the member's own.
+  TimeMs addr_since = 0;
+  bool addr_confirmed = false;
+  // When our join's discovery last pinged it (Swim::Impl::Discover).
+  TimeMs discovery_ping = std::numeric_limits<TimeMs>::min() / 2;
 };
 
 // Our own probe in flight (memberlist probeNode, as a resumable state machine).
@@ -93,6 +100,9 @@ struct Probe {
   bool indirect_sent = false;
   int expected_nacks = 0;
   int nacks = 0;
+  std::string addr;  // where the target was when the probe started, and through which relay
+  std::string relay;
+  bool unconfirmed = false;  // its address was unconfirmed then (Swim::Impl::HoldProbe)
 };
 
 // An indirect ping we are running for another member (SWIM ping-req at the intermediary).
@@ -166,7 +176,8 @@ struct Swim::Impl {
   void StartProbe();
   void SendIndirectPings();
   void ProbeFailed();
-  void ProbeSucceeded();
+  // `direct`: the target's own ack (not an intermediary's): its address answers us.
+  void ProbeSucceeded(bool direct);
 
   // ---- dissemination ----
   int RetransmitLimit() const {
@@ -289,6 +300,7 @@ struct Swim::Impl {
   std::string configured_addr_;
   std::unordered_map<std::string, TimeMs> sent_to_;  // address -> last sent
   std::map<std::string, std::string> observed_;      // peer name -> address it sees us at
+  std::string last_observed_;                        // the newest of them
   void NoteSentTo(const std::string& addr);
   void NoteObserved(const std::string& peer, const std::string& addr);
   // Inbound traffic nobody here asked for reached us: we are reachable from outside.
@@ -305,7 +317,27 @@ struct Swim::Impl {
   // after several probe periods, during which peers probe its unreachable inner address and
   // suspect it. seq -> the member pinged.
   std::map<uint32_t, std::string> discovery_;
-  void Discover();
+  // `retry`: a later round (Tick), which first asks a reachable member for the state we
+  // missed (nobody could gossip to us) and re-weighs the reports we have.
+  void Discover(bool retry = false);
+  // Weighs the reports in observed_, `addr` the newest: moves, or asks for a relay.
+  void WeighObserved(const std::string& addr);
+  // Counts towards the quorum of reports: a live member not behind NAT that could answer our
+  // pings (it says it is public, or we heard from it at its address, or our discovery has not
+  // waited a probe interval for its answer yet: a member that joined behind NAT at the same
+  // time sits at an inner address that never answers).
+  bool CanReport(const NodeState& st) const;
+  // Until a quorum of reports settled where we are (or discover_until_ passed), Discover runs
+  // again every probe interval: the first pings may all have gone to members behind NAT whose
+  // inner addresses we learned, or to too few members, in a mesh whose nodes start together.
+  bool discovered_ = false;
+  TimeMs discover_until_ = 0;
+  TimeMs next_discover_ = kNever;
+  // Whether `st`'s address is unconfirmed now (Config::unconfirmed_grace_intervals), and
+  // whether a failed probe of it must not make it suspect: its address was unconfirmed when
+  // the probe went out, or it moved while the probe was out.
+  bool Unconfirmed(const NodeState& st) const;
+  bool HoldProbe(const NodeState& st) const;
 
   // ---- Relays ----
   // Advertised address -> name of each member behind NAT (a relayed member's address is where

@@ -31,16 +31,42 @@ void Swim::Impl::Punch(const NodeState& st) {
              {AliveMsg{cfg_.name, cfg_.addr, self_->m.incarnation, self_->m.meta}}, false);
 }
 
-void Swim::Impl::Discover() {
-  if (!cfg_.nat || left_ || self_->m.meta.reach != Reach::kUnknown) return;
+void Swim::Impl::Discover(bool retry) {
+  next_discover_ = kNever;
+  if (!cfg_.nat || left_ || self_->m.meta.reach == Reach::kPublic || need_relay_ || discovered_) {
+    return;
+  }
+  if (now_ + cfg_.probe_interval < discover_until_) next_discover_ = now_ + cfg_.probe_interval;
+  if (retry) {
+    // Still no two reports. Members that joined meanwhile told us nothing (their news went to
+    // an address nobody reaches): a push-pull, which we open, brings them; and members that
+    // did not answer our last pings no longer count towards the quorum.
+    const NodeState* peer = PickOne([&](const NodeState* st) {
+      return st != self_ && st->m.status == Status::kAlive && st->m.meta.relay.empty() &&
+             st->m.meta.reach != Reach::kNat &&
+             (st->m.meta.reach == Reach::kPublic || st->addr_confirmed);
+    });
+    if (peer != nullptr) PushPullWith(*peer);
+    if (!observed_.empty()) WeighObserved(last_observed_);
+    if (discovered_ || need_relay_) return;
+  }
   discovery_.clear();
+  // Members that have not said where they see us yet.
   for (NodeState* st : RandomNodes(kReflexiveQuorum + 1, [&](const NodeState* st) {
-         return st != self_ && st->m.status == Status::kAlive && st->m.meta.reach != Reach::kNat;
+         return st != self_ && st->m.status == Status::kAlive && st->m.meta.reach != Reach::kNat &&
+                observed_.count(st->m.name) == 0;
        })) {
     const uint32_t seq = NextSeq();
     discovery_[seq] = st->m.name;
+    st->discovery_ping = now_;
     SendPacket(st->m.addr, PingMsg{seq, st->m.name}, {}, false);
   }
+}
+
+bool Swim::Impl::CanReport(const NodeState& st) const {
+  if (&st == self_ || !IsLive(st.m.status) || st.m.meta.reach == Reach::kNat) return false;
+  return st.m.meta.reach == Reach::kPublic || st.addr_confirmed ||
+         now_ - st.discovery_ping < cfg_.probe_interval;
 }
 
 void Swim::Impl::PunchAll() {
@@ -57,6 +83,11 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
   const NodeState* st = FindState(peer);
   if (st == nullptr || st == self_ || !IsLive(st->m.status) || left_) return;
   observed_[peer] = addr;
+  last_observed_ = addr;
+  WeighObserved(addr);
+}
+
+void Swim::Impl::WeighObserved(const std::string& addr) {
   // Only live members' reports count (and are kept).
   size_t agree = 0, elsewhere = 0, reports = 0;
   std::set<std::string> outside;  // addresses seen other than our own inner one
@@ -89,10 +120,11 @@ void Swim::Impl::NoteObserved(const std::string& peer, const std::string& addr) 
   // Peers that can answer before we moved: a member behind NAT drops our pings until we
   // advertise an address it sends to, so only the others count towards the quorum.
   size_t peers = 0;
-  for (const NodeState* o : nodes_) {
-    peers += o != self_ && IsLive(o->m.status) && o->m.meta.reach != Reach::kNat;
-  }
+  for (const NodeState* o : nodes_) peers += CanReport(*o);
   const size_t quorum = std::min(kReflexiveQuorum, std::max<size_t>(peers, 1));
+  // Two reports settle where we are (one, from our only peer, may be followed by a second that
+  // disagrees: a symmetric NAT).
+  if (reports >= kReflexiveQuorum) discovered_ = true;
   if (quorum == 0 || reports < quorum || elsewhere < quorum) return;
   bool changed = false;
   if (self_->m.meta.reach == Reach::kUnknown) {

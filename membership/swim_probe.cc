@@ -30,6 +30,9 @@ void Swim::Impl::StartProbe() {
   probe_.target = target->m.name;
   probe_.timeout_at = now_ + awareness_.Scale(cfg_.probe_timeout);
   probe_.deadline = now_ + interval;
+  probe_.addr = target->m.addr;
+  probe_.relay = target->m.meta.relay;
+  probe_.unconfirmed = Unconfirmed(*target);
   ++stats_.probes;
   std::vector<Update> extra;
   // Tell a suspect it is suspected, so it can refute at once (memberlist probeNode).
@@ -63,8 +66,28 @@ void Swim::Impl::SendIndirectPings() {
   }
 }
 
+bool Swim::Impl::Unconfirmed(const NodeState& st) const {
+  if (!cfg_.nat || cfg_.unconfirmed_grace_intervals <= 0) return false;
+  const TimeMs grace = cfg_.unconfirmed_grace_intervals * cfg_.probe_interval;
+  // A member that says it is public was reached unsolicited: its address works.
+  return st.m.meta.reach != Reach::kPublic && !st.addr_confirmed && now_ - st.addr_since < grace;
+}
+
+bool Swim::Impl::HoldProbe(const NodeState& st) const {
+  if (!cfg_.nat || cfg_.unconfirmed_grace_intervals <= 0) return false;
+  // An answer that arrives while the probe is out (a punch through its NAT) does not make
+  // the probe's path a tested one.
+  return probe_.unconfirmed || st.m.addr != probe_.addr || st.m.meta.relay != probe_.relay;
+}
+
 void Swim::Impl::ProbeFailed() {
   probe_.active = false;
+  if (const NodeState* target = FindState(probe_.target);
+      target != nullptr && target->m.status == Status::kAlive && HoldProbe(*target)) {
+    // The probe tested an address the member has not confirmed: no evidence about it, or us.
+    ++stats_.unconfirmed_holds;
+    return;
+  }
   // Lifeguard: missing nacks mean our own network path is suspect, not only the target; with
   // nobody to send nacks we blame ourselves by one.
   int delta = 1;
@@ -77,8 +100,12 @@ void Swim::Impl::ProbeFailed() {
   if (was_alive && target->m.status == Status::kSuspect) ++stats_.suspicions_raised;
 }
 
-void Swim::Impl::ProbeSucceeded() {
+void Swim::Impl::ProbeSucceeded(bool direct) {
   probe_.active = false;
+  if (NodeState* target = FindState(probe_.target);
+      direct && target != nullptr && target->m.addr == probe_.addr) {
+    target->addr_confirmed = true;
+  }
   awareness_.ApplyDelta(-1);
 }
 

@@ -34,6 +34,7 @@ NodeState* Swim::Impl::AddNode(const std::string& name) {
   NodeState* st = owned.get();
   st->m.name = name;
   st->m.state_change = now_;
+  st->addr_since = now_;
   st->admitted = admissions_++;
   map_.emplace(name, std::move(owned));
   // Insert at a random offset, not at the end, so a new member is probed after a random
@@ -201,6 +202,10 @@ void Swim::Impl::OnAlive(const AliveMsg& a, bool spread) {
   const std::string old_addr = std::move(st->m.addr);
   st->m.meta = a.meta;
   st->m.addr = a.addr;
+  if (st->m.addr != old_addr) {
+    st->addr_since = now_;
+    st->addr_confirmed = false;
+  }
   IndexNat(*st, old_addr);
   SetStatus(st, Status::kAlive);
   if (path_changed) Punch(*st);

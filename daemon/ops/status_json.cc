@@ -142,7 +142,10 @@ json NatJson(const StatusInputs& in) {
           {"direct_paths", s.direct_paths},
           {"direct_dropped", s.direct_dropped},
           {"punches", s.punches},
-          {"reflexive_moves", s.reflexive_moves}};
+          {"reflexive_moves", s.reflexive_moves},
+          // Failed probes that started no suspicion: an unconfirmed address, or a member that
+          // moved while the probe was out (membership::Config::unconfirmed_grace_intervals).
+          {"unconfirmed_holds", s.unconfirmed_holds}};
 }
 
 // What was refused, by reason (rejected_by_reason); *total: their sum (rejected_packets).

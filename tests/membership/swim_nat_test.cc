@@ -325,6 +325,17 @@ struct HandProbe {
     pp.members = {{"b", "10.0.0.2:7950", 1, Status::kAlive, {}, 0},
                   {"c", "10.0.0.3:7950", 1, Status::kAlive, {}, 0}};
     a.HandlePushPullResponse(pp, 0);
+    // Both answer the join's discovery pings as older agents do (no observed address): they
+    // are reachable peers, but say nothing about where they see `a`.
+    for (OutPacket& out : a.TakePackets()) {
+      const auto* ping = std::get_if<PingMsg>(&out.packet.primary);
+      if (ping == nullptr) continue;
+      Packet ack;
+      ack.from = ping->target;
+      ack.from_addr = out.to_addr;
+      ack.primary = AckMsg{ping->seq, std::string()};
+      a.HandlePacket(out.to_addr, ack, 0);
+    }
     a.TakePackets();
   }
   std::string AnswerNextProbe(const std::string& observed) {
@@ -506,6 +517,97 @@ int SuspectEventsAbout(const NatWire& w, const std::string& name, bool failed_on
     }
   }
   return n;
+}
+
+// Events of `kind` about `name` that `host` reported since the last ClearEvents.
+int EventsAbout(const NatWire& w, const std::string& host, const std::string& name,
+                Event::Kind kind) {
+  int n = 0;
+  for (const auto& h : w.hosts_) {
+    if (h->name != host) continue;
+    for (const Event& e : h->events) n += e.member.name == name && e.kind == kind;
+  }
+  return n;
+}
+
+TEST_CASE("nat: hosts behind NAT that start together are not suspected while they find out where",
+          "[membership][nat]") {
+  // Everyone starts within a second: n3 and n4 (cone) and n5 (symmetric) join the seed p1 at
+  // one instant, p2 a moment later. n4 and n5 learn n3 at its inner address (unreachable) and
+  // not p2, so the first acks do not make a quorum; meanwhile p1 and n3 probe their inner
+  // addresses, which no ack can come back from. Those probes must not make anyone suspect
+  // them (docs/design.md "NAT and relays", unconfirmed addresses).
+  for (const TimeMs late : {0, 300, 700, 1000}) {
+    CAPTURE(late);
+    NatWire w;
+    w.Add("p1", Nat::kNone);
+    Swim& p2 = w.Add("p2", Nat::kNone);
+    Swim& n3 = w.Add("n3", Nat::kCone);
+    Swim& n4 = w.Add("n4", Nat::kCone);
+    Swim& n5 = w.Add("n5", Nat::kSymmetric);
+    for (Swim* j : {&n3, &n4, &n5}) j->Join({"10.0.0.1:7950"}, w.now());
+    w.Pump();
+    w.RunUntil(late);
+    p2.Join({"10.0.0.1:7950"}, w.now());
+    w.Pump();
+    w.RunUntil(60000);
+    CHECK(w.Count(Event::Kind::kSuspect) == 0);
+    CHECK(w.Count(Event::Kind::kFailed) == 0);
+    CHECK(n3.config().addr == "203.0.113.3:7950");
+    CHECK(n4.config().addr == "203.0.113.4:7950");
+    CHECK(n5.relay_registered());
+    ExpectAllAliveAt(w, {{"p1", "10.0.0.1:7950"},
+                         {"p2", "10.0.0.2:7950"},
+                         {"n3", "203.0.113.3:7950"},
+                         {"n4", "203.0.113.4:7950"},
+                         {"n5", n5.config().addr}});
+  }
+}
+
+TEST_CASE("nat: a member that dies before its address is confirmed is still found failed",
+          "[membership][nat]") {
+  // n4's join reached the seed and then n4 died: nobody ever hears from it at the address it
+  // announced. Its peers hold their probes' verdict only for the grace (5 probe intervals of
+  // learning that address), then suspect it and declare it failed as usual. A member heard
+  // from at its address (p3) is suspected at its first failed probe, with no grace.
+  NatWire w;
+  w.Add("p1", Nat::kNone);
+  w.Add("p2", Nat::kNone);
+  w.Add("p3", Nat::kNone);
+  w.Get("p2").Join({"10.0.0.1:7950"}, w.now());
+  w.Get("p3").Join({"10.0.0.1:7950"}, w.now());
+  w.Pump();
+  w.RunUntil(3000);
+  w.ClearEvents();
+  Swim& n4 = w.Add("n4", Nat::kCone);
+  n4.Join({"10.0.0.1:7950"}, w.now());
+  std::vector<OutPushPull> join = n4.TakePushPulls();
+  REQUIRE(join.size() == 1);
+  w.Find("n4")->dead = true;
+  w.Get("p1").HandlePushPullRequest(join[0].request, w.now());
+  const TimeMs joined = w.now();
+  const TimeMs grace = Config::Local().unconfirmed_grace_intervals * 1000;
+  w.RunUntil(joined + grace - 1);
+  CHECK(SuspectEventsAbout(w, "n4") == 0);
+  uint64_t holds = 0;
+  for (const char* p : {"p1", "p2", "p3"}) holds += w.Get(p).stats().unconfirmed_holds;
+  CHECK(holds > 0);  // they did probe it, and held
+  // Then as without the grace: every probe round reaches it (3 peers each, 1 s apart) and its
+  // suspicion times out (at most 6 x the minimum timeout of the local profile).
+  w.RunUntil(joined + grace + 4000);
+  CHECK(SuspectEventsAbout(w, "n4") > 0);
+  w.RunUntil(joined + grace + 30000);
+  CHECK(EventsAbout(w, "p1", "n4", Event::Kind::kFailed) == 1);
+  for (const char* p : {"p1", "p2", "p3"}) {
+    CAPTURE(p);
+    const Member* m = w.Get(p).Find("n4");
+    CHECK((m == nullptr || !(m->status == Status::kAlive || m->status == Status::kSuspect)));
+  }
+  w.ClearEvents();
+  w.Find("p3")->dead = true;
+  const TimeMs died = w.now();
+  w.RunUntil(died + 4000);
+  CHECK(SuspectEventsAbout(w, "p3") > 0);
 }
 
 TEST_CASE("relay: members behind symmetric NAT register with a public relay and stay alive",
