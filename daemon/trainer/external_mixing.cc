@@ -97,6 +97,7 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
   unsent_publish_ = !snap && num_params_ > kOneSnapshotFloats;
   if (snap) {
     latest_ = snap;
+    mixer_->SetReference(snap);
     latest_step_ = step;
     outbox_ = Snapshot{step, std::move(snap), false, span};
   }
@@ -197,8 +198,9 @@ void ExternalTrainer::TryGatedMix() {
 void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, bool timed_out) {
   // Decided here, carried out on the thread pool (the trainer waits for the reply meanwhile).
   struct Work {
-    std::optional<Incoming> take;  // a model that replaces the trainer's
-    std::vector<Incoming> whole;   // whole models to average in (final models, top-k)
+    std::optional<Incoming> take;   // a model that replaces the trainer's
+    std::vector<Incoming> whole;    // whole models to average in (final models, top-k)
+    std::vector<std::string> from;  // the sender of each
     std::vector<double> weights;
     size_t mixed = 0;
     std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
@@ -225,6 +227,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
     for (auto& [from, in] : inbox_) {
       work->weights.push_back(learn::MixWeight(state_.step, in.step));
       work->whole.push_back(std::move(in));
+      work->from.push_back(from);
     }
     inbox_.clear();
   }
@@ -243,9 +246,17 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
           return;
         }
         if (!work->whole.empty()) {
+          // Robust mixing judges each whole model against the trainer's (docs/design.md
+          // "Robust mixing"): refused ones are left out, clipped ones clipped in place.
           std::vector<const float*> others;
-          for (const auto& in : work->whole) others.push_back(in.params.data());
-          learn::MixWeighted(data, n, others, work->weights);
+          std::vector<double> weights;
+          for (size_t j = 0; j < work->whole.size(); ++j) {
+            float* p = work->whole[j].params.data();
+            if (!mixer->JudgeWhole(work->from[j], data, p, n)) continue;
+            others.push_back(p);
+            weights.push_back(work->weights[j]);
+          }
+          learn::MixWeighted(data, n, others, weights);
         }
         mixer->Drain();  // every chunk handed over before the mix is in the sum
         const double before = mixer->models_mixed();
@@ -264,6 +275,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
         job_ = false;
         if (work->snap_ok) {
           latest_ = work->snap;
+          mixer_->SetReference(work->snap);
           latest_step_ = state_.step;
           outbox_ = Snapshot{state_.step, work->snap};
           notify_();

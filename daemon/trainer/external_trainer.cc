@@ -73,6 +73,7 @@ ExternalTrainer::ExternalTrainer(uv_loop_t* loop, ExternalTrainerOptions options
     : loop_(loop), options_(std::move(options)), metrics_(metrics), notify_(std::move(notify)) {
   state_.training = false;  // until a trainer attaches
   state_.sync_every = 1;
+  mixer_->SetRobust(options_.robust);
 }
 
 ExternalTrainer::~ExternalTrainer() { Stop(); }
@@ -508,6 +509,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeExternalTrainer(uv_loop_t* loop,
   opts.timeout_s = config.trainer_timeout_s;
   opts.target_accuracy = config.target_accuracy;
   opts.name = config.name;
+  opts.robust = config.robust;
   auto t = std::make_unique<ExternalTrainer>(loop, opts, metrics, std::move(notify));
   if (auto st = t->Listen(); !st.ok()) return st;
   return std::unique_ptr<Trainer>(std::move(t));

@@ -43,6 +43,7 @@ struct ExternalTrainerOptions {
   double target_accuracy = 0;  // an eval report at or above it stops training (0 = none)
   std::string name;            // the agent's name, for the shared-memory file's name
   std::string shm_dir = "/dev/shm";
+  bool robust = false;  // --robust (ChunkMixer::SetRobust)
 };
 
 class ExternalTrainer : public Trainer {
@@ -66,6 +67,7 @@ class ExternalTrainer : public Trainer {
   uint64_t MixChunksDropped() const override { return mixer_->dropped(); }
   bool MixBacklogged() const override { return mixer_->backlogged(); }
   double ModelsMixed() const override { return mixer_->models_mixed(); }
+  learn::RobustReport Robust() const override { return mixer_->Robust(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
                       size_t participants) override;
