@@ -159,6 +159,7 @@ bool ChunkMixer::JudgeChunk(const node::MixChunk& c, std::vector<float>* clipped
 }
 
 void ChunkMixer::SetReference(std::shared_ptr<const std::vector<float>> ref) {
+  if (!robust()) return;  // off: no reference held (it would keep a snapshot buffer busy)
   std::lock_guard<std::mutex> lock(ref_mu_);
   ref_ = std::move(ref);
 }

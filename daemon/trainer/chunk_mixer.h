@@ -67,8 +67,14 @@ class ChunkMixer {
   // Robust mixing on or off (off: every chunk folded as it is).
   void SetRobust(bool on) { robust_.store(on, std::memory_order_relaxed); }
   bool robust() const { return robust_.load(std::memory_order_relaxed); }
-  // The receiver's own model the chunks are judged against (null: none).
+  // The receiver's own model the chunks are judged against (null: none). Kept only while robust
+  // mixing is on.
   void SetReference(std::shared_ptr<const std::vector<float>> ref);
+  // Whether `buffer` is the reference (a snapshot buffer it holds is still free to reuse).
+  bool IsReference(const void* buffer) const {
+    std::lock_guard<std::mutex> lock(ref_mu_);
+    return ref_ && ref_.get() == buffer;
+  }
   // Judges a whole model `from` sent against `own` (both n floats) when robust mixing is on:
   // false when it is refused; a clipped model is clipped in place. Off: true.
   bool JudgeWhole(const std::string& from, const float* own, float* model, size_t n);

@@ -111,8 +111,10 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
 
 std::shared_ptr<std::vector<float>> ExternalTrainer::SnapshotBuffer() {
   for (auto& b : pool_) {
-    // Held by the pool, and by latest_ when it is this buffer: nobody else.
-    const long holders = 1 + (latest_.get() == b.get() ? 1 : 0);
+    // Held by the pool, by latest_ and the mixer's reference when it is this buffer: nobody
+    // else (a reference rewritten by the next copy: docs/design.md "Robust mixing").
+    const long holders =
+        1 + (latest_.get() == b.get() ? 1 : 0) + (mixer_->IsReference(b.get()) ? 1 : 0);
     if (b->size() == num_params_ && b.use_count() == holders) return b;
   }
   return nullptr;
