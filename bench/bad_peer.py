@@ -39,6 +39,9 @@ def main():
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--bad-from", type=int, default=50)
     ap.add_argument("--task", choices=["fmnist", "synth"], default="fmnist")
+    ap.add_argument("--robust", default="off,on",
+                    help="the settings to run: off, on or both (the clean run with off is the "
+                    "reference; without it, the first setting's clean run)")
     a = ap.parse_args()
     binary = benchlib.find_binary(a.bin)
     if a.task == "fmnist":
@@ -46,16 +49,17 @@ def main():
     py = "/usr/bin/python3"
     workdir = tempfile.mkdtemp(prefix="meshtrain-badpeer-")
     kinds = [k for k in a.kinds.split(",") if k]
+    settings = [{"off": False, "on": True}[x] for x in a.robust.split(",")]
     rows, ok = [], True
     for seed in range(a.runs):
         res = {}
         for kind in ["none"] + kinds:
-            for robust in (False, True):
+            for robust in settings:
                 t0 = time.monotonic()
                 r = run(binary, py, workdir, kind, robust, task=a.task, steps=a.steps, seed=seed,
                         bad_from=a.bad_from, prefix=f"s{seed}")
                 res[(kind, robust)] = r
-                clean = res[("none", False)]
+                clean = res.get(("none", False)) or res[("none", settings[0])]
                 acc, loss = min(r["accuracy"]), max(r["loss"])
                 dacc = acc - min(clean["accuracy"])
                 dloss = loss / max(clean["loss"]) - 1

@@ -26,8 +26,8 @@ def last_json(path):
 def run(binary, py, workdir, kind, robust, task="fmnist", steps=500, seed=0, bad_from=50,
         lr=1e-3, timeout=900, prefix="bp"):
     mesh = external_mesh(binary, 5, prefix, 4)
-    if robust is not None:  # None: the agent's default (an agent that predates --robust)
-        mesh.common += ["--robust", "on" if robust else "off"]
+    if robust:  # off is the default (and an agent that predates --robust runs off)
+        mesh.common += ["--robust", "on"]
     procs, logs = [], []
     with mesh:
         start_all(mesh)

@@ -33,7 +33,7 @@ def main():
         sys.exit(77)
     workdir = tempfile.mkdtemp(prefix="meshtrain-badpeer-")
     r = run(args.bin, py, workdir, "exploded", True, task="synth", steps=STEPS, bad_from=30,
-            lr=3e-3, timeout=50, prefix="bp")
+            lr=3e-3, timeout=300, prefix="bp")
     print(r)
     assert len(r["crcs"]) == 1, f"the trainers ended with different models: {r['crcs']}"
     for acc in r["accuracy"]:
