@@ -38,6 +38,7 @@ def main():
     ap.add_argument("--runs", type=int, default=1, help="seeds 0..runs-1")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--bad-from", type=int, default=50)
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     ap.add_argument("--task", choices=["fmnist", "synth"], default="fmnist")
     ap.add_argument("--robust", default="off,on",
                     help="the settings to run: off, on or both (the clean run with off is the "
@@ -57,7 +58,7 @@ def main():
             for robust in settings:
                 t0 = time.monotonic()
                 r = run(binary, py, workdir, kind, robust, task=a.task, steps=a.steps, seed=seed,
-                        bad_from=a.bad_from, prefix=f"s{seed}")
+                        bad_from=a.bad_from, lr=a.lr, prefix=f"s{seed}")
                 res[(kind, robust)] = r
                 clean = res.get(("none", False)) or res[("none", settings[0])]
                 acc, loss = min(r["accuracy"]), max(r["loss"])
