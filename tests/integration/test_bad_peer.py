@@ -4,9 +4,10 @@ mixing"): the bad-peer bed (bad_peer_lib.py) with 5 agents, --robust on, the syn
 of 200 on, every trainer calling finish().
 
 Checks that:
-- every trainer ends with the same consensus model (one CRC), and the honest nodes' final
-  accuracy is at least ACCURACY (a clean run reaches about 0.95; the plain average with the
-  exploded model in it about 0.5, docs/benchmarks.md "Bad peers");
+- every trainer ends with the same consensus model (one CRC), and the honest nodes' final model
+  has accuracy at least ACCURACY and loss at most LOSS (a clean run: 0.95 and 0.23; robust off,
+  the plain average with the exploded model in it: 0.95 and 258, docs/benchmarks.md "Bad
+  peers");
 - every honest agent's `members` flags the bad node, and no honest one;
 - status robust says on, and counts the refusals.
 Skips (77) without an interpreter that has torch.
@@ -23,6 +24,7 @@ from harness import parse_args  # noqa: E402
 
 STEPS = 200
 ACCURACY = 0.85
+LOSS = 0.5
 
 
 def main():
@@ -36,8 +38,9 @@ def main():
             lr=3e-3, timeout=300, prefix="bp")
     print(r)
     assert len(r["crcs"]) == 1, f"the trainers ended with different models: {r['crcs']}"
-    for acc in r["accuracy"]:
+    for acc, loss in zip(r["accuracy"], r["loss"]):
         assert acc >= ACCURACY, f"an honest node ended at accuracy {acc} < {ACCURACY}: {r}"
+        assert loss <= LOSS, f"an honest node ended at loss {loss} > {LOSS}: {r}"
     for i, names in enumerate(r["flagged"]):
         assert names == [r["culprit"]], f"agent {i + 1} flags {names}, not [{r['culprit']}]"
     for st in r["robust_status"][:4]:
