@@ -221,9 +221,12 @@ static int RunMembers(const MembersArgs& a) {
     }
     row["tags"] = cell;
   }
-  PrintRows({"name", "addr", "status", "incarnation", "step", "training", "uplink_mbps",
-             "downlink_mbps", "reach", "path", "relay", "tags"},
-            rows);
+  std::vector<std::string> cols = {"name",  "addr",     "status",      "incarnation",
+                                   "step",  "training", "uplink_mbps", "downlink_mbps",
+                                   "reach", "path",     "relay",       "tags"};
+  // With --robust on: whether robust mixing flags (and quarantines) the member.
+  if (!rows.empty() && rows.front().contains("flagged")) cols.push_back("flagged");
+  PrintRows(cols, rows);
   return kExitOk;
 }
 

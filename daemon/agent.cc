@@ -214,10 +214,11 @@ struct Agent::Impl : RpcBackend {
         result->id = red->id;
         OffloadBulk(
             &loop,
-            [models = std::move(red->models), result] {
+            [models = std::move(red->models), result, robust = config.robust] {
               std::vector<const std::vector<float>*> in;
               for (const auto& m : models) in.push_back(m.get());
-              result->params = std::make_shared<const std::vector<float>>(learn::AverageModels(in));
+              result->params =
+                  std::make_shared<const std::vector<float>>(learn::ReduceModels(in, robust));
             },
             [this, result] {
               if (!stopping) Feed(std::move(*result));
@@ -395,13 +396,10 @@ struct Agent::Impl : RpcBackend {
       in.chunks_sent = streamer->chunks_sent();
     }
     if (data_tcp) in.read_pauses = data_tcp->gate_pauses();
-    if (trainer) {
-      in.mix_chunks_dropped = trainer->MixChunksDropped();
-      in.models_mixed = trainer->ModelsMixed();
-    }
+    if (trainer) FillMixStatus(*trainer, &in);
     return StatusJson(in);
   }
-  json Members() override { return MembersJson(node->Members(), config.name); }
+  json Members() override { return MembersJson(node->Members(), config.name, trainer.get()); }
   json Export() override {
     // 2^21 floats: 8 MiB, 11 MiB in base64, under the CLI's 16 MiB reply limit.
     constexpr size_t kMaxExportParams = size_t{1} << 21;

@@ -98,6 +98,27 @@ void RelayFamilies(PromWriter* w, const json& nat) {
   }
 }
 
+// Robust mixing (status -> robust): each judged sender's clipped and refused models (or
+// chunks), and whether it is flagged now.
+void RobustFamilies(PromWriter* w, const json& robust) {
+  if (!robust.is_object() || !robust.value("on", false)) return;
+  const json peers = robust.value("peers", json::object());
+  const std::pair<const char*, const char*> counters[] = {
+      {"clipped", "Peer models (or chunks) robust mixing clipped toward this node's own."},
+      {"refused", "Peer models (or chunks) robust mixing refused (too far, or quarantined)."}};
+  for (const auto& [key, help] : counters) {
+    const std::string name = std::string("meshtrain_robust_") + key + "_total";
+    w->Family(name, "counter", help);
+    for (const auto& [peer, p] : peers.items()) w->Sample(name, Num(p, key), {{"peer", peer}});
+  }
+  w->Family("meshtrain_robust_flagged", "gauge",
+            "1 while robust mixing flags (and quarantines) the peer: clipped or refused again "
+            "and again.");
+  for (const auto& [peer, p] : peers.items()) {
+    w->Sample("meshtrain_robust_flagged", Num(p, "flagged"), {{"peer", peer}});
+  }
+}
+
 }  // namespace
 
 std::string RenderPrometheus(const PromInputs& in) {
@@ -165,6 +186,7 @@ std::string RenderPrometheus(const PromInputs& in) {
   if (!any) w.Sample("meshtrain_rejected_total", 0, {{"reason", "none"}});
 
   RelayFamilies(&w, s.value("nat", json::object()));
+  RobustFamilies(&w, s.value("robust", json::object()));
 
   w.Family("meshtrain_peer_step", "gauge", "Each known live member's step, as gossiped.");
   for (const auto& m : in.members) {

@@ -69,7 +69,20 @@ const char* PathName(const membership::Member& m, const std::string& self) {
   return m.meta.reach == membership::Reach::kNat ? "punched" : "direct";
 }
 
-json MembersJson(const std::vector<membership::Member>& members, const std::string& self) {
+json RobustPeerJson(const learn::PeerJudgment& p) {
+  return {{"accepted", p.accepted},           {"clipped", p.clipped},     {"refused", p.refused},
+          {"last_distance", p.last_distance}, {"bad_share", p.bad_share}, {"flagged", p.flagged}};
+}
+
+void FillMixStatus(const Trainer& trainer, StatusInputs* in) {
+  in->mix_chunks_dropped = trainer.MixChunksDropped();
+  in->models_mixed = trainer.ModelsMixed();
+  in->robust = trainer.Robust();
+}
+
+json MembersJson(const std::vector<membership::Member>& members, const std::string& self,
+                 const Trainer* trainer) {
+  const learn::RobustReport robust = trainer ? trainer->Robust() : learn::RobustReport{};
   json arr = json::array();
   for (const auto& m : members) {
     json tags = json::object();
@@ -89,6 +102,12 @@ json MembersJson(const std::vector<membership::Member>& members, const std::stri
                    {"path", PathName(m, self)},
                    {"relay", m.meta.relay},
                    {"tags", tags}});
+    if (robust.on) {
+      const auto it = robust.peers.find(m.name);
+      const bool judged = it != robust.peers.end();
+      arr.back()["robust"] = judged ? RobustPeerJson(it->second) : json(nullptr);
+      arr.back()["flagged"] = judged && it->second.flagged;
+    }
   }
   return {{"members", arr}};
 }
@@ -227,6 +246,21 @@ json ProbesJson(const StatusInputs& in) {
           {"downlink_mbps", n.downlink_estimate_mbps()}};
 }
 
+// Robust mixing (learn/robust_mix.h): on, the radius, and per judged sender its tallies;
+// "flagged" lists the senders flagged now.
+json RobustJson(const learn::RobustReport& r) {
+  json peers = json::object(), flagged = json::array();
+  uint64_t clipped = 0, refused = 0;
+  for (const auto& [name, p] : r.peers) {
+    peers[name] = RobustPeerJson(p);
+    clipped += p.clipped;
+    refused += p.refused;
+    if (p.flagged) flagged.push_back(name);
+  }
+  return {{"on", r.on},         {"radius", r.radius}, {"clipped", clipped},
+          {"refused", refused}, {"flagged", flagged}, {"peers", peers}};
+}
+
 }  // namespace
 
 json StatusJson(const StatusInputs& in) {
@@ -311,7 +345,8 @@ json StatusJson(const StatusInputs& in) {
             {"chunks_sent", in.chunks_sent},
             {"mix_chunks_dropped", in.mix_chunks_dropped},
             {"models_mixed", in.models_mixed},
-            {"read_pauses", in.read_pauses}}}};
+            {"read_pauses", in.read_pauses}}},
+          {"robust", RobustJson(in.robust)}};
 }
 
 }  // namespace meshtrain::daemon

@@ -54,12 +54,19 @@ struct StatusInputs {
   double models_mixed = 0;          // streamed peer models mixed, in whole models
   uint64_t read_pauses = 0;         // parameter connections paused: the running sum was behind
   uint64_t relay_nested = 0;        // relay frames delivered inside a relay frame
+  learn::RobustReport robust;       // robust mixing's judgments (Trainer::Robust)
 };
 
+// The trainer's mixing figures: mix_chunks_dropped, models_mixed, robust.
+void FillMixStatus(const Trainer& trainer, StatusInputs* in);
+// A sender's judgments as status and members show them.
+nlohmann::json RobustPeerJson(const learn::PeerJudgment& p);
+
 nlohmann::json StatusJson(const StatusInputs& in);
-// `self`: this node's name (its row's path is "self").
+// `self`: this node's name (its row's path is "self"). With a trainer whose robust mixing is
+// on, each member it judged has "robust" (RobustPeerJson; null for the others) and "flagged".
 nlohmann::json MembersJson(const std::vector<membership::Member>& members,
-                           const std::string& self = "");
+                           const std::string& self = "", const Trainer* trainer = nullptr);
 // How this node reaches member `m`: "self", "punched" (the member is behind NAT:
 // the path exists because its own traffic opened it; for a relayed member, while we send to
 // it at the source of its own recent datagrams, Member::direct), "relayed" or "direct".

@@ -1,5 +1,7 @@
 #include "daemon/trainer/chunk_mixer.h"
 
+#include <cmath>
+
 #include "daemon/trainer/trainer.h"
 #include "wire/compress.h"
 
@@ -97,10 +99,13 @@ void ChunkMixer::Run() {
       queue_.pop_front();
       busy_ = true;
     }
-    {
+    std::vector<float> clipped;
+    if (!robust() || JudgeChunk(item.chunk, &clipped)) {
       std::lock_guard<std::mutex> lock(sum_mu_);
       const node::MixChunk& c = item.chunk;
-      if (!c.int8()) {
+      if (!clipped.empty()) {
+        sum_.Fold(c.from, c.total, c.offset, clipped.data(), clipped.size(), item.w);
+      } else if (!c.int8()) {
         sum_.Fold(c.from, c.total, c.offset, c.values(), c.count(), item.w);
       } else {
         sum_.FoldInt8(c.from, c.total, c.offset, c.qvalues(), c.qscales(), wire::kInt8Block,
@@ -119,6 +124,66 @@ void ChunkMixer::Run() {
       if (queue_.empty()) idle_cv_.notify_all();
     }
   }
+}
+
+bool ChunkMixer::JudgeChunk(const node::MixChunk& c, std::vector<float>* clipped) {
+  std::shared_ptr<const std::vector<float>> ref;
+  {
+    std::lock_guard<std::mutex> lock(ref_mu_);
+    ref = ref_;
+  }
+  const size_t n = c.count();
+  if (!ref || ref->size() != c.total || n == 0 || size_t{c.offset} + n > ref->size()) return true;
+  const float* r = ref->data() + c.offset;
+  const learn::DiffNorms d =
+      c.int8() ? learn::DiffNorm2Int8(c.qvalues(), c.qscales(), wire::kInt8Block, r, n)
+               : learn::DiffNorm2(c.values(), r, n);
+  // Scaled to the whole model: a chunk of len floats is judged as if every chunk were like it.
+  const double scale = static_cast<double>(c.total) / static_cast<double>(n);
+  learn::RobustVerdict v;
+  {
+    std::lock_guard<std::mutex> lock(judge_mu_);
+    v = judge_.Judge(c.from, std::sqrt(d.diff2 * scale), std::sqrt(d.ref2 * scale));
+  }
+  if (v.kind == learn::RobustVerdict::kRefuse) return false;
+  if (v.kind == learn::RobustVerdict::kClip) {
+    clipped->resize(n);
+    const float* x = c.values();
+    if (c.int8()) {
+      learn::DequantizeInt8(c.qvalues(), c.qscales(), wire::kInt8Block, clipped->data(), n);
+      x = clipped->data();
+    }
+    learn::ClipToward(x, r, v.scale, clipped->data(), n);
+  }
+  return true;
+}
+
+void ChunkMixer::SetReference(std::shared_ptr<const std::vector<float>> ref) {
+  if (!robust()) return;  // off: no reference held (it would keep a snapshot buffer busy)
+  std::lock_guard<std::mutex> lock(ref_mu_);
+  ref_ = std::move(ref);
+}
+
+bool ChunkMixer::JudgeWhole(const std::string& from, const float* own, float* model, size_t n) {
+  if (!robust() || n == 0) return true;
+  const learn::DiffNorms d = learn::DiffNorm2(model, own, n);
+  learn::RobustVerdict v;
+  {
+    std::lock_guard<std::mutex> lock(judge_mu_);
+    v = judge_.Judge(from, std::sqrt(d.diff2), std::sqrt(d.ref2));
+  }
+  if (v.kind == learn::RobustVerdict::kRefuse) return false;
+  if (v.kind == learn::RobustVerdict::kClip) learn::ClipToward(model, own, v.scale, model, n);
+  return true;
+}
+
+learn::RobustReport ChunkMixer::Robust() const {
+  learn::RobustReport out;
+  out.on = robust();
+  std::lock_guard<std::mutex> lock(judge_mu_);
+  out.radius = judge_.last_radius();
+  out.peers = judge_.peers();
+  return out;
 }
 
 void ChunkMixer::Drain() {

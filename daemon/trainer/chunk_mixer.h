@@ -8,7 +8,13 @@
 // Memory: the sum (one model) plus the queue, capped at max_queued_bytes: a chunk that would go
 // beyond is dropped and counted (its range is then not mixed from that sender this round).
 //
-// Thread-safety: Push from one thread (the loop); Apply, Clear, Drain from any thread.
+// Robust mixing (SetRobust; docs/design.md "Robust mixing"): the mixer thread judges each chunk
+// against the same range of the reference (the receiver's newest snapshot of its own model,
+// SetReference) with learn::RobustJudge before folding it: as it is, clipped toward the
+// reference, or not at all. Without a reference of the model's size chunks are folded as they are.
+//
+// Thread-safety: Push from one thread (the loop); Apply, Clear, Drain, SetReference, JudgeWhole
+// and Robust from any thread.
 #pragma once
 
 #include <atomic>
@@ -16,11 +22,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "learn/robust_mix.h"
 #include "learn/running_sum.h"
 #include "node/node.h"
 
@@ -56,6 +64,23 @@ class ChunkMixer {
   // chunks then fold at full speed). Runs as long as a pass over the model: not on the loop.
   void Reserve(uint32_t total);
 
+  // Robust mixing on or off (off: every chunk folded as it is).
+  void SetRobust(bool on) { robust_.store(on, std::memory_order_relaxed); }
+  bool robust() const { return robust_.load(std::memory_order_relaxed); }
+  // The receiver's own model the chunks are judged against (null: none). Kept only while robust
+  // mixing is on.
+  void SetReference(std::shared_ptr<const std::vector<float>> ref);
+  // Whether `buffer` is the reference (a snapshot buffer it holds is still free to reuse).
+  bool IsReference(const void* buffer) const {
+    std::lock_guard<std::mutex> lock(ref_mu_);
+    return ref_ && ref_.get() == buffer;
+  }
+  // Judges a whole model `from` sent against `own` (both n floats) when robust mixing is on:
+  // false when it is refused; a clipped model is clipped in place. Off: true.
+  bool JudgeWhole(const std::string& from, const float* own, float* model, size_t n);
+  // What the judge has seen (on: whether robust mixing is on). Short lock: safe on the loop.
+  learn::RobustReport Robust() const;
+
   uint64_t dropped() const;
   // Peer models mixed in so far, counted in whole models: the floats of every Apply's window over
   // the model's size (a step that mixes half of one peer's snapshot adds 0.5).
@@ -77,6 +102,9 @@ class ChunkMixer {
   };
   bool Queue(Item item);
   void Run();
+  // Judges a chunk (robust mixing): false when refused; `clipped` receives the values to fold
+  // instead when it is clipped (left empty otherwise).
+  bool JudgeChunk(const node::MixChunk& c, std::vector<float>* clipped);
 
   const size_t max_queued_bytes_;
   mutable std::mutex q_mu_;
@@ -93,6 +121,12 @@ class ChunkMixer {
   mutable std::mutex sum_mu_;
   learn::RunningSum sum_;                      // guarded by sum_mu_
   std::atomic<uint64_t> models_mixed_ppm_{0};  // models mixed, in millionths
+
+  std::atomic<bool> robust_{false};
+  mutable std::mutex ref_mu_;
+  std::shared_ptr<const std::vector<float>> ref_;  // guarded by ref_mu_
+  mutable std::mutex judge_mu_;
+  learn::RobustJudge judge_;  // guarded by judge_mu_
 
   std::thread thread_;
 };

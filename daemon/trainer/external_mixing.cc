@@ -97,6 +97,7 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
   unsent_publish_ = !snap && num_params_ > kOneSnapshotFloats;
   if (snap) {
     latest_ = snap;
+    mixer_->SetReference(snap);
     latest_step_ = step;
     if (checkpoints_ && checkpoints_->Due(step)) checkpoints_->Save(step, snap, "published");
     outbox_ = Snapshot{step, std::move(snap), false, span};
@@ -111,8 +112,10 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
 
 std::shared_ptr<std::vector<float>> ExternalTrainer::SnapshotBuffer() {
   for (auto& b : pool_) {
-    // Held by the pool, and by latest_ when it is this buffer: nobody else.
-    const long holders = 1 + (latest_.get() == b.get() ? 1 : 0);
+    // Held by the pool, by latest_ and the mixer's reference when it is this buffer: nobody
+    // else (a reference rewritten by the next copy: docs/design.md "Robust mixing").
+    const long holders =
+        1 + (latest_.get() == b.get() ? 1 : 0) + (mixer_->IsReference(b.get()) ? 1 : 0);
     if (b->size() == num_params_ && b.use_count() == holders) return b;
   }
   return nullptr;
@@ -198,8 +201,9 @@ void ExternalTrainer::TryGatedMix() {
 void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, bool timed_out) {
   // Decided here, carried out on the thread pool (the trainer waits for the reply meanwhile).
   struct Work {
-    std::optional<Incoming> take;  // a model that replaces the trainer's
-    std::vector<Incoming> whole;   // whole models to average in (final models, top-k)
+    std::optional<Incoming> take;   // a model that replaces the trainer's
+    std::vector<Incoming> whole;    // whole models to average in (final models, top-k)
+    std::vector<std::string> from;  // the sender of each
     std::vector<double> weights;
     size_t mixed = 0;
     std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
@@ -226,6 +230,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
     for (auto& [from, in] : inbox_) {
       work->weights.push_back(learn::MixWeight(state_.step, in.step));
       work->whole.push_back(std::move(in));
+      work->from.push_back(from);
     }
     inbox_.clear();
   }
@@ -244,9 +249,17 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
           return;
         }
         if (!work->whole.empty()) {
+          // Robust mixing judges each whole model against the trainer's (docs/design.md
+          // "Robust mixing"): refused ones are left out, clipped ones clipped in place.
           std::vector<const float*> others;
-          for (const auto& in : work->whole) others.push_back(in.params.data());
-          learn::MixWeighted(data, n, others, work->weights);
+          std::vector<double> weights;
+          for (size_t j = 0; j < work->whole.size(); ++j) {
+            float* p = work->whole[j].params.data();
+            if (!mixer->JudgeWhole(work->from[j], data, p, n)) continue;
+            others.push_back(p);
+            weights.push_back(work->weights[j]);
+          }
+          learn::MixWeighted(data, n, others, weights);
         }
         mixer->Drain();  // every chunk handed over before the mix is in the sum
         const double before = mixer->models_mixed();
@@ -265,6 +278,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
         job_ = false;
         if (work->snap_ok) {
           latest_ = work->snap;
+          mixer_->SetReference(work->snap);
           latest_step_ = state_.step;
           outbox_ = Snapshot{state_.step, work->snap};
           notify_();

@@ -77,6 +77,7 @@ ExternalTrainer::ExternalTrainer(uv_loop_t* loop, ExternalTrainerOptions options
     checkpoints_ = std::make_unique<ExternalCheckpoints>(
         options_.checkpoint_dir, options_.checkpoint_every, options_.name, metrics_);
   }
+  mixer_->SetRobust(options_.robust);
 }
 
 Status ExternalTrainer::Restore(int64_t* resumed_step) {
@@ -548,6 +549,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeExternalTrainer(uv_loop_t* loop,
   opts.checkpoint_dir = config.data_dir;
   opts.checkpoint_every = config.checkpoint_every;
   opts.grace_s = config.trainer_grace_s;
+  opts.robust = config.robust;
   auto t = std::make_unique<ExternalTrainer>(loop, opts, metrics, std::move(notify));
   if (auto st = t->Restore(resumed_step); !st.ok()) return st;
   if (auto st = t->Listen(); !st.ok()) return st;

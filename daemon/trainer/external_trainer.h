@@ -51,6 +51,7 @@ struct ExternalTrainerOptions {
   // --trainer-grace: a trainer gone this long before it finished makes the node absent from
   // the end-of-training consensus (TrainerState::absent) until one attaches again.
   double grace_s = 60;
+  bool robust = false;  // --robust (ChunkMixer::SetRobust)
 };
 
 class ExternalTrainer : public Trainer {
@@ -77,6 +78,7 @@ class ExternalTrainer : public Trainer {
   uint64_t MixChunksDropped() const override { return mixer_->dropped(); }
   bool MixBacklogged() const override { return mixer_->backlogged(); }
   double ModelsMixed() const override { return mixer_->models_mixed(); }
+  learn::RobustReport Robust() const override { return mixer_->Robust(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
                       size_t participants) override;

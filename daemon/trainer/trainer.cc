@@ -62,6 +62,7 @@ BuiltinTrainer::BuiltinTrainer(std::unique_ptr<learn::Task> task, TrainerOptions
   state_.outer_lr = options_.outer_lr;
   state_.outer_momentum = options_.outer_momentum;
   state_.fragments = std::max(1, options_.fragments);
+  mixer_.SetRobust(options_.robust);
 }
 
 BuiltinTrainer::~BuiltinTrainer() { Stop(); }
@@ -434,11 +435,15 @@ BuiltinTrainer::RoundStart BuiltinTrainer::AwaitRound(Round* r) {
   }
   state_.waiting = false;
   r->incoming.clear();
+  r->incoming_from.clear();
   if (options_.target_accuracy > 0) {
     if (auto* f = finals_.Take(inbox_)) r->final_model = std::move(*f);
   }
   if (!r->final_model) {
-    for (auto& [from, in] : inbox_) r->incoming.push_back(std::move(in));
+    for (auto& [from, in] : inbox_) {
+      r->incoming.push_back(std::move(in));
+      r->incoming_from.push_back(from);
+    }
   }
   inbox_.clear();
   return RoundStart::kTrain;
@@ -462,7 +467,13 @@ bool BuiltinTrainer::MixRound(const LoopState& loop, Round* r) {
     // Progress-aware mixing (learn::MixWeight): a model far behind ours barely counts.
     std::vector<const float*> others;
     std::vector<double> weights;
-    for (const auto& in : r->incoming) {
+    Eigen::VectorXf& own = task_->params();
+    for (size_t j = 0; j < r->incoming.size(); ++j) {
+      auto& in = r->incoming[j];
+      // Robust mixing: refused, clipped in place, or kept (docs/design.md "Robust mixing").
+      if (!mixer_.JudgeWhole(r->incoming_from[j], own.data(), in.params.data(), num_params_)) {
+        continue;
+      }
       others.push_back(in.params.data());
       weights.push_back(learn::MixWeight(r->step, in.step));
     }
@@ -524,6 +535,7 @@ void BuiltinTrainer::PublishStep(LoopState* loop, const Round& r, LoopClock::tim
   state_.train_s = std::chrono::duration<double>(end - loop->train_start).count();
   state_.train_loss = state_.train_loss == 0 ? loss : 0.95 * state_.train_loss + 0.05 * loss;
   if (snap) {
+    mixer_.SetReference(snap);
     latest_ = std::move(exported);
     latest_step_ = done;
     outbox_ = Snapshot{done, std::move(snap), false, span};
@@ -632,6 +644,7 @@ learn::Result<std::unique_ptr<Trainer>> MakeTrainerFor(const AgentConfig& config
   topts.batch_auto = config.batch_auto;
   topts.eval_average = config.eval_average;
   topts.outer = config.outer;
+  topts.robust = config.robust;
   topts.outer_lr = config.outer_lr;
   topts.outer_momentum = config.outer_momentum;
   topts.fragments = config.fragments;

@@ -146,7 +146,8 @@ struct TrainerOptions {
   learn::OuterStep::Kind outer = learn::OuterStep::Kind::kAvg;
   double outer_lr = 1.0;
   double outer_momentum = 0.0;
-  int fragments = 1;  // --fragments: one of F fragments goes out every sync_every / F steps
+  int fragments = 1;    // --fragments: one of F fragments goes out every sync_every / F steps
+  bool robust = false;  // --robust: judge peers' models before mixing (ChunkMixer::SetRobust)
   static constexpr int kMaxBusyLocalSteps = 16;
 };
 
@@ -303,6 +304,8 @@ class Trainer {
   virtual double ModelsMixed() const { return 0; }
   // Inputs of this trainer rejected, by reason (merged into status rejected_by_reason).
   virtual std::map<std::string, uint64_t> Rejects() const { return {}; }
+  // What robust mixing judged of each sender (ChunkMixer::Robust). Safe on the loop.
+  virtual learn::RobustReport Robust() const { return {}; }
 };
 
 // The built-in trainer: a thread beside the libuv loop that takes SGD steps on a learn::Task.
@@ -323,6 +326,7 @@ class BuiltinTrainer : public Trainer {
   uint64_t MixChunksDropped() const override { return mixer_.dropped(); }
   bool MixBacklogged() const override { return mixer_.backlogged(); }
   double ModelsMixed() const override { return mixer_.models_mixed(); }
+  learn::RobustReport Robust() const override { return mixer_.Robust(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
   void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
                       size_t participants) override;
@@ -425,7 +429,8 @@ class BuiltinTrainer : public Trainer {
   struct Round {
     uint64_t step = 0;
     std::vector<Incoming> incoming;
-    std::optional<Incoming> final_model;  // a finished peer's model to take over
+    std::vector<std::string> incoming_from;  // the sender of each
+    std::optional<Incoming> final_model;     // a finished peer's model to take over
     size_t chunk_mixed = 0;
     bool outer_stepped = false;
   };

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Peers that send bad models (docs/benchmarks.md "Bad peers"): the bad-peer bed
+(tests/integration/bad_peer_lib.py) — 5 agents with external PyTorch trainers, 4 honest on
+label-skewed Fashion-MNIST shards (classes {0,1}, {1,2}, {2,3}, {3,0}; the skew MLP of
+bench/skew_consensus.py), the 5th publishing a bad model from step 50 on — for each kind
+(exploded: 100 x; noise: x plus noise of x's norm; stale: its step-0 model; signflip: its update
+since step 50 sign-flipped), with --robust off and on, against the clean run (the 5th honest).
+Every trainer calls finish(). Reported per kind and setting: the honest nodes' final
+(consensus) model's accuracy and loss on the test images of classes 0-3 (worst of the four),
+its gap to the clean run with robust off, and which members the honest agents' `members` flag.
+
+    /usr/bin/python3 bench/bad_peer.py --steps 500 --runs 1
+
+Acceptance (robust on): every kind within 0.02 accuracy and 2 % loss of the clean run, the
+culprit flagged by every honest agent; the clean run with robust on within 0.5 % loss of off.
+A bench (minutes on 2 cores), not a test. Needs torch and numpy (Debian's /usr/bin/python3) and
+the dataset-fashion-mnist package.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
+from bad_peer_lib import run  # noqa: E402
+
+KINDS = ["exploded", "noise", "stale", "signflip"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="")
+    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--runs", type=int, default=1, help="seeds 0..runs-1")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--bad-from", type=int, default=50)
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    ap.add_argument("--task", choices=["fmnist", "synth"], default="fmnist")
+    ap.add_argument("--robust", default="off,on",
+                    help="the settings to run: off, on or both (the clean run with off is the "
+                    "reference; without it, the first setting's clean run)")
+    a = ap.parse_args()
+    binary = benchlib.find_binary(a.bin)
+    if a.task == "fmnist":
+        benchlib.check_dataset("fmnist-mlp")
+    py = "/usr/bin/python3"
+    workdir = tempfile.mkdtemp(prefix="meshtrain-badpeer-")
+    kinds = [k for k in a.kinds.split(",") if k]
+    settings = [{"off": False, "on": True}[x] for x in a.robust.split(",")]
+    rows, ok = [], True
+    for seed in range(a.runs):
+        res = {}
+        for kind in ["none"] + kinds:
+            for robust in settings:
+                t0 = time.monotonic()
+                r = run(binary, py, workdir, kind, robust, task=a.task, steps=a.steps, seed=seed,
+                        bad_from=a.bad_from, lr=a.lr, prefix=f"s{seed}")
+                res[(kind, robust)] = r
+                clean = res.get(("none", False)) or res[("none", settings[0])]
+                acc, loss = min(r["accuracy"]), max(r["loss"])
+                dacc = acc - min(clean["accuracy"])
+                dloss = loss / max(clean["loss"]) - 1
+                flags = sorted({n for f in r["flagged"] for n in f})
+                named = all(f == [r["culprit"]] for f in r["flagged"])
+                if robust and kind != "none":
+                    ok = ok and dacc >= -0.02 and dloss <= 0.02 and named
+                if robust and kind == "none":
+                    ok = ok and dloss <= 0.005 and not flags
+                rows.append([seed, kind, "on" if robust else "off", f"{acc:.4f}", f"{loss:.4f}",
+                             f"{dacc:+.4f}", f"{100 * dloss:+.2f} %",
+                             " ".join(flags) or "-", r["culprit"] if kind != "none" else "-",
+                             len(r["crcs"]), f"{time.monotonic() - t0:.0f}"])
+                print(" | ".join(map(str, rows[-1])), flush=True)
+    print(benchlib.table(["seed", "bad kind", "robust", "honest accuracy (worst)",
+                          "honest loss (worst)", "accuracy - clean", "loss vs clean",
+                          "flagged in members", "culprit", "models", "wall s"], rows))
+    print("robust on: every kind within 0.02 accuracy and 2 % loss of the clean run, the culprit "
+          "flagged; clean within 0.5 %: " + ("yes" if ok else "NO"))
+    print(f"logs in {workdir}")
+
+
+if __name__ == "__main__":
+    main()

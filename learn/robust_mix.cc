@@ -1,0 +1,155 @@
+#include "learn/robust_mix.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/loop_guard.h"
+#include "learn/mixing.h"
+
+namespace meshtrain::learn {
+
+DiffNorms DiffNorm2(const float* x, const float* ref, size_t n) {
+  LoopGuard::Note(n);
+  // Four partial sums: the loop vectorizes, and the result does not depend on the thread.
+  double d[4] = {0, 0, 0, 0}, r[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (size_t k = 0; k < 4; ++k) {
+      const double a = ref[i + k], e = static_cast<double>(x[i + k]) - a;
+      d[k] += e * e;
+      r[k] += a * a;
+    }
+  }
+  for (; i < n; ++i) {
+    const double a = ref[i], e = static_cast<double>(x[i]) - a;
+    d[0] += e * e;
+    r[0] += a * a;
+  }
+  return {d[0] + d[1] + d[2] + d[3], r[0] + r[1] + r[2] + r[3]};
+}
+
+DiffNorms DiffNorm2Int8(const int8_t* q, const float* scales, uint32_t block, const float* ref,
+                        size_t n) {
+  LoopGuard::Note(n);
+  DiffNorms out;
+  if (block == 0) return out;
+  for (size_t i = 0; i < n; ++i) {
+    const double a = ref[i], e = static_cast<double>(q[i]) * scales[i / block] - a;
+    out.diff2 += e * e;
+    out.ref2 += a * a;
+  }
+  return out;
+}
+
+void ClipToward(const float* x, const float* ref, double s, float* out, size_t n) {
+  LoopGuard::Note(n);
+  const auto sf = static_cast<float>(s);
+  for (size_t i = 0; i < n; ++i) out[i] = ref[i] + sf * (x[i] - ref[i]);
+}
+
+void DequantizeInt8(const int8_t* q, const float* scales, uint32_t block, float* out, size_t n) {
+  if (block == 0) return;
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * scales[i / block];
+}
+
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  const double lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return 0.5 * (lo + hi);
+}
+
+// The verdict for distance r against radius tau (tau 0: no radius yet, accepted).
+RobustVerdict Verdict(double r, double tau) {
+  if (!std::isfinite(r)) return {RobustVerdict::kRefuse, 0};
+  if (tau <= 0 || r <= tau) return {RobustVerdict::kAccept, 1};
+  if (r > RobustJudge::kRefuseRadii * tau) return {RobustVerdict::kRefuse, 0};
+  return {RobustVerdict::kClip, tau / r};
+}
+
+}  // namespace
+
+double RobustJudge::Radius(double ref_norm) const {
+  if (recent_.size() < kWarmup) return 0;
+  const double median = Median(std::vector<double>(recent_.begin(), recent_.end()));
+  return std::max(kClipMedians * median, kFloor * ref_norm);
+}
+
+RobustVerdict RobustJudge::Judge(const std::string& from, double distance, double ref_norm) {
+  const double tau = Radius(ref_norm);
+  last_radius_ = tau;
+  RobustVerdict v = Verdict(distance, tau);
+  PeerJudgment& p = peers_[from];
+  const bool bad = v.kind != RobustVerdict::kAccept;
+  p.bad_share = kBadDecay * p.bad_share + (1 - kBadDecay) * (bad ? 1 : 0);
+  const uint64_t judged = p.accepted + p.clipped + p.refused + 1;
+  if (judged >= kFlagAfter) p.flagged = p.bad_share >= kFlagAt;
+  if (std::isfinite(distance)) {
+    p.last_distance = distance;
+    recent_.push_back(distance);
+    if (recent_.size() > kWindow) recent_.pop_front();
+  }
+  if (p.flagged) v = {RobustVerdict::kRefuse, 0};  // quarantine: judged, never mixed
+  (v.kind == RobustVerdict::kAccept ? p.accepted
+   : v.kind == RobustVerdict::kClip ? p.clipped
+                                    : p.refused)++;
+  return v;
+}
+
+std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& models, bool robust,
+                                std::vector<size_t>* dropped, std::vector<size_t>* clipped) {
+  if (!robust || models.size() < 3) return AverageModels(models);
+  const size_t n = models.front()->size();
+  for (const auto* m : models) {
+    if (m->size() != n) return {};
+  }
+  LoopGuard::Note(n * models.size());
+  // The coordinate-wise median: a center no minority of models can move far.
+  std::vector<float> center(n);
+  std::vector<float> col(models.size());
+  const size_t k = models.size(), mid = k / 2;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < k; ++j) col[j] = (*models[j])[i];
+    std::sort(col.begin(), col.end());
+    center[i] = k % 2 == 1 ? col[mid]
+                           : static_cast<float>(0.5 * (static_cast<double>(col[mid - 1]) +
+                                                       static_cast<double>(col[mid])));
+  }
+  std::vector<double> dist(k);
+  double center2 = 0;
+  for (size_t j = 0; j < k; ++j) {
+    const DiffNorms d = DiffNorm2(models[j]->data(), center.data(), n);
+    dist[j] = std::sqrt(d.diff2);
+    center2 = d.ref2;
+  }
+  const double tau =
+      std::max(RobustJudge::kClipMedians * Median(dist), RobustJudge::kFloor * std::sqrt(center2));
+  std::vector<double> sum(n, 0.0);
+  size_t kept = 0;
+  std::vector<float> tmp(n);
+  for (size_t j = 0; j < k; ++j) {
+    const RobustVerdict v = Verdict(dist[j], tau);
+    if (v.kind == RobustVerdict::kRefuse) {
+      if (dropped) dropped->push_back(j);
+      continue;
+    }
+    const float* m = models[j]->data();
+    if (v.kind == RobustVerdict::kClip) {
+      if (clipped) clipped->push_back(j);
+      ClipToward(m, center.data(), v.scale, tmp.data(), n);
+      m = tmp.data();
+    }
+    for (size_t i = 0; i < n; ++i) sum[i] += m[i];
+    kept++;
+  }
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(sum[i] / static_cast<double>(kept));
+  return out;
+}
+
+}  // namespace meshtrain::learn

@@ -1,0 +1,100 @@
+// Robust mixing (docs/design.md "Robust mixing"): each received model, or each chunk of one, is
+// judged by its distance to the receiver's own model before it is mixed, as in centered clipping
+// (He, Karimireddy, Jaggi 2022, "Byzantine-robust decentralized learning via ClippedGossip"):
+//   r <= tau:            mixed as it is;
+//   tau < r <= 4 tau:    clipped: ref + (x - ref) * tau / r is mixed instead of x;
+//   r > 4 tau:           refused (not mixed at all),
+// with the radius tau = 4 x the median of the last 48 distances judged (all senders), at least
+// 1e-3 x the reference's norm. A chunk of len floats of a model of total floats is judged on its
+// distance scaled to the whole model, r = |x - ref| * sqrt(total / len). A sender whose
+// judgments are clipped or refused again and again (an exponential average of them, 1 for each
+// clipped or refused, at 0.5 or more after at least 4) is flagged, and while flagged its chunks
+// are refused (quarantine); it is judged on, and a run of accepted judgments lifts the flag.
+//
+// RobustAverageModels is the same rule for the end-of-training consensus, around the
+// coordinate-wise median of the final models instead of the receiver's own.
+//
+// Thread-safety: the functions are pure; RobustJudge is not thread-safe (the caller locks).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace meshtrain::learn {
+
+// Squared norms in double: |x - ref|^2 and |ref|^2 over n floats.
+struct DiffNorms {
+  double diff2 = 0;
+  double ref2 = 0;
+};
+DiffNorms DiffNorm2(const float* x, const float* ref, size_t n);
+// The same for int8 values x[i] = q[i] * scales[i / block].
+DiffNorms DiffNorm2Int8(const int8_t* q, const float* scales, uint32_t block, const float* ref,
+                        size_t n);
+// out[i] = ref[i] + s * (x[i] - ref[i]) (out may be x).
+void ClipToward(const float* x, const float* ref, double s, float* out, size_t n);
+// out[i] = q[i] * scales[i / block].
+void DequantizeInt8(const int8_t* q, const float* scales, uint32_t block, float* out, size_t n);
+
+struct RobustVerdict {
+  enum Kind { kAccept, kClip, kRefuse };
+  Kind kind = kAccept;
+  double scale = 1;  // kClip: the factor on x - ref
+};
+
+// What a receiver has judged of one sender.
+struct PeerJudgment {
+  uint64_t accepted = 0;
+  uint64_t clipped = 0;
+  uint64_t refused = 0;  // beyond 4 tau, or while flagged
+  double last_distance = 0;
+  double bad_share = 0;  // exponential average (1/4) of clipped-or-refused judgments
+  bool flagged = false;
+};
+
+struct RobustReport {
+  bool on = false;
+  double radius = 0;  // tau now (0 until the warm-up's distances came)
+  std::map<std::string, PeerJudgment> peers;
+};
+
+class RobustJudge {
+ public:
+  static constexpr double kClipMedians = 4;  // tau = this x the median recent distance
+  static constexpr double kRefuseRadii = 4;  // refused beyond this x tau
+  static constexpr double kFloor = 1e-3;     // tau >= this x |ref|
+  static constexpr size_t kWindow = 48;      // distances the median is taken over
+  static constexpr size_t kWarmup = 6;       // distances seen before anything is clipped
+  static constexpr double kBadDecay = 0.75;  // bad_share <- 0.75 bad_share + 0.25 [bad]
+  static constexpr double kFlagAt = 0.5;
+  static constexpr uint64_t kFlagAfter = 4;  // judgments of a sender before it can be flagged
+
+  // Judges `from`'s model (or chunk) at distance `distance` from the reference, whose norm is
+  // `ref_norm` (both scaled to the whole model). Non-finite distances are refused.
+  RobustVerdict Judge(const std::string& from, double distance, double ref_norm);
+  // tau for a reference of norm ref_norm (0 during the warm-up).
+  double Radius(double ref_norm) const;
+  const std::map<std::string, PeerJudgment>& peers() const { return peers_; }
+  double last_radius() const { return last_radius_; }
+
+ private:
+  std::deque<double> recent_;
+  std::map<std::string, PeerJudgment> peers_;
+  double last_radius_ = 0;
+};
+
+// The end-of-training consensus model. Plain (robust false, or fewer than 3 models): the average
+// of AverageModels. Robust: the average of the models judged around their coordinate-wise median
+// c with the rule above, tau = 4 x the median of the distances |m_j - c| (at least 1e-3 |c|): a
+// model within tau as it is, within 4 tau clipped, beyond it dropped. Summed in double in the
+// order given: the same inputs give the same bytes on every IEEE-754 machine. `dropped` and
+// `clipped`, when given, receive the indices of the models dropped and clipped.
+std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& models, bool robust,
+                                std::vector<size_t>* dropped = nullptr,
+                                std::vector<size_t>* clipped = nullptr);
+
+}  // namespace meshtrain::learn

@@ -1,0 +1,133 @@
+// Robust mixing (docs/design.md "Robust mixing"): the judge's radius, its verdicts and flags, and
+// the robust end-of-training reduce.
+#include "learn/robust_mix.h"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "learn/mixing.h"
+
+namespace meshtrain::learn {
+namespace {
+
+TEST_CASE("DiffNorm2 and ClipToward", "[learn][robust]") {
+  const std::vector<float> ref = {1, 2, 3, 4, 5};
+  const std::vector<float> x = {2, 2, 3, 4, 7};
+  const DiffNorms d = DiffNorm2(x.data(), ref.data(), x.size());
+  CHECK(d.diff2 == Approx(5.0));
+  CHECK(d.ref2 == Approx(55.0));
+  std::vector<float> out(x.size());
+  ClipToward(x.data(), ref.data(), 0.5, out.data(), x.size());
+  CHECK(out == std::vector<float>{1.5f, 2, 3, 4, 6});
+  const std::vector<int8_t> q = {2, -2, 3, 4, 7};
+  const std::vector<float> scales = {1.0f, 0.5f};  // blocks of 4
+  const DiffNorms d8 = DiffNorm2Int8(q.data(), scales.data(), 4, ref.data(), q.size());
+  // Values 2, -2, 3, 4, 3.5 against 1, 2, 3, 4, 5.
+  CHECK(d8.diff2 == Approx(1 + 16 + 0 + 0 + 2.25));
+}
+
+TEST_CASE("RobustJudge accepts the mesh's spread and clips or refuses beyond it",
+          "[learn][robust]") {
+  RobustJudge j;
+  // Warm-up: nothing is judged against a radius yet.
+  for (int i = 0; i < static_cast<int>(RobustJudge::kWarmup); ++i) {
+    CHECK(j.Judge("p" + std::to_string(i % 3), 1.0 + 0.1 * (i % 3), 10).kind ==
+          RobustVerdict::kAccept);
+  }
+  CHECK(j.Radius(10) == Approx(4 * 1.1));
+  // Honest spread: accepted, never flagged.
+  for (int i = 0; i < 40; ++i) {
+    CHECK(j.Judge("p" + std::to_string(i % 3), 0.8 + 0.2 * (i % 3), 10).kind ==
+          RobustVerdict::kAccept);
+  }
+  // Beyond the radius: clipped to it (scale = tau / r).
+  const double tau = j.Radius(10);
+  const RobustVerdict c = j.Judge("bad", 2 * tau, 10);
+  CHECK(c.kind == RobustVerdict::kClip);
+  CHECK(c.scale == Approx(0.5).epsilon(0.05));
+  // Far beyond (more than 4 tau), or not finite: refused.
+  CHECK(j.Judge("bad", 100 * tau, 10).kind == RobustVerdict::kRefuse);
+  CHECK(j.Judge("bad", std::nan(""), 10).kind == RobustVerdict::kRefuse);
+  CHECK(j.Judge("bad", 100 * tau, 10).kind == RobustVerdict::kRefuse);
+  CHECK(j.peers().at("bad").flagged);
+  // Flagged: quarantined, so even a close model is refused, until accepted judgments lift it.
+  CHECK(j.Judge("bad", 1.0, 10).kind == RobustVerdict::kRefuse);
+  for (int i = 0; i < 6; ++i) j.Judge("bad", 1.0, 10);
+  CHECK_FALSE(j.peers().at("bad").flagged);
+  CHECK(j.Judge("bad", 1.0, 10).kind == RobustVerdict::kAccept);
+  for (const char* p : {"p0", "p1", "p2"}) {
+    CHECK_FALSE(j.peers().at(p).flagged);
+    CHECK(j.peers().at(p).clipped == 0);
+    CHECK(j.peers().at(p).refused == 0);
+  }
+  CHECK(j.peers().at("bad").refused >= 4);
+  CHECK(j.peers().at("bad").clipped == 1);
+}
+
+TEST_CASE("RobustJudge's radius has a floor relative to the reference's norm", "[learn][robust]") {
+  RobustJudge j;
+  for (int i = 0; i < 10; ++i) j.Judge("p", 0.0, 100);  // identical models
+  CHECK(j.Radius(100) == Approx(RobustJudge::kFloor * 100));
+  CHECK(j.Judge("p", 0.05, 100).kind == RobustVerdict::kAccept);
+}
+
+std::vector<float> Around(float base, int n, float spread, int seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    v[static_cast<size_t>(i)] = base + spread * std::sin(static_cast<float>(i * (seed + 3)));
+  }
+  return v;
+}
+
+TEST_CASE("ReduceModels: plain it is AverageModels; robust it drops a far model",
+          "[learn][robust]") {
+  std::vector<std::vector<float>> ms;
+  for (int s = 0; s < 4; ++s) ms.push_back(Around(1.0f, 200, 0.1f, s));
+  std::vector<const std::vector<float>*> honest;
+  for (const auto& m : ms) honest.push_back(&m);
+  // Honest models only: robust gives the same bytes as the plain average.
+  CHECK(ReduceModels(honest, true) == AverageModels(honest));
+  CHECK(ReduceModels(honest, false) == AverageModels(honest));
+
+  std::vector<float> exploded = ms[0];
+  for (float& v : exploded) v *= 100;
+  std::vector<const std::vector<float>*> all = honest;
+  all.push_back(&exploded);
+  std::vector<size_t> dropped, clipped;
+  const std::vector<float> r = ReduceModels(all, true, &dropped, &clipped);
+  CHECK(dropped == std::vector<size_t>{4});
+  CHECK(clipped.empty());
+  CHECK(r == AverageModels(honest));
+  // Plain: the exploded model dominates.
+  CHECK(AverageModels(all)[0] > 10 * r[0]);
+  // The same inputs, the same bytes.
+  CHECK(ReduceModels(all, true) == r);
+  // Two models: no majority to judge by, the plain average.
+  CHECK(ReduceModels({&ms[0], &exploded}, true) == AverageModels({&ms[0], &exploded}));
+}
+
+TEST_CASE("ReduceModels clips a model a few radii out toward the median", "[learn][robust]") {
+  std::vector<std::vector<float>> ms;
+  for (int s = 0; s < 4; ++s) ms.push_back(Around(1.0f, 200, 0.1f, s));
+  std::vector<float> off = AverageModels({&ms[0], &ms[1], &ms[2], &ms[3]});
+  // Far enough to be clipped (beyond tau, within 4 tau): honest distances are ~0.1 sqrt(100).
+  for (float& v : off) v += 0.6f;
+  std::vector<const std::vector<float>*> all = {&ms[0], &ms[1], &ms[2], &ms[3], &off};
+  std::vector<size_t> dropped, clipped;
+  const std::vector<float> r = ReduceModels(all, true, &dropped, &clipped);
+  CHECK(dropped.empty());
+  CHECK(clipped == std::vector<size_t>{4});
+  const std::vector<float> plain = AverageModels(all);
+  const std::vector<float> honest = AverageModels({&ms[0], &ms[1], &ms[2], &ms[3]});
+  double moved = 0, plain_moved = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    moved += std::abs(r[i] - honest[i]);
+    plain_moved += std::abs(plain[i] - honest[i]);
+  }
+  CHECK(moved < plain_moved);
+}
+
+}  // namespace
+}  // namespace meshtrain::learn
