@@ -25,7 +25,8 @@ from faults_lib import (Mesh, checkpoint_step, events, kill9, parse_args, wait_u
                         with_data_dirs)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from external_lib import Worker, Workers, external_mesh, require_numpy_python  # noqa: E402
+from external_lib import (Worker, Workers, external_mesh, require_numpy_python,  # noqa: E402
+                          start_all)
 
 STEPS = 600
 CKPT_EVERY = 50
@@ -76,12 +77,8 @@ def wait_consensus(agents, n, timeout):
 
 
 def start(mesh):
-    seed = mesh.agents[0].start()
-    wait_until(lambda: seed.members() is not None, 10, what="seed up")
-    for a in mesh.agents[1:]:
-        a.start(join=[seed.addr])
-    n = len(mesh.agents)
-    wait_until(lambda: (lambda m: m and len(m) == n)(seed.members()), 20, what=f"{n} members")
+    """start_all, then until every agent serves its trainer socket."""
+    start_all(mesh)
     wait_until(lambda: all(os.path.exists(getattr(a, "socket", "")) or not hasattr(a, "socket")
                            for a in mesh.agents), 20, what="the trainer sockets")
 
