@@ -151,9 +151,9 @@ if [ "$asan" = 1 ]; then
   # (beside them a 640 Mbit/s host was once measured at 179).
   run_ctest build/ctest-netbed.log --test-dir build --output-on-failure --timeout 600 -L netbed \
     -E netbed/test_capacity || rc=1
-  # test_churn (torch trainers through kills, stops and a partition, ~100 s) runs with the
-  # release agents only: its agent paths (restart, join with state, the consensus) are the ones
-  # the other netbed and the fault tests drive under the sanitizers.
+  # test_churn (torch trainers through kills, stops and a partition, ~100 s a run) runs with the
+  # release agents only, for the suite's time; tests/node and tests/sim drive the same restart,
+  # join-with-state and consensus code of the node core under the sanitizers.
   run_ctest build-asan/ctest-netbed.log --test-dir build-asan --output-on-failure --timeout 900 \
     -L netbed -E "netbed/test_capacity|netbed/test_churn" || rc=1
   wait "$bg_pid" || true
