@@ -102,9 +102,15 @@ bool Node::StateReady(TimeMs now) {
     if (choice.best.empty()) {
       // Nobody trains any more (we restarted as the mesh finished): the finished peers' model
       // and step; our trainer finishes there and joins the consensus.
-      ForEachPeer([&](const PeerRef& p) {
-        if (FinishedPeer(p)) choice.Consider(*p.name, *p.data_addr, p.step, p.step_known);
-      });
+      // One that closed on us (the consensus leader, waiting for our final model as a
+      // participant's) is asked again only when no other is there.
+      for (const bool retry_closed : {false, true}) {
+        ForEachPeer([&](const PeerRef& p) {
+          if (!FinishedPeer(p) || fetch_.ClosedOnUs(*p.name) != retry_closed) return;
+          choice.Consider(*p.name, *p.data_addr, p.step, p.step_known);
+        });
+        if (!choice.best.empty()) break;
+      }
     }
     // Still joining: learn the mesh first. Members told of by gossip before the join's state
     // exchange (e.g. in a ping from a peer that still suspects a restarted node) have no step

@@ -25,6 +25,7 @@ void StateFetch::Begin(ConnId conn, const Choice& c, uint64_t own_step, TimeMs n
 }
 
 bool StateFetch::Closed(TimeMs now) {
+  closed_on_us_.insert(from_);
   if (now + 2 * kRetryMs >= deadline_) return false;
   retry_at_ = now + kRetryMs;
   return true;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "node/io.h"
@@ -52,6 +53,9 @@ class StateFetch {
   // The fetch's connection closed before the model came: true to try again at retry_at(),
   // false when the deadline leaves no time for it.
   bool Closed(TimeMs now);
+  // A peer that closed a fetch of ours without its model (e.g. the consensus leader, which
+  // answers a member it counts as a participant only with the consensus model, once it has one).
+  bool ClosedOnUs(const std::string& name) const { return closed_on_us_.count(name) > 0; }
 
  private:
   TimeMs deadline_ = 0;
@@ -60,6 +64,7 @@ class StateFetch {
   std::string from_;
   uint64_t adopt_step_ = 0;
   wire::ParamAssembler assembler_;
+  std::set<std::string> closed_on_us_;
 };
 
 }  // namespace meshtrain::node

@@ -65,6 +65,8 @@ TEST_CASE(
   CHECK(f.Closed(2000));
   CHECK(f.retry_at() == 2000 + StateFetch::kRetryMs);
   CHECK_FALSE(f.Closed(6000 - 2 * StateFetch::kRetryMs));
+  CHECK(f.ClosedOnUs("a"));  // the next choice among finished peers prefers another
+  CHECK_FALSE(f.ClosedOnUs("c"));
   // A peer that answers with its next snapshot, a sync interval away: the deadline moves out.
   f.Begin(9, choice, 10, 5500, 4000);
   CHECK(f.deadline() == 9500);
