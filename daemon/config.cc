@@ -455,6 +455,11 @@ node::NodeConfig AgentConfig::NodeConfig(uint64_t seed, int64_t resumed_step) co
   // An external trainer's peers need no final model but under the mesh-wide stop (it would be
   // taken over); the consensus averages the final models at the end.
   n.offer_final = !external_trainer() || target_accuracy > 0;
+  // A node that failed while training gets as long to come back as a trainer that left.
+  n.consensus_hold_ms = static_cast<node::TimeMs>(trainer_grace_s * 1000);
+  // A joiner gets a small model at once (16 MB: the size up to which a trainer's snapshots are
+  // new buffers anyway, daemon/trainer/external_trainer.h).
+  n.keep_snapshot_floats = size_t{4} << 20;
   n.barrier.policy = barrier;
   n.barrier.staleness = static_cast<uint64_t>(staleness);
   n.barrier.sample = static_cast<size_t>(sample);

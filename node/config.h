@@ -79,6 +79,10 @@ struct NodeConfig {
   // A fetch under way waits this long for the peer's answer (its next snapshot: one sync
   // interval of an external trainer away) before the node goes on with its own model.
   TimeMs join_state_answer_ms = 60000;
+  // Between rounds the node keeps its newest snapshot when it has at most this many floats, so a
+  // joiner's state request is answered at once rather than at the next sync (up to H steps
+  // away). Larger snapshots are let go: the trainer reuses their buffer. 0: never kept.
+  size_t keep_snapshot_floats = 0;
   uint64_t join_state_min_lead = 20;  // fetch only from a mesh this many steps further on (the
                                       // first nodes of a mesh start within a few steps)
   // A node that finished training (--target-accuracy, --steps) offers its final model to the
@@ -92,6 +96,9 @@ struct NodeConfig {
   // finished nodes agree on the average of their final models. Off: each keeps its own.
   bool consensus = true;
   TimeMs consensus_retry_ms = 2000;  // a transfer of the consensus protocol is repeated after
+  // A member that failed while training may come back (restarted with its --data-dir): the
+  // consensus waits this long after its failure before it goes on without it (--trainer-grace).
+  TimeMs consensus_hold_ms = 60000;
 };
 
 }  // namespace meshtrain::node

@@ -304,6 +304,11 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
       if (ev.kind == ms::Event::Kind::kFailed || ev.kind == ms::Event::Kind::kLeft) {
         AbortTransfersTo(ev.member.name);
       }
+      if (ev.kind == ms::Event::Kind::kFailed && ev.member.meta.training) {
+        fell_training_[ev.member.name] = FellTraining{now, ev.member.step, false};
+      } else if (ev.kind == ms::Event::Kind::kLeft || ev.kind == ms::Event::Kind::kReaped) {
+        fell_training_.erase(ev.member.name);  // it left for good, or long ago
+      }
       if (ev.kind == ms::Event::Kind::kLeft || ev.kind == ms::Event::Kind::kReaped) {
         // Compressed-transfer references (a failed member may come back and still hold its
         // copy; one that left or was reaped starts over with a full snapshot).

@@ -151,6 +151,9 @@ class Node {
     size_t models = 0;  // leader: final models in hand (its own included)
     // Live members left out because their trainer is gone past the grace (Meta::absent).
     std::vector<std::string> left_out;
+    // Members that failed while training, waited for (up to consensus_hold_ms) before the
+    // finished nodes agree without them.
+    std::vector<std::string> awaiting;
   };
   ConsensusView consensus() const;
 
@@ -237,6 +240,17 @@ class Node {
     return t > 0 ? t : FinishedMaxStep();
   }
   std::vector<std::string> consensus_left_out_;  // ConsensusView::left_out
+  // Members that failed while training (node_consensus.cc, ConsensusHeld): when, at which step,
+  // and whether the wait for them was logged.
+  struct FellTraining {
+    TimeMs at = 0;
+    uint64_t step = 0;
+    bool logged = false;
+  };
+  std::map<std::string, FellTraining> fell_training_;
+  // Whether a member that failed while training still holds the consensus back: it has neither
+  // come back (training, or past the step it failed at) nor stayed away consensus_hold_ms.
+  bool ConsensusHeld(TimeMs now);
   uint64_t peers_version_ = 0;    // counts membership changes other than steps (SELMCAST view)
   size_t external_eligible_ = 0;  // external membership: alive, training peers
   // `fanout` distinct alive, training peers of the external view, drawn by index with rejection

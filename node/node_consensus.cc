@@ -33,6 +33,7 @@ bool Node::ConsensusParticipants(TimeMs now) {
     return false;
   }
   if (!Candidates().empty()) return false;  // peers still train: ServeFinal offers them our model
+  if (ConsensusHeld(now)) return false;     // a peer that failed while training may come back
   // Participants: live members that stopped training after at least one step, by the same rule
   // for ourselves as for our peers (a node that took a final model over before its first step
   // is a spectator: every view leaves it out, and it pulls the result).
@@ -58,6 +59,37 @@ bool Node::ConsensusParticipants(TimeMs now) {
   std::sort(consensus_left_out_.begin(), consensus_left_out_.end());
   consensus_.SetParticipants(std::move(parts), std::move(natted), spectator, now);
   return true;
+}
+
+bool Node::ConsensusHeld(TimeMs now) {
+  bool held = false;
+  for (auto it = fell_training_.begin(); it != fell_training_.end();) {
+    const std::string& name = it->first;
+    FellTraining& f = it->second;
+    const std::optional<PeerRef> p = FindPeer(name);
+    // Back (training again, or further than it failed at: it resumed and finished), or gone
+    // past the trainer's grace (Meta::absent, its own agent says so).
+    const bool back = p && p->live && (p->training || p->step > f.step || p->absent);
+    if (back || now - f.at >= config_.consensus_hold_ms) {
+      if (!back && f.logged) {
+        Emit(LogLine{true, "consensus: " + name + " did not come back within " +
+                               std::to_string(config_.consensus_hold_ms / 1000) +
+                               " s: going on without it"});
+      }
+      it = fell_training_.erase(it);
+      continue;
+    }
+    if (!f.logged) {
+      f.logged = true;
+      Emit(LogLine{false, "consensus: waiting up to " +
+                              std::to_string((f.at + config_.consensus_hold_ms - now) / 1000) +
+                              " s for " + name + ", which failed while training at step " +
+                              std::to_string(f.step)});
+    }
+    held = true;
+    ++it;
+  }
+  return held;
 }
 
 void Node::RunConsensus(TimeMs now) {
@@ -139,6 +171,7 @@ Node::ConsensusView Node::consensus() const {
   v.models = consensus_.finals() + (lifecycle_.finished() ? 1 : 0);
   v.state = consensus_.Phase(lifecycle_.finished(), config_.name);
   v.left_out = consensus_left_out_;
+  for (const auto& [name, f] : fell_training_) v.awaiting.push_back(name);
   return v;
 }
 

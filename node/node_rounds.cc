@@ -353,7 +353,9 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
 }
 
 void Node::ReleaseSnapshot() {
-  if (!lifecycle_.finished() && !pending_ && !round_) latest_.reset();
+  if (lifecycle_.finished() || pending_ || round_) return;
+  if (latest_ && latest_->size() <= config_.keep_snapshot_floats) return;  // a joiner's answer
+  latest_.reset();
 }
 
 // A compressed transfer to `name`: the change since the reference it acknowledged last, or a full

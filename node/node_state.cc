@@ -186,8 +186,8 @@ void Node::OnStateClosed(TimeMs now) {
 }
 
 // A peer asks for our model (on a connection it opened): the newest snapshot, whole. Between
-// rounds the node holds no snapshot (the trainer reuses its buffer): the request then
-// waits for the next one, which comes within a sync interval.
+// rounds the node holds no snapshot larger than keep_snapshot_floats (the trainer reuses its
+// buffer): the request then waits for the next one, which comes within a sync interval.
 void Node::ServeState(ConnId conn, const std::string& from) {
   // Any member we know (a node restarted under its name may still be "failed" here).
   const bool known = swim_ ? swim_->Find(from) != nullptr : FindExternal(from) != nullptr;

@@ -230,7 +230,10 @@ json ConsensusJson(const StatusInputs& in, const TrainerState& st) {
           {"pulls_served", s.consensus_pulls_served},
           // Live members left out: their trainer left before it finished and stayed away past
           // --trainer-grace.
-          {"left_out", in.node.consensus().left_out}};
+          {"left_out", in.node.consensus().left_out},
+          // Members that failed while training: the consensus waits up to --trainer-grace for
+          // them to come back.
+          {"awaiting", in.node.consensus().awaiting}};
 }
 
 // Link-capacity probes (docs/contract.md "Receiver selection"): trains sent and measured, and

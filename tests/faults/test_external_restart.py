@@ -5,8 +5,10 @@ own --data-dir (the trainer's parameters checkpointed every CKPT_EVERY steps):
    finish(). n4's agent and trainer are killed -9 mid-run and restarted 2 s later with the same
    name, port and data dir: its trainer attaches resuming from the agent's checkpoint (step > 0)
    and the node steps on from the mesh's step. Then n4 is killed again just before the others
-   finish and restarted once they have: it resumes (not at 0), its trainer finishes, and all four
-   agents end with one consensus model (same crc32, 4 participants).
+   finish and restarted once they have, waiting for it (it failed while training: `consensus`
+   `awaiting` names it): it resumes (not at 0), its trainer finishes, and all four agents end
+   with one consensus model (same crc32, 4 participants), the one every trainer's finish()
+   returned.
 2. Trainers that end for good at step DIE_AT of DEAD_STEPS on 2 of 5 nodes (their agents stay
    up, --trainer-grace GRACE_S): one refused (it published NaN parameters), one that exits. The
    other three finish with one consensus model of 3 within END_S of the last finish() call (the
@@ -124,8 +126,10 @@ def restart_mid_run_and_at_end(py, binary):
         kill9(victim)
         ws[-1].stop()
         ckpt = on_disk(victim)
-        wait_until(lambda: all(w.proc.poll() is not None for w in ws[:3]), 120,
-                   what="the other three trainers done")
+        # They finish and wait for n4 (up to --trainer-grace, 60 s): no consensus without it.
+        wait_until(lambda: all((st := a.status()) and st["consensus"]["awaiting"] == [victim.name]
+                               for a in others), 120, what="the other three waiting for n4")
+        assert all(w.proc.poll() is None for w in ws[:3]), "a trainer's finish() returned early"
         restart(victim)
         ws.append(Worker(py, victim, mesh.workdir, *worker_args(), tag="-3"))
         wait_until(lambda: ws[-1].proc.poll() is not None, 120, what="the restarted trainer done")
@@ -137,6 +141,12 @@ def restart_mid_run_and_at_end(py, binary):
         assert done and done["step"] >= STEPS and done.get("consensus_models") == 4, done
         took, sts = wait_consensus(mesh.agents, 4, END_S)
         print(f"one consensus model of 4 on every agent, {took:.1f} s after n4's trainer ended")
+        # Every trainer's finish() returned that model: none a result replaced afterwards.
+        wait_until(lambda: all(w.proc.poll() is not None for w in ws[:3]), END_S,
+                   what="the other three trainers done")
+        crcs = {w.event("done").get("consensus_crc32") for w in (ws[0], ws[1], ws[2], ws[-1])}
+        models = {w.event("done").get("consensus_models") for w in (ws[0], ws[1], ws[2], ws[-1])}
+        assert len(crcs) == 1 and models == {4}, (crcs, models)
 
 
 def dead_trainer(py, binary):

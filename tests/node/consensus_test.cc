@@ -83,6 +83,50 @@ TEST_CASE("consensus: the leader failing during it leaves the others agreeing",
   }
 }
 
+TEST_CASE("consensus: a node that failed while training is waited for up to the hold",
+          "[node][consensus]") {
+  // n3 crashes at step 10 of 60 and does not come back: the three others finish, wait for it
+  // (it may be restarted with its --data-dir) until the hold has passed, then agree without it.
+  // With no hold they agree as soon as they finished.
+  for (int64_t hold : {0, 20000}) {
+    INFO("hold " << hold << " ms");
+    MeshOptions o = ConsensusMesh(3);
+    o.straggler_factor = 1;
+    o.consensus_hold_ms = hold;
+    Mesh mesh(o);
+    mesh.Start();
+    for (int i = 0; i < 3000 && mesh.step(3) < 10; ++i) mesh.RunUntil(mesh.now() + 10);
+    REQUIRE(mesh.step(3) >= 10);
+    mesh.Crash(3);
+    const int64_t crashed_at = mesh.now();
+    auto all_finished = [&] { return mesh.finished(0) && mesh.finished(1) && mesh.finished(2); };
+    for (int i = 0; i < 3000 && !all_finished(); ++i) mesh.RunUntil(mesh.now() + 10);
+    REQUIRE(all_finished());
+    mesh.RunUntil(mesh.now() + 5000);  // n3 is declared failed within a few seconds
+    REQUIRE(mesh.now() < crashed_at + 19000);
+    for (size_t i = 0; i < 3; ++i) {
+      const auto v = mesh.node(i).consensus();
+      if (hold == 0) {
+        CHECK(v.awaiting.empty());
+        CHECK(mesh.consensus_adoptions(i) == 1);
+      } else {
+        CHECK(v.awaiting == std::vector<std::string>{"n3"});
+        CHECK(mesh.consensus_adoptions(i) == 0);
+      }
+    }
+    mesh.RunUntil(crashed_at + hold + 10000);
+    std::set<uint32_t> crcs;
+    for (size_t i = 0; i < 3; ++i) {
+      const auto v = mesh.node(i).consensus();
+      CHECK(v.awaiting.empty());
+      CHECK(v.participants == 3);
+      CHECK(mesh.consensus_adoptions(i) == 1);
+      crcs.insert(mesh.params_crc(i));
+    }
+    CHECK(crcs.size() == 1);
+  }
+}
+
 TEST_CASE("consensus: a node alone adopts its own final model", "[node][consensus]") {
   MeshOptions o = ConsensusMesh(1);
   o.nodes = 1;

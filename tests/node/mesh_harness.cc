@@ -47,6 +47,7 @@ Mesh::Mesh(MeshOptions options) : opt_(std::move(options)), rng_(opt_.seed) {
     c.compress = opt_.compress;
     c.join_state = opt_.join_state;
     c.overlap_barrier = opt_.overlap_barrier;
+    c.consensus_hold_ms = opt_.consensus_hold_ms;
     c.chunk_floats = opt_.chunk_floats;
     c.capacity_probe_interval_ms = opt_.capacity_probe_ms;
     c.probe_loopback = true;  // the fake network's addresses are 127.0.1.x

@@ -55,6 +55,7 @@ struct MeshOptions {
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
   int64_t push_pull_ms = 2000;  // SWIM push-pull interval (the agents' local profile: 15000)
+  int64_t consensus_hold_ms = 60000;  // NodeConfig::consensus_hold_ms (--trainer-grace)
   // Capacity probes (NodeConfig::capacity_probe_interval_ms; 0 = off) and each node's link
   // capacity, MB/s both ways: a probe train from i to j measures min(link[i], link[j]). Empty:
   // probe trains go nowhere (no report, as a network that drops them).
