@@ -224,7 +224,7 @@ struct Agent::Impl : RpcBackend {
               if (!stopping) Feed(std::move(*result));
             });
       } else if (auto* ac = std::get_if<node::AdoptConsensus>(&o)) {
-        if (trainer) trainer->AdoptConsensus(std::move(ac->params), ac->participants);
+        if (trainer) trainer->AdoptConsensus(std::move(ac->params), ac->participants, ac->settled);
       } else if (auto* req = std::get_if<node::PlanRequest>(&o)) {
         SolvePlanOffLoop(&loop, std::move(*req), [this](node::PlanResult r, PlanView view) {
           if (stopping) return;

@@ -59,6 +59,17 @@ bool Consensus::Settled() const {
   return HasLeadersResult() && (result_covers_ == 0 || result_covers_ >= participants_.size());
 }
 
+bool Consensus::TakeSettled(TimeMs now, TimeMs give_up) {
+  if (!HasLeadersResult() || settled_told_ == result_.get()) return false;
+  if (unsettled_ != result_.get()) {
+    unsettled_ = result_.get();
+    unsettled_since_ = now;
+  }
+  if (!Settled() && now - unsettled_since_ < give_up) return false;
+  settled_told_ = result_.get();
+  return true;
+}
+
 bool Consensus::PullDue(const std::string& self, TimeMs now) const {
   return (spectator_ || natted(self)) && now >= next_pull_ && !natted(leader_) && !Settled();
 }

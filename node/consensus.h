@@ -59,6 +59,11 @@ class Consensus {
   // many). One that averages fewer is provisional: the leader missed a participant that our
   // view has (it saw it training, or not at all), and reduces again once it sees it finished.
   bool Settled() const;
+  // Once per result we hold from the leader: true when it is settled, or has stayed unsettled
+  // for `give_up` ms since `now` first asked (views that never agree must not hold a trainer's
+  // finish() for good). The trainer's finish() returns a result only once this said so: a
+  // provisional one may be replaced a moment later.
+  bool TakeSettled(TimeMs now, TimeMs give_up);
   // Behind NAT (or a spectator) we pull the leader's result, every retry interval, until it is
   // settled.
   bool PullDue(const std::string& self, TimeMs now) const;
@@ -148,6 +153,10 @@ class Consensus {
   Model offer_;
   std::string offer_from_;
   uint32_t offer_covers_ = 0;
+  // TakeSettled: the result it said settled last, and since when the current one waits.
+  const void* settled_told_ = nullptr;
+  const void* unsettled_ = nullptr;
+  TimeMs unsettled_since_ = 0;
 };
 
 }  // namespace meshtrain::node

@@ -280,6 +280,10 @@ struct AdoptConsensus {
   std::string leader;
   std::shared_ptr<const std::vector<float>> params;
   size_t participants = 0;
+  // The result is final as far as this node can tell (Consensus::TakeSettled): a trainer's
+  // finish() may return it. A provisional one (false) is followed by the same `params` settled,
+  // or by the leader's next result.
+  bool settled = true;
 };
 
 using Output = std::variant<SendDatagram, Connect, SendFrame, Close, Permit, Mix, PlanRequest,

@@ -27,6 +27,10 @@
 
 namespace meshtrain::node {
 
+// A participant's trainer gets a result whose leader averaged fewer participants than our view
+// counts (provisional) as final after this long, should the views never agree.
+constexpr TimeMs kSettleGiveUpMs = 30000;
+
 bool Node::ConsensusParticipants(TimeMs now) {
   if (!config_.consensus || !config_.training || !lifecycle_.finished() || !latest_ ||
       lifecycle_.leaving()) {
@@ -100,7 +104,13 @@ void Node::RunConsensus(TimeMs now) {
   if (leader != config_.name) {
     // A participant: the leader's consensus model (it may have come before our view agreed
     // that everyone finished), else our final model to the leader until it comes.
-    if (auto result = cs.AdoptOffer()) Emit(AdoptConsensus{leader, std::move(result), parts});
+    // The trainer hears of a result at once (its final model), and once more when it settles.
+    if (auto result = cs.AdoptOffer()) {
+      const bool settled = cs.TakeSettled(now, kSettleGiveUpMs);
+      Emit(AdoptConsensus{leader, std::move(result), parts, settled});
+    } else if (cs.TakeSettled(now, kSettleGiveUpMs)) {
+      Emit(AdoptConsensus{leader, cs.result(), parts, true});
+    }
     if (cs.Settled()) return;
     if (pulls_.empty() && cs.PullDue(config_.name, now)) {
       // Behind NAT the leader cannot push the result to us, and to a spectator it does not:

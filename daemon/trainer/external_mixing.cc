@@ -405,8 +405,13 @@ void ExternalTrainer::HandleFinish(Conn* c, uint32_t seq) {
 }
 
 void ExternalTrainer::AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
-                                     size_t participants) {
+                                     size_t participants, bool settled) {
   if (!params || params->size() != num_params_ || state_.training) return;
+  consensus_settled_ = settled;
+  if (params == consensus_) {  // the same result, settled now: finish() may return it
+    if (settled && finish_seq_ && !job_) ReplyFinish();
+    return;
+  }
   consensus_ = std::move(params);
   latest_ = consensus_;
   state_.consensus_crc32 = learn::ParamsCrc32(consensus_->data(), consensus_->size());
@@ -420,7 +425,7 @@ void ExternalTrainer::AdoptConsensus(std::shared_ptr<const std::vector<float>> p
 }
 
 void ExternalTrainer::ReplyFinish() {
-  if (!finish_seq_ || !consensus_ || conn_ == nullptr || !shm_.data) return;
+  if (!finish_seq_ || !consensus_ || !consensus_settled_ || conn_ == nullptr || !shm_.data) return;
   job_ = true;
   OffloadBulk(
       loop_,

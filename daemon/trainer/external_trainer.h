@@ -80,8 +80,8 @@ class ExternalTrainer : public Trainer {
   double ModelsMixed() const override { return mixer_->models_mixed(); }
   learn::RobustReport Robust() const override { return mixer_->Robust(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
-  void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
-                      size_t participants) override;
+  void AdoptConsensus(std::shared_ptr<const std::vector<float>> params, size_t participants,
+                      bool settled) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int) override {}  // the trainer process decides when it publishes
   TrainerState state() const override { return state_; }
@@ -180,6 +180,7 @@ class ExternalTrainer : public Trainer {
   std::optional<PendingWait> wait_;
   std::optional<uint32_t> finish_seq_;  // a FINISH waiting for the consensus model
   std::shared_ptr<const std::vector<float>> consensus_;
+  bool consensus_settled_ = false;  // finish() returns consensus_ only once it is settled
   struct Incoming {
     std::vector<float> params;
     uint64_t step = 0;

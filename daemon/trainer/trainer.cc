@@ -131,12 +131,13 @@ void BuiltinTrainer::Adopt(std::vector<float> params, uint64_t step) {
 }
 
 void BuiltinTrainer::AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
-                                    size_t participants) {
+                                    size_t participants, bool /*settled*/) {
   if (!params || params->size() != num_params_) return;
   uint64_t step = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (state_.training || stop_) return;  // not ours to take while training
+    if (consensus_ == params) return;      // the same result, settled
     consensus_ = params;
     latest_ = params;
     state_.consensus_crc32 = learn::ParamsCrc32(params->data(), params->size());

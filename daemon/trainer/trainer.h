@@ -297,9 +297,10 @@ class Trainer {
   virtual bool MixBacklogged() const { return false; }
   // The mesh's consensus model at the end of training (node::AdoptConsensus), averaging
   // `participants` final models: the trainer's final model from now on (export, model.npz,
-  // evaluated once). Called after training ended.
-  virtual void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
-                              size_t participants) = 0;
+  // evaluated once). Called after training ended. `settled`: final as far as the node can
+  // tell; a provisional one is followed by the same `params` settled, or by a new result.
+  virtual void AdoptConsensus(std::shared_ptr<const std::vector<float>> params, size_t participants,
+                              bool settled) = 0;
   // Peer models mixed in chunk by chunk so far, in whole models (ChunkMixer::models_mixed).
   virtual double ModelsMixed() const { return 0; }
   // Inputs of this trainer rejected, by reason (merged into status rejected_by_reason).
@@ -328,8 +329,8 @@ class BuiltinTrainer : public Trainer {
   double ModelsMixed() const override { return mixer_.models_mixed(); }
   learn::RobustReport Robust() const override { return mixer_.Robust(); }
   void Adopt(std::vector<float> params, uint64_t step) override;
-  void AdoptConsensus(std::shared_ptr<const std::vector<float>> params,
-                      size_t participants) override;
+  void AdoptConsensus(std::shared_ptr<const std::vector<float>> params, size_t participants,
+                      bool settled) override;
   std::optional<Snapshot> TakeSnapshot() override;
   void SetSyncEvery(int steps) override;
   TrainerState state() const override;

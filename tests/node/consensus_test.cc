@@ -2,9 +2,12 @@
 // stop at --steps end with one model, bit for bit the average of their final models; a node
 // (the leader among them) failing during it leaves the others agreeing all the same.
 #include <catch2/catch.hpp>
+#include <memory>
 #include <set>
+#include <vector>
 
 #include "learn/mixing.h"
+#include "node/consensus.h"
 #include "tests/node/mesh_harness.h"
 
 using meshtrain::testing::Mesh;
@@ -150,4 +153,33 @@ TEST_CASE("consensus: the status names of the phases stay as they were", "[node]
   CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kReducing)) == "reducing");
   CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kServing)) == "serving");
   CHECK(std::string(ConsensusPhaseName(ConsensusPhase::kAdopted)) == "adopted");
+}
+
+TEST_CASE("consensus: a provisional result is settled once, or after the give-up",
+          "[node][consensus]") {
+  // finish() returns a result only once TakeSettled said so: the leader's result averages as
+  // many participants as our view counts, or our view never agreed within the give-up.
+  using meshtrain::node::Consensus;
+  auto model = [](float v) { return std::make_shared<const std::vector<float>>(4, v); };
+  Consensus cs;
+  cs.SetParticipants({"a", "b", "c"}, {}, /*spectator=*/false, 0);  // we are b; a leads
+  cs.OnOffer("a", model(1), /*covers=*/2);  // the leader missed c
+  REQUIRE(cs.AdoptOffer());
+  CHECK_FALSE(cs.Settled());
+  CHECK_FALSE(cs.TakeSettled(1000, 30000));
+  CHECK_FALSE(cs.TakeSettled(30999, 30000));
+  CHECK(cs.TakeSettled(31000, 30000));  // given up waiting: final as it stands
+  CHECK_FALSE(cs.TakeSettled(31001, 30000));
+  cs.OnOffer("a", model(2), /*covers=*/3);  // the leader's next result covers all three
+  REQUIRE(cs.AdoptOffer());
+  CHECK(cs.TakeSettled(31002, 30000));
+  CHECK_FALSE(cs.TakeSettled(31003, 30000));  // once per result
+  // A view that shrinks to the leader's settles the result it holds.
+  Consensus later;
+  later.SetParticipants({"a", "b", "c"}, {}, false, 0);
+  later.OnOffer("a", model(3), 2);
+  REQUIRE(later.AdoptOffer());
+  CHECK_FALSE(later.TakeSettled(100, 30000));
+  later.SetParticipants({"a", "b"}, {}, false, 200);
+  CHECK(later.TakeSettled(300, 30000));
 }

@@ -339,6 +339,8 @@ void Mesh::Execute(size_t i) {
       At(now_ + 1, [this, i, in] { Feed(i, std::move(*in)); });
     } else if (auto* ac = std::get_if<node::AdoptConsensus>(&o)) {
       Peer& p = *peers_[i];
+      if (ac->params.get() == p.consensus_params) continue;  // the same result, now settled
+      p.consensus_params = ac->params.get();
       if (p.task && ac->params->size() == static_cast<size_t>(p.task->params().size())) {
         p.task->params() = Eigen::Map<const Eigen::VectorXf>(
             ac->params->data(), static_cast<Eigen::Index>(ac->params->size()));

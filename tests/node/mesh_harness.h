@@ -54,7 +54,7 @@ struct MeshOptions {
   uint32_t chunk_floats = wire::kParamChunkFloats;
   // Connects from this node fail at once (EMFILE-like): the close is the next input.
   size_t refuse_connects_from = ~size_t{0};
-  int64_t push_pull_ms = 2000;  // SWIM push-pull interval (the agents' local profile: 15000)
+  int64_t push_pull_ms = 2000;        // SWIM push-pull interval (the agents' local profile: 15000)
   int64_t consensus_hold_ms = 60000;  // NodeConfig::consensus_hold_ms (--trainer-grace)
   // Capacity probes (NodeConfig::capacity_probe_interval_ms; 0 = off) and each node's link
   // capacity, MB/s both ways: a probe train from i to j measures min(link[i], link[j]). Empty:
@@ -126,6 +126,7 @@ class Mesh {
     int64_t idle_since = -1;   // end of the last step, while no next one computes
     double idle_ms = 0;
     int consensus_adoptions = 0;
+    const void* consensus_params = nullptr;  // the last one adopted (a settle repeats it)
     std::vector<float> final_params;
   };
   struct Conn {  // one TCP connection: (node a, id at a) <-> (node b, id at b)
