@@ -19,6 +19,9 @@ reachable addresses at the end (members, through the CLI), the suspect and faile
 agents' `status` → `nat.unconfirmed_holds`, summed: probes of an address not confirmed yet,
 docs/design.md "NAT and relays"); then the totals.
 
+With --load N, N busy loops (one core each) run beside the agents for all runs, started and
+stopped by this bench (by PID). Each row also gives the 1-minute load average at the run's end.
+
 Exit status 0 when the runs completed (whatever the counts), 2 on setup failure, 77 when no bed
 can be built here.
 """
@@ -26,6 +29,7 @@ import argparse
 import os
 import random
 import re
+import subprocess
 import sys
 import time
 
@@ -54,9 +58,12 @@ def parse_args():
     p.add_argument("--task", default="none", help="the agents' --task")
     p.add_argument("--profile", default="lan", help="the agents' --profile")
     p.add_argument("--seed", type=int, default=1, help="start orders and offsets")
+    p.add_argument("--load", type=int, default=0,
+                   help="CPU hogs (busy Python loops) this bench starts for the runs and stops "
+                        "by PID after them, to see the agents under load")
     a = p.parse_args()
-    if a.public < 1 or a.runs < 1 or a.duration <= 0 or a.spread < 0:
-        p.error("need --public >= 1, --runs >= 1, --duration > 0, --spread >= 0")
+    if a.public < 1 or a.runs < 1 or a.duration <= 0 or a.spread < 0 or a.load < 0:
+        p.error("need --public >= 1, --runs >= 1, --duration > 0, --spread >= 0, --load >= 0")
     return a
 
 
@@ -112,7 +119,28 @@ def run_one(a, binary, emu, workdir, rng, tag):
                 if m.group(2) != "alive again":
                     about.add(m.group(1))
     return {"order": [names[i] for i in order], "started_s": started, "formed": ok,
-            "exited": exited, "about": sorted(about), "holds": holds, **counts}
+            "exited": exited, "about": sorted(about), "holds": holds, "load": load_average(),
+            **counts}
+
+
+def load_average():
+    """The 1-minute load average now (what else the machine ran), or None."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def start_hogs(n):
+    """n busy loops (one core each), stopped by stop_hogs with their PIDs."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def stop_hogs(hogs):
+    for h in hogs:
+        h.kill()
+        h.wait()
 
 
 def main():
@@ -128,22 +156,28 @@ def main():
     print(f"logs: {logdir}", flush=True)
     rng = random.Random(a.seed)
     rows, results = [], []
-    for r in range(a.runs):
-        res = run_one(a, binary, emu, os.path.join(logdir, f"run{r + 1}"), rng, f"nj{r}")
-        results.append(res)
-        row = [r + 1, " ".join(res["order"]), f"{res['started_s']:.2f}",
-               "yes" if res["formed"] else "NO", res["suspect"], res["failed"],
-               res["alive again"], ",".join(res["about"]) or "-", res["holds"],
-               ",".join(res["exited"]) or "-"]
-        rows.append(row)
-        print(f"  run {r + 1}: {row}", flush=True)
+    hogs = start_hogs(a.load)
+    try:
+        for r in range(a.runs):
+            res = run_one(a, binary, emu, os.path.join(logdir, f"run{r + 1}"), rng, f"nj{r}")
+            results.append(res)
+            row = [r + 1, " ".join(res["order"]), f"{res['started_s']:.2f}",
+                   "yes" if res["formed"] else "NO", res["suspect"], res["failed"],
+                   res["alive again"], ",".join(res["about"]) or "-", res["holds"],
+                   ",".join(res["exited"]) or "-",
+                   "-" if res["load"] is None else f"{res['load']:.1f}"]
+            rows.append(row)
+            print(f"  run {r + 1}: {row}", flush=True)
+    finally:
+        stop_hogs(hogs)
     print()
     print(f"{a.public} public, {a.cone} cone-NATed, {a.symmetric} symmetric-NATed hosts on the "
           f"namespace bed ({2 * (2 * a.delay):g} ms RTT, 100 Mbit/s), all started within "
           f"{a.spread:g} s, --task {a.task}, --profile {a.profile}; {a.runs} runs of "
-          f"{a.duration:g} s (seed {a.seed})")
+          f"{a.duration:g} s (seed {a.seed}), {a.load} CPU hogs on {os.cpu_count()} cores")
     print(bl.table(["run", "start order", "last start s", "all alive at end", "suspect",
-                    "failed", "alive again", "about", "probes held", "exited"], rows))
+                    "failed", "alive again", "about", "probes held", "exited", "load 1 min"],
+                   rows))
     tot = {k: sum(x[k] for x in results) for k in ("suspect", "failed", "alive again")}
     bad_runs = sum(1 for x in results if x["suspect"] or x["failed"])
     print(f"total: {tot['suspect']} suspect, {tot['failed']} failed, {tot['alive again']} alive "

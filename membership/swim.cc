@@ -84,18 +84,7 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
   }
   if (!corrections.empty()) s.SendPacket(reply_to, std::monostate{}, std::move(corrections));
   if (const auto* ind = std::get_if<IndirectPingMsg>(&packet.primary)) {
-    const uint32_t seq = s.NextSeq();
-    Relay r;
-    r.origin_addr = reply_to;
-    r.origin_seq = ind->seq;
-    r.want_nack = ind->want_nack;
-    r.nack_at =
-        now + static_cast<TimeMs>(kNackFraction * static_cast<double>(s.cfg_.probe_timeout));
-    r.expire_at = now + s.cfg_.probe_timeout;
-    s.relays_.emplace(seq, std::move(r));
-    s.no_direct_ = true;
-    s.SendPacket(ind->target_addr, PingMsg{seq, ind->target});
-    s.no_direct_ = false;
+    s.OnIndirectPing(*ind, reply_to);
   } else if (const auto* reg = std::get_if<RelayRegisterMsg>(&packet.primary)) {
     s.OnRelayRegister(*reg, packet, from_addr);
   } else if (const auto* ack = std::get_if<AckMsg>(&packet.primary)) {
@@ -113,13 +102,15 @@ void Swim::HandlePacket(const std::string& from_addr, const Packet& packet, Time
       if (s.cfg_.nat && !ack->observed.empty()) s.NoteObserved(packet.from, ack->observed);
       const Relay r = std::move(it->second);
       s.relays_.erase(it);
-      s.SendPacket(r.origin_addr, AckMsg{r.origin_seq, std::string()});
+      s.EndIndirectPing(r);
+      s.SendPacket(r.origin_addr, AckMsg{r.origin_seq, std::string()}, s.TargetNews(packet.from));
     }
   } else if (const auto* nack = std::get_if<NackMsg>(&packet.primary)) {
     if (s.relay_.awaiting && nack->seq == s.relay_.seq) {
       s.OnRelayNack(packet.from);
     } else if (s.probe_.active && nack->seq == s.probe_.seq) {
       ++s.probe_.nacks;
+      if (packet.from == s.probe_.via_relay) s.probe_.relay_nacked = true;
     }
   }
 }
@@ -214,15 +205,21 @@ void Swim::Tick(TimeMs now) {
   for (auto it = s.relays_.begin(); it != s.relays_.end();) {
     Relay& r = it->second;
     if (r.want_nack && !r.nack_sent && now >= r.nack_at) {
-      r.nack_sent = true;
-      s.SendPacket(r.origin_addr, NackMsg{r.origin_seq});
+      if (s.Late(r.nack_at)) {
+        // We were not running when it was due: the target's ack may be waiting unread.
+        r.nack_at = now + 1;
+        r.expire_at = std::max(r.expire_at, now + 1);
+      } else {
+        r.nack_sent = true;
+        s.SendPacket(r.origin_addr, NackMsg{r.origin_seq});
+      }
     }
     it = now >= r.expire_at ? s.relays_.erase(it) : std::next(it);
   }
   if (s.probe_.active && !s.probe_.indirect_sent && now >= s.probe_.timeout_at) {
     s.SendIndirectPings();
   }
-  if (s.probe_.active && now >= s.probe_.deadline) s.ProbeFailed();
+  if (s.probe_.active && now >= s.probe_.deadline) s.ProbeDue();
   if (!s.left_ && now >= s.next_probe_) s.StartProbe();
   if (now >= s.next_discover_) s.Discover(/*retry=*/true);
   s.RelayTick();

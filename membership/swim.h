@@ -208,6 +208,9 @@ struct Stats {
   // Failed probes that made no suspicion: the target's address was unconfirmed, or it moved
   // while the probe was out (Config::unconfirmed_grace_intervals).
   uint64_t unconfirmed_holds = 0;
+  // Failed probes of a relayed member that made no suspicion: its relay, asked to ping it too,
+  // did not answer (Swim::Impl::ProbeFailed).
+  uint64_t relay_holds = 0;
   // Relays. As a relay: registrations accepted, frames and their bytes forwarded,
   // refusals by reason (RelayVerdict, and registrations refused: kNotServing, kNotMember, kLoop).
   uint64_t relay_registrations = 0;

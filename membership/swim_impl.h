@@ -98,6 +98,10 @@ struct Probe {
   TimeMs timeout_at = 0;  // direct ack deadline; then indirect pings
   TimeMs deadline = 0;    // end of the probe interval; then suspect the target
   bool indirect_sent = false;
+  bool waited = false;  // its late verdict waited a turn (Swim::Impl::ProbeDue)
+  // A relayed target's relay, asked to ping it (SendIndirectPings), and whether it nacked.
+  std::string via_relay;
+  bool relay_nacked = false;
   int expected_nacks = 0;
   int nacks = 0;
   std::string addr;  // where the target was when the probe started, and through which relay
@@ -175,9 +179,34 @@ struct Swim::Impl {
   NodeState* NextProbeTarget();
   void StartProbe();
   void SendIndirectPings();
+  // The probe's deadline passed: its verdict (ProbeFailed), unless we were not running then.
+  // Under CPU load the driver's timer fires late, before it reads the datagrams that came
+  // meanwhile (the agent's libuv loop runs due timers, then polls sockets): an ack that arrived
+  // in time may be waiting unread. A phase of the probe that starts more than kLateFraction of
+  // the probe timeout after it was due is given its full length from when it starts, and a
+  // verdict that late waits one turn (1 ms) for what arrived.
+  void ProbeDue();
+  static constexpr TimeMs kLateFraction = 10;  // late = more than probe_timeout / 10 past due
+  bool Late(TimeMs due) const { return now_ - due > cfg_.probe_timeout / kLateFraction; }
+  // Moves the probe's deadline to `deadline` (never earlier), and the next probe with it.
+  void DelayProbe(TimeMs deadline);
   void ProbeFailed();
+  // The relay our datagrams to `st` cross (with nat): its relay unless that is us, or ours
+  // when we are relayed and `st` is behind NAT; null if none, or that relay is not live.
+  NodeState* RelayOf(const NodeState& st);
   // `direct`: the target's own ack (not an intermediary's): its address answers us.
   void ProbeSucceeded(bool direct);
+  // A ping-req from the origin at `reply_to`: ping the target for it. When the origin names
+  // another address than the one we know the target at, one of us missed a move (news of a
+  // member behind NAT that moved while the other sat at an address nobody reached): we ping it
+  // at ours too, and send the origin our alive message for it (taken if newer).
+  void OnIndirectPing(const IndirectPingMsg& ind, const std::string& reply_to);
+  // The target answered ping-req `r`: its other ping for the same request has nothing to do.
+  void EndIndirectPing(const Relay& r);
+  // What we know of `target`, for the origin of a ping-req we answer (with nat): the origin's
+  // direct ping went unanswered, so its view of where the target is may be stale (a move it
+  // missed), and our alive message corrects it (taken only as a newer incarnation).
+  std::vector<Update> TargetNews(const std::string& target) const;
 
   // ---- dissemination ----
   int RetransmitLimit() const {

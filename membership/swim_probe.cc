@@ -44,15 +44,28 @@ void Swim::Impl::StartProbe() {
 
 void Swim::Impl::SendIndirectPings() {
   probe_.indirect_sent = true;
+  // Late (we were not running at the timeout): the indirect phase still gets its full length.
+  if (Late(probe_.timeout_at)) DelayProbe(now_ + (probe_.deadline - probe_.timeout_at));
   NodeState* target = FindState(probe_.target);
   if (target == nullptr) {
     probe_.active = false;
     return;
   }
-  auto peers =
-      RandomNodes(static_cast<size_t>(std::max(0, cfg_.indirect_checks)), [&](const NodeState* st) {
-        return st != self_ && st != target && st->m.status == Status::kAlive;
-      });
+  const size_t k = static_cast<size_t>(std::max(0, cfg_.indirect_checks));
+  auto peers = RandomNodes(k, [&](const NodeState* st) {
+    return st != self_ && st != target && st->m.status == Status::kAlive;
+  });
+  // A relayed target (not ours), or one we reach through our own relay: every path to it but a
+  // direct return path crosses that relay, so the relay is always one of the intermediaries,
+  // and only its nack (it is up and did not hear from the target either) makes the probe
+  // count (ProbeFailed).
+  if (NodeState* relay = RelayOf(*target); relay != nullptr && k > 0) {
+    probe_.via_relay = relay->m.name;
+    if (std::find(peers.begin(), peers.end(), relay) == peers.end()) {
+      if (peers.size() == k) peers.pop_back();
+      peers.push_back(relay);
+    }
+  }
   // The direct return path to a relayed target went unanswered: drop it, and ping again
   // through the target's relay (its ack comes straight back to us).
   if (direct_.erase(target->m.name) > 0) {
@@ -63,6 +76,54 @@ void Swim::Impl::SendIndirectPings() {
     SendPacket(peer->m.addr, IndirectPingMsg{probe_.seq, target->m.name, target->m.addr, true});
     ++probe_.expected_nacks;
     ++stats_.indirect_probes;
+  }
+}
+
+void Swim::Impl::OnIndirectPing(const IndirectPingMsg& ind, const std::string& reply_to) {
+  auto ping = [&](const std::string& addr, bool want_nack) {
+    Relay r;
+    r.origin_addr = reply_to;
+    r.origin_seq = ind.seq;
+    r.want_nack = want_nack;
+    r.nack_at = now_ + static_cast<TimeMs>(kNackFraction * static_cast<double>(cfg_.probe_timeout));
+    r.expire_at = now_ + cfg_.probe_timeout;
+    const uint32_t seq = NextSeq();
+    relays_.emplace(seq, std::move(r));
+    // Through a relayed target's relay, even when a direct path to it is fresh (the path the
+    // origin's probe failed on may be the one that broke).
+    no_direct_ = true;
+    SendPacket(addr, PingMsg{seq, ind.target});
+    no_direct_ = false;
+  };
+  ping(ind.target_addr, ind.want_nack);
+  // The origin's address for the target is not ours. A member that moved behind NAT (to its
+  // reflexive address, or to a relay) announced it while the origin, or we, sat at an address
+  // nobody reached (its own inner one, before it moved), and gossip's budget may be spent before
+  // it gets there; a member that missed the news keeps probing the old address, and once the
+  // unconfirmed grace is over it would suspect a live member. Our copy may be the newer one:
+  // the target answers there, and our alive message corrects the origin's view (it takes it
+  // only as a newer incarnation). If ours is the older one, both are ignored.
+  std::vector<Update> news = TargetNews(ind.target);
+  if (news.empty() || std::get<AliveMsg>(news.front()).addr == ind.target_addr) return;
+  ping(std::get<AliveMsg>(news.front()).addr, false);
+  SendPacket(reply_to, std::monostate{}, std::move(news), false);
+}
+
+std::vector<Update> Swim::Impl::TargetNews(const std::string& target) const {
+  const auto it = map_.find(target);
+  if (!cfg_.nat || it == map_.end() || it->second.get() == self_ ||
+      it->second->m.status != Status::kAlive) {
+    return {};
+  }
+  const Member& m = it->second->m;
+  return {AliveMsg{m.name, m.addr, m.incarnation, m.meta}};
+}
+
+void Swim::Impl::EndIndirectPing(const Relay& r) {
+  for (auto it = relays_.begin(); it != relays_.end();) {
+    const bool sibling =
+        it->second.origin_seq == r.origin_seq && it->second.origin_addr == r.origin_addr;
+    it = sibling ? relays_.erase(it) : std::next(it);
   }
 }
 
@@ -80,12 +141,48 @@ bool Swim::Impl::HoldProbe(const NodeState& st) const {
   return probe_.unconfirmed || st.m.addr != probe_.addr || st.m.meta.relay != probe_.relay;
 }
 
+void Swim::Impl::DelayProbe(TimeMs deadline) {
+  probe_.deadline = std::max(probe_.deadline, deadline);
+  next_probe_ = std::max(next_probe_, probe_.deadline);
+}
+
+void Swim::Impl::ProbeDue() {
+  if (!probe_.waited && Late(probe_.deadline)) {
+    probe_.waited = true;
+    DelayProbe(now_ + 1);
+    return;
+  }
+  ProbeFailed();
+}
+
+NodeState* Swim::Impl::RelayOf(const NodeState& st) {
+  if (!cfg_.nat || st.m.meta.relay == cfg_.name) return nullptr;
+  std::string name = st.m.meta.relay;
+  // We are relayed, and reach a member behind (cone) NAT through our own relay (RouteFor).
+  if (name.empty() && st.m.meta.reach == Reach::kNat && need_relay_ && relay_.registered) {
+    name = relay_.name;
+  }
+  if (name.empty()) return nullptr;
+  NodeState* relay = FindState(name);
+  return relay != nullptr && relay != self_ && relay != &st && IsLive(relay->m.status) ? relay
+                                                                                       : nullptr;
+}
+
 void Swim::Impl::ProbeFailed() {
   probe_.active = false;
   if (const NodeState* target = FindState(probe_.target);
       target != nullptr && target->m.status == Status::kAlive && HoldProbe(*target)) {
     // The probe tested an address the member has not confirmed: no evidence about it, or us.
     ++stats_.unconfirmed_holds;
+    return;
+  }
+  if (const NodeState* relay = FindState(probe_.via_relay);
+      relay != nullptr && IsLive(relay->m.status) && !probe_.relay_nacked) {
+    // The relayed target's relay, not failed as far as we know, said nothing (it is slow: a
+    // process starved of CPU; or it died, and the target takes another relay within two
+    // keepalive periods): no evidence about the target. Once the relay is found failed, probes
+    // count again.
+    ++stats_.relay_holds;
     return;
   }
   // Lifeguard: missing nacks mean our own network path is suspect, not only the target; with
