@@ -164,7 +164,10 @@ json NatJson(const StatusInputs& in) {
           {"reflexive_moves", s.reflexive_moves},
           // Failed probes that started no suspicion: an unconfirmed address, or a member that
           // moved while the probe was out (membership::Config::unconfirmed_grace_intervals).
-          {"unconfirmed_holds", s.unconfirmed_holds}};
+          {"unconfirmed_holds", s.unconfirmed_holds},
+          // Failed probes of a relayed member whose relay did not say it could not reach it
+          // either (a slow relay is no dead member): held, no suspicion.
+          {"relay_holds", s.relay_holds}};
 }
 
 // What was refused, by reason (rejected_by_reason); *total: their sum (rejected_packets).
