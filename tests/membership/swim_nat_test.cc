@@ -18,22 +18,17 @@
 
 #include "membership/lifeguard.h"
 #include "membership/swim.h"
+#include "tests/membership/nat_routers.h"
 
 namespace meshtrain::membership {
 namespace {
 
-enum class Nat { kNone, kCone, kSymmetric };
+using testing::Nat;
 
 class NatWire {
  public:
-  struct Host {
-    std::string name;
-    std::string inner;   // the address the node is configured with
-    std::string router;  // its router's public IP (NAT only)
-    Nat nat = Nat::kNone;
+  struct Host : testing::NatHost {
     std::unique_ptr<Swim> swim;
-    std::set<std::string> open;                // remote addresses it sent to (NAT only)
-    std::map<std::string, std::string> ports;  // symmetric: destination -> public address
     std::vector<Event> events;
     bool dead = false;                // stopped: not ticked, receives nothing
     bool lose_registrations = false;  // its relay registrations are lost on the way
@@ -43,11 +38,8 @@ class NatWire {
             const std::function<void(Config&)>& tweak = nullptr) {
     auto h = std::make_unique<Host>();
     h->name = name;
-    h->nat = nat;
     const size_t i = hosts_.size() + 1;
-    h->inner = (nat == Nat::kNone ? "10.0.0." : "192.168." + std::to_string(i) + ".") +
-               std::to_string(nat == Nat::kNone ? i : 2) + ":7950";
-    h->router = "203.0.113." + std::to_string(i);
+    h->Place(nat, i);
     Config c = Config::Local();
     c.name = name;
     c.addr = h->inner;
@@ -67,30 +59,13 @@ class NatWire {
     return nullptr;
   }
   // The address `h` is seen at by `to` (its router's mapping for a NATed host).
-  std::string SourceFor(Host& h, const std::string& to) {
-    if (h.nat == Nat::kNone) return h.inner;
-    if (h.nat == Nat::kCone) return h.router + ":7950";
-    auto it = h.ports.find(to);
-    if (it == h.ports.end()) {
-      it = h.ports.emplace(to, h.router + ":" + std::to_string(40000 + h.ports.size())).first;
-    }
-    return it->second;
-  }
+  std::string SourceFor(Host& h, const std::string& to) { return h.SourceFor(to); }
   // The host a datagram to `addr` from `src` reaches, or null (no route, filtered).
   Host* Route(const std::string& addr, const std::string& src) {
     for (auto& h : hosts_) {
-      if (h->dead) continue;
-      if (h->nat == Nat::kNone && h->inner == addr) return h.get();
-      if (h->nat == Nat::kCone && addr == h->router + ":7950") {
-        return h->open.count(src) ? h.get() : nullptr;
-      }
-      if (h->nat == Nat::kSymmetric) {
-        for (const auto& [dst, pub] : h->ports) {
-          if (pub == addr && dst == src) return h.get();
-        }
-      }
+      if (!h->dead && h->Admits(addr, src)) return h.get();
     }
-    return nullptr;  // inner addresses of NATed hosts are not routed
+    return nullptr;
   }
 
   void Pump() {

@@ -15,11 +15,12 @@
 #include <vector>
 
 #include "membership/swim.h"
+#include "tests/membership/nat_routers.h"
 
 namespace meshtrain::membership {
 namespace {
 
-enum class Nat { kNone, kCone, kSymmetric };
+using testing::Nat;
 
 class TimedWire {
  public:
@@ -31,14 +32,8 @@ class TimedWire {
     bool at_relay = false;
     Packet packet;
   };
-  struct Host {
-    std::string name;
-    std::string inner;
-    std::string router;
-    Nat nat = Nat::kNone;
+  struct Host : testing::NatHost {
     std::unique_ptr<Swim> swim;
-    std::set<std::string> open;
-    std::map<std::string, std::string> ports;
     std::deque<Delivery> inbox;  // in arrival order
     std::vector<Event> events;
     std::vector<std::pair<TimeMs, TimeMs>> stalls;  // [from, to): runs nothing
@@ -55,11 +50,8 @@ class TimedWire {
   Swim& Add(const std::string& name, Nat nat, Config c) {
     auto h = std::make_unique<Host>();
     h->name = name;
-    h->nat = nat;
     const size_t i = hosts_.size() + 1;
-    h->inner = (nat == Nat::kNone ? "10.0.0." : "192.168." + std::to_string(i) + ".") +
-               std::to_string(nat == Nat::kNone ? i : 2) + ":7950";
-    h->router = "203.0.113." + std::to_string(i);
+    h->Place(nat, i);
     c.name = name;
     c.addr = h->inner;
     c.nat = true;
@@ -77,26 +69,10 @@ class TimedWire {
   }
   Swim& Get(const std::string& name) { return *Find(name)->swim; }
 
-  std::string SourceFor(Host& h, const std::string& to) {
-    if (h.nat == Nat::kNone) return h.inner;
-    if (h.nat == Nat::kCone) return h.router + ":7950";
-    auto it = h.ports.find(to);
-    if (it == h.ports.end()) {
-      it = h.ports.emplace(to, h.router + ":" + std::to_string(40000 + h.ports.size())).first;
-    }
-    return it->second;
-  }
+  std::string SourceFor(Host& h, const std::string& to) { return h.SourceFor(to); }
   Host* Route(const std::string& addr, const std::string& src) {
     for (auto& h : hosts_) {
-      if (h->nat == Nat::kNone && h->inner == addr) return h.get();
-      if (h->nat == Nat::kCone && addr == h->router + ":7950") {
-        return h->open.count(src) ? h.get() : nullptr;
-      }
-      if (h->nat == Nat::kSymmetric) {
-        for (const auto& [dst, pub] : h->ports) {
-          if (pub == addr && dst == src) return h.get();
-        }
-      }
+      if (h->Admits(addr, src)) return h.get();
     }
     return nullptr;
   }
