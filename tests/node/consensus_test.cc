@@ -1,13 +1,14 @@
 // The end-of-training consensus (node/node_consensus.cc) in virtual time: nodes that
 // stop at --steps end with one model, bit for bit the average of their final models; a node
 // (the leader among them) failing during it leaves the others agreeing all the same.
+#include "node/consensus.h"
+
 #include <catch2/catch.hpp>
 #include <memory>
 #include <set>
 #include <vector>
 
 #include "learn/mixing.h"
-#include "node/consensus.h"
 #include "tests/node/mesh_harness.h"
 
 using meshtrain::testing::Mesh;
@@ -163,7 +164,7 @@ TEST_CASE("consensus: a provisional result is settled once, or after the give-up
   auto model = [](float v) { return std::make_shared<const std::vector<float>>(4, v); };
   Consensus cs;
   cs.SetParticipants({"a", "b", "c"}, {}, /*spectator=*/false, 0);  // we are b; a leads
-  cs.OnOffer("a", model(1), /*covers=*/2);  // the leader missed c
+  cs.OnOffer("a", model(1), /*covers=*/2);                          // the leader missed c
   REQUIRE(cs.AdoptOffer());
   CHECK_FALSE(cs.Settled());
   CHECK_FALSE(cs.TakeSettled(1000, 30000));
