@@ -215,8 +215,8 @@ void AddSyncOptions(CLI::App* a, daemon::AgentConfig& c) {
   a->add_option("--outer-momentum", c.outer_momentum,
                 "Outer Nesterov momentum (default 0.9; only with --outer nesterov)");
   AddChoice(a, "--robust", c.robust, daemon::kOnOffNames,
-            "on: each peer's model (or chunk) is judged by its distance to this node's own "
-            "before it is mixed (centered clipping, ClippedGossip): clipped or refused beyond "
+            "on: each peer's model (or chunk) is judged by its distance to this node's last "
+            "mix before it is mixed (centered clipping, ClippedGossip): clipped or refused beyond "
             "a radius that follows the mesh's recent distances; senders clipped again and "
             "again are flagged in members and quarantined; the end consensus is taken around "
             "the final models' coordinate-wise median");

@@ -80,15 +80,18 @@ double RobustJudge::Radius(double ref_norm) const {
   return std::max(kClipMedians * median, kFloor * ref_norm);
 }
 
-RobustVerdict RobustJudge::Judge(const std::string& from, double distance, double ref_norm) {
+RobustVerdict RobustJudge::Judge(const std::string& from, double distance, double ref_norm,
+                                 double share) {
+  share = std::clamp(share, 0.0, 1.0);
   const double tau = Radius(ref_norm);
   last_radius_ = tau;
   RobustVerdict v = Verdict(distance, tau);
   PeerJudgment& p = peers_[from];
   const bool bad = v.kind != RobustVerdict::kAccept;
-  p.bad_share = kBadDecay * p.bad_share + (1 - kBadDecay) * (bad ? 1 : 0);
-  const uint64_t judged = p.accepted + p.clipped + p.refused + 1;
-  if (judged >= kFlagAfter) p.flagged = p.bad_share >= kFlagAt;
+  const double a = (1 - kBadDecay) * share;
+  p.bad_share = (1 - a) * p.bad_share + a * (bad ? 1 : 0);
+  p.models += share;
+  if (p.models >= kFlagAfter) p.flagged = p.bad_share >= kFlagAt;
   if (std::isfinite(distance)) {
     p.last_distance = distance;
     recent_.push_back(distance);

@@ -1,15 +1,20 @@
 // Robust mixing (docs/design.md "Robust mixing"): each received model, or each chunk of one, is
-// judged by its distance to the receiver's own model before it is mixed, as in centered clipping
-// (He, Karimireddy, Jaggi 2022, "Byzantine-robust decentralized learning via ClippedGossip"):
+// judged by its distance to a reference before it is mixed, as in centered clipping
+// (Karimireddy, He, Jaggi 2021; He, Karimireddy, Jaggi 2022, "Byzantine-robust decentralized
+// learning via ClippedGossip"): the daemon's reference is the model its last mix made (where the
+// mesh last stood), so the distance is how far the sender went since (daemon/trainer/
+// chunk_mixer.h).
 //   r <= tau:            mixed as it is;
 //   tau < r <= 4 tau:    clipped: ref + (x - ref) * tau / r is mixed instead of x;
 //   r > 4 tau:           refused (not mixed at all),
-// with the radius tau = 4 x the median of the last 48 distances judged (all senders), at least
+// with the radius tau = 2 x the median of the last 48 distances judged (all senders), at least
 // 1e-3 x the reference's norm. A chunk of len floats of a model of total floats is judged on its
-// distance scaled to the whole model, r = |x - ref| * sqrt(total / len). A sender whose
+// distance scaled to the whole model, r = |x - ref| * sqrt(total / len), and counts as
+// len / total of a judgment below (a model's chunks rise and fall together). A sender whose
 // judgments are clipped or refused again and again (an exponential average of them, 1 for each
-// clipped or refused, at 0.5 or more after at least 4) is flagged, and while flagged its chunks
-// are refused (quarantine); it is judged on, and a run of accepted judgments lifts the flag.
+// clipped or refused, at 0.5 or more after at least 4 models' worth) is flagged, and while
+// flagged its chunks are refused (quarantine); it is judged on, and a run of accepted judgments
+// lifts the flag.
 //
 // RobustAverageModels is the same rule for the end-of-training consensus, around the
 // coordinate-wise median of the final models instead of the receiver's own.
@@ -52,7 +57,8 @@ struct PeerJudgment {
   uint64_t clipped = 0;
   uint64_t refused = 0;  // beyond 4 tau, or while flagged
   double last_distance = 0;
-  double bad_share = 0;  // exponential average (1/4) of clipped-or-refused judgments
+  double bad_share = 0;  // exponential average (1/4 a model) of clipped-or-refused judgments
+  double models = 0;     // judged, in models (a chunk counts as its share of the model)
   bool flagged = false;
 };
 
@@ -64,18 +70,19 @@ struct RobustReport {
 
 class RobustJudge {
  public:
-  static constexpr double kClipMedians = 4;  // tau = this x the median recent distance
+  static constexpr double kClipMedians = 2;  // tau = this x the median recent distance
   static constexpr double kRefuseRadii = 4;  // refused beyond this x tau
   static constexpr double kFloor = 1e-3;     // tau >= this x |ref|
   static constexpr size_t kWindow = 48;      // distances the median is taken over
   static constexpr size_t kWarmup = 6;       // distances seen before anything is clipped
   static constexpr double kBadDecay = 0.75;  // bad_share <- 0.75 bad_share + 0.25 [bad]
   static constexpr double kFlagAt = 0.5;
-  static constexpr uint64_t kFlagAfter = 4;  // judgments of a sender before it can be flagged
+  static constexpr double kFlagAfter = 4;  // models judged of a sender before it can be flagged
 
   // Judges `from`'s model (or chunk) at distance `distance` from the reference, whose norm is
-  // `ref_norm` (both scaled to the whole model). Non-finite distances are refused.
-  RobustVerdict Judge(const std::string& from, double distance, double ref_norm);
+  // `ref_norm` (both scaled to the whole model); `share` is the chunk's share of the model (1: a
+  // whole model). Non-finite distances are refused.
+  RobustVerdict Judge(const std::string& from, double distance, double ref_norm, double share = 1);
   // tau for a reference of norm ref_norm (0 during the warm-up).
   double Radius(double ref_norm) const;
   const std::map<std::string, PeerJudgment>& peers() const { return peers_; }

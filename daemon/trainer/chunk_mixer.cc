@@ -127,11 +127,7 @@ void ChunkMixer::Run() {
 }
 
 bool ChunkMixer::JudgeChunk(const node::MixChunk& c, std::vector<float>* clipped) {
-  std::shared_ptr<const std::vector<float>> ref;
-  {
-    std::lock_guard<std::mutex> lock(ref_mu_);
-    ref = ref_;
-  }
+  const std::shared_ptr<const std::vector<float>> ref = JudgedAgainst(c.total);
   const size_t n = c.count();
   if (!ref || ref->size() != c.total || n == 0 || size_t{c.offset} + n > ref->size()) return true;
   const float* r = ref->data() + c.offset;
@@ -143,7 +139,7 @@ bool ChunkMixer::JudgeChunk(const node::MixChunk& c, std::vector<float>* clipped
   learn::RobustVerdict v;
   {
     std::lock_guard<std::mutex> lock(judge_mu_);
-    v = judge_.Judge(c.from, std::sqrt(d.diff2 * scale), std::sqrt(d.ref2 * scale));
+    v = judge_.Judge(c.from, std::sqrt(d.diff2 * scale), std::sqrt(d.ref2 * scale), 1 / scale);
   }
   if (v.kind == learn::RobustVerdict::kRefuse) return false;
   if (v.kind == learn::RobustVerdict::kClip) {
@@ -164,16 +160,27 @@ void ChunkMixer::SetReference(std::shared_ptr<const std::vector<float>> ref) {
   ref_ = std::move(ref);
 }
 
+std::shared_ptr<const std::vector<float>> ChunkMixer::JudgedAgainst(size_t n) const {
+  {
+    std::lock_guard<std::mutex> lock(center_mu_);
+    if (center_ && center_->size() == n) return center_;
+  }
+  std::lock_guard<std::mutex> lock(ref_mu_);
+  return ref_;
+}
+
 bool ChunkMixer::JudgeWhole(const std::string& from, const float* own, float* model, size_t n) {
   if (!robust() || n == 0) return true;
-  const learn::DiffNorms d = learn::DiffNorm2(model, own, n);
+  std::shared_ptr<const std::vector<float>> against = JudgedAgainst(n);
+  const float* ref = against && against->size() == n ? against->data() : own;
+  const learn::DiffNorms d = learn::DiffNorm2(model, ref, n);
   learn::RobustVerdict v;
   {
     std::lock_guard<std::mutex> lock(judge_mu_);
     v = judge_.Judge(from, std::sqrt(d.diff2), std::sqrt(d.ref2));
   }
   if (v.kind == learn::RobustVerdict::kRefuse) return false;
-  if (v.kind == learn::RobustVerdict::kClip) learn::ClipToward(model, own, v.scale, model, n);
+  if (v.kind == learn::RobustVerdict::kClip) learn::ClipToward(model, ref, v.scale, model, n);
   return true;
 }
 
@@ -195,6 +202,15 @@ size_t ChunkMixer::Apply(float* x, size_t n) {
   std::lock_guard<std::mutex> lock(sum_mu_);
   const uint64_t floats = sum_.window_floats();
   const size_t senders = sum_.Apply(x, n);
+  if (robust() && n > 0) {
+    // The center the next window's chunks are judged against. The buffer is reused unless a
+    // judgment still holds it (the lock keeps new holders out while it is rewritten).
+    std::lock_guard<std::mutex> center_lock(center_mu_);
+    if (!center_ || center_->size() != n || center_.use_count() > 1) {
+      center_ = std::make_shared<std::vector<float>>(n);
+    }
+    std::copy(x, x + n, center_->begin());
+  }
   if (senders > 0 && n > 0) {
     // Lock-free for readers: status reads these on the event loop, which must never wait for
     // this lock (held over a whole model by Apply).
@@ -217,6 +233,8 @@ void ChunkMixer::Clear() {
   }
   std::lock_guard<std::mutex> lock(sum_mu_);
   sum_.Clear();
+  std::lock_guard<std::mutex> center_lock(center_mu_);
+  center_.reset();  // the model was replaced: the old center says nothing of it
 }
 
 void ChunkMixer::Reserve(uint32_t total) {

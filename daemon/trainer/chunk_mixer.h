@@ -9,9 +9,13 @@
 // beyond is dropped and counted (its range is then not mixed from that sender this round).
 //
 // Robust mixing (SetRobust; docs/design.md "Robust mixing"): the mixer thread judges each chunk
-// against the same range of the reference (the receiver's newest snapshot of its own model,
-// SetReference) with learn::RobustJudge before folding it: as it is, clipped toward the
-// reference, or not at all. Without a reference of the model's size chunks are folded as they are.
+// against the same range of the center with learn::RobustJudge before folding it: as it is,
+// clipped toward the center, or not at all. The center is the model this node's last mix made
+// (Apply keeps a copy: one more model in memory while robust mixing is on), so a peer is judged
+// by how far it went from where the mesh last stood (its pseudo-gradient), not by how far it is
+// from this node's own model (which label-skewed shards pull apart). Before the first mix, and
+// after Clear, the reference (the receiver's newest snapshot of its own model, SetReference)
+// stands in. Without either of the model's size chunks are folded as they are.
 //
 // Thread-safety: Push from one thread (the loop); Apply, Clear, Drain, SetReference, JudgeWhole
 // and Robust from any thread.
@@ -56,7 +60,8 @@ class ChunkMixer {
   // Waits until every queued chunk has been folded (tests, and a MIX that must see all of a
   // transfer that has been acknowledged).
   void Drain();
-  // Mixes the sum into x[0, n) and starts a new window; returns the senders mixed in.
+  // Mixes the sum into x[0, n) and starts a new window; returns the senders mixed in. Robust: x
+  // after the mix becomes the center.
   size_t Apply(float* x, size_t n);
   // Forgets queued and folded chunks (the model was replaced).
   void Clear();
@@ -75,8 +80,9 @@ class ChunkMixer {
     std::lock_guard<std::mutex> lock(ref_mu_);
     return ref_ && ref_.get() == buffer;
   }
-  // Judges a whole model `from` sent against `own` (both n floats) when robust mixing is on:
-  // false when it is refused; a clipped model is clipped in place. Off: true.
+  // Judges a whole model `from` sent (n floats) against the center, or `own` before there is
+  // one, when robust mixing is on: false when it is refused; a clipped model is clipped in place.
+  // Off: true.
   bool JudgeWhole(const std::string& from, const float* own, float* model, size_t n);
   // What the judge has seen (on: whether robust mixing is on). Short lock: safe on the loop.
   learn::RobustReport Robust() const;
@@ -125,6 +131,11 @@ class ChunkMixer {
   std::atomic<bool> robust_{false};
   mutable std::mutex ref_mu_;
   std::shared_ptr<const std::vector<float>> ref_;  // guarded by ref_mu_
+  // Not ref_mu_: the loop takes that (IsReference), and a copy of the center is a model's pass.
+  mutable std::mutex center_mu_;
+  std::shared_ptr<std::vector<float>> center_;  // guarded by center_mu_
+  // The center when there is one of n floats, else the reference (or null).
+  std::shared_ptr<const std::vector<float>> JudgedAgainst(size_t n) const;
   mutable std::mutex judge_mu_;
   learn::RobustJudge judge_;  // guarded by judge_mu_
 

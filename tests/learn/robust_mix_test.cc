@@ -36,7 +36,7 @@ TEST_CASE("RobustJudge accepts the mesh's spread and clips or refuses beyond it"
     CHECK(j.Judge("p" + std::to_string(i % 3), 1.0 + 0.1 * (i % 3), 10).kind ==
           RobustVerdict::kAccept);
   }
-  CHECK(j.Radius(10) == Approx(4 * 1.1));
+  CHECK(j.Radius(10) == Approx(RobustJudge::kClipMedians * 1.1));
   // Honest spread: accepted, never flagged.
   for (int i = 0; i < 40; ++i) {
     CHECK(j.Judge("p" + std::to_string(i % 3), 0.8 + 0.2 * (i % 3), 10).kind ==
@@ -64,6 +64,22 @@ TEST_CASE("RobustJudge accepts the mesh's spread and clips or refuses beyond it"
   }
   CHECK(j.peers().at("bad").refused >= 4);
   CHECK(j.peers().at("bad").clipped == 1);
+}
+
+TEST_CASE("RobustJudge counts a model's chunks as one judgment", "[learn][robust]") {
+  RobustJudge j;
+  for (int i = 0; i < 12; ++i) j.Judge("p" + std::to_string(i % 3), 1.0, 10);
+  // One far model in four chunks: all four clipped, but a single model's worth of bad judgments
+  // does not flag its sender (as four whole models would).
+  for (int c = 0; c < 4; ++c) j.Judge("once", 1.0, 10, 0.25);
+  for (int c = 0; c < 4; ++c) CHECK(j.Judge("once", 3.0, 10, 0.25).kind == RobustVerdict::kClip);
+  CHECK(j.peers().at("once").models == Approx(2));
+  CHECK_FALSE(j.peers().at("once").flagged);
+  // Far model after model: flagged once there are enough of them.
+  for (int m = 0; m < 3; ++m) {
+    for (int c = 0; c < 4; ++c) j.Judge("once", 3.0, 10, 0.25);
+  }
+  CHECK(j.peers().at("once").flagged);
 }
 
 TEST_CASE("RobustJudge's radius has a floor relative to the reference's norm", "[learn][robust]") {
