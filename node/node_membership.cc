@@ -78,8 +78,15 @@ void Node::OnPeerChanged(const PeerRef& p, bool membership_changed, TimeMs now) 
   if (barrier_) {
     // The barrier follows membership as it changes: live, training peers with their steps; the
     // others leave it at once (docs/contract.md "Barriers"). No walk over the view per barrier run.
-    const bool changed = p.live && p.training ? barrier_->OnProgress(*p.name, p.step, now)
-                                              : barrier_->OnPeerRemoved(*p.name);
+    // The sampled policies (pbsp, pssp) also leave out a suspected peer until it refutes the
+    // suspicion: a stopped or cut-off host then holds the others' barriers and syncs (which wait
+    // for the barrier's peers' models, daemon/trainer) for the probe that suspects it, not for
+    // the suspicion timeout that declares it failed.
+    const sync::Policy policy = config_.barrier.policy;  // as asked (bsp/ssp run as sampled)
+    const bool sampled = policy == sync::Policy::kPbsp || policy == sync::Policy::kPssp;
+    const bool counted = p.training && (sampled ? p.alive : p.live);
+    const bool changed =
+        counted ? barrier_->OnProgress(*p.name, p.step, now) : barrier_->OnPeerRemoved(*p.name);
     if (changed) progress_dirty_ = true;
   }
 }

@@ -4,8 +4,8 @@
 // times).
 //
 // The view holds exactly the peers the caller puts in it. Contract with the caller:
-//   - Update() only for peers that are alive (or suspect) and still training; it adds unknown
-//     peers, so feed it only from such peers;
+//   - Update() only for peers that are alive (or suspect, where the policy waits for suspects)
+//     and still training; it adds unknown peers, so feed it only from such peers;
 //   - Remove() at once when a peer fails, leaves, or announces training=false — barriers must
 //     never wait on a departed or finished node.
 // Steps are monotone: Update() never lowers a known step (stale gossip is ignored).

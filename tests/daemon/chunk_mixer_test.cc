@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "wire/compress.h"
@@ -76,6 +77,54 @@ TEST_CASE("chunk mixer: values held in their frame fold as values in vectors", "
   std::vector<float> s(1, 1.0f);  // 300 values need 2 blocks of scales
   CHECK_FALSE(held.PushHeld("c", total, 0,
                             wire::HeldValues{keep, nullptr, q.data(), s.data(), 300, 1}, 1.0));
+}
+
+}  // namespace meshtrain::daemon
+
+namespace meshtrain::daemon {
+
+// Robust mixing judges against the center, the model the last mix made (docs/design.md "Robust
+// mixing"), and against the receiver's own model only before there is one.
+TEST_CASE("chunk mixer: robust mixing judges against the last mix", "[daemon][mixer][robust]") {
+  const size_t n = 1000;
+  ChunkMixer mixer;
+  mixer.SetRobust(true);
+  const std::vector<float> own(n, 0.0f);
+  auto around = [&](float at, uint32_t seed) {
+    std::vector<float> v = MixerRandom(n, seed);
+    for (float& x : v) x = at + 0.1f * x;
+    return v;
+  };
+  // No center yet: judged against our own model, a model near it is accepted as it is.
+  std::vector<float> near_own = around(0.0f, 1);
+  const std::vector<float> near_own_copy = near_own;
+  CHECK(mixer.JudgeWhole("p0", own.data(), near_own.data(), n));
+  CHECK(near_own == near_own_copy);
+  // A mix (nothing folded) makes the model at 5 the center.
+  std::vector<float> x(n, 5.0f);
+  CHECK(mixer.Apply(x.data(), n) == 0);
+  for (uint32_t i = 0; i < 12; ++i) {
+    std::vector<float> honest = around(5.0f, 10 + i);
+    CHECK(mixer.JudgeWhole("p" + std::to_string(i % 3), own.data(), honest.data(), n));
+  }
+  // Our own model is now far from where the mesh stood: a peer that sends it is refused, and
+  // one that sends a model near the center is accepted.
+  std::vector<float> stale = around(0.0f, 30);
+  CHECK_FALSE(mixer.JudgeWhole("bad", own.data(), stale.data(), n));
+  std::vector<float> honest = around(5.0f, 31);
+  CHECK(mixer.JudgeWhole("p1", own.data(), honest.data(), n));
+  // The same holds for streamed chunks: the far one is not folded.
+  REQUIRE(mixer.Push("bad", static_cast<uint32_t>(n), 0, around(0.0f, 32), 1.0));
+  REQUIRE(mixer.Push("p2", static_cast<uint32_t>(n), 0, around(5.0f, 33), 1.0));
+  mixer.Drain();
+  std::vector<float> mixed(n, 5.0f);
+  CHECK(mixer.Apply(mixed.data(), n) == 1);
+  for (float v : mixed) REQUIRE(v == Approx(5.0f).margin(0.5));
+  CHECK(mixer.Robust().peers.at("bad").refused == 2);
+  // The model was replaced: the center goes, and our own model stands in again.
+  mixer.Clear();
+  std::vector<float> near_again = around(0.0f, 34);
+  CHECK(mixer.JudgeWhole("p0", own.data(), near_again.data(), n));
 }
 
 }  // namespace meshtrain::daemon

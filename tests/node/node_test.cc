@@ -140,6 +140,46 @@ TEST_CASE("a crashed node does not stop the rest", "[node]") {
   }
 }
 
+// docs/contract.md "Barriers": under pssp a suspected peer leaves the barrier until it refutes
+// the suspicion, so a crashed node holds the others only until it is suspected; under ssp they
+// wait until it is declared failed. With the sample covering every peer, pssp is ssp but for that.
+TEST_CASE("pssp goes on without a suspected peer; ssp waits until it is failed", "[node]") {
+  for (Policy p : {Policy::kPssp, Policy::kSsp}) {
+    MeshOptions o;
+    o.nodes = 4;
+    o.policy = p;
+    o.sample = 3;
+    o.staleness = 2;
+    o.seed = 31;
+    Mesh mesh(o);
+    mesh.Start();
+    mesh.RunUntil(4000);
+    mesh.Crash(3);
+    const uint64_t crashed_step = mesh.step(3);
+    // Until the first node declares n3 failed (virtual time, 10 ms at a time; bounded).
+    auto failed_somewhere = [&] {
+      for (size_t i = 0; i < 3; ++i) {
+        for (const auto& m : mesh.node(i).Members()) {
+          if (m.name == "n3" && m.status == meshtrain::membership::Status::kFailed) return true;
+        }
+      }
+      return false;
+    };
+    int64_t guard = 0;
+    while (!failed_somewhere() && guard++ < 2000) mesh.RunUntil(mesh.now() + 10);
+    REQUIRE(failed_somewhere());
+    INFO("policy " << meshtrain::sync::PolicyName(p) << ", n3 crashed at step " << crashed_step);
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("node " << i << " at step " << mesh.step(i));
+      if (p == Policy::kPssp) {
+        CHECK(mesh.step(i) > crashed_step + o.staleness + 10);  // went on once it suspected
+      } else {
+        CHECK(mesh.step(i) <= crashed_step + o.staleness + 1);  // held to the bound
+      }
+    }
+  }
+}
+
 TEST_CASE("a connect that fails at once ends the transfer and rounds go on", "[node]") {
   // Regression: the agent's old StartRound reset the round inside a synchronous connect failure
   // and then wrote through the empty optional. In the node core a failed connect is an input
