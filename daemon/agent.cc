@@ -592,7 +592,7 @@ struct Agent::Impl : RpcBackend {
     // the join connection's idle timeout among them, would be past due on the first turn.
     uv_update_time(&loop);
     node = std::make_unique<node::Node>(std::move(nc), Now());
-    if (trainer) trainer->SetPeerSteps([this] { return SyncPeers(*node, config); });
+    if (trainer) trainer->SetPeerSteps([this] { return SyncPeers(*node, config, Now()); });
     if (trainer && trainer->num_params() > 0) {
       codec->set_expected_params(static_cast<uint32_t>(trainer->num_params()));
       spdlog::info("task {}: {} parameters", config.task, trainer->num_params());

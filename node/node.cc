@@ -304,10 +304,15 @@ void Node::Pump(TimeMs now, uint64_t join_tag) {
       if (ev.kind == ms::Event::Kind::kFailed || ev.kind == ms::Event::Kind::kLeft) {
         AbortTransfersTo(ev.member.name);
       }
+      if (ev.kind == ms::Event::Kind::kAlive ||
+          (ev.kind == ms::Event::Kind::kJoined && fell_training_.count(ev.member.name) > 0)) {
+        returned_at_[ev.member.name] = now;
+      }
       if (ev.kind == ms::Event::Kind::kFailed && ev.member.meta.training) {
         fell_training_[ev.member.name] = FellTraining{now, ev.member.step, false};
       } else if (ev.kind == ms::Event::Kind::kLeft || ev.kind == ms::Event::Kind::kReaped) {
         fell_training_.erase(ev.member.name);  // it left for good, or long ago
+        returned_at_.erase(ev.member.name);
       }
       if (ev.kind == ms::Event::Kind::kLeft || ev.kind == ms::Event::Kind::kReaped) {
         // Compressed-transfer references (a failed member may come back and still hold its

@@ -141,6 +141,12 @@ class Node {
   // Whether `name` is a live (alive or suspect) member other than self, by one lookup.
   bool KnowsLive(const std::string& name) const { return PeerLive(name); }
   const sync::BarrierCore* barrier() const { return barrier_.get(); }
+  // When `name` last came back: a suspect or failed member alive again, or a member that failed
+  // while training joining anew (a restart). Nothing for members that never went away.
+  std::optional<TimeMs> ReturnedAt(const std::string& name) const {
+    auto it = returned_at_.find(name);
+    return it == returned_at_.end() ? std::nullopt : std::optional<TimeMs>(it->second);
+  }
   double uplink_estimate_mbps() const;
   double downlink_estimate_mbps() const;
   // The end-of-training consensus (node_consensus.cc) as status shows it.
@@ -248,6 +254,7 @@ class Node {
     bool logged = false;
   };
   std::map<std::string, FellTraining> fell_training_;
+  std::map<std::string, TimeMs> returned_at_;  // ReturnedAt (erased when it leaves for good)
   // Whether a member that failed while training still holds the consensus back: it has neither
   // come back (training, or past the step it failed at) nor stayed away consensus_hold_ms.
   bool ConsensusHeld(TimeMs now);

@@ -38,6 +38,12 @@ bool Node::ConsensusParticipants(TimeMs now) {
   }
   if (!Candidates().empty()) return false;  // peers still train: ServeFinal offers them our model
   if (ConsensusHeld(now)) return false;     // a peer that failed while training may come back
+  // A suspected peer that trains is no candidate (it leaves the sampled barriers too), but it is
+  // no participant yet either: it is alive again in a moment, or it is declared failed and then
+  // held for as ConsensusHeld says.
+  bool suspect_training = false;
+  ForEachPeer([&](const PeerRef& p) { suspect_training |= p.live && !p.alive && p.training; });
+  if (suspect_training) return false;
   // Participants: live members that stopped training after at least one step, by the same rule
   // for ourselves as for our peers (a node that took a final model over before its first step
   // is a spectator: every view leaves it out, and it pulls the result).

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "base/huge_pages.h"
 #include "daemon/offload.h"
@@ -162,9 +164,19 @@ void ExternalTrainer::TryGatedMix() {
   const uint64_t s = state_.step;
   size_t waited = 0;
   std::string missing;  // for the log line of a sync that stops waiting
+  // A peer that came back from suspect or failed (or restarted) since our last mix may have lost
+  // its model of this sync on the way (a transfer cut by the fault, or sent while it was cut
+  // off): it is not waited for, and a transfer of it half in counts as broken off. Its model is
+  // mixed when it comes, by its age.
+  const double window_s = last_mix_ ? Seconds(Clock::now() - *last_mix_) + kReturnSlackS : -1;
+  std::set<std::string> returned;
   if (peer_steps_) {
-    for (const auto& [name, step] : peer_steps_()) {
+    for (const auto& [name, step, since_change_s] : peer_steps_()) {
       if (step < s) continue;  // behind us: its model is mixed when it comes, by its age
+      if (since_change_s < window_s) {
+        returned.insert(name);
+        continue;
+      }
       waited++;
       auto it = whole_step_.find(name);
       // A newer model of that peer, held for the next window, is whole: the one of this step
@@ -180,7 +192,9 @@ void ExternalTrainer::TryGatedMix() {
   }
   for (const auto& [from, t] : window_) {
     // Half in: never mix part of a model.
-    if (!t.whole && !t.lost) missing += " " + from + " (a transfer half in)";
+    if (!t.whole && !t.lost && returned.count(from) == 0) {
+      missing += " " + from + " (a transfer half in)";
+    }
   }
   const bool ready = missing.empty();
   const double waiting = Seconds(Clock::now() - gate_->since);
@@ -271,6 +285,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
        timed_out, whole, part] {
         if (life.expired()) return;
         mixing_ = false;
+        last_mix_ = Clock::now();
         ClearWindow();
         window_step_ = state_.step + every_;
         ReleaseHeld();

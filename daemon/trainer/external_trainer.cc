@@ -517,20 +517,28 @@ void ExternalTrainer::Permit(uint64_t step, double) {
   wait_.reset();
 }
 
-ExternalTrainer::PeerSteps SyncPeers(const node::Node& node, const AgentConfig& config) {
+ExternalTrainer::PeerSteps SyncPeers(const node::Node& node, const AgentConfig& config,
+                                     int64_t now) {
   ExternalTrainer::PeerSteps out;
   if (config.select != sync::SelectPolicy::kAll || node.Reach() == membership::Reach::kNat) {
     return out;
   }
+  auto since_change = [&](const std::string& name) {
+    const std::optional<int64_t> at = node.ReturnedAt(name);
+    return at ? static_cast<double>(now - *at) / 1000.0 : 1e9;
+  };
   if (const sync::BarrierCore* b = node.barrier()) {
     const sync::ProgressView& v = b->view();
-    for (const auto& e : v.entries()) out.emplace_back(v.name(e), e.progress.step);
+    for (const auto& e : v.entries()) {
+      const std::string& name = v.name(e);
+      out.push_back({name, e.progress.step, since_change(name)});
+    }
     return out;
   }
   for (const auto& m : node.Members()) {
     if (m.name == config.name || !m.meta.training) continue;
     if (m.status == membership::Status::kAlive || m.status == membership::Status::kSuspect) {
-      out.emplace_back(m.name, m.step);
+      out.push_back({m.name, m.step, since_change(m.name)});
     }
   }
   return out;

@@ -100,6 +100,9 @@ class ExternalTrainer : public Trainer {
   void SetPeerSteps(std::function<PeerSteps()> fn) override { peer_steps_ = std::move(fn); }
   // How long a sync waits for the whole models of the peers that reached its step.
   static constexpr double kSyncWaitS = 30;
+  // A peer whose status changed this long before our last mix, or since, counts as come back in
+  // this window (TryGatedMix).
+  static constexpr double kReturnSlackS = 1;
 
  private:
   struct Conn;
@@ -259,6 +262,7 @@ class ExternalTrainer : public Trainer {
   bool target_reached_ = false;
   TrainerState state_;
   Clock::time_point last_publish_, last_permit_, train_start_;
+  std::optional<Clock::time_point> last_mix_;  // when the last MIX was answered
   std::map<std::string, uint64_t> rejects_;
   std::unique_ptr<ExternalCheckpoints> checkpoints_;
   // The trainer detached before it finished, at this time (the grace runs from it).
@@ -269,7 +273,9 @@ class ExternalTrainer : public Trainer {
 // training peers of the barrier's view (its steps come from progress queries too, fresher than
 // gossip), or of membership without a barrier. None when their models need not come to this node:
 // every peer pushes to every other with --select all only, and a node behind NAT pulls instead.
-ExternalTrainer::PeerSteps SyncPeers(const node::Node& node, const AgentConfig& config);
+// `now` is the node's clock (for each peer's since_change_s).
+ExternalTrainer::PeerSteps SyncPeers(const node::Node& node, const AgentConfig& config,
+                                     int64_t now);
 
 // The external trainer for `--trainer external`, listening on config.trainer_socket, restored
 // from --data-dir's checkpoint (*resumed_step: its step, or -1).

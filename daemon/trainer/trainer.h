@@ -277,8 +277,15 @@ class Trainer {
   // Steps between snapshots from now on (>= 1), for --sync-every auto.
   virtual void SetSyncEvery(int steps) = 0;
   // The live training peers and the step each reported, for syncs that wait for the peers'
-  // models (the external trainer's exact exchange; daemon/trainer/external_trainer.h).
-  using PeerSteps = std::vector<std::pair<std::string, uint64_t>>;
+  // models (the external trainer's exact exchange; daemon/trainer/external_trainer.h), with the
+  // seconds since each one last came back from suspect or failed (node::Node::ReturnedAt; 1e9:
+  // never).
+  struct PeerStep {
+    std::string name;
+    uint64_t step = 0;
+    double since_change_s = 1e9;
+  };
+  using PeerSteps = std::vector<PeerStep>;
   virtual void SetPeerSteps(std::function<PeerSteps()>) {}
   virtual TrainerState state() const = 0;
   // Floats in the model; 0 while unknown (an external trainer that never attached).
