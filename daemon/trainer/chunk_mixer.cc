@@ -171,8 +171,12 @@ std::shared_ptr<const std::vector<float>> ChunkMixer::JudgedAgainst(size_t n) co
 
 bool ChunkMixer::JudgeWhole(const std::string& from, const float* own, float* model, size_t n) {
   if (!robust() || n == 0) return true;
-  std::shared_ptr<const std::vector<float>> against = JudgedAgainst(n);
-  const float* ref = against && against->size() == n ? against->data() : own;
+  std::shared_ptr<const std::vector<float>> center;
+  {
+    std::lock_guard<std::mutex> lock(center_mu_);
+    if (center_ && center_->size() == n) center = center_;
+  }
+  const float* ref = center ? center->data() : own;  // as documented: the center, else own
   const learn::DiffNorms d = learn::DiffNorm2(model, ref, n);
   learn::RobustVerdict v;
   {
