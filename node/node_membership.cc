@@ -82,8 +82,8 @@ void Node::OnPeerChanged(const PeerRef& p, bool membership_changed, TimeMs now) 
     // suspicion: a stopped or cut-off host then holds the others' barriers and syncs (which wait
     // for the barrier's peers' models, daemon/trainer) for the probe that suspects it, not for
     // the suspicion timeout that declares it failed.
-    const sync::Policy policy = config_.barrier.policy;  // as asked (bsp/ssp run as sampled)
-    const bool sampled = policy == sync::Policy::kPbsp || policy == sync::Policy::kPssp;
+    // As asked: bsp/ssp run as sampled policies with every peer in the sample.
+    const bool sampled = sync::IsProbabilistic(config_.barrier.policy);
     const bool counted = p.training && (sampled ? p.alive : p.live);
     const bool changed =
         counted ? barrier_->OnProgress(*p.name, p.step, now) : barrier_->OnPeerRemoved(*p.name);

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <set>
 #include <string>
 
 #include "base/huge_pages.h"
@@ -15,6 +14,7 @@
 #include "daemon/ops/metrics.h"
 #include "daemon/trainer/external_trainer.h"
 #include "daemon/trainer/external_trainer_impl.h"
+#include "daemon/trainer/sync_wait.h"
 #include "learn/mixing.h"
 
 namespace meshtrain::daemon {
@@ -162,40 +162,17 @@ void ExternalTrainer::HandleMix(Conn* c, uint32_t seq, bool unsent) {
 void ExternalTrainer::TryGatedMix() {
   if (!gate_) return;
   const uint64_t s = state_.step;
-  size_t waited = 0;
-  std::string missing;  // for the log line of a sync that stops waiting
-  // A peer that came back from suspect or failed (or restarted) since our last mix may have lost
-  // its model of this sync on the way (a transfer cut by the fault, or sent while it was cut
-  // off): it is not waited for, and a transfer of it half in counts as broken off. Its model is
-  // mixed when it comes, by its age.
-  const double window_s = last_mix_ ? Seconds(Clock::now() - *last_mix_) + kReturnSlackS : -1;
-  std::set<std::string> returned;
-  if (peer_steps_) {
-    for (const auto& [name, step, since_change_s] : peer_steps_()) {
-      if (step < s) continue;  // behind us: its model is mixed when it comes, by its age
-      if (since_change_s < window_s) {
-        returned.insert(name);
-        continue;
-      }
-      waited++;
-      auto it = whole_step_.find(name);
-      // A newer model of that peer, held for the next window, is whole: the one of this step
-      // is not coming (it went out before this node trained).
-      auto later = held_whole_.find(name);
-      if ((it == whole_step_.end() || it->second < s) &&
-          (later == held_whole_.end() || later->second <= s)) {
-        missing += " " + name + " (at step " + std::to_string(step) + ", whole model of step " +
-                   (it == whole_step_.end() ? std::string("none") : std::to_string(it->second)) +
-                   ")";
-      }
-    }
-  }
-  for (const auto& [from, t] : window_) {
-    // Half in: never mix part of a model.
-    if (!t.whole && !t.lost && returned.count(from) == 0) {
-      missing += " " + from + " (a transfer half in)";
-    }
-  }
+  SyncWaitInput in;
+  in.step = s;
+  in.returned_window_s = last_mix_ ? Seconds(Clock::now() - *last_mix_) + kReturnSlackS : -1;
+  if (peer_steps_) in.peers = peer_steps_();
+  in.at_attach = at_attach_;
+  in.whole_step = whole_step_;
+  in.held_whole = held_whole_;
+  for (const auto& [from, t] : window_) in.window[from] = {t.whole, t.lost};
+  const SyncWait w = DecideSyncWait(in);
+  const size_t waited = w.waited;
+  const std::string& missing = w.missing;
   const bool ready = missing.empty();
   const double waiting = Seconds(Clock::now() - gate_->since);
   const bool timed_out = !ready && waiting >= kSyncWaitS;

@@ -471,6 +471,10 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
 
 void ExternalTrainer::FinishAttach(Conn* c, uint32_t seq, uint64_t step, bool have_params) {
   train_start_ = last_publish_ = Clock::now();
+  at_attach_.clear();
+  if (peer_steps_) {
+    for (const auto& p : peer_steps_()) at_attach_[p.name] = p.step;
+  }
   PrepareBuffers();
   Reply(c, tp::kAttach | tp::kReplyBit, seq,
         tp::Writer()

@@ -258,6 +258,8 @@ class ExternalTrainer : public Trainer {
   };
   std::optional<GatedMix> gate_;
   std::function<PeerSteps()> peer_steps_;
+  // The peers' steps when the trainer attached (daemon/trainer/sync_wait.h SyncWaitInput).
+  std::map<std::string, uint64_t> at_attach_;
   tp::Configure sync_;
   bool target_reached_ = false;
   TrainerState state_;
