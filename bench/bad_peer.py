@@ -11,8 +11,9 @@ its gap to the clean run with robust off, and which members the honest agents' `
 
     /usr/bin/python3 bench/bad_peer.py --steps 500 --runs 1
 
-Acceptance (robust on): every kind within 0.02 accuracy and 2 % loss of the clean run, the
-culprit flagged by every honest agent; the clean run with robust on within 0.5 % loss of off.
+Acceptance (robust on, means over --runs seeds, since runs of one seed differ by a few
+hundredths): every kind within 0.02 accuracy and 2 % loss of the clean run, the culprit flagged
+by every honest agent in every run; the clean run with robust on within 0.5 % loss of off.
 A bench (minutes on 2 cores), not a test. Needs torch and numpy (Debian's /usr/bin/python3) and
 the dataset-fashion-mnist package.
 """
@@ -41,8 +42,8 @@ def main():
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     ap.add_argument("--task", choices=["fmnist", "synth"], default="fmnist")
     ap.add_argument("--robust", default="off,on",
-                    help="the settings to run: off, on or both (the clean run with off is the "
-                    "reference; without it, the first setting's clean run)")
+                    help="the settings to run the bad kinds with: off, on or both (the clean run "
+                    "runs with off, the reference, and with on when on is asked)")
     a = ap.parse_args()
     binary = benchlib.find_binary(a.bin)
     if a.task == "fmnist":
@@ -51,36 +52,52 @@ def main():
     workdir = tempfile.mkdtemp(prefix="meshtrain-badpeer-")
     kinds = [k for k in a.kinds.split(",") if k]
     settings = [{"off": False, "on": True}[x] for x in a.robust.split(",")]
-    rows, ok = [], True
+    # The clean run with robust off is the reference, whatever --robust says.
+    clean_settings = [False] + [x for x in settings if x]
+    rows, runs = [], {}
     for seed in range(a.runs):
-        res = {}
         for kind in ["none"] + kinds:
-            for robust in settings:
+            for robust in clean_settings if kind == "none" else settings:
                 t0 = time.monotonic()
                 r = run(binary, py, workdir, kind, robust, task=a.task, steps=a.steps, seed=seed,
                         bad_from=a.bad_from, lr=a.lr, prefix=f"s{seed}")
-                res[(kind, robust)] = r
-                clean = res.get(("none", False)) or res[("none", settings[0])]
-                acc, loss = min(r["accuracy"]), max(r["loss"])
-                dacc = acc - min(clean["accuracy"])
-                dloss = loss / max(clean["loss"]) - 1
-                flags = sorted({n for f in r["flagged"] for n in f})
-                named = all(f == [r["culprit"]] for f in r["flagged"])
-                if robust and kind != "none":
-                    ok = ok and dacc >= -0.02 and dloss <= 0.02 and named
-                if robust and kind == "none":
-                    ok = ok and dloss <= 0.005 and not flags
-                rows.append([seed, kind, "on" if robust else "off", f"{acc:.4f}", f"{loss:.4f}",
-                             f"{dacc:+.4f}", f"{100 * dloss:+.2f} %",
-                             " ".join(flags) or "-", r["culprit"] if kind != "none" else "-",
-                             len(r["crcs"]), f"{time.monotonic() - t0:.0f}"])
+                runs.setdefault((kind, robust), []).append(r)
+                clean = runs[("none", False)][-1]
+                rows.append(row(str(seed), kind, robust, [r], [clean]))
+                rows[-1].append(f"{time.monotonic() - t0:.0f}")
                 print(" | ".join(map(str, rows[-1])), flush=True)
-    print(benchlib.table(["seed", "bad kind", "robust", "honest accuracy (worst)",
-                          "honest loss (worst)", "accuracy - clean", "loss vs clean",
-                          "flagged in members", "culprit", "models", "wall s"], rows))
-    print("robust on: every kind within 0.02 accuracy and 2 % loss of the clean run, the culprit "
-          "flagged; clean within 0.5 %: " + ("yes" if ok else "NO"))
+    header = ["seed", "bad kind", "robust", "honest accuracy (worst)", "honest loss (worst)",
+              "accuracy - clean", "loss vs clean", "flagged in members", "culprit", "models"]
+    print(benchlib.table(header + ["wall s"], rows))
+    # Runs of one seed differ (the exchange is asynchronous: clean runs of a seed swing by a few
+    # hundredths of accuracy), so the verdict compares means over the seeds.
+    means, ok = [], True
+    for (kind, robust), rs in runs.items():
+        m = row(f"mean of {len(rs)}", kind, robust, rs, runs[("none", False)])
+        means.append(m)
+        dacc, dloss = float(m[5]), float(m[6].split()[0]) / 100
+        named = all(f == [r["culprit"]] for r in rs for f in r["flagged"])
+        if robust and kind != "none":
+            ok = ok and dacc >= -0.02 and dloss <= 0.02 and named
+        if robust and kind == "none":
+            ok = ok and dloss <= 0.005 and m[7] == "-"
+    print(benchlib.table(header, means))
+    print("robust on, means over the seeds: every kind within 0.02 accuracy and 2 % loss of the "
+          "clean run, the culprit flagged in every run; clean within 0.5 %: " +
+          ("yes" if ok else "NO"))
     print(f"logs in {workdir}")
+
+
+def row(label, kind, robust, rs, clean):
+    """A table row over runs rs (worst honest node of each, averaged) against the clean runs."""
+    acc = sum(min(r["accuracy"]) for r in rs) / len(rs)
+    loss = sum(max(r["loss"]) for r in rs) / len(rs)
+    cacc = sum(min(r["accuracy"]) for r in clean) / len(clean)
+    closs = sum(max(r["loss"]) for r in clean) / len(clean)
+    flags = sorted({n for r in rs for f in r["flagged"] for n in f})
+    return [label, kind, "on" if robust else "off", f"{acc:.4f}", f"{loss:.4f}",
+            f"{acc - cacc:+.4f}", f"{100 * (loss / closs - 1):+.2f} %", " ".join(flags) or "-",
+            rs[-1]["culprit"] if kind != "none" else "-", max(len(r["crcs"]) for r in rs)]
 
 
 if __name__ == "__main__":

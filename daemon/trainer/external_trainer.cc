@@ -500,7 +500,7 @@ void ExternalTrainer::HandleWait(Conn* c, uint32_t seq, const tp::WaitPermit& w)
   if (!state_.training || permitted_ >= w.step || w.step <= state_.step) {
     state_.wait.Observe(0);
     Reply(c, tp::kWaitPermit | tp::kReplyBit, seq,
-          tp::Writer().U64(w.step).U32(state_.training ? 1 : 0).U32(0).Take());
+          tp::Writer().U64(w.step).U32(state_.training ? 1 : 0).U32(WaitFlags()).Take());
     return;
   }
   wait_ = PendingWait{seq, w.step, Clock::now()};
@@ -517,7 +517,7 @@ void ExternalTrainer::Permit(uint64_t step, double) {
   state_.waiting = false;
   last_permit_ = Clock::now();
   Reply(conn_, tp::kWaitPermit | tp::kReplyBit, wait_->seq,
-        tp::Writer().U64(wait_->step).U32(state_.training ? 1 : 0).U32(0).Take());
+        tp::Writer().U64(wait_->step).U32(state_.training ? 1 : 0).U32(WaitFlags()).Take());
   wait_.reset();
 }
 

@@ -137,6 +137,9 @@ class ExternalTrainer : public Trainer {
   // A sync's tally (status `syncs`, the `sync` metrics line).
   void RecordSync(size_t waited, size_t whole, size_t part, double models, bool timed_out);
   bool Gated() const { return sync_.sync_every > 1; }
+  // The WAIT_PERMIT reply's flags: kWaitAdoptWaiting when a join's model waits for the next MIX
+  // (a restarted trainer takes it before it trains: python/meshtrain/torch.py).
+  uint32_t WaitFlags() const { return adopt_ ? tp::kWaitAdoptWaiting : 0; }
   // Folds a chunk into the window now (weighted by its age at the window's step), or holds it
   // for a later window: one that belongs after the mix in progress or the next one.
   void PushChunk(node::MixChunk chunk);

@@ -57,6 +57,8 @@ constexpr uint64_t kMaxParams = uint64_t{1} << 28;  // 1 GiB of float32
 constexpr uint16_t kDtypeFloat32 = 1;
 constexpr uint32_t kMixAdopted = 1;
 constexpr uint32_t kMixFinished = 2;
+// WAIT_PERMIT reply flag: a model to adopt (a join with state) waits; the next MIX hands it over.
+constexpr uint32_t kWaitAdoptWaiting = 1;
 
 enum Type : uint16_t {
   kAttach = 1,

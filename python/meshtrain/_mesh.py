@@ -73,6 +73,7 @@ class Mesh:
         self._num_params = 0
         self._training = True
         self._resumed = False
+        self._adopt_waiting = False
         self._mixed_total = 0
         self._adoptions = 0
         self._finals_taken = 0
@@ -108,6 +109,12 @@ class Mesh:
     @property
     def resumed(self) -> bool:
         return self._resumed
+
+    @property
+    def adopt_waiting(self) -> bool:
+        """The last ``wait_permit`` said the agent holds a model to adopt (it joined a mesh that
+        was further on): the next ``mix()`` hands it over, ``adopted``."""
+        return self._adopt_waiting
 
     @property
     def mixed_total(self) -> int:
@@ -193,8 +200,9 @@ class Mesh:
     def wait_permit(self, step: int) -> bool:
         """Blocks until the barrier allows ``step``; False when the agent stopped training."""
         reply = self._channel.request(p.WAIT_PERMIT, struct.pack("<Q", step), timeout=None)
-        _, training, _ = struct.unpack("<QII", reply)
+        _, training, flags = struct.unpack("<QII", reply)
         self._training = bool(training)
+        self._adopt_waiting = bool(flags & 1)
         return self._training
 
     def publish(self, step: int, span: Optional[Tuple[int, int]] = None) -> None:

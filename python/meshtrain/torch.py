@@ -265,6 +265,22 @@ class MeshOptimizer(torch.optim.Optimizer):
             # Start together: the barrier of the first step holds until the agent's --min-peers
             # train, so every peer is there to receive the first sync's models.
             self.mesh.wait_permit(1)
+        else:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """A trainer that resumed at the agent's step (a restart) asks for its next step before it
+        trains: an agent that finds the mesh further on fetches a peer's model first (a join with
+        state), and the model is taken now, not after a round of local steps from the older one."""
+        self.mesh.wait_permit(self.mesh.step_count + 1)
+        if not self.mesh.adopt_waiting:
+            return
+        if self.mesh.mix().adopted:
+            self.mesh._load(self.layout)
+            self._adoptions = self.mesh.adoptions
+            self._model_steps = self.mesh.step_count
+            self._syncs = self.mesh.step_count * self.fragments // self.sync_every
+            self._restart_outer()
 
     def _attach(self, share_memory: Optional[bool]) -> None:
         tensors = self.params + self.buffers
