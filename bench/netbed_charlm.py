@@ -44,6 +44,42 @@ EXAMPLE = os.path.join(REPO, "examples", "torch_charlm.py")
 DDP_PORT = 29500
 
 
+# Link profiles. One-way delay A->B is delay(A) + delay(B) on the bed, so a host's delay is RTT/4;
+# jitter and loss are per host link, so a path between two hosts sees both ends' (the path's loss
+# is about twice a link's).
+PROFILES = {
+    "lan": {"about": "100 Mbit/s, 20 ms RTT", "rate": 100.0, "rtt": 20.0, "jitter": 0.0,
+            "loss": 0.0, "slow": None},
+    "wan": {"about": "20 Mbit/s, 100 ms RTT, up to 10 ms jitter and 0.1 %% loss a path, the last "
+                     "host at 5 Mbit/s", "rate": 20.0, "rtt": 100.0, "jitter": 2.5,
+            "loss": 0.0005, "slow": 5.0},
+}
+
+
+def link_profile(a):
+    """Bed keyword arguments for a's links (--profile, with --rate and --rtt over it)."""
+    prof = PROFILES[a.profile]
+    rate = a.rate if a.rate is not None else prof["rate"]
+    rtt = a.rtt if a.rtt is not None else prof["rtt"]
+    links = None
+    if prof["slow"] is not None:
+        links = [None] * (a.nodes - 1) + [{"rate_mbit": prof["slow"]}]
+    return {"delay_ms": rtt / 4, "rate_mbit": rate, "jitter_ms": prof["jitter"],
+            "loss": prof["loss"], "links": links}
+
+
+def describe_links(a):
+    kw = link_profile(a)
+    text = f"{kw['rate_mbit']:g} Mbit/s, {4 * kw['delay_ms']:g} ms RTT"
+    if kw["jitter_ms"]:
+        text += f", jitter {4 * kw['jitter_ms']:g} ms a round trip"
+    if kw["loss"]:
+        text += f", {100 * 2 * kw['loss']:g} % loss a path"
+    if kw["links"]:
+        text += f", host {a.nodes} at {kw['links'][-1]['rate_mbit']:g} Mbit/s"
+    return text
+
+
 def parse_setting(setting):
     """OUTER/H[/COMPRESS][/fF] -> (outer, H, compress, F) as strings."""
     parts = setting.split("/")
@@ -63,8 +99,11 @@ def parse_args():
     p.add_argument("--settings", default="nesterov/50,nesterov/50/int8",
                    help="comma-separated OUTER/H[/COMPRESS] (OUTER avg|sgd|nesterov)")
     p.add_argument("--nodes", type=int, default=4)
-    p.add_argument("--rate", type=float, default=100, help="Mbit/s of every host link")
-    p.add_argument("--rtt", type=float, default=20, help="ms between any two hosts")
+    p.add_argument("--profile", choices=sorted(PROFILES), default="lan",
+                   help="the links: " + "; ".join(f"{k}: {v['about']}"
+                                                  for k, v in sorted(PROFILES.items())))
+    p.add_argument("--rate", type=float, help="Mbit/s of every host link (overrides the profile)")
+    p.add_argument("--rtt", type=float, help="ms between any two hosts (overrides the profile)")
     p.add_argument("--ddp-steps", type=int, default=300)
     p.add_argument("--mesh-steps", type=int, default=900, help="meshtrain: steps at most")
     p.add_argument("--eval-every", type=int, default=50)
@@ -155,7 +194,7 @@ def run_ddp(a, emu, workdir):
     outs = [os.path.join(workdir, f"ddp{i}.out") for i in range(a.nodes)]
     # gloo binds to the address the host name resolves to (loopback here): name the interface.
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}
-    with Bed(a.nodes, emu, delay_ms=a.rtt / 4, rate_mbit=a.rate, tag="lmd") as bed:
+    with Bed(a.nodes, emu, tag="lmd", **link_profile(a)) as bed:
         with TxSampler(bed) as tx:
             t0 = time.time()
             procs = [bed.spawn(i, [a.python, EXAMPLE, "--ddp", f"{i}/{a.nodes}", "--ddp-addr",
@@ -186,7 +225,7 @@ def run_mesh(a, binary, emu, workdir, setting, target):
     res = {"setting": setting}
     logs = [os.path.join(workdir, f"agent{i}.log") for i in range(a.nodes)]
     outs = [os.path.join(workdir, f"trainer{i}.out") for i in range(a.nodes)]
-    with Bed(a.nodes, emu, delay_ms=a.rtt / 4, rate_mbit=a.rate, tag="lmm") as bed:
+    with Bed(a.nodes, emu, tag="lmm", **link_profile(a)) as bed:
         for i in range(a.nodes):
             argv = [binary, "agent", "--name", f"n{i + 1}", "--bind", f"{bed.addr(i)}:{nl.PORT}",
                     "--rpc", nl.RPC, "--trainer", "external", "--trainer-socket",
@@ -264,7 +303,7 @@ def main():
         return 77
     logdir = bl.make_logdir("meshtrain-netbed-charlm-")
     print(f"logs: {logdir}", flush=True)
-    print(f"{a.nodes} hosts, {a.rate:g} Mbit/s links, {a.rtt:g} ms RTT; model {a.model}"
+    print(f"{a.nodes} hosts, {describe_links(a)}; model {a.model}"
           + (f", DDP also {a.ddp_extra}" if a.ddp_extra else "")
           + (f", mesh also {a.mesh_extra}" if a.mesh_extra else "") + f", shards {a.shard_mode}; "
           f"{a.threads} torch thread(s)/trainer, {os.cpu_count()} cores; load average "
@@ -298,7 +337,7 @@ def main():
                      f"1/{1 / b_ratio:.0f}" if b_ratio else "-",
                      bl.fmt(m.get("params_bytes") and m["params_bytes"] / 1e6, ".2f")])
     print()
-    print(f"{a.nodes} hosts on the namespace bed, {a.rate:g} Mbit/s, {a.rtt:g} ms RTT; target "
+    print(f"{a.nodes} hosts on the namespace bed, {describe_links(a)}; target "
           f"{ddp['target']} bpc ("
           + ("--target-bpc" if a.target_bpc is not None else f"DDP after {a.ddp_steps} steps")
           + ")")
