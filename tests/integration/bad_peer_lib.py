@@ -3,7 +3,8 @@
 {0,1}, {1,2}, {2,3}, {3,0}), node 4 on every class, honest (kind none: the clean run) or
 publishing a bad model from step --bad-from on. Every trainer calls finish(); run() returns the
 honest nodes' final (consensus) models' accuracy and loss, the set of final CRCs, and which
-members each honest agent's `members` flags. Used by test_bad_peer.py and bench/bad_peer.py."""
+members each honest agent's `members` flags. Kind "alone": the four honest nodes without a fifth.
+Used by test_bad_peer.py and bench/bad_peer.py."""
 import os
 import subprocess
 
@@ -25,7 +26,8 @@ def last_json(path):
 
 def run(binary, py, workdir, kind, robust, task="fmnist", steps=500, seed=0, bad_from=50,
         lr=1e-3, timeout=900, prefix="bp"):
-    mesh = external_mesh(binary, 5, prefix, 4)
+    # "alone": the four honest nodes without the fifth (where a mesh that lost it stands).
+    mesh = external_mesh(binary, BAD if kind == "alone" else BAD + 1, prefix, 4)
     if robust:  # off is the default (and an agent that predates --robust runs off)
         mesh.common += ["--robust", "on"]
     procs, logs = [], []
@@ -66,5 +68,5 @@ def run(binary, py, workdir, kind, robust, task="fmnist", steps=500, seed=0, bad
             "crcs": {o["crc"] for o in outs},
             "models": [o["models"] for o in outs],
             "flagged": flagged,
-            "culprit": mesh.agents[BAD].name,
+            "culprit": mesh.agents[BAD].name if len(mesh.agents) > BAD else None,
             "robust_status": [s.get("robust", {}) for s in statuses]}
