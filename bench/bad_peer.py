@@ -13,7 +13,8 @@ its gap to the clean run with robust off, and which members the honest agents' `
 
 Acceptance (robust on, means over --runs seeds, since runs of one seed differ by a few
 hundredths): every kind within 0.02 accuracy and 2 % loss of the clean run, the culprit flagged
-by every honest agent in every run; the clean run with robust on within 0.5 % loss of off.
+by every honest agent in every run; the clean run with robust on within 0.5 % loss of off, and
+no honest sender's model clipped or refused (robust mixing never triggers on clean data).
 A bench (minutes on 2 cores), not a test. Needs torch and numpy (Debian's /usr/bin/python3) and
 the dataset-fashion-mnist package.
 """
@@ -42,6 +43,10 @@ def main():
                     "honest nodes without a fifth: where a mesh that lost it stands)")
     ap.add_argument("--bad-from", type=int, default=50)
     ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    ap.add_argument("--bad-classes", default="0,1,2,3",
+                    help="the classes the 5th node trains on (honest in the clean run, and in "
+                    "private when bad); e.g. 0,1 duplicates node 0's shard, so that a mesh that "
+                    "refuses it loses no data")
     ap.add_argument("--task", choices=["fmnist", "synth"], default="fmnist")
     ap.add_argument("--robust", default="off,on",
                     help="the settings to run the bad kinds with: off, on or both (the clean run "
@@ -62,14 +67,16 @@ def main():
             for robust in clean_settings if kind == "none" else settings:
                 t0 = time.monotonic()
                 r = run(binary, py, workdir, kind, robust, task=a.task, steps=a.steps, seed=seed,
-                        bad_from=a.bad_from, lr=a.lr, prefix=f"s{seed}")
+                        bad_from=a.bad_from, lr=a.lr, prefix=f"s{seed}",
+                        bad_classes=a.bad_classes)
                 runs.setdefault((kind, robust), []).append(r)
                 clean = runs[("none", False)][-1]
                 rows.append(row(str(seed), kind, robust, [r], [clean]))
                 rows[-1].append(f"{time.monotonic() - t0:.0f}")
                 print(" | ".join(map(str, rows[-1])), flush=True)
     header = ["seed", "bad kind", "robust", "honest accuracy (worst)", "honest loss (worst)",
-              "accuracy - clean", "loss vs clean", "flagged in members", "culprit", "models"]
+              "accuracy - clean", "loss vs clean", "flagged in members", "culprit", "models",
+              "honest clipped/refused"]
     print(benchlib.table(header + ["wall s"], rows))
     # Runs of one seed differ (the exchange is asynchronous: clean runs of a seed swing by a few
     # hundredths of accuracy), so the verdict compares means over the seeds.
@@ -82,7 +89,7 @@ def main():
         if robust and kind in KINDS:
             ok = ok and dacc >= -0.02 and dloss <= 0.02 and named
         if robust and kind == "none":
-            ok = ok and dloss <= 0.005 and m[7] == "-"
+            ok = ok and dloss <= 0.005 and m[7] == "-" and m[10] == "0/0"
     print(benchlib.table(header, means))
     print("robust on, means over the seeds: every kind within 0.02 accuracy and 2 % loss of the "
           "clean run, the culprit flagged in every run; clean within 0.5 %: " +
@@ -97,9 +104,19 @@ def row(label, kind, robust, rs, clean):
     cacc = sum(min(r["accuracy"]) for r in clean) / len(clean)
     closs = sum(max(r["loss"]) for r in clean) / len(clean)
     flags = sorted({n for r in rs for f in r["flagged"] for n in f})
+    # What the honest agents clipped and refused of honest senders (the culprit's models are meant
+    # to be; the culprit's own agent judges against the bad model its trainer gives it).
+    cut = [0, 0]
+    for r in rs:
+        for st in r["robust_status"][:4] if kind in KINDS else r["robust_status"]:
+            for name, p in st.get("peers", {}).items():
+                if kind not in KINDS or name != r["culprit"]:
+                    cut[0] += p.get("clipped", 0)
+                    cut[1] += p.get("refused", 0)
     return [label, kind, "on" if robust else "off", f"{acc:.4f}", f"{loss:.4f}",
             f"{acc - cacc:+.4f}", f"{100 * (loss / closs - 1):+.2f} %", " ".join(flags) or "-",
-            rs[-1]["culprit"] if kind in KINDS else "-", max(len(r["crcs"]) for r in rs)]
+            rs[-1]["culprit"] if kind in KINDS else "-", max(len(r["crcs"]) for r in rs),
+            f"{cut[0]}/{cut[1]}"]
 
 
 if __name__ == "__main__":

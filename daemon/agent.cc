@@ -19,6 +19,7 @@
 
 #include "base/loop_guard.h"
 #include "daemon/addressing.h"
+#include "daemon/consensus_reduce.h"
 #include "daemon/key_rotation.h"
 #include "daemon/keyring_file.h"
 #include "daemon/link_prober.h"
@@ -214,11 +215,10 @@ struct Agent::Impl : RpcBackend {
         result->id = red->id;
         OffloadBulk(
             &loop,
-            [models = std::move(red->models), result, robust = config.robust] {
-              std::vector<const std::vector<float>*> in;
-              for (const auto& m : models) in.push_back(m.get());
-              result->params =
-                  std::make_shared<const std::vector<float>>(learn::ReduceModels(in, robust));
+            [task = PrepareReduce(std::move(*red), config.robust,
+                                  trainer ? trainer->Robust() : learn::RobustReport{}),
+             result] {
+              result->params = std::make_shared<const std::vector<float>>(RunReduce(task));
             },
             [this, result] {
               if (!stopping) Feed(std::move(*result));

@@ -91,7 +91,10 @@ RobustVerdict RobustJudge::Judge(const std::string& from, double distance, doubl
   const double a = (1 - kBadDecay) * share;
   p.bad_share = (1 - a) * p.bad_share + a * (bad ? 1 : 0);
   p.models += share;
-  if (p.models >= kFlagAfter) p.flagged = p.bad_share >= kFlagAt;
+  Drift(&p, distance, share);
+  if (p.models >= kFlagAfter) {
+    p.flagged = p.bad_share >= kFlagAt || p.drift >= kDriftFlagAt;
+  }
   if (std::isfinite(distance)) {
     p.last_distance = distance;
     recent_.push_back(distance);
@@ -104,18 +107,42 @@ RobustVerdict RobustJudge::Judge(const std::string& from, double distance, doubl
   return v;
 }
 
-std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& models, bool robust,
-                                std::vector<size_t>* dropped, std::vector<size_t>* clipped) {
-  if (!robust || models.size() < 3) return AverageModels(models);
-  const size_t n = models.front()->size();
-  for (const auto* m : models) {
-    if (m->size() != n) return {};
+void RobustJudge::Drift(PeerJudgment* p, double distance, double share) {
+  p->last_judged = ++judged_;
+  if (!std::isfinite(distance) || distance <= 0) return;
+  // Rates per model, applied per chunk at its share: 1 - (1 - a)^share.
+  auto rate = [share](double a) { return 1 - std::pow(1 - a, share); };
+  const double level = std::log(distance);
+  p->level = std::isnan(p->level) ? level : p->level + rate(kLevelRate) * (level - p->level);
+  std::vector<double> levels;
+  for (const auto& [name, q] : peers_) {
+    if (judged_ - q.last_judged <= kRecentJudgments && !std::isnan(q.level)) {
+      levels.push_back(q.level);
+    }
   }
-  LoopGuard::Note(n * models.size());
-  // The coordinate-wise median: a center no minority of models can move far.
+  if (levels.size() < 3) return;  // no others to compare with
+  const double rel = p->level - Median(std::move(levels));
+  if (p->baseline_models < kBaselineModels) {
+    // Forming: the sender's usual place among the others.
+    p->baseline = std::isnan(p->baseline)
+                      ? rel
+                      : p->baseline + rate(1.0 / kBaselineModels) * (rel - p->baseline);
+    p->baseline_models += share;
+    p->drift = 1;
+    return;
+  }
+  const double dev = rel - p->baseline;
+  p->drift = std::exp(std::max(dev, 0.0));
+  if (dev < std::log(kDriftFollow)) p->baseline += rate(kBaselineRate) * (rel - p->baseline);
+}
+
+namespace {
+
+// The coordinate-wise median of equal-sized models: a center no minority of them can move far.
+std::vector<float> CoordinateMedian(const std::vector<const std::vector<float>*>& models) {
+  const size_t n = models.front()->size(), k = models.size(), mid = k / 2;
   std::vector<float> center(n);
-  std::vector<float> col(models.size());
-  const size_t k = models.size(), mid = k / 2;
+  std::vector<float> col(k);
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < k; ++j) col[j] = (*models[j])[i];
     std::sort(col.begin(), col.end());
@@ -123,33 +150,70 @@ std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& mo
                            : static_cast<float>(0.5 * (static_cast<double>(col[mid - 1]) +
                                                        static_cast<double>(col[mid])));
   }
+  return center;
+}
+
+}  // namespace
+
+std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& models, bool robust,
+                                std::vector<size_t>* dropped, std::vector<size_t>* clipped,
+                                const ReduceJudgment& judged) {
+  if (!robust) return AverageModels(models);
+  // The reducing node's quarantine first: its flags rest on the whole run, not on one model.
+  std::vector<size_t> idx;
+  for (size_t j = 0; j < models.size(); ++j) {
+    if (j >= judged.quarantined.size() || !judged.quarantined[j]) idx.push_back(j);
+  }
+  if (idx.empty()) {  // every sender quarantined: nothing to prefer, judge them all
+    for (size_t j = 0; j < models.size(); ++j) idx.push_back(j);
+  }
+  if (dropped) {
+    for (size_t j = 0, i = 0; j < models.size(); ++j) {
+      if (i < idx.size() && idx[i] == j) {
+        ++i;
+      } else {
+        dropped->push_back(j);
+      }
+    }
+  }
+  std::vector<const std::vector<float>*> in;
+  for (size_t j : idx) in.push_back(models[j]);
+  if (in.size() < 3) return AverageModels(in);
+  const size_t n = in.front()->size();
+  for (const auto* m : in) {
+    if (m->size() != n) return {};
+  }
+  LoopGuard::Note(n * in.size());
+  const std::vector<float> center = CoordinateMedian(in);
+  const size_t k = in.size();
   std::vector<double> dist(k);
   double center2 = 0;
   for (size_t j = 0; j < k; ++j) {
-    const DiffNorms d = DiffNorm2(models[j]->data(), center.data(), n);
+    const DiffNorms d = DiffNorm2(in[j]->data(), center.data(), n);
     dist[j] = std::sqrt(d.diff2);
     center2 = d.ref2;
   }
-  const double tau =
-      std::max(RobustJudge::kClipMedians * Median(dist), RobustJudge::kFloor * std::sqrt(center2));
+  const double tau = std::max({RobustJudge::kClipMedians * Median(dist), judged.min_radius,
+                               RobustJudge::kFloor * std::sqrt(center2)});
   std::vector<double> sum(n, 0.0);
   size_t kept = 0;
   std::vector<float> tmp(n);
   for (size_t j = 0; j < k; ++j) {
     const RobustVerdict v = Verdict(dist[j], tau);
     if (v.kind == RobustVerdict::kRefuse) {
-      if (dropped) dropped->push_back(j);
+      if (dropped) dropped->push_back(idx[j]);
       continue;
     }
-    const float* m = models[j]->data();
+    const float* m = in[j]->data();
     if (v.kind == RobustVerdict::kClip) {
-      if (clipped) clipped->push_back(j);
+      if (clipped) clipped->push_back(idx[j]);
       ClipToward(m, center.data(), v.scale, tmp.data(), n);
       m = tmp.data();
     }
     for (size_t i = 0; i < n; ++i) sum[i] += m[i];
     kept++;
   }
+  if (dropped) std::sort(dropped->begin(), dropped->end());
   std::vector<float> out(n);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(sum[i] / static_cast<double>(kept));
   return out;

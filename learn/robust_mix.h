@@ -7,12 +7,14 @@
 //   r <= tau:            mixed as it is;
 //   tau < r <= 4 tau:    clipped: ref + (x - ref) * tau / r is mixed instead of x;
 //   r > 4 tau:           refused (not mixed at all),
-// with the radius tau = 2 x the median of the last 48 distances judged (all senders), at least
+// with the radius tau = 4 x the median of the last 48 distances judged (all senders), at least
 // 1e-3 x the reference's norm. A chunk of len floats of a model of total floats is judged on its
 // distance scaled to the whole model, r = |x - ref| * sqrt(total / len), and counts as
 // len / total of a judgment below (a model's chunks rise and fall together). A sender whose
 // judgments are clipped or refused again and again (an exponential average of them, 1 for each
-// clipped or refused, at 0.5 or more after at least 4 models' worth) is flagged, and while
+// clipped or refused, at 0.5 or more after at least 4 models' worth), or whose distances grew to
+// twice what they were against the other senders' (drift: a trainer that turned bad and keeps
+// within the radius, e.g. a sign-flipped update the mesh follows), is flagged, and while
 // flagged its chunks are refused (quarantine); it is judged on, and a run of accepted judgments
 // lifts the flag.
 //
@@ -22,6 +24,7 @@
 // Thread-safety: the functions are pure; RobustJudge is not thread-safe (the caller locks).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -59,6 +62,14 @@ struct PeerJudgment {
   double last_distance = 0;
   double bad_share = 0;  // exponential average (1/4 a model) of clipped-or-refused judgments
   double models = 0;     // judged, in models (a chunk counts as its share of the model)
+  // Drift: how far the sender's distances moved from its own earlier ones, relative to the other
+  // senders' (1 = as before; 2 = twice as far from the center as it used to be, compared with the
+  // others). Each is a log kept as an exponential average.
+  double drift = 1;
+  double level = std::nan("");     // log distance, averaged over the last ~4 models
+  double baseline = std::nan("");  // level minus the senders' median level, over its history
+  double baseline_models = 0;      // models the baseline was formed over
+  uint64_t last_judged = 0;        // the judge's count of judgments at its latest
   bool flagged = false;
 };
 
@@ -70,7 +81,10 @@ struct RobustReport {
 
 class RobustJudge {
  public:
-  static constexpr double kClipMedians = 2;  // tau = this x the median recent distance
+  // tau = this x the median recent distance. An honest sender's distance varies with how far it ran
+  // ahead (ssp lets it run `staleness` steps): up to 3.7 x the median on the skew MLP's clean run
+  // (docs/design.md "Robust mixing"), so 4 leaves clean runs unclipped.
+  static constexpr double kClipMedians = 4;
   static constexpr double kRefuseRadii = 4;  // refused beyond this x tau
   static constexpr double kFloor = 1e-3;     // tau >= this x |ref|
   static constexpr size_t kWindow = 48;      // distances the median is taken over
@@ -78,6 +92,17 @@ class RobustJudge {
   static constexpr double kBadDecay = 0.75;  // bad_share <- 0.75 bad_share + 0.25 [bad]
   static constexpr double kFlagAt = 0.5;
   static constexpr double kFlagAfter = 4;  // models judged of a sender before it can be flagged
+  // Drift (docs/design.md "Robust mixing"): a sender whose distance, against the other senders',
+  // grew to kDriftFlagAt x what it was is flagged. The level averages 1/4 a model; the baseline
+  // forms over the first kBaselineModels models, then follows at kBaselineRate a model only while
+  // the drift stays under kDriftFollow (a sender that turned bad does not become the norm).
+  static constexpr double kLevelRate = 0.25;
+  static constexpr double kBaselineModels = 8;
+  static constexpr double kBaselineRate = 0.02;
+  static constexpr double kDriftFollow = 1.5;
+  static constexpr double kDriftFlagAt = 2;
+  // Senders judged within this many judgments count in the senders' median level.
+  static constexpr uint64_t kRecentJudgments = 256;
 
   // Judges `from`'s model (or chunk) at distance `distance` from the reference, whose norm is
   // `ref_norm` (both scaled to the whole model); `share` is the chunk's share of the model (1: a
@@ -89,19 +114,31 @@ class RobustJudge {
   double last_radius() const { return last_radius_; }
 
  private:
+  // Updates p's level, baseline and drift with a distance judged at `share` of a model.
+  void Drift(PeerJudgment* p, double distance, double share);
+
   std::deque<double> recent_;
   std::map<std::string, PeerJudgment> peers_;
   double last_radius_ = 0;
+  uint64_t judged_ = 0;
 };
 
 // The end-of-training consensus model. Plain (robust false, or fewer than 3 models): the average
-// of AverageModels. Robust: the average of the models judged around their coordinate-wise median
-// c with the rule above, tau = 4 x the median of the distances |m_j - c| (at least 1e-3 |c|): a
-// model within tau as it is, within 4 tau clipped, beyond it dropped. Summed in double in the
-// order given: the same inputs give the same bytes on every IEEE-754 machine. `dropped` and
-// `clipped`, when given, receive the indices of the models dropped and clipped.
+// of AverageModels. Robust: models whose sender the reducing node has quarantined
+// (`quarantined[j]`, when given) are dropped; the rest are judged around their coordinate-wise
+// median c with the rule above, tau = 4 x the median of the distances |m_j - c|, at least
+// `min_radius` (the reducing node's radius of its training-time judgments: final models of honest
+// nodes differ by a few steps, and when most are alike the median alone would call the others
+// far) and 1e-3 |c|: a model within tau as it is, within 4 tau clipped, beyond it dropped. Summed
+// in double in the order given: the same inputs give the same bytes on every IEEE-754 machine.
+// `dropped` and `clipped`, when given, receive the indices of the models dropped and clipped.
+struct ReduceJudgment {
+  std::vector<bool> quarantined;  // by model index; empty: none
+  double min_radius = 0;
+};
 std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& models, bool robust,
                                 std::vector<size_t>* dropped = nullptr,
-                                std::vector<size_t>* clipped = nullptr);
+                                std::vector<size_t>* clipped = nullptr,
+                                const ReduceJudgment& judged = {});
 
 }  // namespace meshtrain::learn

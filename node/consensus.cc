@@ -97,6 +97,7 @@ std::optional<ConsensusReduce> Consensus::Reduce(const std::string& self, const 
   ConsensusReduce req;
   req.id = ++reduce_id_;
   for (const auto& p : participants_) {
+    req.names.push_back(p);
     if (p == self) {
       req.models.push_back(own);
       continue;

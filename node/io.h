@@ -273,6 +273,7 @@ struct JoinGaveUp {
 struct ConsensusReduce {
   uint64_t id = 0;
   std::vector<std::shared_ptr<const std::vector<float>>> models;
+  std::vector<std::string> names;  // the participant each model is of
 };
 // The mesh's consensus model: the trainer takes it over bit for bit as its final model. `crc`:
 // learn::ParamsCrc32 of it is the driver's to compute; `participants` averaged by `leader`.

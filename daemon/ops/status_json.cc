@@ -70,8 +70,10 @@ const char* PathName(const membership::Member& m, const std::string& self) {
 }
 
 json RobustPeerJson(const learn::PeerJudgment& p) {
-  return {{"accepted", p.accepted},           {"clipped", p.clipped},     {"refused", p.refused},
-          {"last_distance", p.last_distance}, {"bad_share", p.bad_share}, {"flagged", p.flagged}};
+  return {{"accepted", p.accepted},   {"clipped", p.clipped},
+          {"refused", p.refused},     {"last_distance", p.last_distance},
+          {"bad_share", p.bad_share}, {"drift", p.drift},
+          {"flagged", p.flagged}};
 }
 
 void FillMixStatus(const Trainer& trainer, StatusInputs* in) {

@@ -277,10 +277,19 @@ class MeshOptimizer(torch.optim.Optimizer):
             return
         if self.mesh.mix().adopted:
             self.mesh._load(self.layout)
-            self._adoptions = self.mesh.adoptions
-            self._model_steps = self.mesh.step_count
-            self._syncs = self.mesh.step_count * self.fragments // self.sync_every
-            self._restart_outer()
+            self._syncs = self._syncs_at(self.mesh.step_count)
+            self._took_mesh_model()
+
+    def _syncs_at(self, step: int) -> int:
+        """The mesh steps a model of the agent's step `step` has taken (fragments in turn)."""
+        return step * self.fragments // self.sync_every
+
+    def _took_mesh_model(self) -> None:
+        """The agent replaced the model (a join with state, a finished peer's model): the outer
+        step starts again from it, momentum and corrections cleared."""
+        self._adoptions = self.mesh.adoptions
+        self._model_steps = self.mesh.step_count
+        self._restart_outer()
 
     def _attach(self, share_memory: Optional[bool]) -> None:
         tensors = self.params + self.buffers
@@ -293,7 +302,7 @@ class MeshOptimizer(torch.optim.Optimizer):
             if self.mesh.params is None and self.mesh.attach(layout):
                 self.mesh._load(layout)
         # A restarted script continues from the agent's model: its fragments in turn from there.
-        self._syncs = self.mesh.step_count * self.fragments // self.sync_every
+        self._syncs = self._syncs_at(self.mesh.step_count)
         self.outer.reset(self.params)
         self._adoptions = self.mesh.adoptions
 
@@ -371,11 +380,7 @@ class MeshOptimizer(torch.optim.Optimizer):
             self.gradient_drift.before_mix()
         self.mesh.step(self.layout, steps=every, span=span)
         if self.mesh.adoptions != self._adoptions:
-            # The agent replaced the model (a join with state, a finished peer's model): the
-            # outer step starts again from it, momentum and corrections cleared.
-            self._adoptions = self.mesh.adoptions
-            self._model_steps = self.mesh.step_count
-            self._restart_outer()
+            self._took_mesh_model()
             return
         if self.drift is not None:
             self.drift.after_mix(self.params)

@@ -1,6 +1,6 @@
 """The bad-peer bed (docs/benchmarks.md "Bad peers"): 5 agents with external trainers
 (bad_peer_worker.py), every peer a receiver; nodes 0-3 honest on label-skewed shards (classes
-{0,1}, {1,2}, {2,3}, {3,0}), node 4 on every class, honest (kind none: the clean run) or
+{0,1}, {1,2}, {2,3}, {3,0}), node 4 on every class (or bad_classes), honest (kind none: the clean run) or
 publishing a bad model from step --bad-from on. Every trainer calls finish(); run() returns the
 honest nodes' final (consensus) models' accuracy and loss, the set of final CRCs, and which
 members each honest agent's `members` flags. Kind "alone": the four honest nodes without a fifth.
@@ -25,7 +25,7 @@ def last_json(path):
 
 
 def run(binary, py, workdir, kind, robust, task="fmnist", steps=500, seed=0, bad_from=50,
-        lr=1e-3, timeout=900, prefix="bp"):
+        lr=1e-3, timeout=900, prefix="bp", bad_classes=SHARDS[BAD]):
     # "alone": the four honest nodes without the fifth (where a mesh that lost it stands).
     mesh = external_mesh(binary, BAD if kind == "alone" else BAD + 1, prefix, 4)
     if robust:  # off is the default (and an agent that predates --robust runs off)
@@ -37,7 +37,8 @@ def run(binary, py, workdir, kind, robust, task="fmnist", steps=500, seed=0, bad
             for i, a in enumerate(mesh.agents):
                 wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
                 logs.append(os.path.join(workdir, f"{prefix}-{kind}-{robust}-{i}.out"))
-                args = ["--socket", a.socket, "--task", task, "--classes", SHARDS[i],
+                classes = bad_classes if i == BAD else SHARDS[i]
+                args = ["--socket", a.socket, "--task", task, "--classes", classes,
                         "--steps", steps, "--seed", seed, "--lr", lr,
                         "--bad", kind if i == BAD else "none", "--bad-from", bad_from]
                 with open(logs[-1], "wb") as out:

@@ -69,17 +69,68 @@ TEST_CASE("RobustJudge accepts the mesh's spread and clips or refuses beyond it"
 TEST_CASE("RobustJudge counts a model's chunks as one judgment", "[learn][robust]") {
   RobustJudge j;
   for (int i = 0; i < 12; ++i) j.Judge("p" + std::to_string(i % 3), 1.0, 10);
+  const double far = 1.5 * RobustJudge::kClipMedians;  // the median is 1: clipped, not refused
   // One far model in four chunks: all four clipped, but a single model's worth of bad judgments
   // does not flag its sender (as four whole models would).
   for (int c = 0; c < 4; ++c) j.Judge("once", 1.0, 10, 0.25);
-  for (int c = 0; c < 4; ++c) CHECK(j.Judge("once", 3.0, 10, 0.25).kind == RobustVerdict::kClip);
+  for (int c = 0; c < 4; ++c) CHECK(j.Judge("once", far, 10, 0.25).kind == RobustVerdict::kClip);
   CHECK(j.peers().at("once").models == Approx(2));
   CHECK_FALSE(j.peers().at("once").flagged);
   // Far model after model: flagged once there are enough of them.
   for (int m = 0; m < 3; ++m) {
-    for (int c = 0; c < 4; ++c) j.Judge("once", 3.0, 10, 0.25);
+    for (int c = 0; c < 4; ++c) j.Judge("once", far, 10, 0.25);
   }
   CHECK(j.peers().at("once").flagged);
+}
+
+// Four senders judged model by model, in chunks of a quarter; `far(i, m)` is sender i's distance
+// at model m (the others as d[i]).
+template <typename Far>
+void JudgeModels(RobustJudge* j, int models, const std::vector<double>& d, Far far) {
+  for (int m = 0; m < models; ++m) {
+    for (size_t i = 0; i < d.size(); ++i) {
+      for (int c = 0; c < 4; ++c) j->Judge("p" + std::to_string(i), far(i, m), 100, 0.25);
+    }
+  }
+}
+
+TEST_CASE("RobustJudge flags a sender whose distance grew against the others' (drift)",
+          "[learn][robust]") {
+  // Senders at their own usual distances (one near, as a node on every class is), within the
+  // radius throughout. Sender 3 turns bad at model 20: three times as far as it was (a
+  // sign-flipped update the mesh follows stays about there), still inside the radius.
+  const std::vector<double> d = {1.0, 1.2, 0.9, 0.4};
+  RobustJudge j;
+  JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
+  for (const auto& [name, p] : j.peers()) {
+    CHECK(p.drift < 1.1);
+    CHECK_FALSE(p.flagged);
+  }
+  JudgeModels(&j, 8, d, [&](size_t i, int) { return i == 3 ? 3 * d[i] : d[i]; });
+  CHECK(j.peers().at("p3").clipped == 0);  // within the radius: only drift tells
+  CHECK(j.peers().at("p3").drift > RobustJudge::kDriftFlagAt);
+  CHECK(j.peers().at("p3").flagged);
+  for (const char* p : {"p0", "p1", "p2"}) CHECK_FALSE(j.peers().at(p).flagged);
+  // Flagged, it stays so while it stays there (the baseline does not follow it) ...
+  JudgeModels(&j, 100, d, [&](size_t i, int) { return i == 3 ? 3 * d[i] : d[i]; });
+  CHECK(j.peers().at("p3").flagged);
+  // ... and is lifted once it is back where it was.
+  JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
+  CHECK_FALSE(j.peers().at("p3").flagged);
+}
+
+TEST_CASE("RobustJudge: distances that move together (a learning-rate schedule) are no drift",
+          "[learn][robust]") {
+  const std::vector<double> d = {1.0, 1.2, 0.9, 0.4};
+  RobustJudge j;
+  // Every sender's distance grows 5x over 60 models, and some jitter: nobody drifts.
+  JudgeModels(&j, 60, d, [&](size_t i, int m) {
+    return d[i] * (1 + 4.0 * m / 60) * (1 + 0.2 * std::sin(1.7 * m + static_cast<double>(i)));
+  });
+  for (const auto& [name, p] : j.peers()) {
+    CHECK(p.drift < 1.5);
+    CHECK_FALSE(p.flagged);
+  }
 }
 
 TEST_CASE("RobustJudge's radius has a floor relative to the reference's norm", "[learn][robust]") {
@@ -143,6 +194,34 @@ TEST_CASE("ReduceModels clips a model a few radii out toward the median", "[lear
     plain_moved += std::abs(plain[i] - honest[i]);
   }
   CHECK(moved < plain_moved);
+}
+
+TEST_CASE("ReduceModels drops quarantined senders' models and judges the rest with a floor",
+          "[learn][robust]") {
+  std::vector<std::vector<float>> ms;
+  for (int s = 0; s < 5; ++s) ms.push_back(Around(1.0f, 200, 0.1f, s));
+  // Three final models alike (they mixed the same models last), two a few steps apart: the
+  // median distance is small, and alone it would call the two far.
+  ms[1] = ms[0];
+  ms[2] = ms[0];
+  std::vector<const std::vector<float>*> all;
+  for (const auto& m : ms) all.push_back(&m);
+  std::vector<size_t> dropped, clipped;
+  ReduceModels(all, true, &dropped, &clipped);
+  CHECK(dropped.size() + clipped.size() == 2);
+  // With the training-time radius as a floor, they are honest models a few steps apart.
+  ReduceJudgment judged;
+  judged.min_radius = 10;
+  dropped.clear();
+  clipped.clear();
+  CHECK(ReduceModels(all, true, &dropped, &clipped, judged) == AverageModels(all));
+  CHECK(dropped.empty());
+  CHECK(clipped.empty());
+  // A quarantined sender's model is dropped whatever its distance.
+  judged.quarantined = {false, false, false, true, false};
+  const std::vector<float> r = ReduceModels(all, true, &dropped, &clipped, judged);
+  CHECK(dropped == std::vector<size_t>{3});
+  CHECK(r == AverageModels({&ms[0], &ms[1], &ms[2], &ms[4]}));
 }
 
 }  // namespace
