@@ -159,13 +159,19 @@ std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& mo
                                 std::vector<size_t>* dropped, std::vector<size_t>* clipped,
                                 const ReduceJudgment& judged) {
   if (!robust) return AverageModels(models);
-  // The reducing node's quarantine first: its flags rest on the whole run, not on one model.
+  // The reducing node's quarantine first: its flags rest on the whole run, not on one model. They
+  // count only while they spare a majority: a node that flags half of the others or more is more
+  // likely the odd one (its own trainer sends a bad model, so every honest one looks far from its
+  // center), and then neither its flags nor its radius is used.
   std::vector<size_t> idx;
   for (size_t j = 0; j < models.size(); ++j) {
     if (j >= judged.quarantined.size() || !judged.quarantined[j]) idx.push_back(j);
   }
-  if (idx.empty()) {  // every sender quarantined: nothing to prefer, judge them all
+  double min_radius = judged.min_radius;
+  if (2 * idx.size() <= models.size()) {
+    idx.clear();
     for (size_t j = 0; j < models.size(); ++j) idx.push_back(j);
+    min_radius = 0;
   }
   if (dropped) {
     for (size_t j = 0, i = 0; j < models.size(); ++j) {
@@ -193,7 +199,7 @@ std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& mo
     dist[j] = std::sqrt(d.diff2);
     center2 = d.ref2;
   }
-  const double tau = std::max({RobustJudge::kClipMedians * Median(dist), judged.min_radius,
+  const double tau = std::max({RobustJudge::kClipMedians * Median(dist), min_radius,
                                RobustJudge::kFloor * std::sqrt(center2)});
   std::vector<double> sum(n, 0.0);
   size_t kept = 0;

@@ -125,13 +125,15 @@ class RobustJudge {
 
 // The end-of-training consensus model. Plain (robust false, or fewer than 3 models): the average
 // of AverageModels. Robust: models whose sender the reducing node has quarantined
-// (`quarantined[j]`, when given) are dropped; the rest are judged around their coordinate-wise
-// median c with the rule above, tau = 4 x the median of the distances |m_j - c|, at least
-// `min_radius` (the reducing node's radius of its training-time judgments: final models of honest
-// nodes differ by a few steps, and when most are alike the median alone would call the others
-// far) and 1e-3 |c|: a model within tau as it is, within 4 tau clipped, beyond it dropped. Summed
-// in double in the order given: the same inputs give the same bytes on every IEEE-754 machine.
-// `dropped` and `clipped`, when given, receive the indices of the models dropped and clipped.
+// (`quarantined[j]`, when given) are dropped, as long as that leaves more than half (else its
+// flags and radius are not used: it is more likely the odd one); the rest are judged around their
+// coordinate-wise median c with the rule above, tau = 4 x the median of the distances |m_j - c|,
+// at least `min_radius` (the reducing node's radius of its training-time judgments: final models
+// of honest nodes differ by a few steps, and when most are alike the median alone would call the
+// others far) and 1e-3 |c|: a model within tau as it is, within 4 tau clipped, beyond it dropped.
+// Summed in double in the order given: the same inputs give the same bytes on every IEEE-754
+// machine. `dropped` and `clipped`, when given, receive the indices of the models dropped and
+// clipped.
 struct ReduceJudgment {
   std::vector<bool> quarantined;  // by model index; empty: none
   double min_radius = 0;

@@ -224,5 +224,24 @@ TEST_CASE("ReduceModels drops quarantined senders' models and judges the rest wi
   CHECK(r == AverageModels({&ms[0], &ms[1], &ms[2], &ms[4]}));
 }
 
+TEST_CASE("ReduceModels: a reducing node that flags most of the others is not followed",
+          "[learn][robust]") {
+  // The leader's own trainer sent an exploded model: every honest model is far from its center,
+  // so it flags them all and its radius is huge. Its flags and radius are set aside, and the
+  // median rule drops its model.
+  std::vector<std::vector<float>> ms;
+  for (int s = 0; s < 5; ++s) ms.push_back(Around(1.0f, 200, 0.1f, s));
+  for (float& v : ms[0]) v *= 100;
+  std::vector<const std::vector<float>*> all;
+  for (const auto& m : ms) all.push_back(&m);
+  ReduceJudgment judged;
+  judged.quarantined = {false, true, true, true, false};
+  judged.min_radius = 1e6;
+  std::vector<size_t> dropped, clipped;
+  const std::vector<float> r = ReduceModels(all, true, &dropped, &clipped, judged);
+  CHECK(dropped == std::vector<size_t>{0});
+  CHECK(r == AverageModels({&ms[1], &ms[2], &ms[3], &ms[4]}));
+}
+
 }  // namespace
 }  // namespace meshtrain::learn
