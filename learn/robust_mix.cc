@@ -163,25 +163,19 @@ std::vector<float> ReduceModels(const std::vector<const std::vector<float>*>& mo
   // count only while they spare a majority: a node that flags half of the others or more is more
   // likely the odd one (its own trainer sends a bad model, so every honest one looks far from its
   // center), and then neither its flags nor its radius is used.
-  std::vector<size_t> idx;
+  std::vector<size_t> idx, quarantined;
   for (size_t j = 0; j < models.size(); ++j) {
-    if (j >= judged.quarantined.size() || !judged.quarantined[j]) idx.push_back(j);
+    const bool q = j < judged.quarantined.size() && judged.quarantined[j];
+    (q ? quarantined : idx).push_back(j);
   }
   double min_radius = judged.min_radius;
   if (2 * idx.size() <= models.size()) {
-    idx.clear();
-    for (size_t j = 0; j < models.size(); ++j) idx.push_back(j);
+    idx.insert(idx.end(), quarantined.begin(), quarantined.end());
+    std::sort(idx.begin(), idx.end());
+    quarantined.clear();
     min_radius = 0;
   }
-  if (dropped) {
-    for (size_t j = 0, i = 0; j < models.size(); ++j) {
-      if (i < idx.size() && idx[i] == j) {
-        ++i;
-      } else {
-        dropped->push_back(j);
-      }
-    }
-  }
+  if (dropped) dropped->insert(dropped->end(), quarantined.begin(), quarantined.end());
   std::vector<const std::vector<float>*> in;
   for (size_t j : idx) in.push_back(models[j]);
   if (in.size() < 3) return AverageModels(in);

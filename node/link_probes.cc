@@ -62,10 +62,7 @@ std::optional<ProbeLink> LinkProbes::Send(std::vector<Peer> peers, double uplink
   // higher figure awaiting confirmation), so that timer and scheduling noise stay small beside
   // it: 256 to 1024 datagrams (0.3 to 1.3 MB). (Sized by a low estimate alone, a fast host's
   // trains lasted 1 ms and mostly measured noise.)
-  double size_mbps = uplink_mbps;
-  for (const auto& [who, rates] : up_) {
-    for (const Rate& r : rates) size_mbps = std::max(size_mbps, r.mbps);
-  }
+  const double size_mbps = std::max(uplink_mbps, LargestUp().first);
   const int packets =
       static_cast<int>(std::clamp(std::ceil(size_mbps * 1e6 * 0.020 / 1242.0), 256.0, 1024.0));
   id_ = rng() | 1;
@@ -135,16 +132,21 @@ bool LinkProbes::OnResult(const ProbeResult& r, const sync::BandwidthEstimate& u
   // every other turn (not hurried) until a figure confirms it or it ages out. Checked only once, a
   // fast path whose receiver read two trains slowly while short of CPU was not probed again, and
   // a 640 Mbit/s host published 168 until its fast figures aged out.
-  const double estimate = With(up, up_, 0);
-  const std::string* top_peer = nullptr;
-  double top = 0;
-  for (const auto& [who, rs] : up_) {
-    for (const Rate& x : rs) {
-      if (x.mbps > top) top = x.mbps, top_peer = &who;
+  const auto [top, top_peer] = LargestUp();
+  if (top_peer != nullptr && top > 1.33 * With(up, up_, 0) && *top_peer != peer_) {
+    confirm_ = *top_peer;
+  }
+  return true;
+}
+
+std::pair<double, const std::string*> LinkProbes::LargestUp() const {
+  std::pair<double, const std::string*> top{0, nullptr};
+  for (const auto& [who, rates] : up_) {
+    for (const Rate& r : rates) {
+      if (r.mbps > top.first) top = {r.mbps, &who};
     }
   }
-  if (top_peer != nullptr && top > 1.33 * estimate && *top_peer != peer_) confirm_ = *top_peer;
-  return true;
+  return top;
 }
 
 void LinkProbes::OnReceived(const ProbeReceived& r, TimeMs now) {

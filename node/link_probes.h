@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "node/io.h"
@@ -65,6 +66,8 @@ class LinkProbes {
   static constexpr int kFastProbes = 10;      // the first ones go 2 s apart
   static constexpr size_t kRatesPerPeer = 8;
   static double With(const sync::BandwidthEstimate& e, const Rates& probes, double cap);
+  // The largest recent figure of our trains and the peer it came from (null when none).
+  std::pair<double, const std::string*> LargestUp() const;
   size_t Pick(const std::vector<Peer>& peers, uint64_t sent) const;
 
   TimeMs next_at_;  // first: read with the node's other deadlines on every input
