@@ -32,6 +32,21 @@ std::shared_ptr<std::vector<float>> NewSnapshotBuffer(size_t n) {
   return b;
 }
 
+// A fingerprint of the parameters that costs next to nothing: kSamples coordinates spread over
+// the model, hashed bit for bit (FNV-1a). Two models that differ after a training step (which
+// moves every coordinate) differ here too.
+uint64_t SampledPrint(const float* x, size_t n) {
+  constexpr size_t kSamples = 4096;
+  const size_t stride = std::max<size_t>(1, n / kSamples);
+  uint64_t h = 14695981039346656037ull;
+  for (size_t i = 0; i < n; i += stride) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
 // The bytes a chunk holds while it waits (its values, as they came).
 size_t ChunkBytes(const node::MixChunk& c) {
   const size_t scales = c.held ? c.held.ns : c.scales.size();
@@ -97,6 +112,8 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
   state_.step = step;
   state_.waiting = false;
   unsent_publish_ = !snap && num_params_ > kOneSnapshotFloats;
+  published_local_ = snap != nullptr;  // latest_ is about to be this step's own model
+  mixed_print_.reset();
   if (snap) {
     latest_ = snap;
     mixer_->SetReference(snap);
@@ -199,7 +216,8 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
     size_t mixed = 0;
     std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
     bool snap_ok = false;
-    double models = 0;  // peer models folded in, in model-sized units
+    double models = 0;   // peer models folded in, in model-sized units
+    uint64_t print = 0;  // SampledPrint of the mixed model
   };
   auto work = std::make_shared<Work>();
   uint32_t flags = 0;
@@ -257,6 +275,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
         work->mixed = work->whole.size() + mixer->Apply(data, n);
         work->models = static_cast<double>(work->whole.size()) + mixer->models_mixed() - before;
         if (work->snap) work->snap_ok = learn::CopyParamsFinite(data, work->snap->data(), n);
+        work->print = SampledPrint(data, n);
       },
       [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, flags, work, waited,
        timed_out, whole, part] {
@@ -268,6 +287,14 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
         ReleaseHeld();
         if (gen != conn_gen_) return;  // the trainer detached
         job_ = false;
+        // The model published at this step stays the node's own (PublishedIsFinal) unless the
+        // mix replaced the parameters or its copy became the snapshot.
+        published_local_ = published_local_ && !work->take && !work->snap_ok;
+        if (published_local_) {
+          mixed_print_ = work->print;
+        } else {
+          mixed_print_.reset();
+        }
         if (work->snap_ok) {
           latest_ = work->snap;
           mixer_->SetReference(work->snap);
@@ -391,9 +418,25 @@ void ExternalTrainer::HandleFinish(Conn* c, uint32_t seq) {
     if (consensus_) ReplyFinish();
     return notify_();
   }
+  if (PublishedIsFinal()) {
+    // docs/design.md "One model at the end": the trainer's parameters are still the mix of its
+    // last step, so the node's final model is the one it published at that step (its own, as
+    // trained), and the consensus the plain average of every node's last model.
+    spdlog::info("final model: the one published at step {} (the parameters are its mix)",
+                 state_.step);
+    if (checkpoints_) checkpoints_->Save(state_.step, latest_, "final");
+    outbox_ = Snapshot{latest_step_, latest_, true};
+    if (consensus_) ReplyFinish();
+    return notify_();
+  }
   OfferFinal(c, [this] {
     if (consensus_) ReplyFinish();
   });
+}
+
+bool ExternalTrainer::PublishedIsFinal() const {
+  return !Gated() && published_local_ && mixed_print_ && latest_ && latest_step_ == state_.step &&
+         shm_.data != nullptr && *mixed_print_ == SampledPrint(shm_.data, num_params_);
 }
 
 void ExternalTrainer::AdoptConsensus(std::shared_ptr<const std::vector<float>> params,

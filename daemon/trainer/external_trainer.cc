@@ -343,6 +343,8 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
   wait_.reset();
   gate_.reset();
   finish_seq_.reset();
+  published_local_ = false;
+  mixed_print_.reset();
   UnmapShm(/*off_loop=*/true);
   if (!was_attached) return;
   if (state_.training) gone_since_ = Clock::now();  // gone before it finished: the grace runs

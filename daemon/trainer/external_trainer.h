@@ -150,6 +150,10 @@ class ExternalTrainer : public Trainer {
   // FINISH: the shared memory becomes the final model (copied off the loop, then offered);
   // the reply waits for the consensus model (ReplyFinish).
   void HandleFinish(Conn* c, uint32_t seq);
+  // A trainer that mixes every step (no sync_every > 1) and FINISHes with the parameters its
+  // last step's MIX left (compared by a sample of coordinates): its final model is the snapshot
+  // it published at that step (docs/design.md "One model at the end").
+  bool PublishedIsFinal() const;
   // Copies the shared memory (the trainer's final model) off the loop and offers it to the
   // peers, then runs `reply`; the trainer waits meanwhile.
   void OfferFinal(Conn* c, std::function<void()> reply);
@@ -235,6 +239,10 @@ class ExternalTrainer : public Trainer {
 
  private:
   uint64_t latest_step_ = 0;
+  // latest_ is the snapshot the last PUBLISH made (the trainer's model as it trained), and the
+  // shared memory's fingerprint right after the MIX that followed it (PublishedIsFinal).
+  bool published_local_ = false;
+  std::optional<uint64_t> mixed_print_;
   // The exchange window: what was folded since the last MIX, by sender (a transfer is whole
   // once its last chunk came), and the step it will be mixed at.
   struct InTransfer {

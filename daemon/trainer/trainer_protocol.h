@@ -22,7 +22,9 @@
 //                 i.e. the parameters just evaluated, the final model offered to the peers)
 //   DETACH 6      (empty)                         -> (empty), then the agent closes
 //   FINISH 7      (empty)                         -> u32 models, u32 crc32, u64 step
-//                 training is over: the shared memory is this node's final model. The reply
+//                 training is over: the shared memory is this node's final model (a trainer
+//                 that mixes every step and left its last MIX's parameters as they were: the
+//                 snapshot its last PUBLISH made, docs/design.md "One model at the end"). The reply
 //                 comes once the mesh's consensus model (the average of every
 //                 finished node's final model) is in the shared memory; `models` it averages,
 //                 `crc32` of its bytes. Peers still training keep it waiting.

@@ -263,7 +263,10 @@ class Mesh:
     def finish(self, model: Any = None, timeout: Optional[float] = None) -> FinishResult:
         """Ends training and returns once this node holds the mesh's one model.
 
-        ``model`` (default: the attached one) is this node's final model. Once no live member
+        ``model`` (default: the attached one) is this node's final model; when it is still the
+        mix the last :meth:`step` left (and the node mixes every step), the agent offers the
+        model that step published instead, before the mix, so that every node's last model
+        counts once in the average (docs/design.md "One model at the end"). Once no live member
         trains any more, the finished nodes average their final models; the average (bit for bit
         the same on every node) is then in ``mesh.params`` and loaded into ``model`` (and into
         the attached layout: parameters, buffers, corrections). Waits up to ``timeout`` seconds

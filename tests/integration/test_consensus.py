@@ -8,8 +8,9 @@
 2. External trainers (the Python client, numpy only): 3 trainers each fit a linear model on data
    of their own for a different number of mesh steps (the second one sends half the model at
    a time: streaming fragments), then call mesh.finish(). Every finish() returns the same crc32
-   (of the parameters it loaded) and models == 3; the fragment sender's transfers carry half
-   the parameter bytes of the others'.
+   (of the parameters it loaded) and models == 3; the one model is the average of the models
+   the trainers published at their last step (not of their mixes); the fragment sender's
+   transfers carry half the parameter bytes of the others'.
 3. PyTorch (skipped without torch): 2 trainers with a BatchNorm model through
    MeshOptimizer(model=net, sync_every=4, outer="nesterov") on data of their own, then
    opt.finish(): both hold the same parameters and the same BatchNorm running statistics (the
@@ -50,11 +51,15 @@ for i in range(a.steps):
     grad = 2 * x[idx].T @ (x[idx] @ w - y[idx]) / 32
     w -= 0.05 * grad.astype(np.float32)
     # Odd nodes send streaming fragments: each half of the model in turn.
+    published = w.copy()  # what this step publishes: the model as trained, before the mix
     mesh.step(w, span=((0, D // 2), (D // 2, D))[i % 2] if a.node % 2 else None)
 own = zlib.crc32(w.tobytes())
+mixed = w.copy()
 res = mesh.finish(w)
 print(json.dumps({"event": "finished", "own": own, "crc": zlib.crc32(w.tobytes()),
-                  "reply": dataclasses.asdict(res), "training": mesh.training}), flush=True)
+                  "reply": dataclasses.asdict(res), "training": mesh.training,
+                  "published": published.tolist(), "mixed": mixed.tolist(),
+                  "model": w.tolist()}), flush=True)
 mesh.detach()
 '''
 
@@ -167,8 +172,18 @@ def external_part(binary):
             per.append(s["params_bytes_raw"] / max(1, s["rounds"] * s["mean_fanout"]))
         print("  parameter bytes per transfer: " + ", ".join(f"{x:.0f}" for x in per))
         assert per[1] < 0.8 * per[0] and per[1] < 0.8 * per[2], per  # fragments: about half
+        # Each trainer finished right after its last step's mix: its final model is the one it
+        # published at that step, so the consensus is the plain average of the nodes' last
+        # models as trained (docs/design.md "One model at the end"), not of their mixes.
+        def gap(key):
+            mean = [sum(col) / len(outs) for col in zip(*(o[key] for o in outs))]
+            return max(abs(m - c) for m, c in zip(mean, outs[0]["model"]))
+        print(f"  consensus vs the mean of the published models: {gap('published'):.2e}, "
+              f"of the mixed ones: {gap('mixed'):.2e}")
+        assert gap("published") < 1e-5 < gap("mixed"), (gap("published"), gap("mixed"))
         for o in outs:
-            print("  " + json.dumps(o))
+            print("  " + json.dumps({k: v for k, v in o.items()
+                                     if k not in ("published", "mixed", "model")}))
             assert o["reply"]["models"] == 3, o
             assert o["reply"]["crc32"] == o["crc"], o  # what finish() loaded is the model
             assert o["own"] != o["crc"], o  # its own final model was replaced
