@@ -74,6 +74,8 @@ def main():
                 rows.append(row(str(seed), kind, robust, [r], [clean]))
                 rows[-1].append(f"{time.monotonic() - t0:.0f}")
                 print(" | ".join(map(str, rows[-1])), flush=True)
+                for line in why_flagged(r, kind):
+                    print("    " + line, flush=True)
     header = ["seed", "bad kind", "robust", "honest accuracy (worst)", "honest loss (worst)",
               "accuracy - clean", "loss vs clean", "flagged in members", "culprit", "models",
               "honest clipped/refused"]
@@ -95,6 +97,20 @@ def main():
           "clean run, the culprit flagged in every run; clean within 0.5 %: " +
           ("yes" if ok else "NO"))
     print(f"logs in {workdir}")
+
+
+def why_flagged(r, kind):
+    """For each honest sender an agent flags (never meant to be): what that agent's `status`
+    says of it (drift, the share of its chunks judged bad, its chunks clipped and refused)."""
+    out = []
+    # The culprit's own agent judges against the bad model its trainer gives it: left out.
+    for i, st in enumerate(r["robust_status"][:4] if kind in KINDS else r["robust_status"]):
+        for name, p in sorted(st.get("peers", {}).items()):
+            if p.get("flagged") and (kind not in KINDS or name != r["culprit"]):
+                out.append(f"agent {i} flags honest {name}: drift {p.get('drift', 0):.2f}, bad "
+                           f"share {p.get('bad_share', 0):.2f}, clipped {p.get('clipped', 0)}, "
+                           f"refused {p.get('refused', 0)} (of {p.get('accepted', 0)} accepted)")
+    return out
 
 
 def row(label, kind, robust, rs, clean):
