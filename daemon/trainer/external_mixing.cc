@@ -206,20 +206,21 @@ void ExternalTrainer::TryGatedMix() {
   Mix(g.c, g.seq, g.unsent, waited, timed_out);
 }
 
+struct ExternalTrainer::MixWork {
+  std::optional<Incoming> take;   // a model that replaces the trainer's
+  std::vector<Incoming> whole;    // whole models to average in (final models, top-k)
+  std::vector<std::string> from;  // the sender of each
+  std::vector<double> weights;
+  size_t mixed = 0;
+  std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
+  bool snap_ok = false;
+  double models = 0;   // peer models folded in, in model-sized units
+  uint64_t print = 0;  // SampledPrint of the mixed model
+};
+
 void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, bool timed_out) {
   // Decided here, carried out on the thread pool (the trainer waits for the reply meanwhile).
-  struct Work {
-    std::optional<Incoming> take;   // a model that replaces the trainer's
-    std::vector<Incoming> whole;    // whole models to average in (final models, top-k)
-    std::vector<std::string> from;  // the sender of each
-    std::vector<double> weights;
-    size_t mixed = 0;
-    std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
-    bool snap_ok = false;
-    double models = 0;   // peer models folded in, in model-sized units
-    uint64_t print = 0;  // SampledPrint of the mixed model
-  };
-  auto work = std::make_shared<Work>();
+  auto work = std::make_shared<MixWork>();
   uint32_t flags = 0;
   if (adopt_) {
     // Join with state: the peer's model and step replace the trainer's.

@@ -134,6 +134,7 @@ class ExternalTrainer : public Trainer {
   // in, then mixes (Mix). Re-checked as chunks arrive and every tick; kSyncWaitS at most.
   void TryGatedMix();
   void Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, bool timed_out);
+  struct MixWork;  // what a MIX decided, carried out on the thread pool
   // A sync's tally (status `syncs`, the `sync` metrics line).
   void RecordSync(size_t waited, size_t whole, size_t part, double models, bool timed_out);
   bool Gated() const { return sync_.sync_every > 1; }
