@@ -214,8 +214,9 @@ struct ExternalTrainer::MixWork {
   size_t mixed = 0;
   std::shared_ptr<std::vector<float>> snap;  // a late snapshot of the mixed model, or null
   bool snap_ok = false;
-  double models = 0;   // peer models folded in, in model-sized units
-  uint64_t print = 0;  // SampledPrint of the mixed model
+  double models = 0;        // peer models folded in, in model-sized units
+  bool want_print = false;  // the mix follows a PUBLISH of a per-step trainer (PublishedIsFinal)
+  uint64_t print = 0;       // then SampledPrint of the mixed model
 };
 
 void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, bool timed_out) {
@@ -247,6 +248,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
   // What this window holds, by sender: whole models, and any mixed only in part.
   size_t whole = work->whole.size(), part = 0;
   for (const auto& [from, t] : window_) (t.whole && !t.lost && !t.partial ? whole : part)++;
+  work->want_print = published_local_ && !Gated();
   if (unsent && !work->take && !preparing_) work->snap = SnapshotBuffer();
   job_ = true;
   mixing_ = true;  // chunks that come meanwhile belong to the next window
@@ -276,7 +278,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
         work->mixed = work->whole.size() + mixer->Apply(data, n);
         work->models = static_cast<double>(work->whole.size()) + mixer->models_mixed() - before;
         if (work->snap) work->snap_ok = learn::CopyParamsFinite(data, work->snap->data(), n);
-        work->print = SampledPrint(data, n);
+        if (work->want_print) work->print = SampledPrint(data, n);
       },
       [this, life = std::weak_ptr<int>(life_), gen = conn_gen_, c, seq, flags, work, waited,
        timed_out, whole, part] {
@@ -290,7 +292,7 @@ void ExternalTrainer::Mix(Conn* c, uint32_t seq, bool unsent, size_t waited, boo
         job_ = false;
         // The model published at this step stays the node's own (PublishedIsFinal) unless the
         // mix replaced the parameters or its copy became the snapshot.
-        published_local_ = published_local_ && !work->take && !work->snap_ok;
+        published_local_ = work->want_print && !work->take && !work->snap_ok;
         if (published_local_) {
           mixed_print_ = work->print;
         } else {
