@@ -178,9 +178,15 @@ def external_part(binary):
         def gap(key):
             mean = [sum(col) / len(outs) for col in zip(*(o[key] for o in outs))]
             return max(abs(m - c) for m, c in zip(mean, outs[0]["model"]))
+        # How far each node's last mix moved its model: on a busy machine a node's last window
+        # may hold no peer's model, and then its mix is its published model.
+        moved = max(max(abs(m - q) for m, q in zip(o["mixed"], o["published"])) for o in outs)
         print(f"  consensus vs the mean of the published models: {gap('published'):.2e}, "
-              f"of the mixed ones: {gap('mixed'):.2e}")
-        assert gap("published") < 1e-5 < gap("mixed"), (gap("published"), gap("mixed"))
+              f"of the mixed ones: {gap('mixed'):.2e} (the last mixes moved a model by "
+              f"{moved:.2e})")
+        assert gap("published") < 1e-5, (gap("published"), gap("mixed"), moved)
+        if moved > 1e-4:  # the mixes differ from the published models: the test tells them apart
+            assert gap("mixed") > 1e-5, (gap("published"), gap("mixed"), moved)
         for o in outs:
             print("  " + json.dumps({k: v for k, v in o.items()
                                      if k not in ("published", "mixed", "model")}))
