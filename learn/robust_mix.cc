@@ -92,8 +92,9 @@ RobustVerdict RobustJudge::Judge(const std::string& from, double distance, doubl
   p.bad_share = (1 - a) * p.bad_share + a * (bad ? 1 : 0);
   p.models += share;
   Drift(&p, distance, share);
+  p.drift_held = p.drift >= kDriftFlagAt ? p.drift_held + share : 0;
   if (p.models >= kFlagAfter) {
-    p.flagged = p.bad_share >= kFlagAt || p.drift >= kDriftFlagAt;
+    p.flagged = p.bad_share >= kFlagAt || p.drift_held >= kDriftHold;
   }
   if (std::isfinite(distance)) {
     p.last_distance = distance;
@@ -105,6 +106,12 @@ RobustVerdict RobustJudge::Judge(const std::string& from, double distance, doubl
    : v.kind == RobustVerdict::kClip ? p.clipped
                                     : p.refused)++;
   return v;
+}
+
+RobustVerdict RobustJudge::Peek(const std::string& from, double distance, double ref_norm) const {
+  const auto it = peers_.find(from);
+  if (it != peers_.end() && it->second.flagged) return {RobustVerdict::kRefuse, 0};
+  return Verdict(distance, Radius(ref_norm));
 }
 
 void RobustJudge::Drift(PeerJudgment* p, double distance, double share) {

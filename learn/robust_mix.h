@@ -13,10 +13,11 @@
 // len / total of a judgment below (a model's chunks rise and fall together). A sender whose
 // judgments are clipped or refused again and again (an exponential average of them, 1 for each
 // clipped or refused, at 0.5 or more after at least 4 models' worth), or whose distances grew to
-// twice what they were against the other senders' (drift: a trainer that turned bad and keeps
-// within the radius, e.g. a sign-flipped update the mesh follows), is flagged, and while
-// flagged its chunks are refused (quarantine); it is judged on, and a run of accepted judgments
-// lifts the flag.
+// twice what they were against the other senders' and stayed there for 4 models (drift: a trainer
+// that turned bad and keeps within the radius, e.g. a sign-flipped update the mesh follows), is
+// flagged, and while flagged its chunks are refused (quarantine); it is judged on, and a run of
+// accepted judgments lifts the flag. Judgments are recorded only while the receiver trains
+// (daemon/trainer/chunk_mixer.h SetFrozen; Peek below).
 //
 // RobustAverageModels is the same rule for the end-of-training consensus, around the
 // coordinate-wise median of the final models instead of the receiver's own.
@@ -70,6 +71,7 @@ struct PeerJudgment {
   double baseline = std::nan("");  // level minus the senders' median level, over its history
   double baseline_models = 0;      // models the baseline was formed over
   uint64_t last_judged = 0;        // the judge's count of judgments at its latest
+  double drift_held = 0;           // models judged in a row at drift >= kDriftFlagAt
   bool flagged = false;
 };
 
@@ -101,6 +103,9 @@ class RobustJudge {
   static constexpr double kBaselineRate = 0.02;
   static constexpr double kDriftFollow = 1.5;
   static constexpr double kDriftFlagAt = 2;
+  // ... for this many models in a row: an honest sender's drift spikes for a step or two when it
+  // lags (up to 1.9 on the skew MLP's clean runs), a sender that turned bad stays there.
+  static constexpr double kDriftHold = 4;
   // Senders judged within this many judgments count in the senders' median level.
   static constexpr uint64_t kRecentJudgments = 256;
 
@@ -108,6 +113,10 @@ class RobustJudge {
   // `ref_norm` (both scaled to the whole model); `share` is the chunk's share of the model (1: a
   // whole model). Non-finite distances are refused.
   RobustVerdict Judge(const std::string& from, double distance, double ref_norm, double share = 1);
+  // The verdict Judge would give, by the radius and `from`'s flag as they stand, with nothing
+  // recorded: for a receiver whose center stopped moving (its trainer finished or left), where a
+  // distance grows with the time since the last mix rather than with what the sender did.
+  RobustVerdict Peek(const std::string& from, double distance, double ref_norm) const;
   // tau for a reference of norm ref_norm (0 during the warm-up).
   double Radius(double ref_norm) const;
   const std::map<std::string, PeerJudgment>& peers() const { return peers_; }

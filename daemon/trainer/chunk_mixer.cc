@@ -136,11 +136,8 @@ bool ChunkMixer::JudgeChunk(const node::MixChunk& c, std::vector<float>* clipped
                : learn::DiffNorm2(c.values(), r, n);
   // Scaled to the whole model: a chunk of len floats is judged as if every chunk were like it.
   const double scale = static_cast<double>(c.total) / static_cast<double>(n);
-  learn::RobustVerdict v;
-  {
-    std::lock_guard<std::mutex> lock(judge_mu_);
-    v = judge_.Judge(c.from, std::sqrt(d.diff2 * scale), std::sqrt(d.ref2 * scale), 1 / scale);
-  }
+  const learn::RobustVerdict v =
+      Verdict(c.from, std::sqrt(d.diff2 * scale), std::sqrt(d.ref2 * scale), 1 / scale);
   if (v.kind == learn::RobustVerdict::kRefuse) return false;
   if (v.kind == learn::RobustVerdict::kClip) {
     clipped->resize(n);
@@ -178,14 +175,17 @@ bool ChunkMixer::JudgeWhole(const std::string& from, const float* own, float* mo
   }
   const float* ref = center ? center->data() : own;  // as documented: the center, else own
   const learn::DiffNorms d = learn::DiffNorm2(model, ref, n);
-  learn::RobustVerdict v;
-  {
-    std::lock_guard<std::mutex> lock(judge_mu_);
-    v = judge_.Judge(from, std::sqrt(d.diff2), std::sqrt(d.ref2));
-  }
+  const learn::RobustVerdict v = Verdict(from, std::sqrt(d.diff2), std::sqrt(d.ref2), 1);
   if (v.kind == learn::RobustVerdict::kRefuse) return false;
   if (v.kind == learn::RobustVerdict::kClip) learn::ClipToward(model, ref, v.scale, model, n);
   return true;
+}
+
+learn::RobustVerdict ChunkMixer::Verdict(const std::string& from, double distance, double ref_norm,
+                                         double share) {
+  std::lock_guard<std::mutex> lock(judge_mu_);
+  if (frozen_.load(std::memory_order_relaxed)) return judge_.Peek(from, distance, ref_norm);
+  return judge_.Judge(from, distance, ref_norm, share);
 }
 
 learn::RobustReport ChunkMixer::Robust() const {

@@ -72,6 +72,12 @@ class ChunkMixer {
   // Robust mixing on or off (off: every chunk folded as it is).
   void SetRobust(bool on) { robust_.store(on, std::memory_order_relaxed); }
   bool robust() const { return robust_.load(std::memory_order_relaxed); }
+  // Frozen while this node's trainer does not train (it finished, reached the target, or left):
+  // its center no longer moves, so the distances of the chunks that still arrive grow with the
+  // time since its last mix, not with what their senders did. They are judged by the standing
+  // radius and flags (learn::RobustJudge::Peek) and recorded nowhere; unfrozen when a trainer
+  // trains again.
+  void SetFrozen(bool frozen) { frozen_.store(frozen, std::memory_order_relaxed); }
   // The receiver's own model the chunks are judged against (null: none). Kept only while robust
   // mixing is on.
   void SetReference(std::shared_ptr<const std::vector<float>> ref);
@@ -111,6 +117,9 @@ class ChunkMixer {
   // Judges a chunk (robust mixing): false when refused; `clipped` receives the values to fold
   // instead when it is clipped (left empty otherwise).
   bool JudgeChunk(const node::MixChunk& c, std::vector<float>* clipped);
+  // judge_'s verdict on a distance: recorded (Judge), or while frozen only looked up (Peek).
+  learn::RobustVerdict Verdict(const std::string& from, double distance, double ref_norm,
+                               double share);
 
   const size_t max_queued_bytes_;
   mutable std::mutex q_mu_;
@@ -129,6 +138,7 @@ class ChunkMixer {
   std::atomic<uint64_t> models_mixed_ppm_{0};  // models mixed, in millionths
 
   std::atomic<bool> robust_{false};
+  std::atomic<bool> frozen_{false};
   mutable std::mutex ref_mu_;
   std::shared_ptr<const std::vector<float>> ref_;  // guarded by ref_mu_
   // Not ref_mu_: the loop takes that (IsReference), and a copy of the center is a model's pass.

@@ -367,6 +367,7 @@ void ExternalTrainer::HandleEval(Conn* c, uint32_t seq, const tp::EvalReport& e)
   if (reached && !target_reached_) {
     target_reached_ = true;
     state_.training = false;
+    mixer_->SetFrozen(true);  // its center stops moving (ChunkMixer::SetFrozen)
     spdlog::info("target accuracy {:.3f} reached at step {}: training stops, staying in the mesh",
                  options_.target_accuracy, e.step);
     // The final model is the one the trainer just evaluated: the shared memory as it stands
@@ -412,6 +413,7 @@ void ExternalTrainer::OfferFinal(Conn* c, std::function<void()> reply) {
 void ExternalTrainer::HandleFinish(Conn* c, uint32_t seq) {
   const bool offered = target_reached_;  // the final model went out with the report
   state_.training = false;
+  mixer_->SetFrozen(true);  // its center stops moving (ChunkMixer::SetFrozen)
   finish_seq_ = seq;
   spdlog::info("the trainer finished at step {}: waiting for the mesh's consensus model",
                state_.step);

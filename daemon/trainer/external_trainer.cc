@@ -349,6 +349,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
   if (!was_attached) return;
   if (state_.training) gone_since_ = Clock::now();  // gone before it finished: the grace runs
   state_.training = false;
+  mixer_->SetFrozen(true);  // its center stops moving (ChunkMixer::SetFrozen)
   state_.waiting = false;
   const bool clean = why == kCleanDetach;
   spdlog::log(clean ? spdlog::level::info : spdlog::level::warn,
@@ -453,6 +454,7 @@ void ExternalTrainer::HandleAttach(Conn* c, uint32_t seq, const tp::Attach& a) {
   window_step_ = step + every_;
   state_.start_step = step;
   state_.training = !target_reached_;
+  mixer_->SetFrozen(!state_.training);
   state_.waiting = false;
   if (!resume) return FinishAttach(c, seq, step, false);
   // The agent's model goes into the shared memory on the thread pool (a copy of the whole model:

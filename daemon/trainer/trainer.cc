@@ -285,7 +285,10 @@ void BuiltinTrainer::RecordEval(uint64_t step, const learn::EvalResult& r, uint3
     state_.accuracy = r.accuracy;
     state_.eval_step = step;
     reached = options_.target_accuracy > 0 && r.accuracy >= options_.target_accuracy;
-    if (reached) state_.training = false;
+    if (reached) {
+      state_.training = false;
+      mixer_.SetFrozen(true);  // its center stops moving (ChunkMixer::SetFrozen)
+    }
   }
   metrics_->Write("eval", {{"step", step}, {"loss", r.loss}, {"accuracy", r.accuracy}});
   spdlog::info("step {} test loss {:.4f} accuracy {:.4f}", step, r.loss, r.accuracy);
@@ -541,7 +544,10 @@ void BuiltinTrainer::PublishStep(LoopState* loop, const Round& r, LoopClock::tim
     latest_step_ = done;
     outbox_ = Snapshot{done, std::move(snap), false, span};
   }
-  if (options_.max_steps > 0 && done >= options_.max_steps) state_.training = false;
+  if (options_.max_steps > 0 && done >= options_.max_steps) {
+    state_.training = false;
+    mixer_.SetFrozen(true);  // its center stops moving (ChunkMixer::SetFrozen)
+  }
 }
 
 void BuiltinTrainer::CheckpointAndEvaluate(uint64_t done) {

@@ -127,4 +127,50 @@ TEST_CASE("chunk mixer: robust mixing judges against the last mix", "[daemon][mi
   CHECK(mixer.JudgeWhole("p0", own.data(), near_again.data(), n));
 }
 
+// A receiver whose trainer stopped (finished, reached its target, left) has a center that no
+// longer moves: the senders still sending drift away from it with time. Frozen, the mixer judges
+// them by the standing radius and flags and records nothing (no drift, no flag).
+TEST_CASE("chunk mixer: frozen, judgments record nothing", "[daemon][mixer][robust]") {
+  const size_t n = 1000;
+  ChunkMixer mixer;
+  mixer.SetRobust(true);
+  const std::vector<float> own(n, 0.0f);
+  auto around = [&](float at, float spread, uint32_t seed) {
+    std::vector<float> v = MixerRandom(n, seed);
+    for (float& x : v) x = at + spread * x;
+    return v;
+  };
+  std::vector<float> x(n, 5.0f);
+  CHECK(mixer.Apply(x.data(), n) == 0);
+  uint32_t seed = 100;
+  auto round = [&](float late_spread) {  // p0..p3 at their usual distance, "late" at its own
+    for (int i = 0; i < 4; ++i) {
+      std::vector<float> m = around(5.0f, 0.1f, seed++);
+      mixer.JudgeWhole("p" + std::to_string(i), own.data(), m.data(), n);
+    }
+    std::vector<float> m = around(5.0f, late_spread, seed++);
+    return mixer.JudgeWhole("late", own.data(), m.data(), n);
+  };
+  for (int k = 0; k < 12; ++k) round(0.1f);
+  const learn::PeerJudgment before = mixer.Robust().peers.at("late");
+  // Frozen: "late" goes three times as far (within the radius), again and again: nothing
+  // recorded.
+  mixer.SetFrozen(true);
+  for (int k = 0; k < 20; ++k) CHECK(round(0.3f));
+  learn::PeerJudgment p = mixer.Robust().peers.at("late");
+  CHECK(p.accepted == before.accepted);
+  CHECK(p.drift == before.drift);
+  CHECK_FALSE(p.flagged);
+  // A model beyond four radii is still refused while frozen.
+  std::vector<float> far = around(0.0f, 0.1f, seed++);
+  CHECK_FALSE(mixer.JudgeWhole("late", own.data(), far.data(), n));
+  // Unfrozen, the same distances are recorded, and the sender is flagged for its drift.
+  mixer.SetFrozen(false);
+  for (int k = 0; k < 20; ++k) round(0.3f);
+  p = mixer.Robust().peers.at("late");
+  CHECK(p.accepted + p.clipped + p.refused > before.accepted + 19);
+  CHECK(p.drift > learn::RobustJudge::kDriftFlagAt);
+  CHECK(p.flagged);
+}
+
 }  // namespace meshtrain::daemon

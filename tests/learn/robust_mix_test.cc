@@ -119,6 +119,50 @@ TEST_CASE("RobustJudge flags a sender whose distance grew against the others' (d
   CHECK_FALSE(j.peers().at("p3").flagged);
 }
 
+TEST_CASE("RobustJudge: a drift that lasts a step or two is no flag", "[learn][robust]") {
+  // An honest sender that lags for a moment: five times as far for 3 models (its drift goes past
+  // 2 within them), then back. Flagged only if it stays there kDriftHold models.
+  const std::vector<double> d = {1.0, 1.2, 0.9, 0.4};
+  RobustJudge j;
+  JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
+  JudgeModels(&j, 3, d, [&](size_t i, int) { return i == 3 ? 5 * d[i] : d[i]; });
+  CHECK(j.peers().at("p3").drift > RobustJudge::kDriftFlagAt);
+  CHECK_FALSE(j.peers().at("p3").flagged);
+  JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
+  CHECK_FALSE(j.peers().at("p3").flagged);
+  CHECK(j.peers().at("p3").drift < RobustJudge::kDriftFlagAt);
+  // The same for longer is flagged.
+  JudgeModels(&j, 8, d, [&](size_t i, int) { return i == 3 ? 5 * d[i] : d[i]; });
+  CHECK(j.peers().at("p3").flagged);
+}
+
+TEST_CASE("RobustJudge::Peek gives Judge's verdict and records nothing", "[learn][robust]") {
+  const std::vector<double> d = {1.0, 1.2, 0.9, 0.4};
+  RobustJudge j;
+  JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
+  const PeerJudgment before = j.peers().at("p0");
+  const double tau = j.Radius(100);
+  CHECK(j.Peek("p0", 0.5 * tau, 100).kind == RobustVerdict::kAccept);
+  CHECK(j.Peek("p0", 2 * tau, 100).kind == RobustVerdict::kClip);
+  CHECK(j.Peek("p0", 2 * tau, 100).scale == Approx(0.5));
+  CHECK(j.Peek("p0", 5 * tau, 100).kind == RobustVerdict::kRefuse);
+  CHECK(j.Peek("new", 0.5 * tau, 100).kind == RobustVerdict::kAccept);
+  // A sender five times as far as it used to be, as long as a frozen center lets it drift: no
+  // drift recorded, no flag.
+  for (int k = 0; k < 50; ++k) j.Peek("p0", 5 * d[0], 100);
+  const PeerJudgment& after = j.peers().at("p0");
+  CHECK(after.accepted == before.accepted);
+  CHECK(after.drift == before.drift);
+  CHECK(after.level == before.level);
+  CHECK_FALSE(after.flagged);
+  CHECK(j.peers().count("new") == 0);
+  CHECK(j.Radius(100) == tau);
+  // A flagged sender is refused by Peek as by Judge.
+  JudgeModels(&j, 8, d, [&](size_t i, int) { return i == 3 ? 3 * d[i] : d[i]; });
+  REQUIRE(j.peers().at("p3").flagged);
+  CHECK(j.Peek("p3", 0.1 * tau, 100).kind == RobustVerdict::kRefuse);
+}
+
 TEST_CASE("RobustJudge: distances that move together (a learning-rate schedule) are no drift",
           "[learn][robust]") {
   const std::vector<double> d = {1.0, 1.2, 0.9, 0.4};
