@@ -92,10 +92,14 @@ RobustVerdict RobustJudge::Judge(const std::string& from, double distance, doubl
   p.bad_share = (1 - a) * p.bad_share + a * (bad ? 1 : 0);
   p.models += share;
   Drift(&p, distance, share);
-  p.drift_held = p.drift >= kDriftFlagAt ? p.drift_held + share : 0;
-  if (p.models >= kFlagAfter) {
-    p.flagged = p.bad_share >= kFlagAt || p.drift_held >= kDriftHold;
+  // The drift flag turns after kDriftHold models in a row on the other side of kDriftFlagAt.
+  const bool above = p.drift >= kDriftFlagAt;
+  p.drift_held = above != p.drift_flagged ? p.drift_held + share : 0;
+  if (p.drift_held >= kDriftHold) {
+    p.drift_flagged = above;
+    p.drift_held = 0;
   }
+  if (p.models >= kFlagAfter) p.flagged = p.bad_share >= kFlagAt || p.drift_flagged;
   if (std::isfinite(distance)) {
     p.last_distance = distance;
     recent_.push_back(distance);

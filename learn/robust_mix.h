@@ -13,7 +13,7 @@
 // len / total of a judgment below (a model's chunks rise and fall together). A sender whose
 // judgments are clipped or refused again and again (an exponential average of them, 1 for each
 // clipped or refused, at 0.5 or more after at least 4 models' worth), or whose distances grew to
-// twice what they were against the other senders' and stayed there for 4 models (drift: a trainer
+// twice what they were against the other senders' for 4 models in a row (drift: a trainer
 // that turned bad and keeps within the radius, e.g. a sign-flipped update the mesh follows), is
 // flagged, and while flagged its chunks are refused (quarantine); it is judged on, and a run of
 // accepted judgments lifts the flag. Judgments are recorded only while the receiver trains
@@ -71,7 +71,8 @@ struct PeerJudgment {
   double baseline = std::nan("");  // level minus the senders' median level, over its history
   double baseline_models = 0;      // models the baseline was formed over
   uint64_t last_judged = 0;        // the judge's count of judgments at its latest
-  double drift_held = 0;           // models judged in a row at drift >= kDriftFlagAt
+  bool drift_flagged = false;      // flagged for its drift (kDriftFlagAt, kDriftHold)
+  double drift_held = 0;           // models judged in a row on the other side of kDriftFlagAt
   bool flagged = false;
 };
 
@@ -103,8 +104,10 @@ class RobustJudge {
   static constexpr double kBaselineRate = 0.02;
   static constexpr double kDriftFollow = 1.5;
   static constexpr double kDriftFlagAt = 2;
-  // ... for this many models in a row: an honest sender's drift spikes for a step or two when it
-  // lags (up to 1.9 on the skew MLP's clean runs), a sender that turned bad stays there.
+  // ... for this many models in a row, and the flag lifts after as many in a row under it: an
+  // honest sender's drift spikes for a step or two when it lags (up to 1.96 on the skew MLP's clean
+  // runs), a sender that turned bad stays there, and one whose drift hovers about kDriftFlagAt
+  // neither dodges the flag nor has it lifted by a dip.
   static constexpr double kDriftHold = 4;
   // Senders judged within this many judgments count in the senders' median level.
   static constexpr uint64_t kRecentJudgments = 256;

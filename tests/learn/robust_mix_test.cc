@@ -114,6 +114,12 @@ TEST_CASE("RobustJudge flags a sender whose distance grew against the others' (d
   // Flagged, it stays so while it stays there (the baseline does not follow it) ...
   JudgeModels(&j, 100, d, [&](size_t i, int) { return i == 3 ? 3 * d[i] : d[i]; });
   CHECK(j.peers().at("p3").flagged);
+  // ... also through a dip of two models back where it was (its drift under 2 meanwhile) ...
+  JudgeModels(&j, 2, d, [&](size_t i, int) { return d[i]; });
+  CHECK(j.peers().at("p3").drift < RobustJudge::kDriftFlagAt);
+  CHECK(j.peers().at("p3").flagged);
+  JudgeModels(&j, 6, d, [&](size_t i, int) { return i == 3 ? 3 * d[i] : d[i]; });
+  CHECK(j.peers().at("p3").flagged);
   // ... and is lifted once it is back where it was.
   JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
   CHECK_FALSE(j.peers().at("p3").flagged);
