@@ -135,9 +135,8 @@ void RobustJudge::Drift(PeerJudgment* p, double distance, double share) {
   const double rel = p->level - Median(std::move(levels));
   if (p->baseline_models < kBaselineModels) {
     // Forming: the sender's usual place among the others.
-    p->baseline = std::isnan(p->baseline)
-                      ? rel
-                      : p->baseline + rate(1.0 / kBaselineModels) * (rel - p->baseline);
+    p->baseline =
+        std::isnan(p->baseline) ? rel : p->baseline + rate(kBaselineFormRate) * (rel - p->baseline);
     p->baseline_models += share;
     p->drift = 1;
     return;

@@ -100,7 +100,12 @@ class RobustJudge {
   // forms over the first kBaselineModels models, then follows at kBaselineRate a model only while
   // the drift stays under kDriftFollow (a sender that turned bad does not become the norm).
   static constexpr double kLevelRate = 0.25;
-  static constexpr double kBaselineModels = 8;
+  // Forming, the baseline follows at kBaselineFormRate a model (its place over the last ~8 models)
+  // for kBaselineModels models: the first steps of training move every model fast and unevenly
+  // (formed over the first 8, on a clean run of the skew MLP an honest agent saw the honest node
+  // on its own classes drift to 3.6 and quarantined it from about step 19 to the end).
+  static constexpr double kBaselineModels = 32;
+  static constexpr double kBaselineFormRate = 0.125;
   static constexpr double kBaselineRate = 0.02;
   static constexpr double kDriftFollow = 1.5;
   static constexpr double kDriftFlagAt = 2;

@@ -151,7 +151,7 @@ TEST_CASE("chunk mixer: frozen, judgments record nothing", "[daemon][mixer][robu
     std::vector<float> m = around(5.0f, late_spread, seed++);
     return mixer.JudgeWhole("late", own.data(), m.data(), n);
   };
-  for (int k = 0; k < 12; ++k) round(0.1f);
+  for (int k = 0; k < 40; ++k) round(0.1f);
   const learn::PeerJudgment before = mixer.Robust().peers.at("late");
   // Frozen: "late" goes three times as far (within the radius), again and again: nothing
   // recorded.

@@ -101,7 +101,7 @@ TEST_CASE("RobustJudge flags a sender whose distance grew against the others' (d
   // sign-flipped update the mesh follows stays about there), still inside the radius.
   const std::vector<double> d = {1.0, 1.2, 0.9, 0.4};
   RobustJudge j;
-  JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
+  JudgeModels(&j, 40, d, [&](size_t i, int) { return d[i]; });
   for (const auto& [name, p] : j.peers()) {
     CHECK(p.drift < 1.1);
     CHECK_FALSE(p.flagged);
@@ -125,12 +125,23 @@ TEST_CASE("RobustJudge flags a sender whose distance grew against the others' (d
   CHECK_FALSE(j.peers().at("p3").flagged);
 }
 
+TEST_CASE("RobustJudge: places that settle over the first steps are no drift", "[learn][robust]") {
+  // Training's first steps move models fast and unevenly: sender 3 starts near the center (0.3)
+  // and settles at its usual place (1.0) from model 10 on. Its baseline forms over the first
+  // kBaselineModels models, following it: no drift afterwards.
+  const std::vector<double> d = {1.0, 1.2, 0.9, 1.0};
+  RobustJudge j;
+  JudgeModels(&j, 60, d, [&](size_t i, int m) { return i == 3 && m < 10 ? 0.3 : d[i]; });
+  CHECK(j.peers().at("p3").drift < 1.2);
+  CHECK_FALSE(j.peers().at("p3").flagged);
+}
+
 TEST_CASE("RobustJudge: a drift that lasts a step or two is no flag", "[learn][robust]") {
   // An honest sender that lags for a moment: five times as far for 3 models (its drift goes past
   // 2 within them), then back. Flagged only if it stays there kDriftHold models.
   const std::vector<double> d = {1.0, 1.2, 0.9, 0.4};
   RobustJudge j;
-  JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
+  JudgeModels(&j, 40, d, [&](size_t i, int) { return d[i]; });
   JudgeModels(&j, 3, d, [&](size_t i, int) { return i == 3 ? 5 * d[i] : d[i]; });
   CHECK(j.peers().at("p3").drift > RobustJudge::kDriftFlagAt);
   CHECK_FALSE(j.peers().at("p3").flagged);
@@ -145,7 +156,7 @@ TEST_CASE("RobustJudge: a drift that lasts a step or two is no flag", "[learn][r
 TEST_CASE("RobustJudge::Peek gives Judge's verdict and records nothing", "[learn][robust]") {
   const std::vector<double> d = {1.0, 1.2, 0.9, 0.4};
   RobustJudge j;
-  JudgeModels(&j, 20, d, [&](size_t i, int) { return d[i]; });
+  JudgeModels(&j, 40, d, [&](size_t i, int) { return d[i]; });
   const PeerJudgment before = j.peers().at("p0");
   const double tau = j.Radius(100);
   CHECK(j.Peek("p0", 0.5 * tau, 100).kind == RobustVerdict::kAccept);
