@@ -11,10 +11,11 @@ its gap to the clean run with robust off, and which members the honest agents' `
 
     /usr/bin/python3 bench/bad_peer.py --steps 500 --runs 1
 
-Acceptance (robust on, means over --runs seeds, since runs of one seed differ by a few
-hundredths): every kind within 0.02 accuracy and 2 % loss of the clean run, the culprit flagged
-by every honest agent in every run; the clean run with robust on within 0.5 % loss of off, and
-no honest sender's model clipped or refused (robust mixing never triggers on clean data).
+The verdict prints each criterion apart (robust on, means over --runs seeds, since runs of one
+seed differ by a few hundredths): every kind within 0.02 accuracy of the clean run, and within
+2 % of its loss; the culprit alone flagged by every honest agent in every run; the clean run with
+robust on no worse than off (0.005 accuracy, 0.5 % loss), no honest node flagged, and no honest
+sender's chunk clipped or refused (robust mixing never triggers on clean data).
 A bench (minutes on 2 cores), not a test. Needs torch and numpy (Debian's /usr/bin/python3) and
 the dataset-fashion-mnist package.
 """
@@ -82,20 +83,30 @@ def main():
     print(benchlib.table(header + ["wall s"], rows))
     # Runs of one seed differ (the exchange is asynchronous: clean runs of a seed swing by a few
     # hundredths of accuracy), so the verdict compares means over the seeds.
-    means, ok = [], True
+    means = []
+    # Each criterion of the verdict (issue "real life", bad peer), robust on, means over the seeds.
+    ok = {"every kind within 0.02 accuracy": True, "every kind within 2 % loss": True,
+          "the culprit alone flagged in every run": True,
+          "clean: no cost (accuracy at most 0.005 and loss at most 0.5 % worse)": True,
+          "clean: no honest node flagged": True, "clean: no honest chunk clipped or refused": True}
     for (kind, robust), rs in runs.items():
         m = row(f"mean of {len(rs)}", kind, robust, rs, runs[("none", False)])
         means.append(m)
         dacc, dloss = float(m[5]), float(m[6].split()[0]) / 100
-        named = all(f == [r["culprit"]] for r in rs for f in r["flagged"])
         if robust and kind in KINDS:
-            ok = ok and dacc >= -0.02 and dloss <= 0.02 and named
+            ok["every kind within 0.02 accuracy"] &= dacc >= -0.02
+            ok["every kind within 2 % loss"] &= dloss <= 0.02
+            ok["the culprit alone flagged in every run"] &= all(
+                f == [r["culprit"]] for r in rs for f in r["flagged"])
         if robust and kind == "none":
-            ok = ok and dloss <= 0.005 and m[7] == "-" and m[10] == "0/0"
+            ok["clean: no cost (accuracy at most 0.005 and loss at most 0.5 % worse)"] &= (
+                dacc >= -0.005 and dloss <= 0.005)
+            ok["clean: no honest node flagged"] &= m[7] == "-"
+            ok["clean: no honest chunk clipped or refused"] &= m[10] == "0/0"
     print(benchlib.table(header, means))
-    print("robust on, means over the seeds: every kind within 0.02 accuracy and 2 % loss of the "
-          "clean run, the culprit flagged in every run; clean within 0.5 %: " +
-          ("yes" if ok else "NO"))
+    print("robust on, means over the seeds:")
+    for what, held in ok.items():
+        print(f"  {what}: {'yes' if held else 'NO'}")
     print(f"logs in {workdir}")
 
 
