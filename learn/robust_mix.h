@@ -16,8 +16,8 @@
 // twice what they were against the other senders' for 4 models in a row (drift: a trainer
 // that turned bad and keeps within the radius, e.g. a sign-flipped update the mesh follows), is
 // flagged, and while flagged its chunks are refused (quarantine); it is judged on, and a run of
-// accepted judgments lifts the flag. Judgments are recorded only while the receiver trains
-// (daemon/trainer/chunk_mixer.h SetFrozen; Peek below).
+// accepted judgments (for drift, 4 models in a row under twice) lifts the flag. Judgments are
+// recorded only while the receiver trains (daemon/trainer/chunk_mixer.h SetFrozen; Peek below).
 //
 // RobustAverageModels is the same rule for the end-of-training consensus, around the
 // coordinate-wise median of the final models instead of the receiver's own.
