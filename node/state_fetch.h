@@ -21,7 +21,8 @@ class StateFetch {
   static constexpr TimeMs kRetryMs = 250;
 
   // The peer to fetch from: Consider every live training peer, then read `best` (empty: none).
-  // Ties go to the first by name; `min_step` is the slowest one's step.
+  // Ties go to the first by name; `min_step` is the slowest one's step, of those whose step was
+  // learned.
   struct Choice {
     std::string best;
     std::string best_addr;  // its parameter address
@@ -39,9 +40,10 @@ class StateFetch {
   // Before this, a failed fetch waits to be tried again.
   TimeMs retry_at() const { return retry_at_; }
 
-  // A fetch from `c.best` on `conn`; the node continues after max(own step, c.min_step). The
-  // peer answers with its next snapshot, which an external trainer that syncs every H steps
-  // publishes only then: the attempt's deadline moves to at least `answer_wait` from now.
+  // A fetch from `c.best` on `conn`; the node continues after max(own step, c.min_step) (its own
+  // step when no peer's step was learned). The peer answers with its next snapshot, which an
+  // external trainer that syncs every H steps publishes only then: the attempt's deadline moves
+  // to at least `answer_wait` from now.
   void Begin(ConnId conn, const Choice& c, uint64_t own_step, TimeMs now, TimeMs answer_wait);
   ConnId conn() const { return conn_; }
   const std::string& from() const { return from_; }

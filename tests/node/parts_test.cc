@@ -49,6 +49,20 @@ TEST_CASE(
   CHECK(choice.best_step == 40);
   CHECK(choice.min_step == 25);
   CHECK(choice.any_step_known);
+  // A peer whose step is not learned yet (told of by gossip before any metadata) is not the
+  // slowest: taken as 0, a node resumed at step 100 went on from there, thousands of steps behind
+  // the model it took over (faults/test_elastic_restart).
+  StateFetch::Choice unknown;
+  unknown.Consider("er2", "addr-2", 2811, true);
+  unknown.Consider("er3", "addr-3", 0, false);
+  CHECK(unknown.min_step == 2811);
+  StateFetch g;
+  g.Begin(1, unknown, 100, 0, 1000);
+  CHECK(g.adopt_step() == 2811);
+  StateFetch::Choice none;  // no step learned at all: our own
+  none.Consider("x", "addr-x", 0, false);
+  g.Begin(2, none, 100, 0, 1000);
+  CHECK(g.adopt_step() == 100);
 
   StateFetch f;
   f.Arm(1000, 5000);
