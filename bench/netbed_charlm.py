@@ -8,8 +8,12 @@ meshtrain agents with the outer optimizer, side by side on the network-namespace
    --ddp-steps steps; rank 0 evaluates every --eval-every steps. The target is the validation
    loss (bits per character, the example's fixed validation windows) DDP reached at its last
    evaluation; DDP's time is its first evaluation at or below it.
-2. Per --settings entry OUTER/H[/COMPRESS][/fF] (e.g. nesterov/50/int8/f5): an agent per host
-   (--trainer external, --compress COMPRESS, --agent-args), joined before the trainers start;
+2. Per --settings entry OUTER[@LR]/H[/COMPRESS][/fF][/overlap] (e.g. nesterov/50/int8/f5,
+   sgd@1.0/200/sparse:0.02:2/f4; LR: this setting's outer lr instead of --outer-lr): an agent
+   per host (--trainer external, --compress COMPRESS, --agent-args), joined before the trainers
+   start (COMPRESS sparse:F:B: the trainers send the top F of each pseudo-gradient at B bits,
+   MeshOptimizer(compress=...), through agents with --compress sparse; overlap: each sync's
+   exchange runs during the next local steps, MeshOptimizer(overlap=True));
    trainer i on shard i/N with MeshOptimizer(sync_every=H, outer=OUTER, fragments=F; nesterov: lr
    --outer-lr, momentum --outer-momentum) stops at its first evaluation at or below the target
    (--target-bpc) or after --mesh-steps. The mesh's time is the last node's first evaluation at
@@ -19,7 +23,8 @@ Both clocks start when the trainer processes are launched (torch import, data lo
 DDP's rendezvous included). Bytes per node: what the host's eth0 sent from the launch until
 that time (sampled every second in each namespace: everything, gradients, models, membership
 gossip and TCP overhead), mean over hosts; for meshtrain also the agents' params_bytes_sent at
-the end. Ratios are meshtrain / DDP (the targets: time <= 1.0, bytes <= 1/100).
+the end, and the compute utilisation: each trainer's time in forward and backward over its wall
+time outside evaluations, up to its target (the lowest node's). Ratios are meshtrain / DDP (the targets: time <= 1.0, bytes <= 1/100).
 
 Exit status 0 when the runs completed (whatever the figures), 2 on setup failure, 77 when no bed
 can be built here. Every namespace and process the bed made is removed, also on failure.
@@ -81,14 +86,17 @@ def describe_links(a):
 
 
 def parse_setting(setting):
-    """OUTER/H[/COMPRESS][/fF] -> (outer, H, compress, F) as strings."""
+    """OUTER/H[/COMPRESS][/fF][/overlap] -> (outer, H, compress, F, overlap)."""
     parts = setting.split("/")
+    overlap = len(parts) > 2 and parts[-1] == "overlap"
+    if overlap:
+        parts.pop()
     frags = "1"
     if len(parts) > 2 and parts[-1].startswith("f") and parts[-1][1:].isdigit():
         frags = parts.pop()[1:]
     if len(parts) not in (2, 3) or not parts[1].isdigit():
-        raise SystemExit(f"a setting is OUTER/H[/COMPRESS][/fF], not {setting!r}")
-    return parts[0], parts[1], parts[2] if len(parts) == 3 else "none", frags
+        raise SystemExit(f"a setting is OUTER/H[/COMPRESS][/fF][/overlap], not {setting!r}")
+    return parts[0], parts[1], parts[2] if len(parts) == 3 else "none", frags, overlap
 
 
 def parse_args():
@@ -221,7 +229,7 @@ def run_ddp(a, emu, workdir):
 
 def run_mesh(a, binary, emu, workdir, setting, target):
     os.makedirs(workdir, exist_ok=True)
-    outer, h, comp, frags = parse_setting(setting)
+    outer, h, comp, frags, overlap = parse_setting(setting)
     res = {"setting": setting}
     logs = [os.path.join(workdir, f"agent{i}.log") for i in range(a.nodes)]
     outs = [os.path.join(workdir, f"trainer{i}.out") for i in range(a.nodes)]
@@ -230,7 +238,9 @@ def run_mesh(a, binary, emu, workdir, setting, target):
             argv = [binary, "agent", "--name", f"n{i + 1}", "--bind", f"{bed.addr(i)}:{nl.PORT}",
                     "--rpc", nl.RPC, "--trainer", "external", "--trainer-socket",
                     os.path.join(workdir, f"n{i + 1}.sock"), "--min-peers", str(a.nodes - 1),
-                    "--compress", comp,
+                    # sparse:F:B is the trainer's (MeshOptimizer(compress=...)); the agent
+                    # sends its outbox with --compress sparse.
+                    "--compress", comp.split(":")[0],
                     # H local steps pass between two of the trainer's requests: at H = 50 and
                     # ~1 s per step on a loaded machine the default 60 s detached trainers.
                     "--trainer-timeout", str(a.timeout), *a.agent_args.split()]
@@ -243,18 +253,21 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         for i in range(a.nodes):
             sock = os.path.join(workdir, f"n{i + 1}.sock")
             bl.wait_until(lambda: os.path.exists(sock), 20, what=f"{sock}")
+        outer, _, lr = outer.partition("@")  # OUTER@LR: this setting's own outer lr
         outer_args = ["--outer", outer]
         if outer == "nesterov":
-            outer_args += ["--outer-lr", str(a.outer_lr), "--outer-momentum",
+            outer_args += ["--outer-lr", lr or str(a.outer_lr), "--outer-momentum",
                            str(a.outer_momentum)]
         elif outer == "sgd":
-            outer_args += ["--outer-lr", str(a.outer_lr)]
+            outer_args += ["--outer-lr", lr or str(a.outer_lr)]
         with TxSampler(bed) as tx:
             t0 = time.time()
             procs = [bed.spawn(i, [a.python, EXAMPLE, "--socket",
                                    os.path.join(workdir, f"n{i + 1}.sock"), "--shard",
                                    f"{i}/{a.nodes}", "--sync-every", h, "--fragments", frags,
                                    *outer_args,
+                                   *(["--compress", comp] if comp.startswith("sparse") else []),
+                                   *(["--overlap"] if overlap else []),
                                    *a.model.split(), *a.mesh_extra.split(),
                                    "--shard-mode", a.shard_mode,
                                    "--max-steps", str(a.mesh_steps),
@@ -276,6 +289,11 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         res["seconds"] = t_all - t0
         res["steps"] = max(r["step"] for r in reach)
         res["bytes"] = tx.mean_sent_at(t_all)
+        # Compute utilisation: time in forward and backward over the wall time outside the
+        # evaluations (which only measure), up to each node's target; the lowest node's.
+        utils = [r["compute_total"] / (r["elapsed"] - r["eval_total"]) for r in reach
+                 if "compute_total" in r and r["elapsed"] > r["eval_total"]]
+        res["util"] = min(utils) if len(utils) == len(reach) else None
     sent = [s.get("params_bytes_sent") for s in status if s.get("params_bytes_sent") is not None]
     res["params_bytes"] = sum(sent) / len(sent) if sent else None
     res["workdir"] = workdir
@@ -320,13 +338,15 @@ def main():
         if a.only_ddp:
             return 0
     rows = [["DDP (gloo), all-reduce every step", "1/1", bl.fmt(ddp["seconds"], ".1f"), "1.00",
-             bl.fmt(ddp["step"]), bl.fmt(ddp["bytes"] and ddp["bytes"] / 1e6, ".2f"), "1", "-"]]
+             bl.fmt(ddp["step"]), bl.fmt(ddp["bytes"] and ddp["bytes"] / 1e6, ".2f"), "1", "-",
+             "-"]]
     for s in [x for x in a.settings.split(",") if x]:
         wd = os.path.join(logdir, s.replace("/", "_"))
         m = run_mesh(a, binary, emu, wd, s, ddp["target"])
         print(f"  {s}: {m['reached']}/{a.nodes} nodes reached {ddp['target']} bpc, "
               f"{bl.fmt(m.get('seconds'), '.1f')} s, step {m.get('steps')}, "
-              f"{bl.fmt(m.get('bytes') and m['bytes'] / 1e6, '.2f')} MB/node sent, last bpc "
+              f"{bl.fmt(m.get('bytes') and m['bytes'] / 1e6, '.2f')} MB/node sent, "
+              f"utilisation {bl.fmt(m.get('util'), '.3f')}, last bpc "
               f"{m['last_bpc']}", flush=True)
         t_ratio = m.get("seconds") / ddp["seconds"] if m.get("seconds") and ddp["seconds"] \
             else None
@@ -335,14 +355,16 @@ def main():
                      bl.fmt(t_ratio, ".2f"), bl.fmt(m.get("steps")),
                      bl.fmt(m.get("bytes") and m["bytes"] / 1e6, ".2f"),
                      f"1/{1 / b_ratio:.0f}" if b_ratio else "-",
-                     bl.fmt(m.get("params_bytes") and m["params_bytes"] / 1e6, ".2f")])
+                     bl.fmt(m.get("params_bytes") and m["params_bytes"] / 1e6, ".2f"),
+                     bl.fmt(m.get("util"), ".2f")])
     print()
     print(f"{a.nodes} hosts on the namespace bed, {describe_links(a)}; target "
           f"{ddp['target']} bpc ("
           + ("--target-bpc" if a.target_bpc is not None else f"DDP after {a.ddp_steps} steps")
           + ")")
     print(bl.table(["run", "nodes reached", "s to target", "time vs DDP", "step",
-                    "MB sent/node (eth0)", "bytes vs DDP", "agent param MB/node"], rows))
+                    "MB sent/node (eth0)", "bytes vs DDP", "agent param MB/node",
+                    "utilisation"], rows))
     return 0
 
 

@@ -25,7 +25,7 @@
 namespace meshtrain::cli {
 namespace {
 
-// "{none,fp16,int8,topk:F}" for --help, from wire::kEncodingNames.
+// "{none,fp16,int8,sparse,topk:F}" for --help, from wire::kEncodingNames.
 std::string CompressBraces() {
   std::string out;
   for (const auto& [name, kind] : wire::kEncodingNames) {
@@ -49,9 +49,10 @@ void AddCompressOption(CLI::App* a, daemon::AgentConfig& c) {
       CompressBraces());
   a->add_option_function<std::string>(
        "--compress", [&c](const std::string& v) { c.compress = *wire::ParseCompress(v); },
-       "Parameter transfers: none, fp16, int8 (blocks of 256, one scale each) or "
-       "topk:F (the largest F of the change since the receiver's last "
-       "acknowledged model, with error feedback)")
+       "Parameter transfers: none, fp16, int8 (blocks of 256, one scale each), sparse "
+       "(mostly-zero values of few levels, e.g. MeshOptimizer's compressed pseudo-gradients, "
+       "sent losslessly as gaps and codes; other chunks as int8) or topk:F (the largest F of "
+       "the change since the receiver's last acknowledged model, with error feedback)")
       ->check(scheme)
       ->type_name("TEXT")
       ->default_str(wire::CompressName(c.compress));

@@ -133,7 +133,7 @@ struct AgentConfig {
   int fragments = 1;
   double outer_lr = 0;
   double outer_momentum = -1;
-  wire::CompressSpec compress;  // --compress none, fp16, int8 or topk:F (wire/compress.h)
+  wire::CompressSpec compress;  // --compress none, fp16, int8, sparse or topk:F (wire/compress.h)
   // --robust on|off: judge each peer's model against this node's own before mixing it, and
   // the end-of-training consensus around the final models' median (learn/robust_mix.h).
   bool robust = false;

@@ -385,6 +385,13 @@ def parse_args(argv=None):
     g.add_argument("--fragments", type=int, default=1, metavar="F",
                    help="streaming fragments (Streaming DiLoCo): the model in F parts, one "
                    "synced every H/F steps in turn (F must divide H)")
+    g.add_argument("--compress", metavar="sparse[:F[:B]]",
+                   help="mesh: send the top F of each sync's pseudo-gradient at B bits, with "
+                   "error feedback (MeshOptimizer(compress=...); defaults F 0.02, B 2); run the "
+                   "agent with --compress sparse")
+    g.add_argument("--overlap", action="store_true",
+                   help="mesh, with --compress: each sync's exchange runs during the next local "
+                   "steps (MeshOptimizer(overlap=True); needs --drift none with --fragments 1)")
     a = p.parse_args(argv)
     if sum(bool(x) for x in (a.socket, a.ddp, a.diloco)) > 1:
         p.error("--socket, --ddp and --diloco exclude each other")
@@ -462,7 +469,8 @@ def main():
         stepper = meshtrain.torch.MeshOptimizer(
             opt, mesh, sync_every=a.sync_every, outer=a.outer, outer_lr=a.outer_lr,
             outer_momentum=a.outer_momentum, model=base, fragments=a.fragments,
-            drift_correction={"none": False}.get(a.drift, a.drift))
+            drift_correction={"none": False}.get(a.drift, a.drift), compress=a.compress,
+            overlap=a.overlap)
     # A trainer restarted beside its agent (or joining a running mesh) continues the learning-rate
     # schedule at the mesh's step, not from its warm-up.
     step0 = mesh.step_count if mesh else 0
@@ -477,17 +485,20 @@ def main():
 
     gen = torch.Generator().manual_seed(1000 * (a.seed + 1) + shard)
     step = mesh.step_count if mesh else 0
-    eval_total, loss_sum, loss_n = 0.0, 0.0, 0
+    # compute_total: wall seconds in forward and backward (the utilisation's numerator).
+    eval_total, compute_total, loss_sum, loss_n = 0.0, 0.0, 0.0, 0
     reached, last_bpc = False, None
     first = True  # the initial model is evaluated before the first step
     while True:
         done = step >= a.max_steps
         if not done and not first:
             t_step = time.process_time()
+            t_compute = time.time()
             stepper.zero_grad()
             loss = batch_loss(model, train, starts_of, n_starts, gen, a)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            compute_total += time.time() - t_compute
             if a.slowdown > 1:  # an F-times slower host: the step's compute, F - 1 times more
                 time.sleep((a.slowdown - 1) * (time.process_time() - t_step))
             stepper.step()
@@ -512,7 +523,8 @@ def main():
             ev = {"event": "eval", "step": step, "val_bpc": round(bpc, 4),
                   "val_acc": round(acc, 4),
                   "train_loss": round(loss_sum / loss_n, 4) if loss_n else None,
-                  "elapsed": round(now - start, 2), "t": now, "eval_total": round(eval_total, 2)}
+                  "elapsed": round(now - start, 2), "t": now, "eval_total": round(eval_total, 2),
+                  "compute_total": round(compute_total, 2)}
             if a.ddp:
                 ev["allreduced_bytes"] = allreduced[0]
             if mesh:

@@ -148,7 +148,7 @@ struct SendParams {
   uint64_t round = 0;
   uint64_t step = 0;
   bool final = false;
-  wire::CompressSpec spec;  // Streamable(): none, fp16 or int8
+  wire::CompressSpec spec;  // Streamable(): none, fp16, int8 or sparse
   uint32_t chunk_floats = wire::kParamChunkFloats;
   bool consensus = false;   // the consensus model (plain floats, ParamChunk::consensus)
   wire::StreamSpan span{};  // a fragment of the model only (SnapshotIn::span)

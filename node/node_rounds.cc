@@ -297,7 +297,7 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
   if (params.empty() || params.size() > UINT32_MAX) return ReleaseSnapshot();
   const uint64_t id = next_round_++;
   const auto total = static_cast<uint32_t>(params.size());
-  // none, fp16 and int8 stream one shared snapshot, chunk by chunk, the same bytes to every
+  // none, fp16, int8 and sparse stream one shared snapshot, chunk by chunk, the same bytes to every
   // receiver (SendParams); top-k transfers are keyed per receiver (the change since what it
   // acknowledged last), so they are encoded per receiver, whole.
   // The consensus model goes as plain floats: every node ends with the leader's exact bytes.
@@ -313,9 +313,11 @@ void Node::SendRound(std::vector<std::string> receivers, TimeMs now, bool consen
   }
   const uint32_t floats = span.end != 0 ? span.end - span.begin : total;
   const uint64_t chunks = wire::StreamChunks(total, chunk_floats, span);
-  const uint64_t stream_bytes = streamed ? wire::StreamWireBytes(total, spec, chunk_floats, span) +
-                                               chunks * kFrameOverheadBytes
-                                         : 0;
+  // The bytes the chunks will put on the wire (a sparse chunk's size depends on its values).
+  const uint64_t stream_bytes =
+      streamed ? wire::StreamWireBytes(params.data(), total, spec, chunk_floats, span) +
+                     chunks * kFrameOverheadBytes
+               : 0;
   round_ = std::make_unique<Round>(
       id, now, uint64_t{floats} * sizeof(float) + chunks * kFrameOverheadBytes, consensus);
   if (snap.final && !consensus) round_->CarriesFinal(snap.params.get());

@@ -1,5 +1,5 @@
 // The parameter-exchange and key-management bodies of the wire codec: parameter chunks (plain,
-// half, int8 and top-k encodings, held in the receive buffer or copied out) and cluster key
+// half, int8, top-k and sparse encodings, held in the receive buffer or copied out) and cluster key
 // operations with their replies, to and from their FlatBuffers tables.
 #include <sodium.h>
 
@@ -31,11 +31,15 @@ std::pair<w::Body, fb::Offset<void>> EncodeParamChunk(fb::FlatBufferBuilder& b, 
   const auto q = c.q.empty() ? 0 : b.CreateVector(c.q.data(), c.q.size());
   const auto scales = c.scales.empty() ? 0 : b.CreateVector(c.scales.data(), c.scales.size());
   const auto idx = c.idx.empty() ? 0 : b.CreateVector(c.idx.data(), c.idx.size());
-  return {w::Body::ParamChunk,
-          w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
-                              c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx,
-                              c.final, c.keyed, c.consensus, c.fragment, c.covers)
-              .Union()};
+  const auto book = c.book.empty() ? 0 : b.CreateVector(c.book.data(), c.book.size());
+  const auto gaps = c.gaps.empty() ? 0 : b.CreateVector(c.gaps.data(), c.gaps.size());
+  const auto codes = c.codes.empty() ? 0 : b.CreateVector(c.codes.data(), c.codes.size());
+  return {
+      w::Body::ParamChunk,
+      w::CreateParamChunk(b, c.round, c.step, c.chunk, c.chunks, c.total, c.offset, data,
+                          c.encoding, c.base, plain ? 0 : c.count, half, q, scales, idx, c.final,
+                          c.keyed, c.consensus, c.fragment, c.covers, book, gaps, codes)
+          .Union()};
 }
 
 std::pair<w::Body, fb::Offset<void>> EncodeKeyOp(fb::FlatBufferBuilder& b, const KeyOpMsg& m) {
@@ -92,7 +96,8 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   out->offset = c->offset();
   out->encoding = c->encoding();
   out->base = c->base();
-  const bool others = SizeOf(c->half()) != 0 || SizeOf(c->idx()) != 0;
+  const bool others = SizeOf(c->half()) != 0 || SizeOf(c->idx()) != 0 || SizeOf(c->book()) != 0 ||
+                      SizeOf(c->gaps()) != 0 || SizeOf(c->codes()) != 0;
   const bool plain = !others && SizeOf(c->q()) == 0 && SizeOf(c->scales()) == 0 &&
                      SizeOf(c->data()) != 0 && SizeOf(c->data()) <= kParamChunkFloats;
   const bool int8 = !others && SizeOf(c->data()) == 0 && SizeOf(c->q()) != 0 &&
@@ -113,6 +118,9 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
     CopyVector(c->q(), &out->q);
     CopyVector(c->scales(), &out->scales);
     CopyVector(c->idx(), &out->idx);
+    CopyVector(c->book(), &out->book);
+    CopyVector(c->gaps(), &out->gaps);
+    CopyVector(c->codes(), &out->codes);
   }
   out->final = c->final();
   out->keyed = c->keyed();
@@ -128,8 +136,9 @@ bool DecodeParamChunk(const w::ParamChunk* c, uint32_t expected, ParamChunk* out
   const uint64_t len = out->count;
   // Chunk geometry: a non-empty slice inside a model of `total` floats, and the model size the
   // local trainer uses (a different architecture must never be mixed in). Then the encoded values:
-  // counts that match, finite scales and values, indices in range (CheckChunk); afterwards `data`
-  // holds `count` dense floats, or an int8 chunk stays in `q` and `scales`.
+  // counts that match, finite scales and values, indices in range, sparse chunks' book, gaps and
+  // codes well formed (CheckChunk); afterwards `data` holds `count` dense floats, or an int8
+  // chunk stays in `q` and `scales`.
   if (len == 0 || len > kParamChunkFloats || out->total == 0 || out->chunks == 0 ||
       out->chunk >= out->chunks || out->chunks > out->total ||
       uint64_t{out->offset} + len > out->total || (expected != 0 && out->total != expected) ||

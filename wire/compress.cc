@@ -131,6 +131,87 @@ namespace {
 
 uint32_t Blocks(uint32_t count) { return (count + kInt8Block - 1) / kInt8Block; }
 
+// Payload bytes of the int8 form of n values: one a value and a float scale a block.
+uint64_t Int8Bytes(uint32_t n) { return n + uint64_t{Blocks(n)} * sizeof(float); }
+
+// Bytes of the LEB128 varint of v (7 bits a byte).
+uint32_t VarintBytes(uint32_t v) {
+  uint32_t bytes = 1;
+  for (; v >= 0x80; v >>= 7) ++bytes;
+  return bytes;
+}
+
+// The sparse form of v[0, n): false when the chunk does not fit it (more than kSparseBook
+// distinct nonzero values, a value not finite, or a form no smaller than the int8 form). Both
+// the encoder and the size of a streamed transfer (StreamWireBytes) ask this, so that they take
+// the same choice. True: *bytes holds the form's payload bytes (ChunkWireBytes), and `c`, when
+// given, its book, gaps and codes; `c` is left alone on false.
+bool SparseForm(const float* v, uint32_t n, ParamChunk* c, uint64_t* bytes) {
+  const uint64_t limit = Int8Bytes(n);
+  std::vector<float> book;  // ascending: a binary search finds a value's code
+  book.reserve(kSparseBook);
+  uint64_t nonzero = 0, gap_bytes = 0;
+  uint32_t next = 0;  // the position after the previous nonzero value
+  for (uint32_t i = 0; i < n; ++i) {
+    const float x = v[i];
+    if (x == 0) continue;  // +0.0 and -0.0
+    if (!std::isfinite(x)) return false;
+    const auto at = std::lower_bound(book.begin(), book.end(), x);
+    if (at == book.end() || *at != x) {
+      if (book.size() == kSparseBook) return false;
+      book.insert(at, x);
+    }
+    ++nonzero;
+    gap_bytes += VarintBytes(i - next);
+    next = i + 1;
+    // Each nonzero value costs a gap byte and a bit at least: a dense chunk of few levels stops
+    // here as soon as the sparse form cannot win.
+    if (book.size() * sizeof(float) + gap_bytes + (nonzero + 7) / 8 >= limit) return false;
+  }
+  const uint32_t bits = SparseBits(book.size());
+  const uint64_t code_bytes = (nonzero * bits + 7) / 8;
+  const uint64_t total = book.size() * sizeof(float) + gap_bytes + code_bytes;
+  if (total >= limit) return false;
+  *bytes = total;
+  if (c == nullptr) return true;
+  c->book = std::move(book);
+  c->gaps.clear();
+  c->gaps.reserve(gap_bytes);
+  c->codes.assign(code_bytes, 0);
+  next = 0;
+  uint64_t k = 0;  // the nonzero value's number: its code's place in `codes`
+  for (uint32_t i = 0; i < n; ++i) {
+    if (v[i] == 0) continue;
+    uint32_t gap = i - next;
+    for (; gap >= 0x80; gap >>= 7) c->gaps.push_back(static_cast<uint8_t>(gap | 0x80));
+    c->gaps.push_back(static_cast<uint8_t>(gap));
+    next = i + 1;
+    const auto code = static_cast<uint32_t>(std::lower_bound(c->book.begin(), c->book.end(), v[i]) -
+                                            c->book.begin());
+    c->codes[k * bits / 8] |= static_cast<uint8_t>(code << (k * bits % 8));
+    ++k;
+  }
+  return true;
+}
+
+// The int8 form: one scale a block of kInt8Block values.
+void EncodeInt8(const float* v, uint32_t n, ParamChunk* c, float* decoded) {
+  c->encoding = static_cast<uint8_t>(Encoding::kInt8);
+  c->q.resize(n);
+  c->scales.resize(Blocks(n));
+  for (uint32_t b = 0; b < c->scales.size(); ++b) {
+    const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
+    const float scale = kernels::MaxAbs(v + lo, len) / 127.0f;
+    c->scales[b] = scale;
+    // A scale so small that its inverse overflows (values below ~1e-36): all zeros.
+    const float inv = scale > 0 && std::isfinite(1.0f / scale) ? 1.0f / scale : 0.0f;
+    kernels::QuantizeInt8(v + lo, len, inv, scale, c->q.data() + lo,
+                          decoded != nullptr ? decoded + lo : nullptr);
+  }
+}
+
+// One chunk's values v[0, n) with a scheme that encodes each chunk on its own (none, fp16, int8,
+// sparse); `decoded`, when given, gets what the receiver will hold.
 void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float* decoded) {
   c->encoding = static_cast<uint8_t>(kind);
   c->count = n;
@@ -142,17 +223,17 @@ void EncodeDense(const float* v, uint32_t n, Encoding kind, ParamChunk* c, float
         for (uint32_t i = 0; i < n; ++i) decoded[i] = HalfToFloat(c->half[i]);
       }
       return;
-    case Encoding::kInt8: {
-      c->q.resize(n);
-      c->scales.resize(Blocks(n));
-      for (uint32_t b = 0; b < c->scales.size(); ++b) {
-        const uint32_t lo = b * kInt8Block, len = std::min(n, lo + kInt8Block) - lo;
-        const float scale = kernels::MaxAbs(v + lo, len) / 127.0f;
-        c->scales[b] = scale;
-        // A scale so small that its inverse overflows (values below ~1e-36): all zeros.
-        const float inv = scale > 0 && std::isfinite(1.0f / scale) ? 1.0f / scale : 0.0f;
-        kernels::QuantizeInt8(v + lo, len, inv, scale, c->q.data() + lo,
-                              decoded != nullptr ? decoded + lo : nullptr);
+    case Encoding::kInt8:
+      EncodeInt8(v, n, c, decoded);
+      return;
+    case Encoding::kSparse: {
+      uint64_t bytes = 0;
+      if (!SparseForm(v, n, c, &bytes)) {
+        EncodeInt8(v, n, c, decoded);
+        return;
+      }
+      if (decoded != nullptr) {  // exact, but a -0.0 arrives as +0.0
+        for (uint32_t i = 0; i < n; ++i) decoded[i] = v[i] == 0 ? 0.0f : v[i];
       }
       return;
     }
@@ -172,7 +253,8 @@ uint64_t ChunkWireBytes(const ParamChunk& c) {
   const size_t q = h.q != nullptr ? h.n : c.q.size();
   const size_t scales = h.q != nullptr ? h.ns : c.scales.size();
   return floats * sizeof(float) + c.half.size() * sizeof(uint16_t) + q + scales * sizeof(float) +
-         c.idx.size() * sizeof(uint32_t);
+         c.idx.size() * sizeof(uint32_t) + c.book.size() * sizeof(float) + c.gaps.size() +
+         c.codes.size();
 }
 
 void MaterializeChunk(ParamChunk* c) {
@@ -259,6 +341,11 @@ bool Streamable(const CompressSpec& spec) { return spec.kind != Encoding::kTopK;
 
 namespace {
 
+// The scheme a streamed chunk is encoded with: top-k's full snapshots go as int8.
+Encoding StreamKind(const CompressSpec& spec) {
+  return Streamable(spec) ? spec.kind : Encoding::kInt8;
+}
+
 // The span's range within a model of `total` floats ([0, total) when it names none).
 std::pair<uint32_t, uint32_t> SpanRange(uint32_t total, StreamSpan span) {
   if (span.end == 0 || span.end > total || span.begin >= span.end) return {0, total};
@@ -280,7 +367,7 @@ ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index
   uint32_t n = 0;
   const auto [begin, end] = SpanRange(total, span);
   ParamChunk c = ParamChunkHeader(round, step, index, total, chunk_floats, &n, begin, end);
-  const Encoding kind = Streamable(spec) ? spec.kind : Encoding::kInt8;
+  const Encoding kind = StreamKind(spec);
   if (kind == Encoding::kNone) {  // floats as they are: the codec reads them from the snapshot
     c.encoding = static_cast<uint8_t>(Encoding::kNone);
     c.count = n;
@@ -292,31 +379,103 @@ ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index
   return c;
 }
 
-uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec, uint32_t chunk_floats,
-                         StreamSpan span) {
+namespace {
+
+// Payload bytes of a streamed chunk of the n values at v, encoded with `kind` as
+// EncodeStreamChunk encodes it; v null (values not known): sparse counts its int8 form.
+uint64_t StreamChunkBytes(const float* v, uint32_t n, Encoding kind) {
+  uint64_t bytes = 0;
+  switch (kind) {
+    case Encoding::kFp16:
+      return uint64_t{n} * sizeof(uint16_t);
+    case Encoding::kSparse:
+      return v != nullptr && SparseForm(v, n, nullptr, &bytes) ? bytes : Int8Bytes(n);
+    case Encoding::kInt8:
+      return Int8Bytes(n);
+    default:
+      return uint64_t{n} * sizeof(float);
+  }
+}
+
+uint64_t StreamBytes(const float* params, uint32_t total, const CompressSpec& spec,
+                     uint32_t chunk_floats, StreamSpan span) {
   chunk_floats = std::clamp<uint32_t>(chunk_floats, 1, kParamChunkFloats);
   const auto [begin, end] = SpanRange(total, span);
   const uint32_t chunks = StreamChunks(total, chunk_floats, span);
+  const Encoding kind = StreamKind(spec);
   uint64_t bytes = 0;
   for (uint32_t i = 0; i < chunks; ++i) {
-    const uint32_t n = std::min(chunk_floats, end - begin - i * chunk_floats);
-    switch (Streamable(spec) ? spec.kind : Encoding::kInt8) {
-      case Encoding::kFp16:
-        bytes += uint64_t{n} * sizeof(uint16_t);
-        break;
-      case Encoding::kInt8:
-        bytes += n + uint64_t{Blocks(n)} * sizeof(float);
-        break;
-      default:
-        bytes += uint64_t{n} * sizeof(float);
-    }
+    const uint32_t lo = begin + i * chunk_floats;
+    const uint32_t n = std::min(chunk_floats, end - lo);
+    bytes += StreamChunkBytes(params != nullptr ? params + lo : nullptr, n, kind);
   }
   return bytes;
+}
+
+}  // namespace
+
+uint64_t StreamWireBytes(const float* params, uint32_t total, const CompressSpec& spec,
+                         uint32_t chunk_floats, StreamSpan span) {
+  return StreamBytes(params, total, spec, chunk_floats, span);
+}
+
+uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec, uint32_t chunk_floats,
+                         StreamSpan span) {
+  return StreamBytes(nullptr, total, spec, chunk_floats, span);
 }
 
 namespace {
 
 bool AllFinite(const std::vector<float>& v) { return ScanFinite(v.data(), nullptr, v.size()); }
+
+bool HasSparseFields(const ParamChunk& c) {
+  return !c.book.empty() || !c.gaps.empty() || !c.codes.empty();
+}
+
+// A sparse chunk's values into dense[0, n) (zeroed by the caller). False: the fields are
+// malformed. The checks also leave one encoding for one set of values (a strictly ascending
+// book, shortest varints, unused bits 0), and the work is one pass over the book, the gaps and
+// the codes.
+bool ExpandSparse(const ParamChunk& c, uint32_t n, float* dense) {
+  const std::vector<float>& book = c.book;
+  if (book.size() > kSparseBook) return false;
+  for (size_t i = 0; i < book.size(); ++i) {
+    if (!std::isfinite(book[i]) || book[i] == 0 || (i > 0 && !(book[i - 1] < book[i]))) {
+      return false;
+    }
+  }
+  // Each varint ends in its one byte below 0x80: that many positions, and as many codes.
+  const auto positions = static_cast<uint64_t>(
+      std::count_if(c.gaps.begin(), c.gaps.end(), [](uint8_t b) { return b < 0x80; }));
+  const uint32_t bits = SparseBits(book.size());
+  if (positions > n || c.codes.size() != (positions * bits + 7) / 8) return false;
+  const uint32_t mask = (1u << bits) - 1;
+  uint64_t next = 0;  // the lowest position the next varint may name
+  size_t at = 0;
+  for (uint64_t k = 0; k < positions; ++k) {
+    // A varint's last byte lies ahead (one of `positions` not yet read), so `at` stays in range.
+    uint32_t gap = 0;
+    for (uint32_t shift = 0;; shift += 7) {
+      const uint8_t b = c.gaps[at++];
+      if (shift == 28 && b > 0x0F) return false;  // beyond 32 bits, or a sixth byte
+      gap |= uint32_t{b & 0x7Fu} << shift;
+      if (b >= 0x80) continue;
+      if (b == 0 && shift > 0) return false;  // not the shortest form
+      break;
+    }
+    const uint64_t pos = next + gap;
+    if (pos >= n) return false;
+    const uint32_t code = (c.codes[k * bits / 8] >> (k * bits % 8)) & mask;
+    if (code >= book.size()) return false;
+    dense[pos] = book[code];
+    next = pos + 1;
+  }
+  // Bytes past the last varint's end: a varint cut off.
+  if (at != c.gaps.size()) return false;
+  // The bits of the last code byte past the last code are 0.
+  const auto used = static_cast<uint32_t>(positions * bits % 8);
+  return used == 0 || (c.codes.back() >> used) == 0;
+}
 
 }  // namespace
 
@@ -346,7 +505,8 @@ bool CheckHeld(ParamChunk* c) {
   const uint32_t n = c->count;
   const bool geometry = n > 0 && n == h.n && n <= kParamChunkFloats &&
                         uint64_t{c->offset} + n <= c->total && c->half.empty() && c->idx.empty() &&
-                        c->data.empty() && c->q.empty() && c->scales.empty();
+                        c->data.empty() && c->q.empty() && c->scales.empty() &&
+                        !HasSparseFields(*c);
   bool fast = false;
   if (geometry && h.f != nullptr && c->encoding == static_cast<uint8_t>(Encoding::kNone)) {
     if (!ScanFinite(h.f, nullptr, n)) return false;
@@ -378,7 +538,7 @@ bool CheckChunk(ParamChunk* c) {
   const bool compact = c->encoding == static_cast<uint8_t>(Encoding::kInt8) && n > 0 &&
                        n <= kParamChunkFloats && uint64_t{c->offset} + n <= c->total &&
                        c->q.size() == n && c->scales.size() == Blocks(n) && c->data.empty() &&
-                       c->half.empty() && c->idx.empty();
+                       c->half.empty() && c->idx.empty() && !HasSparseFields(*c);
   if (!compact) {
     if (!ExpandChunk(c)) return false;
     c->expanded = true;
@@ -411,11 +571,13 @@ bool ExpandChunk(ParamChunk* c) {
       uint64_t{c->offset} + n > c->total) {
     return false;
   }
-  if (c->half.empty() && c->q.empty() && c->scales.empty() && c->idx.empty() &&
+  const bool sparse_fields = HasSparseFields(*c);
+  if (c->half.empty() && c->q.empty() && c->scales.empty() && c->idx.empty() && !sparse_fields &&
       c->data.size() == n) {
     // Already dense (expanded by the codec, or plain floats).
     return AllFinite(c->data);
   }
+  if (sparse_fields && c->encoding != static_cast<uint8_t>(Encoding::kSparse)) return false;
   switch (static_cast<Encoding>(c->encoding)) {
     case Encoding::kNone:
       if (c->data.size() != n || !c->half.empty() || !c->q.empty() || !c->scales.empty() ||
@@ -469,6 +631,19 @@ bool ExpandChunk(ParamChunk* c) {
       c->data = std::move(dense);
       c->idx.clear();
       break;
+    }
+    case Encoding::kSparse: {
+      if (!c->data.empty() || !c->half.empty() || !c->q.empty() || !c->scales.empty() ||
+          !c->idx.empty()) {
+        return false;
+      }
+      std::vector<float> dense(n, 0.0f);
+      if (!ExpandSparse(*c, n, dense.data())) return false;
+      c->data = std::move(dense);
+      c->book.clear();
+      c->gaps.clear();
+      c->codes.clear();
+      return true;  // the book's values are finite
     }
     default:
       return false;

@@ -8,6 +8,18 @@
 //   int8  - blockwise: each block of kInt8Block values of a chunk has one float scale
 //           (max |v| / 127); a value is round(v / scale) in [-127, 127] (1 byte a value plus
 //           4 bytes a block). Error per value <= scale / 2.
+//   sparse - lossless, for chunks whose values are mostly exactly 0 and whose nonzero values
+//           take few distinct floats (e.g. top-k pseudo-gradients quantized to a few levels,
+//           written by an external trainer): `book` holds the distinct nonzero values in
+//           ascending order (finite, at most kSparseBook; none in a chunk of zeros, which sends
+//           no field at all), `gaps` the positions of the nonzero values as LEB128 varints (the
+//           first position itself, then each position minus the previous one minus 1), and
+//           `codes` one index into `book` a nonzero value, packed at SparseBits() bits from the
+//           lowest bit of each byte up (unused bits of the last byte 0). -0.0 counts as zero: it
+//           arrives as +0.0. 4 bytes a book value, 1 to 3 a position and 1 to 8 bits a code. A
+//           chunk that does not fit (more distinct values, a value not finite, or a sparse form
+//           no smaller than its int8 form) goes as int8, so that ordinary models cost what int8
+//           costs.
 //   topk  - the k = ceil(F * n) values of largest magnitude as (index, float) pairs; the rest is 0.
 //           Error feedback comes from keying: what was not sent stays in the difference between
 //           the sender's model and the receiver's reference, so a later round sends it.
@@ -33,9 +45,15 @@
 
 namespace meshtrain::wire {
 
-enum class Encoding : uint8_t { kNone = 0, kFp16 = 1, kInt8 = 2, kTopK = 3 };
-constexpr uint8_t kMaxEncoding = 3;
+enum class Encoding : uint8_t { kNone = 0, kFp16 = 1, kInt8 = 2, kTopK = 3, kSparse = 4 };
+constexpr uint8_t kMaxEncoding = 4;
 constexpr uint32_t kInt8Block = 256;
+// sparse: at most this many distinct nonzero values a chunk (a code fits one byte).
+constexpr uint32_t kSparseBook = 256;
+// sparse: the bits of a code for a book of `book` values (1, 2, 4 or 8).
+constexpr uint32_t SparseBits(size_t book) {
+  return book <= 2 ? 1 : book <= 4 ? 2 : book <= 16 ? 4 : 8;
+}
 
 struct CompressSpec {
   Encoding kind = Encoding::kNone;
@@ -44,18 +62,20 @@ struct CompressSpec {
 
 // The schemes' names (--compress, the config file, status), in the order help and errors list
 // them; topk takes its fraction after a colon: "topk:F".
-inline constexpr std::array<std::pair<std::string_view, Encoding>, 4> kEncodingNames = {{
+inline constexpr std::array<std::pair<std::string_view, Encoding>, 5> kEncodingNames = {{
     {"none", Encoding::kNone},
     {"fp16", Encoding::kFp16},
     {"int8", Encoding::kInt8},
+    {"sparse", Encoding::kSparse},
     {"topk", Encoding::kTopK},
 }};
 
-// "none", "fp16", "int8" or "topk:F" (0 < F <= 0.5); the error names the accepted values.
+// "none", "fp16", "int8", "sparse" or "topk:F" (0 < F <= 0.5); the error names the accepted
+// values.
 Result<CompressSpec> ParseCompress(const std::string& text);
 // The inverse of ParseCompress (topk's fraction as %g).
 std::string CompressName(const CompressSpec& spec);
-// The accepted values for a message or --help: "none, fp16, int8 or topk:F".
+// The accepted values for a message or --help: "none, fp16, int8, sparse or topk:F".
 std::string CompressChoices();
 
 uint16_t FloatToHalf(float f);
@@ -70,16 +90,17 @@ struct EncodedTransfer {
 };
 
 // Encodes `values` (a full model, or the change since a reference when base != 0) with `spec`.
-// Chunks carry round, step and base; a chunk whose sparse form would be larger than its float form
-// is sent as floats. Empty when `values` is empty or longer than 2^32-1.
+// Chunks carry round, step and base; a top-k chunk whose (index, value) pairs would be larger than
+// its float form is sent as floats, a sparse chunk that does not fit as int8. Empty when `values`
+// is empty or longer than 2^32-1.
 EncodedTransfer EncodeTransfer(const std::vector<float>& values, const CompressSpec& spec,
                                uint64_t round, uint64_t step, uint64_t base,
                                uint32_t chunk_floats = kParamChunkFloats);
 
 // Streamed full snapshots: a transfer whose chunks are encoded one at a time, as the
 // connection drains, from one shared snapshot, so no encoded copy of the whole model exists and
-// every receiver gets the same bytes. none, fp16 and int8 stream (each chunk is encoded on its
-// own); top-k does not (its threshold is over the whole change, against a per-receiver
+// every receiver gets the same bytes. none, fp16, int8 and sparse stream (each chunk is encoded
+// on its own); top-k does not (its threshold is over the whole change, against a per-receiver
 // reference: EncodeTransfer). Streamed chunks are unkeyed: the receiver keeps no reference and
 // mixes them as they arrive; quantization error does not accumulate, as every transfer carries
 // the whole model rather than a change.
@@ -98,7 +119,14 @@ uint32_t StreamChunks(uint32_t total, uint32_t chunk_floats = kParamChunkFloats,
 ParamChunk EncodeStreamChunk(const float* params, uint32_t total, uint32_t index,
                              const CompressSpec& spec, uint64_t round, uint64_t step,
                              uint32_t chunk_floats = kParamChunkFloats, StreamSpan span = {});
-// Payload bytes (ChunkWireBytes) of all the chunks of such a transfer.
+// Payload bytes (ChunkWireBytes) of all the chunks EncodeStreamChunk makes of the snapshot
+// `params[0, total)` (or of its fragment `span`). A sparse chunk's size depends on its values:
+// they are scanned as EncodeStreamChunk scans them (one pass over the span), the other schemes'
+// sizes follow from the counts alone.
+uint64_t StreamWireBytes(const float* params, uint32_t total, const CompressSpec& spec,
+                         uint32_t chunk_floats = kParamChunkFloats, StreamSpan span = {});
+// The same without the values: exact for none, fp16 and int8; for sparse, the int8 size, which
+// bounds it (a chunk is sent sparse only when that is smaller).
 uint64_t StreamWireBytes(uint32_t total, const CompressSpec& spec,
                          uint32_t chunk_floats = kParamChunkFloats, StreamSpan span = {});
 
@@ -109,9 +137,12 @@ uint64_t ChunkWireBytes(const ParamChunk& c);
 void MaterializeChunk(ParamChunk* c);
 
 // Checks a received chunk's encoded fields (counts, block scales finite and >= 0, fp16 values
-// finite, top-k indices strictly ascending and below `count`, values finite) and replaces them by
-// `count` dense floats in `data`; `encoding` stays as a record. A chunk that is already dense is
-// only checked, so calling it twice is harmless. False: the chunk is malformed.
+// finite, top-k indices strictly ascending and below `count`, values finite; sparse: a book of at
+// most kSparseBook finite nonzero values in strictly ascending order, canonical varints of at most
+// 5 bytes, positions below `count`, one code a position, each below the book's size, unused bits
+// 0) and replaces them by `count` dense floats in `data`; `encoding` stays as a record. A chunk
+// that is already dense is only checked, so calling it twice is harmless. False: the chunk is
+// malformed.
 bool ExpandChunk(ParamChunk* c);
 // The same checks, but an int8 chunk whose every scale is at most kMaxCompactScale (so that no
 // value q * scale can overflow) stays int8 in `q` and `scales`: the receiver folds it from its

@@ -111,6 +111,11 @@ struct ParamChunk {
   bool fragment = false;
   // With `consensus`: how many participants' final models it averages (0: not said; appended).
   uint32_t covers = 0;
+  // sparse (appended fields): the distinct nonzero values in ascending order, the positions of
+  // the nonzero values as LEB128 gaps, and one index into `book` a position, packed.
+  std::vector<float> book;
+  std::vector<uint8_t> gaps;
+  std::vector<uint8_t> codes;
   uint64_t wire_bytes = 0;  // set by the receiver's codec: payload bytes as received
   // Not on the wire: a sender's plain chunk may point at its values in a snapshot it holds until
   // the frame is encoded, instead of copying them into `data` (view[0, count); `data` empty).

@@ -31,8 +31,9 @@ import torch
 from meshtrain._layout import Layout
 from meshtrain._mesh import FinishResult, Mesh, connect
 from meshtrain._outer import (DriftCorrection, GradientCorrection, OuterSpec, OuterStep,
-                              TorchOuter)
+                              TorchOuter, _ranges)
 from meshtrain._protocol import MeshError
+from meshtrain._sparse import SparseExchange, starts_of
 
 __all__ = ["DriftCorrection", "GradientCorrection", "MeshOptimizer", "ModelAverage", "OuterStep",
            "TorchOuter", "load_checkpoint", "mixed_buffers", "optimizer_state",
@@ -202,6 +203,10 @@ class MeshOptimizer(torch.optim.Optimizer):
       inner moments; ``drift_correction`` ("auto": "gradient" when ``sync_every`` > 1 and
       ``fragments`` == 1); ``fragments``: Streaming DiLoCo; ``share_memory``: place float32 CPU
       parameters in the shared memory (None: when they can be).
+    - ``compress="sparse:F:B"``: send the top F of each pseudo-gradient at B bits with error
+      feedback instead of the model (meshtrain._sparse; the agent runs ``--compress sparse``);
+      ``overlap=True`` with it: a sync's exchange runs during the next local steps, its outer
+      step is taken at the next sync.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, mesh: Optional[Mesh] = None,
@@ -211,7 +216,8 @@ class MeshOptimizer(torch.optim.Optimizer):
                  model: Optional[torch.nn.Module] = None, mix_buffers: bool = True,
                  fragments: int = 1, mix_state: bool = False,
                  drift_correction: Union[bool, str, None] = "auto",
-                 outer_optimizer: Optional[OuterSpec] = None) -> None:
+                 outer_optimizer: Optional[OuterSpec] = None,
+                 compress: Optional[str] = None, overlap: bool = False) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, not "
                             f"{type(optimizer).__name__}")
@@ -252,6 +258,16 @@ class MeshOptimizer(torch.optim.Optimizer):
         elif drift == "params":
             self.drift = DriftCorrection(self.params, self.sync_every)
         self.buffers = buffers
+        self.sparse: Optional[SparseExchange] = None
+        if compress is not None:
+            if self.outer.kind == "avg":
+                raise ValueError('compress="sparse" sends pseudo-gradients: it needs an outer '
+                                 'step (outer="sgd" or "nesterov", or outer_optimizer)')
+            self.sparse = SparseExchange(compress, self.params, buffers)
+        # overlap: the sync published last and not mixed yet ([lo, hi) and the parameters there
+        # as published), completed at the next sync.
+        self.overlap = bool(overlap)
+        self._pending: Optional[Tuple[int, int, torch.Tensor]] = None
         self._local_steps = 0  # local steps this optimizer took (the sync cadence)
         self._syncs = 0  # mesh steps taken (fragment k % fragments goes out at the k-th)
         self._attach(share_memory)
@@ -259,6 +275,9 @@ class MeshOptimizer(torch.optim.Optimizer):
         self._model_steps = self.mesh.step_count
         kind, lr, momentum = self.outer.describe() if isinstance(self.outer, TorchOuter) else (
             self.outer.kind, self.outer.lr, self.outer.momentum)
+        if self.overlap and (self.sparse is None or not self.shared or drift != "none"):
+            raise ValueError("overlap=True needs compress=\"sparse...\", the parameters in the "
+                             "shared memory and no drift correction (drift_correction=False)")
         self.mesh.configure(self.sync_every, self.fragments, kind, lr, momentum, drift)
         self._ready = True
         if self.mesh.step_count == 0:
@@ -293,6 +312,8 @@ class MeshOptimizer(torch.optim.Optimizer):
 
     def _attach(self, share_memory: Optional[bool]) -> None:
         tensors = self.params + self.buffers
+        if self.sparse is not None:
+            tensors.append(self.sparse.outbox)  # last: the model's offsets stay as without it
         self.shared = bool(share_memory) or (
             share_memory is None and _check_placeable(tensors) is None)
         if self.shared:
@@ -373,30 +394,88 @@ class MeshOptimizer(torch.optim.Optimizer):
             f = self._syncs % self.fragments
             span = (total * f // self.fragments, total * (f + 1) // self.fragments)
         self._syncs += 1
+        if self.overlap:
+            self._overlapped_sync(every, span)
+            return
         lo, hi = span if span is not None else (0, None)
         if self.drift is not None:
             self.drift.before_mix(self.params, lo, hi)
         if self.gradient_drift is not None:
             self.gradient_drift.before_mix()
+        if self.sparse is not None:  # the outbox's range goes out instead of the model's
+            total = self.sparse.n_params + self.sparse.n_buffers
+            a, b = span if span is not None else (0, total)
+            starts = starts_of(self.outer, self.params)
+            self.sparse.before_publish(self.params, starts, self.buffers, a, b)
+            span = (total + a, total + b)
         self.mesh.step(self.layout, steps=every, span=span)
         if self.mesh.adoptions != self._adoptions:
             self._took_mesh_model()
             return
+        if self.sparse is not None:
+            self.sparse.after_mix(self.params, starts, self.buffers, a, b)
         if self.drift is not None:
             self.drift.after_mix(self.params)
         if self.gradient_drift is not None:
             self.gradient_drift.after_mix()
         self.outer.step(self.params, lo, hi)
 
+    def _overlapped_sync(self, every: int, span: Optional[Tuple[int, int]]) -> None:
+        """overlap=True (Streaming DiLoCo's overlapping variant): completes the previous sync
+        (its mix and outer step), then publishes this one and returns at once, so the exchange
+        runs while the next local steps compute; its outer step comes at the next sync."""
+        if not self._complete_pending():
+            return
+        assert self.sparse is not None
+        total = self.sparse.n_params + self.sparse.n_buffers
+        a, b = span if span is not None else (0, total)
+        self.sparse.before_publish(self.params, starts_of(self.outer, self.params),
+                                   self.buffers, a, b)
+        published = self._flat_range(a, b)
+        self.mesh.publish(self.mesh.step_count + every, (total + a, total + b))
+        self._pending = (a, b, published)
+
+    def _complete_pending(self) -> bool:
+        """Mixes the pending sync and takes its outer step, keeping the local progress made
+        since it was published: x ← θ₀' + (x − x_published). False when the agent replaced the
+        model instead (the outer step starts again from it)."""
+        if self._pending is None:
+            return True
+        a, b, published = self._pending
+        self._pending = None
+        self.mesh.wait_permit(self.mesh.step_count + 1)
+        self.mesh.mix()
+        if self.mesh.adoptions != self._adoptions:
+            self._took_mesh_model()
+            return False
+        assert self.sparse is not None
+        progress = self._flat_range(a, b) - published
+        self.sparse.after_mix(self.params, starts_of(self.outer, self.params), self.buffers, a,
+                              b)
+        self.outer.step(self.params, a, b)
+        with torch.no_grad():
+            for v, va, vb, fa, fb in _ranges(self.params, a, b):
+                v[va:vb] += progress[fa - a:fb - a].to(v.dtype)
+        return True
+
+    def _flat_range(self, a: int, b: int) -> torch.Tensor:
+        """The parameters' floats [a, b) (of the whole layout's order) as one float32 copy."""
+        parts = [v[va:vb].detach().float() for v, va, vb, _, _ in _ranges(self.params, a, b)]
+        return torch.cat(parts) if parts else torch.zeros(0)
+
     def _restart_outer(self) -> None:
+        self._pending = None
         self.outer.reset(self.params)
-        for d in (self.drift, self.gradient_drift):
+        for d in (self.drift, self.gradient_drift, self.sparse):
             if d is not None:
                 d.reset()
 
     def finish(self, timeout: Optional[float] = None) -> FinishResult:
         """Ends training: waits for the mesh's one model (``Mesh.finish``) and loads it into the
         parameters and mixed buffers."""
+        self._complete_pending()
+        if self.sparse is not None:
+            self.sparse.clear_outbox()
         return self.mesh.finish(self.layout, timeout=timeout)
 
     # ---- checkpoints --------------------------------------------------------------------
@@ -409,6 +488,9 @@ class MeshOptimizer(torch.optim.Optimizer):
         return {"format": _STATE_FORMAT, "inner": self.optimizer.state_dict(),
                 "outer": self.outer.state_dict(),
                 "drift": drift.state_dict() if drift is not None else None,
+                "sparse": self.sparse.state_dict() if self.sparse is not None else None,
+                "pending": None if self._pending is None else (
+                    self._pending[0], self._pending[1], self._pending[2].clone()),
                 "local_steps": self._local_steps, "syncs": self._syncs,
                 "step_count": self._model_steps,
                 "sync_every": self.sync_every, "fragments": self.fragments}
@@ -433,10 +515,17 @@ class MeshOptimizer(torch.optim.Optimizer):
         drift = self.gradient_drift or self.drift
         if (state_dict["drift"] is None) != (drift is None):
             raise ValueError("state_dict: saved with another drift_correction")
+        if (state_dict.get("sparse") is None) != (self.sparse is None):
+            raise ValueError("state_dict: saved with another compress")
         if self.mesh.resumed:
             self._restart_outer()
             return
         self.outer.load_state_dict(state_dict["outer"])
+        if self.sparse is not None:
+            self.sparse.load_state_dict(state_dict["sparse"])
+        pending = state_dict.get("pending")
+        self._pending = None if pending is None or not self.overlap else (
+            int(pending[0]), int(pending[1]), pending[2].detach().clone().float())
         if drift is not None:
             drift.load_state_dict(state_dict["drift"])
         self._local_steps = int(state_dict["local_steps"])

@@ -74,7 +74,7 @@ std::unique_ptr<node::Node> MakeNode(FuzzedDataProvider& in) {
   c.min_peers = in.ConsumeIntegralInRange<size_t>(0, 2);
   c.expected_params = kParams;
   c.chunk_floats = in.ConsumeIntegralInRange<uint32_t>(1, 8);
-  c.compress.kind = static_cast<wire::Encoding>(in.ConsumeIntegralInRange<uint8_t>(0, 3));
+  c.compress.kind = static_cast<wire::Encoding>(in.ConsumeIntegralInRange<uint8_t>(0, 4));
   c.compress.topk_fraction = 0.25;
   c.full_every = in.ConsumeIntegralInRange<uint32_t>(0, 3);
   if (in.ConsumeBool()) c.join = {kAddrs[1]};
@@ -97,7 +97,7 @@ wire::ParamChunk Chunk(FuzzedDataProvider& in) {
   // in any encoding, possibly malformed (the node expands and checks what a simulated network
   // hands over unverified).
   ch.base = in.ConsumeIntegralInRange<uint64_t>(0, 4);
-  switch (in.ConsumeIntegralInRange<uint8_t>(0, 4)) {
+  switch (in.ConsumeIntegralInRange<uint8_t>(0, 5)) {
     case 1:
       ch.encoding = 1;
       ch.count = len;
@@ -116,6 +116,14 @@ wire::ParamChunk Chunk(FuzzedDataProvider& in) {
       ch.count = len;
       for (uint32_t i = 0; i < len && in.ConsumeBool(); ++i) ch.idx.push_back(i);
       ch.data.resize(ch.idx.size(), 0.5f);
+      break;
+    case 5:  // sparse: a book, gaps and codes of any bytes
+      ch.encoding = 4;
+      ch.count = len;
+      ch.book.assign(in.ConsumeIntegralInRange<size_t>(0, 5), in.ConsumeFloatingPoint<float>());
+      ch.gaps = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange<size_t>(0, 8));
+      ch.codes = in.ConsumeBytes<uint8_t>(in.ConsumeIntegralInRange<size_t>(0, 4));
+      ch.data.clear();
       break;
     case 4:
       ch.encoding = in.ConsumeIntegral<uint8_t>();

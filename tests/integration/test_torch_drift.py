@@ -16,49 +16,9 @@ import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
 from external_lib import numpy_python  # noqa: E402
+from fake_mesh import FakeMesh  # noqa: E402
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
-
-
-class FakeMesh:
-    """n in-process nodes, a thread each: step() publishes, waits for all, mixes the mean."""
-
-    def __init__(self, shared, barrier, i):
-        self.shared, self.barrier, self.i = shared, barrier, i
-        self.params = None
-        self.layout = None
-        self.adoptions = 0
-        self.resumed = False
-
-    def attach(self, layout):
-        self.layout = layout
-        return False
-
-    step_count = 0
-
-    def configure(self, *args, **kwargs):
-        pass
-
-    def wait_permit(self, step):
-        return True
-
-    def step(self, layout, steps=1, span=None):
-        import torch
-        tensors = layout.tensors
-        flat = torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
-        self.shared[self.i] = flat
-        self.barrier.wait()
-        mixed = sum(self.shared) / len(self.shared)
-        self.barrier.wait()
-        lo, hi = span or (0, flat.numel())
-        off = 0
-        with torch.no_grad():
-            for t in tensors:
-                n = t.numel()
-                a, b = max(lo, off), min(hi, off + n)
-                if a < b:
-                    t.view(-1)[a - off:b - off].copy_(mixed[a:b])
-                off += n
 
 
 CURV = (1.0, 4.0)

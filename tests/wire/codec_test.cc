@@ -428,7 +428,7 @@ TEST_CASE("codec: a fragment transfer covers its range only and says so", "[goss
   for (size_t i = 0; i < params.size(); ++i) params[i] = static_cast<float>(i);
   const auto total = static_cast<uint32_t>(params.size());
   const StreamSpan span{2500, 5000};
-  for (const char* enc : {"none", "fp16", "int8"}) {
+  for (const char* enc : {"none", "fp16", "int8", "sparse"}) {
     INFO(enc);
     const CompressSpec spec = *ParseCompress(enc);
     const uint32_t chunks = StreamChunks(total, 1000, span);
@@ -457,7 +457,7 @@ TEST_CASE("codec: a fragment transfer covers its range only and says so", "[goss
       CHECK(d.chunks == chunks);
     }
     CHECK(covered == 2500);
-    CHECK(bytes == StreamWireBytes(total, spec, 1000, span));
+    CHECK(bytes == StreamWireBytes(params.data(), total, spec, 1000, span));
   }
   // The whole model, or a span that names none, is not a fragment.
   CHECK_FALSE(EncodeStreamChunk(params.data(), total, 0, CompressSpec{}, 5, 9, 1000).fragment);

@@ -52,13 +52,23 @@ TEST_CASE("compress: parse", "[gossip][compress]") {
   CHECK(ParseCompress("none")->kind == Encoding::kNone);
   CHECK(ParseCompress("fp16")->kind == Encoding::kFp16);
   CHECK(ParseCompress("int8")->kind == Encoding::kInt8);
+  const auto s = ParseCompress("sparse");
+  REQUIRE(s.ok());
+  CHECK(s->kind == Encoding::kSparse);
+  CHECK(CompressName(*s) == "sparse");
+  CHECK(ParseCompress(CompressName(*s))->kind == Encoding::kSparse);
+  CHECK(CompressChoices() == "none, fp16, int8, sparse or topk:F");
+  const auto bad_name = ParseCompress("sparse8");
+  REQUIRE_FALSE(bad_name.ok());
+  CHECK(bad_name.status().message() ==
+        "invalid --compress \"sparse8\": expected none, fp16, int8, sparse or topk:F");
   auto t = ParseCompress("topk:0.01");
   REQUIRE(t.ok());
   CHECK(t->kind == Encoding::kTopK);
   CHECK(t->topk_fraction == Approx(0.01));
   CHECK(CompressName(*t) == "topk:0.01");
   for (const char* bad : {"", "int4", "topk", "topk:", "topk:0", "topk:0.6", "topk:x", "topk:nan",
-                          "topk:0.1x", "FP16"}) {
+                          "topk:0.1x", "FP16", "sparse:0.1", "sparse:"}) {
     INFO(bad);
     CHECK_FALSE(ParseCompress(bad).ok());
   }

@@ -1,0 +1,42 @@
+"""An in-process mesh for MeshOptimizer tests without an agent: n nodes, a thread each."""
+
+
+class FakeMesh:
+    """n in-process nodes, a thread each: step() publishes, waits for all, mixes the mean."""
+
+    def __init__(self, shared, barrier, i):
+        self.shared, self.barrier, self.i = shared, barrier, i
+        self.params = None
+        self.layout = None
+        self.adoptions = 0
+        self.resumed = False
+
+    def attach(self, layout):
+        self.layout = layout
+        return False
+
+    step_count = 0
+
+    def configure(self, *args, **kwargs):
+        pass
+
+    def wait_permit(self, step):
+        return True
+
+    def step(self, layout, steps=1, span=None):
+        import torch
+        tensors = layout.tensors
+        flat = torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
+        self.shared[self.i] = flat
+        self.barrier.wait()
+        mixed = sum(self.shared) / len(self.shared)
+        self.barrier.wait()
+        lo, hi = span or (0, flat.numel())
+        off = 0
+        with torch.no_grad():
+            for t in tensors:
+                n = t.numel()
+                a, b = max(lo, off), min(hi, off + n)
+                if a < b:
+                    t.view(-1)[a - off:b - off].copy_(mixed[a:b])
+                off += n

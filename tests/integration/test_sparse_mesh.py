@@ -1,0 +1,108 @@
+"""Compressed pseudo-gradients through real agents (loopback): the language-model example
+(examples/torch_charlm.py, a tiny model) on 3 agents with --compress sparse, each trainer with
+MeshOptimizer(compress="sparse:0.05:2", outer="sgd", sync_every=10, fragments=2), once as is and
+once with overlap=True, against the same run with models at int8 (--compress int8, no compress).
+
+Each run: every trainer ends its 40 steps and exits 0, its validation loss falls, finish() gives
+every node the same consensus model (one CRC); the sparse runs' agents sent at most a quarter of
+the int8 run's bytes in their syncs (the agents' "sync" metrics lines of fragments; the final and
+consensus models at the end are whole layouts, the same models either way), so the
+pseudo-gradients went out compressed and no model did.
+
+Skips (77) without a python3 that has numpy and torch, or without the fortunes text.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from external_lib import Worker, Workers, external_mesh, numpy_python, start_all  # noqa: E402
+from harness import parse_args, wait_until  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch_charlm.py")
+FORTUNES = "/usr/share/games/fortunes"
+TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--context", "32", "--batch", "16",
+        "--val-windows", "32", "--lr", "3e-3", "--warmup", "5", "--threads", "1"]
+STEPS = 40
+N = 3
+
+
+def run(binary, py, compress, trainer_args):
+    """One mesh of N agents with --compress `compress`; returns (per node: the eval events, the
+    consensus event), and the agents' mean params_bytes_sent."""
+    with external_mesh(binary, N, "sp", 1) as mesh, Workers() as workers:
+        for a in mesh.agents:
+            a.extra += ["--compress", compress, "--metrics-file",
+                        os.path.join(mesh.workdir, f"{a.name}.metrics")]
+        start_all(mesh)
+        for i, a in enumerate(mesh.agents):
+            wait_until(lambda: os.path.exists(a.socket), 10, what=f"{a.socket} exists")
+            workers.append(Worker(py, a, mesh.workdir, *TINY, "--shard", f"{i}/{N}",
+                                  "--max-steps", STEPS, "--eval-every", 20, "--sync-every", 10,
+                                  "--fragments", 2, "--outer", "sgd", "--outer-lr", 1.0,
+                                  "--finish", "--seed", 0, *trainer_args, script=EXAMPLE))
+        for w in workers:
+            w.proc.wait(timeout=600)
+        out = []
+        for a, w in zip(mesh.agents, workers):
+            assert w.proc.returncode == 0, w.text()[-3000:]
+            ev = w.lines()
+            out.append(([e for e in ev if e.get("event") == "eval"],
+                        next((e for e in ev if e.get("event") == "consensus"), None)))
+        sent = []
+        for a in mesh.agents:
+            assert a.alive(), f"{a.name} is gone"
+            sent.append(sync_bytes(os.path.join(mesh.workdir, f"{a.name}.metrics")))
+    return out, sum(sent) / len(sent)
+
+
+def sync_bytes(path):
+    """The bytes of the agent's fragment rounds (its syncs while training): the rounds that
+    carried half a layout, not the final and consensus models at the end, which carry all of
+    it."""
+    import json
+    rounds = []
+    with open(path) as f:
+        for line in f:
+            e = json.loads(line)
+            if e.get("event") == "sync" and "raw_bytes" in e and e.get("fanout", 0) > 0:
+                rounds.append((e["raw_bytes"] / e["fanout"], e["bytes"]))
+    whole = max(raw for raw, _ in rounds)
+    return sum(b for raw, b in rounds if raw < 0.75 * whole)
+
+
+def check(name, out):
+    crcs = set()
+    for evals, consensus in out:
+        assert [e["step"] for e in evals] == [0, 20, 40], evals
+        assert evals[-1]["val_bpc"] < evals[0]["val_bpc"] - 0.3, evals
+        assert consensus is not None and consensus["models"] == N, consensus
+        crcs.add(consensus["crc32"])
+    assert len(crcs) == 1, f"{name}: the nodes ended with different models {crcs}"
+    print(f"  {name}: bpc " + "; ".join(
+        " -> ".join(f"{e['val_bpc']:.3f}" for e in ev) for ev, _ in out)
+        + f"; consensus {out[0][1]['val_bpc']:.3f} bpc (CRC {crcs.pop()})")
+
+
+def main():
+    args = parse_args()
+    if not os.path.exists(os.path.join(FORTUNES, "fortunes")):
+        print(f"SKIP: the fortunes text is not installed in {FORTUNES}")
+        sys.exit(77)
+    py = numpy_python("numpy, torch")
+    if py is None:
+        print("SKIP: no python3 with numpy and torch (install python3-numpy python3-torch)")
+        sys.exit(77)
+    dense, dense_bytes = run(args.bin, py, "int8", [])
+    check("int8 models", dense)
+    for label, extra in (("sparse", []), ("sparse, overlap", ["--overlap"])):
+        out, sent = run(args.bin, py, "sparse", ["--compress", "sparse:0.05:2", *extra])
+        check(label, out)
+        print(f"    sync bytes sent per agent: {sent:.0f} vs int8 models {dense_bytes:.0f} "
+              f"({sent / dense_bytes:.3f})")
+        assert sent < 0.25 * dense_bytes, (sent, dense_bytes)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
