@@ -277,11 +277,14 @@ def run_mesh(a, binary, emu, workdir, setting, target):
             wait_procs(procs, a.timeout)
             time.sleep(1.5)
         status = [nl.status(bed, i, binary) or {} for i in range(a.nodes)]
-    reach = []
+    reach, last_t = [], []
     for i in range(a.nodes):
         evals = [e for e in bl.read_events(outs[i]) if e["event"] == "eval"]
         hit = next((e for e in evals if e["val_bpc"] <= target), None)
         reach.append(hit)
+        last_t += [evals[-1]["t"]] if evals else []
+    if last_t:  # what was sent over the whole run, reached or not
+        res["bytes_run"] = tx.mean_sent_at(max(last_t))
         res.setdefault("last_bpc", []).append(evals[-1]["val_bpc"] if evals else None)
     res["reached"] = sum(1 for r in reach if r)
     if all(reach):
@@ -346,7 +349,10 @@ def main():
         print(f"  {s}: {m['reached']}/{a.nodes} nodes reached {ddp['target']} bpc, "
               f"{bl.fmt(m.get('seconds'), '.1f')} s, step {m.get('steps')}, "
               f"{bl.fmt(m.get('bytes') and m['bytes'] / 1e6, '.2f')} MB/node sent, "
-              f"utilisation {bl.fmt(m.get('util'), '.3f')}, last bpc "
+              f"utilisation {bl.fmt(m.get('util'), '.3f')}, "
+              f"{bl.fmt(m.get('bytes_run') and m['bytes_run'] / 1e6, '.2f')} MB/node over the "
+              f"run, agent param MB/node {bl.fmt(m.get('params_bytes') and m['params_bytes'] / 1e6, '.2f')}"
+              f", last bpc "
               f"{m['last_bpc']}", flush=True)
         t_ratio = m.get("seconds") / ddp["seconds"] if m.get("seconds") and ddp["seconds"] \
             else None

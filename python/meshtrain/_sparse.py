@@ -12,9 +12,12 @@ itself stays in the parameters: a joining peer fetches a model, not a pseudo-gra
 (``model=`` buffers, moments, drift corrections) travel as values in their own part of the
 outbox, and are mixed as they were.
 
-The error buffer e (float32, one value a parameter) keeps, per coordinate, what the node did not
-send: e ← (Δ + e) − C(Δ + e), where C is what the receivers decode. It is node state: saved by
-``state_dict``, cleared with the outer step when the node takes a peer's model.
+Error feedback lives in the model: what C left out of a sync's pseudo-gradient, e = Δ − C(Δ),
+stays in this node's parameters, x ← θ₀' − e after the outer step, so the node loses none of its
+local progress and the next sync's pseudo-gradient θ₀' − x carries e again (the nodes share θ₀
+and differ by their own e). The buffer e (float32, one value a parameter) holds it only between
+a sync's publish and its outer step (with overlap, across the next local steps); it is saved by
+``state_dict`` and cleared when the node takes a peer's model.
 """
 from __future__ import annotations
 
@@ -83,12 +86,13 @@ class SparseExchange:
 
     def before_publish(self, params: Params, starts: Params, buffers: Params, lo: int,
                        hi: int) -> None:
-        """Writes the outbox's [lo, hi): C(θ₀ − x + e) for the parameters (tensor by tensor,
-        `starts` holding θ₀ in the parameters' shapes), the buffers' values beyond them."""
+        """Writes the outbox's [lo, hi): C(θ₀ − x) for the parameters (tensor by tensor, `starts`
+        holding θ₀ in the parameters' shapes), the buffers' values beyond them; e = what C left
+        out."""
         with torch.no_grad():
             for (v, a, b, fa, fb), (s, sa, sb, _, _) in zip(
                     _ranges(params, lo, hi), _ranges(starts, lo, hi)):
-                d = s[sa:sb].float() - v[a:b].float() + self.err[fa:fb]
+                d = s[sa:sb].float() - v[a:b].float()
                 sent = compress_topk(d, self.fraction, self.bits)
                 self.outbox[fa:fb] = sent
                 self.err[fa:fb] = d - sent
@@ -107,6 +111,14 @@ class SparseExchange:
             for v, a, b, fa, fb in _ranges(buffers, max(lo, self.n_params) - self.n_params,
                                            hi - self.n_params):
                 v[a:b] = self.outbox[self.n_params + fa:self.n_params + fb].to(v.dtype)
+
+    def keep_residual(self, params: Params, lo: int, hi: int) -> None:
+        """After the outer step (the parameters hold θ₀'): x ← θ₀' − e over [lo, hi), so what was
+        not sent stays in this node's model, and the next sync's θ₀' − x carries it again."""
+        with torch.no_grad():
+            for v, a, b, fa, fb in _ranges(params, lo, hi):
+                v[a:b] -= self.err[fa:fb].to(v.dtype)
+                self.err[fa:fb] = 0
 
     def clear_outbox(self) -> None:
         """Zeros the outbox (before FINISH: the final model's outbox then costs nothing on the

@@ -414,11 +414,15 @@ class MeshOptimizer(torch.optim.Optimizer):
             return
         if self.sparse is not None:
             self.sparse.after_mix(self.params, starts, self.buffers, a, b)
-        if self.drift is not None:
+        if self.drift is not None and self.sparse is None:
             self.drift.after_mix(self.params)
         if self.gradient_drift is not None:
             self.gradient_drift.after_mix()
         self.outer.step(self.params, lo, hi)
+        if self.sparse is not None:
+            self.sparse.keep_residual(self.params, a, b)
+            if self.drift is not None:  # against the model the node goes on from, e kept
+                self.drift.after_mix(self.params)
 
     def _overlapped_sync(self, every: int, span: Optional[Tuple[int, int]]) -> None:
         """overlap=True (Streaming DiLoCo's overlapping variant): completes the previous sync
@@ -453,6 +457,7 @@ class MeshOptimizer(torch.optim.Optimizer):
         self.sparse.after_mix(self.params, starts_of(self.outer, self.params), self.buffers, a,
                               b)
         self.outer.step(self.params, a, b)
+        self.sparse.keep_residual(self.params, a, b)
         with torch.no_grad():
             for v, va, vb, fa, fb in _ranges(self.params, a, b):
                 v[va:vb] += progress[fa - a:fb - a].to(v.dtype)

@@ -7,9 +7,8 @@ minimises 0.5·c_i·|x − a_i|² over 600 coordinates in two tensors with SGD; 
 Checked:
 - compress_topk sends ceil(F n) values of largest magnitude at no more than 2^B distinct values;
 - the published range is the outbox (never the model) and holds at most F of its parameter part
-  nonzero; the error buffer keeps exactly what was not sent (Σ sent + e = Σ pseudo-gradients);
-- every node holds the same parameters after every whole-model sync (one θ₀ for all, as in
-  DiLoCo);
+  nonzero; what was not sent stays in the node's model (sent + e = θ₀ − x, then x ← θ₀' − e);
+- every node holds the same outer parameters θ₀ after every whole-model sync (as in DiLoCo);
 - the nodes reach x* as the uncompressed run does (outer sgd; one fragment with the gradient
   drift correction, two with the parameter one); with two fragments, without error feedback,
   they do not (the top-k's bias stays);
@@ -63,6 +62,9 @@ def train(compress, fragments=1, drift="auto", h=10, rounds=80, lr=0.1, feedback
                              sync_every=h, share_memory=False, outer="sgd",
                              fragments=fragments, drift_correction=drift, compress=compress)
             for i in range(N)]
+    if not feedback:  # what a sync left out is dropped instead of kept in the model
+        for o in opts:
+            o.sparse.keep_residual = lambda params, lo, hi, o=o: o.sparse.err.zero_()
     errors, synced = [], []
 
     def node(i):
@@ -72,12 +74,10 @@ def train(compress, fragments=1, drift="auto", h=10, rounds=80, lr=0.1, feedback
                 x = torch.cat([p.reshape(-1) for p in models[i]])
                 (0.5 * CURV[i] * ((x - a[i]) ** 2).sum()).backward()
                 opts[i].step()
-                if opts[i].sparse is not None and not feedback:
-                    opts[i].sparse.err.zero_()
                 if (s + 1) % (h // fragments) == 0:
                     barrier.wait()  # every node has finished this sync: compare them
-                    if i == 0:
-                        flat = [torch.cat([p.detach().reshape(-1) for p in m]) for m in models]
+                    if i == 0 and fragments == 1:  # the outer parameters θ₀ (whole)
+                        flat = [o.outer.start for o in opts]
                         synced.append(max(float((f - flat[0]).abs().max()) for f in flat))
                     barrier.wait()
         except Exception as e:  # noqa: BLE001 - reported by the main thread
@@ -119,8 +119,8 @@ def check_topk():
 
 
 def check_feedback():
-    """One sync's outbox and error buffer: sent + e_new = θ₀ − x + e_old for the parameters, the
-    buffers' values copied after them."""
+    """One sync's outbox and error buffer: sent + e = θ₀ − x for the parameters, the buffers'
+    values copied after them; after the outer step x ← θ₀' − e."""
     import torch
     from meshtrain._sparse import SparseExchange
     g = torch.Generator().manual_seed(2)
@@ -128,11 +128,9 @@ def check_feedback():
     starts = [torch.randn(30, 10, generator=g), torch.randn(50, generator=g)]
     buffers = [torch.randn(7, generator=g)]
     ex = SparseExchange("sparse:0.1:2", params, buffers)
-    ex.err.copy_(torch.randn(350, generator=g))
-    old = ex.err.clone()
     ex.before_publish(params, starts, buffers, 0, 357)
     d = torch.cat([s.reshape(-1) for s in starts]) - torch.cat([p.reshape(-1) for p in params])
-    assert torch.allclose(ex.outbox[:350] + ex.err, d + old, atol=1e-6)
+    assert torch.allclose(ex.outbox[:350] + ex.err, d, atol=1e-6)
     assert int((ex.outbox[:350] != 0).sum()) == 30 + 5
     assert torch.equal(ex.outbox[350:], buffers[0])
     before_err, before_out = ex.err.clone(), ex.outbox.clone()
@@ -141,12 +139,19 @@ def check_feedback():
                                                                          before_err[200:])
     assert torch.equal(ex.outbox[:100], before_out[:100])
     assert not torch.equal(ex.err[100:200], before_err[100:200])
-    print("error feedback: sent + e_new = (θ₀ − x) + e_old; buffers travel as values")
+    # After the outer step the node keeps what was not sent: x ← θ₀' − e, e cleared.
+    e = ex.err.clone()
+    new = [s.clone() for s in starts]
+    ex.keep_residual(new, 0, 350)
+    assert torch.equal(torch.cat([t.reshape(-1) for t in new]),
+                       torch.cat([s.reshape(-1) for s in starts]) - e)
+    assert float(ex.err.abs().max()) == 0
+    print("error feedback: sent + e = θ₀ − x, then x ← θ₀' − e; buffers travel as values")
 
 
 def check_published(opts, fraction):
     """Every sync published the outbox's range, at most F of its parameters nonzero, and the
-    error buffer holds exactly what the syncs left out."""
+    nodes kept what was not sent: their models are not θ₀."""
     import torch
     opt = opts[0]
     total = opt.sparse.n_params + opt.sparse.n_buffers
@@ -157,7 +162,8 @@ def check_published(opts, fraction):
         assert int((part != 0).sum()) <= math.ceil(fraction * 400) + math.ceil(fraction * 200), \
             int((part != 0).sum())
     print(f"published: the outbox only ({len(opt.mesh.sent)} syncs), <= F of it nonzero")
-    assert float(opt.sparse.err.abs().max()) > 0, "nothing was left out: F is not applied"
+    x = torch.cat([p.detach().reshape(-1) for p in opt.params])
+    assert float((x - opt.outer.start).abs().max()) > 0, "nothing was left out: F not applied"
     return torch
 
 
@@ -182,10 +188,9 @@ def main():
         dense, _, _ = train(None, fragments=fragments, drift=drift)
         gap, opts, synced = train("sparse:0.2:2", fragments=fragments, drift=drift)
         print(f"fragments {fragments}, drift correction {drift}: max |x - x*| uncompressed "
-              f"{dense:.2e}, sparse:0.2:2 {gap:.2e}; nodes apart after syncs <= "
-              f"{max(synced):.1e}")
+              f"{dense:.2e}, sparse:0.2:2 {gap:.2e}; θ₀ apart after syncs <= "
+              f"{max(synced, default=0):.1e}")
         assert dense < 1e-2 and gap < 1e-2, (fragments, dense, gap)
-        # After a whole-model sync every node holds θ₀ (with fragments the others are local).
         assert fragments > 1 or max(synced) < 1e-5, synced
         check_published(opts, 0.2)
     loose, _, _ = train("sparse:0.2:2", fragments=2, drift=True, feedback=False)
@@ -195,6 +200,7 @@ def main():
     # The error buffer is node state: state_dict carries it, a replaced model clears it.
     _, opts, _ = train("sparse:0.2:2", rounds=2)
     opt = opts[0]
+    opt.sparse.err.normal_()  # as between a publish and its outer step
     state = opt.state_dict()
     assert torch.equal(state["sparse"]["err"], opt.sparse.err)
     opt.sparse.err.zero_()
