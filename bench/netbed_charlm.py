@@ -141,6 +141,15 @@ def parse_args():
                    "(its time and bytes then come from --ddp-time and --ddp-bytes)")
     p.add_argument("--ddp-time", type=float)
     p.add_argument("--ddp-bytes", type=float)
+    p.add_argument("--run-out", action="store_true",
+                   help="the mesh's trainers run all --mesh-steps instead of stopping at the "
+                   "target (the time and bytes to it come from the evaluations all the same; "
+                   "the losses at the end compare settings)")
+    p.add_argument("--ddp-measure", type=int, metavar="K",
+                   help="with --target-bpc: run DDP for K steps only and extrapolate its time "
+                   "and bytes to --ddp-target-step (for links where the whole run takes hours)")
+    p.add_argument("--ddp-target-step", type=int, default=200,
+                   help="the step at which DDP's full run first reaches --target-bpc")
     return p.parse_args()
 
 
@@ -197,7 +206,10 @@ def wait_procs(procs, timeout, done=None):
     return False
 
 
-def run_ddp(a, emu, workdir):
+def run_ddp(a, emu, workdir, steps=None):
+    """DDP for `steps` (default --ddp-steps) steps on the bed: its target (the last evaluation's
+    loss), the time and bytes to its first evaluation at or below it, and its evaluations."""
+    steps = steps or a.ddp_steps
     os.makedirs(workdir, exist_ok=True)
     outs = [os.path.join(workdir, f"ddp{i}.out") for i in range(a.nodes)]
     # gloo binds to the address the host name resolves to (loopback here): name the interface.
@@ -209,9 +221,10 @@ def run_ddp(a, emu, workdir):
                                    bed.addr(0), "--ddp-port", str(DDP_PORT), *a.model.split(),
                                    *a.ddp_extra.split(),
                                    "--shard-mode", a.shard_mode,
-                                   "--max-steps", str(a.ddp_steps), "--eval-every",
-                                   str(a.eval_every), "--threads", str(a.threads), "--seed",
-                                   str(a.seed)], outs[i], env=env) for i in range(a.nodes)]
+                                   "--max-steps", str(steps), "--eval-every",
+                                   str(min(a.eval_every, steps)), "--threads", str(a.threads),
+                                   "--seed", str(a.seed)], outs[i], env=env)
+                     for i in range(a.nodes)]
             finished = wait_procs(procs, a.timeout,
                                   lambda: any(p.poll() not in (None, 0) for p in procs))
             time.sleep(1.5)  # one more byte sample after the end
@@ -224,7 +237,37 @@ def run_ddp(a, emu, workdir):
     first = next(e for e in evals if e["val_bpc"] <= target)
     return {"target": target, "seconds": first["t"] - t0, "step": first["step"],
             "bytes": tx.mean_sent_at(first["t"]), "evals": evals,
-            "allreduced": evals[-1].get("allreduced_bytes")}
+            "allreduced": evals[-1].get("allreduced_bytes"),
+            "t0": t0, "sent_at": tx.mean_sent_at}
+
+
+def run_ddp_measured(a, emu, workdir):
+    """--ddp-measure K: DDP for K steps only, on these links, and its time and bytes to the
+    target step (--ddp-target-step: where the full run first reaches --target-bpc; DDP's loss
+    per step does not depend on the links) extrapolated from them: the time to the first
+    evaluation, K steps' rate, and one evaluation's time per --eval-every steps; the bytes
+    likewise. For links so slow that the full run would take hours (the wan profile)."""
+    k = a.ddp_measure
+    r = run_ddp(a, emu, workdir, steps=k)
+    e0, ek = r["evals"][0], r["evals"][-1]
+    eval_s = ek["eval_total"] - e0["eval_total"]
+    per_step = (ek["t"] - e0["t"] - eval_s) / k
+    b0, bk = r["sent_at"](e0["t"]), r["sent_at"](ek["t"] - eval_s)
+    n = a.ddp_target_step
+    seconds = e0["t"] - r["t0"] + n * per_step + (n // a.eval_every) * eval_s
+    nbytes = b0 + n * (bk - b0) / k if b0 is not None and bk is not None else None
+    print(f"  DDP measured: {k} steps at {per_step:.2f} s and "
+          f"{bl.fmt(nbytes and (bk - b0) / k / 1e6, '.2f')} MB/node a step, an evaluation "
+          f"{eval_s:.1f} s, {e0['t'] - r['t0']:.1f} s to the first; to step {n}: "
+          f"{seconds:.1f} s, {bl.fmt(nbytes and nbytes / 1e6, '.1f')} MB/node (extrapolated)",
+          flush=True)
+    return {"target": a.target_bpc, "seconds": seconds, "bytes": nbytes, "step": n,
+            "extrapolated": True}
+
+
+def mean_bpc(values):
+    """The mean of the nodes' figures, or "-" when one is missing."""
+    return "-" if not values or None in values else f"{sum(values) / len(values):.4f}"
 
 
 def run_mesh(a, binary, emu, workdir, setting, target):
@@ -271,8 +314,9 @@ def run_mesh(a, binary, emu, workdir, setting, target):
                                    *a.model.split(), *a.mesh_extra.split(),
                                    "--shard-mode", a.shard_mode,
                                    "--max-steps", str(a.mesh_steps),
-                                   "--eval-every", str(a.eval_every), "--target-bpc",
-                                   str(target), "--threads", str(a.threads), "--seed",
+                                   "--eval-every", str(a.eval_every),
+                                   *([] if a.run_out else ["--target-bpc", str(target)]),
+                                   "--finish", "--threads", str(a.threads), "--seed",
                                    str(a.seed)], outs[i]) for i in range(a.nodes)]
             wait_procs(procs, a.timeout)
             time.sleep(1.5)
@@ -286,6 +330,8 @@ def run_mesh(a, binary, emu, workdir, setting, target):
     if last_t:  # what was sent over the whole run, reached or not
         res["bytes_run"] = tx.mean_sent_at(max(last_t))
         res.setdefault("last_bpc", []).append(evals[-1]["val_bpc"] if evals else None)
+        cons = [e for e in bl.read_events(outs[i]) if e["event"] == "consensus"]
+        res.setdefault("consensus_bpc", []).append(cons[-1]["val_bpc"] if cons else None)
     res["reached"] = sum(1 for r in reach if r)
     if all(reach):
         t_all = max(r["t"] for r in reach)
@@ -329,7 +375,12 @@ def main():
           + (f", mesh also {a.mesh_extra}" if a.mesh_extra else "") + f", shards {a.shard_mode}; "
           f"{a.threads} torch thread(s)/trainer, {os.cpu_count()} cores; load average "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
-    if a.target_bpc is not None:
+    if a.ddp_measure:
+        if a.target_bpc is None:
+            print("setup failed: --ddp-measure needs --target-bpc", file=sys.stderr)
+            return 2
+        ddp = run_ddp_measured(a, emu, os.path.join(logdir, "ddp"))
+    elif a.target_bpc is not None:
         ddp = {"target": a.target_bpc, "seconds": a.ddp_time, "bytes": a.ddp_bytes,
                "step": None}
     else:
@@ -340,9 +391,10 @@ def main():
               + ", ".join(f"{e['step']}:{e['val_bpc']}" for e in ddp["evals"]), flush=True)
         if a.only_ddp:
             return 0
-    rows = [["DDP (gloo), all-reduce every step", "1/1", bl.fmt(ddp["seconds"], ".1f"), "1.00",
+    rows = [["DDP (gloo), all-reduce every step"
+             + (f" (from {a.ddp_measure} steps)" if ddp.get("extrapolated") else ""), "1/1", bl.fmt(ddp["seconds"], ".1f"), "1.00",
              bl.fmt(ddp["step"]), bl.fmt(ddp["bytes"] and ddp["bytes"] / 1e6, ".2f"), "1", "-",
-             "-"]]
+             "-", bl.fmt(ddp["target"], ".4f"), "-"]]
     for s in [x for x in a.settings.split(",") if x]:
         wd = os.path.join(logdir, s.replace("/", "_"))
         m = run_mesh(a, binary, emu, wd, s, ddp["target"])
@@ -353,7 +405,7 @@ def main():
               f"{bl.fmt(m.get('bytes_run') and m['bytes_run'] / 1e6, '.2f')} MB/node over the "
               f"run, agent param MB/node {bl.fmt(m.get('params_bytes') and m['params_bytes'] / 1e6, '.2f')}"
               f", last bpc "
-              f"{m['last_bpc']}", flush=True)
+              f"{m['last_bpc']}, consensus (finish()) bpc {m['consensus_bpc'][0]}", flush=True)
         t_ratio = m.get("seconds") / ddp["seconds"] if m.get("seconds") and ddp["seconds"] \
             else None
         b_ratio = m.get("bytes") / ddp["bytes"] if m.get("bytes") and ddp["bytes"] else None
@@ -362,15 +414,18 @@ def main():
                      bl.fmt(m.get("bytes") and m["bytes"] / 1e6, ".2f"),
                      f"1/{1 / b_ratio:.0f}" if b_ratio else "-",
                      bl.fmt(m.get("params_bytes") and m["params_bytes"] / 1e6, ".2f"),
-                     bl.fmt(m.get("util"), ".2f")])
+                     bl.fmt(m.get("util"), ".2f"), mean_bpc(m["last_bpc"]),
+                     mean_bpc(m["consensus_bpc"])])
     print()
     print(f"{a.nodes} hosts on the namespace bed, {describe_links(a)}; target "
           f"{ddp['target']} bpc ("
           + ("--target-bpc" if a.target_bpc is not None else f"DDP after {a.ddp_steps} steps")
+          + (f"; DDP's time and bytes extrapolated from {a.ddp_measure} steps"
+             if a.ddp_measure else "")
           + ")")
     print(bl.table(["run", "nodes reached", "s to target", "time vs DDP", "step",
                     "MB sent/node (eth0)", "bytes vs DDP", "agent param MB/node",
-                    "utilisation"], rows))
+                    "utilisation", "bpc at the end (mean)", "consensus bpc"], rows))
     return 0
 
 

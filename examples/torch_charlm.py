@@ -391,7 +391,7 @@ def parse_args(argv=None):
                    "agent with --compress sparse")
     g.add_argument("--overlap", action="store_true",
                    help="mesh, with --compress: each sync's exchange runs during the next local "
-                   "steps (MeshOptimizer(overlap=True); needs --drift none with --fragments 1)")
+                   "steps (MeshOptimizer(overlap=True); --drift auto is then none)")
     a = p.parse_args(argv)
     if sum(bool(x) for x in (a.socket, a.ddp, a.diloco)) > 1:
         p.error("--socket, --ddp and --diloco exclude each other")

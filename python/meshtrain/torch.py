@@ -170,14 +170,15 @@ def optimizer_state(optimizer: torch.optim.Optimizer,
 
 
 def _drift_kind(drift_correction: Union[bool, str, None], sync_every: int,
-                fragments: int) -> str:
+                fragments: int, overlap: bool = False) -> str:
     if drift_correction not in (False, None, True, "params", "gradient", "auto"):
         raise ValueError('drift_correction must be "auto", False, True ("params") or '
                          '"gradient"')
     if drift_correction == "auto":
         # Local steps drift towards each node's own shard; the gradient correction removes that
         # at one model-sized buffer more per sync (docs/python.md).
-        return "gradient" if sync_every > 1 and fragments == 1 else "none"
+        # overlap takes none: its outer step comes a sync late, the corrections' bookkeeping not.
+        return "gradient" if sync_every > 1 and fragments == 1 and not overlap else "none"
     if drift_correction == "gradient":
         if fragments != 1:
             raise ValueError('drift_correction="gradient" needs fragments=1')
@@ -200,9 +201,10 @@ class MeshOptimizer(torch.optim.Optimizer):
       momentum=0.9, nesterov=True)``; ``outer="nesterov"|"sgd"`` (with ``outer_lr``,
       ``outer_momentum``) is the same rule by name and the only one that steps ``fragments``.
     - ``model``: mix its floating-point buffers too (``mix_buffers``); ``mix_state``: mix the
-      inner moments; ``drift_correction`` ("auto": "gradient" when ``sync_every`` > 1 and
-      ``fragments`` == 1); ``fragments``: Streaming DiLoCo; ``share_memory``: place float32 CPU
-      parameters in the shared memory (None: when they can be).
+      inner moments; ``drift_correction`` ("auto": "gradient" when ``sync_every`` > 1,
+      ``fragments`` == 1 and no ``overlap``); ``fragments``: Streaming DiLoCo;
+      ``share_memory``: place float32 CPU parameters in the shared memory (None: when they
+      can be).
     - ``compress="sparse:F:B"``: send the top F of each pseudo-gradient at B bits with error
       feedback instead of the model (meshtrain._sparse; the agent runs ``--compress sparse``);
       ``overlap=True`` with it: a sync's exchange runs during the next local steps, its outer
@@ -248,7 +250,7 @@ class MeshOptimizer(torch.optim.Optimizer):
         buffers = mixed_buffers(model) if model is not None and mix_buffers else []
         if mix_state:  # the inner optimizer's moments travel and mix with the parameters
             buffers += optimizer_state(optimizer, self.params)
-        drift = _drift_kind(drift_correction, self.sync_every, self.fragments)
+        drift = _drift_kind(drift_correction, self.sync_every, self.fragments, bool(overlap))
         self.drift_default = drift_correction == "auto"
         self.drift: Optional[DriftCorrection] = None
         self.gradient_drift: Optional[GradientCorrection] = None
