@@ -189,8 +189,14 @@ class TxSampler:
         self.thread.join(timeout=20)
         return False
 
-    def mean_sent_at(self, t):
-        """Mean bytes per host sent from the start until the first sample at or after t."""
+    def mean_sent_at(self, t, before=False):
+        """Mean bytes per host sent from the start until the first sample at or after t (with
+        `before`: the last sample at or before t, so that what follows t, e.g. the final models
+        a run-out trainer sends right after its last evaluation, is not counted)."""
+        if before:
+            prior = [tx for ts, tx in self.samples if ts <= t]
+            return sum(a - b for a, b in zip(prior[-1], self.base)) / len(prior[-1]) \
+                if prior else None
         for ts, tx in self.samples:
             if ts >= t:
                 return sum(a - b for a, b in zip(tx, self.base)) / len(tx)
@@ -327,17 +333,17 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         hit = next((e for e in evals if e["val_bpc"] <= target), None)
         reach.append(hit)
         last_t += [evals[-1]["t"]] if evals else []
-    if last_t:  # what was sent over the whole run, reached or not
-        res["bytes_run"] = tx.mean_sent_at(max(last_t))
         res.setdefault("last_bpc", []).append(evals[-1]["val_bpc"] if evals else None)
         cons = [e for e in bl.read_events(outs[i]) if e["event"] == "consensus"]
         res.setdefault("consensus_bpc", []).append(cons[-1]["val_bpc"] if cons else None)
+    if last_t:  # what was sent over the whole run, reached or not
+        res["bytes_run"] = tx.mean_sent_at(max(last_t))
     res["reached"] = sum(1 for r in reach if r)
     if all(reach):
         t_all = max(r["t"] for r in reach)
         res["seconds"] = t_all - t0
         res["steps"] = max(r["step"] for r in reach)
-        res["bytes"] = tx.mean_sent_at(t_all)
+        res["bytes"] = tx.mean_sent_at(t_all, before=True)
         # Compute utilisation: time in forward and backward over the wall time outside the
         # evaluations (which only measure), up to each node's target; the lowest node's.
         utils = [r["compute_total"] / (r["elapsed"] - r["eval_total"]) for r in reach

@@ -1,4 +1,5 @@
 """An in-process mesh for MeshOptimizer tests without an agent: n nodes, a thread each."""
+import threading
 
 
 class FakeMesh:
@@ -40,3 +41,24 @@ class FakeMesh:
                 if a < b:
                     t.view(-1)[a - off:b - off].copy_(mixed[a:b])
                 off += n
+
+
+def run_nodes(n, barrier, steps):
+    """Runs steps(i) for every node i in a thread of its own; a node's exception aborts the
+    barrier (the others stop too) and fails here, as does a thread that does not end."""
+    errors = []
+
+    def node(i):
+        try:
+            steps(i)
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=node, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a node thread did not end"

@@ -16,7 +16,7 @@ import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
 from external_lib import numpy_python  # noqa: E402
-from fake_mesh import FakeMesh  # noqa: E402
+from fake_mesh import FakeMesh, run_nodes  # noqa: E402
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
 
@@ -35,25 +35,14 @@ def train(drift, outer="avg", fragments=1, h=10, rounds=60, lr=0.2):
     opts = [mt.MeshOptimizer(torch.optim.SGD([xs[i]], lr=lr), FakeMesh(shared, barrier, i),
                              sync_every=h, share_memory=False, outer=outer,
                              fragments=fragments, drift_correction=drift) for i in range(2)]
-    errors = []
 
-    def node(i):
-        try:
-            for _ in range(h * rounds):
-                opts[i].zero_grad()
-                (0.5 * CURV[i] * ((xs[i] - TARGET[i]) ** 2).sum()).backward()
-                opts[i].step()
-        except Exception as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
-            barrier.abort()
+    def steps(i):
+        for _ in range(h * rounds):
+            opts[i].zero_grad()
+            (0.5 * CURV[i] * ((xs[i] - TARGET[i]) ** 2).sum()).backward()
+            opts[i].step()
 
-    threads = [threading.Thread(target=node, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
-    assert not any(t.is_alive() for t in threads), "a node thread did not end"
+    run_nodes(2, barrier, steps)
     return xs, opts
 
 

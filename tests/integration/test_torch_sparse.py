@@ -22,7 +22,7 @@ import threading
 
 sys.path.insert(0, os.path.dirname(__file__))
 from external_lib import numpy_python  # noqa: E402
-from fake_mesh import FakeMesh  # noqa: E402
+from fake_mesh import FakeMesh, run_nodes  # noqa: E402
 
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
 CURV = (1.0, 2.0, 4.0)
@@ -65,32 +65,22 @@ def train(compress, fragments=1, drift="auto", h=10, rounds=80, lr=0.1, feedback
     if not feedback:  # what a sync left out is dropped instead of kept in the model
         for o in opts:
             o.sparse.keep_residual = lambda params, lo, hi, o=o: o.sparse.err.zero_()
-    errors, synced = [], []
+    synced = []
 
-    def node(i):
-        try:
-            for s in range(h * rounds):
-                opts[i].zero_grad()
-                x = torch.cat([p.reshape(-1) for p in models[i]])
-                (0.5 * CURV[i] * ((x - a[i]) ** 2).sum()).backward()
-                opts[i].step()
-                if (s + 1) % (h // fragments) == 0:
-                    barrier.wait()  # every node has finished this sync: compare them
-                    if i == 0 and fragments == 1:  # the outer parameters θ₀ (whole)
-                        flat = [o.outer.start for o in opts]
-                        synced.append(max(float((f - flat[0]).abs().max()) for f in flat))
-                    barrier.wait()
-        except Exception as e:  # noqa: BLE001 - reported by the main thread
-            errors.append(e)
-            barrier.abort()
+    def steps(i):
+        for s in range(h * rounds):
+            opts[i].zero_grad()
+            x = torch.cat([p.reshape(-1) for p in models[i]])
+            (0.5 * CURV[i] * ((x - a[i]) ** 2).sum()).backward()
+            opts[i].step()
+            if (s + 1) % (h // fragments) == 0:
+                barrier.wait()  # every node has finished this sync: compare them
+                if i == 0 and fragments == 1:  # the outer parameters θ₀ (whole)
+                    flat = [o.outer.start for o in opts]
+                    synced.append(max(float((f - flat[0]).abs().max()) for f in flat))
+                barrier.wait()
 
-    threads = [threading.Thread(target=node, args=(i,)) for i in range(N)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
-    assert not any(t.is_alive() for t in threads), "a node thread did not end"
+    run_nodes(N, barrier, steps)
     xstar = sum(c * t for c, t in zip(CURV, a)) / sum(CURV)
     gap = max(float((torch.cat([p.reshape(-1) for p in m]).detach() - xstar).abs().max())
               for m in models)
