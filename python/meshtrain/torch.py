@@ -442,9 +442,9 @@ class MeshOptimizer(torch.optim.Optimizer):
         self._pending = (a, b, published)
 
     def _complete_pending(self) -> bool:
-        """Mixes the pending sync and takes its outer step, keeping the local progress made
-        since it was published: x ← θ₀' + (x − x_published). False when the agent replaced the
-        model instead (the outer step starts again from it)."""
+        """Mixes the pending sync and takes its outer step, keeping what it did not send and the
+        local progress made since it was published: x ← θ₀' − e + (x − x_published). False
+        when the agent replaced the model instead (the outer step starts again from it)."""
         if self._pending is None:
             return True
         a, b, published = self._pending
