@@ -100,14 +100,16 @@ def parse_args(argv=None):
     p.add_argument("--with-fault-free", action="store_true", help="--short: run it too")
     p.add_argument("--timeout", type=float, help="seconds per run at most (2400, short 240)")
     p.add_argument("--stall", type=float, help="end a run (not finished) when no trainer "
-                   "wrote a line for this long (180 s, short 60 s)")
+                   "wrote a line for this long (180 s, short 90 s)")
     p.add_argument("--json", help="write every run's figures to this file")
     p.add_argument("--logdir", help="where the runs' logs go (default: a new temporary one)")
     a = p.parse_args(argv)
     short = {"nodes": 3, "faults": 3, "first_fault": 5, "fault_every": 10, "down": 5,
              "stop_for": 5, "partition_for": 6, "max_steps": 400 if nl.SANITIZED else 500,
              "sync_every": 20, "eval_every": 20, "model": SHORT_MODEL, "timeout": 240,
-             "stall": 60}
+             # Above the agents' consensus hold (--trainer-grace, 60 s): a partition that falls
+             # on the end of training makes each side wait that long for the other, silently.
+             "stall": 90}
     full = {"nodes": 5, "faults": 10, "first_fault": 30, "fault_every": 60, "down": 10,
             "stop_for": 10, "partition_for": 15, "max_steps": 2000, "sync_every": 50,
             "eval_every": 50, "model": FULL_MODEL, "timeout": 2400, "stall": 180}
