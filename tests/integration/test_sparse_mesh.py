@@ -17,12 +17,9 @@ import sys
 sys.path.insert(0, os.path.dirname(__file__))
 from external_lib import Worker, Workers, external_mesh, numpy_python, start_all  # noqa: E402
 from harness import parse_args, wait_until  # noqa: E402
+# The example and its tiny model, as the example's own test runs them.
+from test_charlm_example import EXAMPLE, FORTUNES, TINY  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(HERE, "..", "..", "examples", "torch_charlm.py")
-FORTUNES = "/usr/share/games/fortunes"
-TINY = ["--layers", "1", "--d-model", "32", "--heads", "2", "--context", "32", "--batch", "16",
-        "--val-windows", "32", "--lr", "3e-3", "--warmup", "5", "--threads", "1"]
 STEPS = 40
 N = 3
 
