@@ -23,8 +23,10 @@ Both clocks start when the trainer processes are launched (torch import, data lo
 DDP's rendezvous included). Bytes per node: what the host's eth0 sent from the launch until
 that time (sampled every second in each namespace: everything, gradients, models, membership
 gossip and TCP overhead), mean over hosts; for meshtrain also the agents' params_bytes_sent at
-the end, and the compute utilisation: each trainer's time in forward and backward over its wall
-time outside evaluations, up to its target (the lowest node's). Ratios are meshtrain / DDP (the targets: time <= 1.0, bytes <= 1/100).
+the end, and the compute utilisation: each trainer's time computing (forward, backward and the
+inner optimizer's step; the time in mesh steps is not) over its wall time outside evaluations,
+up to its target (the lowest node's; the share of forward and backward alone is printed
+beside it). Ratios are meshtrain / DDP (the targets: time <= 1.0, bytes <= 1/100).
 
 Exit status 0 when the runs completed (whatever the figures), 2 on setup failure, 77 when no bed
 can be built here. Every namespace and process the bed made is removed, also on failure.
@@ -344,11 +346,14 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         res["seconds"] = t_all - t0
         res["steps"] = max(r["step"] for r in reach)
         res["bytes"] = tx.mean_sent_at(t_all, before=True)
-        # Compute utilisation: time in forward and backward over the wall time outside the
-        # evaluations (which only measure), up to each node's target; the lowest node's.
-        utils = [r["compute_total"] / (r["elapsed"] - r["eval_total"]) for r in reach
-                 if "compute_total" in r and r["elapsed"] > r["eval_total"]]
-        res["util"] = min(utils) if len(utils) == len(reach) else None
+        # Compute utilisation: time computing (forward, backward and the inner optimizer's
+        # step) over the wall time outside the evaluations (which only measure), up to each
+        # node's target; the lowest node's. "fb": forward and backward alone.
+        for key, parts in (("util", ("compute_total", "inner_total")), ("util_fb",
+                                                                       ("compute_total",))):
+            utils = [sum(r[k] for k in parts) / (r["elapsed"] - r["eval_total"]) for r in reach
+                     if all(k in r for k in parts) and r["elapsed"] > r["eval_total"]]
+            res[key] = min(utils) if len(utils) == len(reach) else None
     sent = [s.get("params_bytes_sent") for s in status if s.get("params_bytes_sent") is not None]
     res["params_bytes"] = sum(sent) / len(sent) if sent else None
     res["workdir"] = workdir
@@ -407,7 +412,8 @@ def main():
         print(f"  {s}: {m['reached']}/{a.nodes} nodes reached {ddp['target']} bpc, "
               f"{bl.fmt(m.get('seconds'), '.1f')} s, step {m.get('steps')}, "
               f"{bl.fmt(m.get('bytes') and m['bytes'] / 1e6, '.2f')} MB/node sent, "
-              f"utilisation {bl.fmt(m.get('util'), '.3f')}, "
+              f"utilisation {bl.fmt(m.get('util'), '.3f')} (forward and backward "
+              f"{bl.fmt(m.get('util_fb'), '.3f')}), "
               f"{bl.fmt(m.get('bytes_run') and m['bytes_run'] / 1e6, '.2f')} MB/node over the "
               f"run, agent param MB/node {bl.fmt(m.get('params_bytes') and m['params_bytes'] / 1e6, '.2f')}"
               f", last bpc "

@@ -47,9 +47,10 @@ Output: JSON lines on stdout.
   {"event":"start", "mode", "params", "train_chars", "val_chars", "shard", ...}
   {"event":"eval", "step", "val_bpc", "val_acc", "train_loss" (mean cross-entropy in nats of the
    training batches since the last eval), "elapsed" (s since start), "t" (unix time),
-   "eval_total" (s spent evaluating), and for DDP "allreduced_bytes" (gradient bytes handed to
-   all-reduce so far by this rank: the payload; a ring all-reduce sends about 2 (W-1)/W of it
-   per rank), for the mesh "mesh_step" and "mixed" (peer models mixed in so far)}
+   "eval_total" (s spent evaluating), "compute_total" (s in forward and backward), "inner_total"
+   (s in the inner optimizer's steps; a mesh step's time is not in it), and for DDP
+   "allreduced_bytes" (gradient bytes handed to all-reduce so far by this rank: the payload; a
+   ring all-reduce sends about 2 (W-1)/W of it per rank), for the mesh "mesh_step" and "mixed" (peer models mixed in so far)}
   {"event":"reached", "step", "val_bpc", "elapsed", "t"} the first time val_bpc <= --target-bpc
   {"event":"final", "step", "val_bpc", "elapsed", "t", "crc" (CRC-32 of the parameters),
    "reached": bool}
@@ -485,8 +486,9 @@ def main():
 
     gen = torch.Generator().manual_seed(1000 * (a.seed + 1) + shard)
     step = mesh.step_count if mesh else 0
-    # compute_total: wall seconds in forward and backward (the utilisation's numerator).
-    eval_total, compute_total, loss_sum, loss_n = 0.0, 0.0, 0.0, 0
+    # compute_total: wall seconds in forward and backward; inner_total: in the inner optimizer's
+    # steps (together the utilisation's numerator).
+    eval_total, compute_total, inner_total, loss_sum, loss_n = 0.0, 0.0, 0.0, 0.0, 0
     reached, last_bpc = False, None
     first = True  # the initial model is evaluated before the first step
     while True:
@@ -501,7 +503,10 @@ def main():
             compute_total += time.time() - t_compute
             if a.slowdown > 1:  # an F-times slower host: the step's compute, F - 1 times more
                 time.sleep((a.slowdown - 1) * (time.process_time() - t_step))
+            t_inner, synced = time.time(), getattr(stepper, "sync_seconds", 0.0)
             stepper.step()
+            # the inner optimizer's share of the step (a mesh step's time is the mesh's)
+            inner_total += time.time() - t_inner - (getattr(stepper, "sync_seconds", 0.0) - synced)
             sched.step()
             loss_sum += loss.item()
             loss_n += 1
@@ -524,7 +529,7 @@ def main():
                   "val_acc": round(acc, 4),
                   "train_loss": round(loss_sum / loss_n, 4) if loss_n else None,
                   "elapsed": round(now - start, 2), "t": now, "eval_total": round(eval_total, 2),
-                  "compute_total": round(compute_total, 2)}
+                  "compute_total": round(compute_total, 2), "inner_total": round(inner_total, 2)}
             if a.ddp:
                 ev["allreduced_bytes"] = allreduced[0]
             if mesh:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import os
+import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import torch
@@ -272,6 +273,7 @@ class MeshOptimizer(torch.optim.Optimizer):
         self._pending: Optional[Tuple[int, int, torch.Tensor]] = None
         self._local_steps = 0  # local steps this optimizer took (the sync cadence)
         self._syncs = 0  # mesh steps taken (fragment k % fragments goes out at the k-th)
+        self._sync_seconds = 0.0  # wall time step() spent in mesh steps
         self._attach(share_memory)
         # The steps the model in hand has taken: the agent's step when it gave us its model.
         self._model_steps = self.mesh.step_count
@@ -347,6 +349,13 @@ class MeshOptimizer(torch.optim.Optimizer):
         return self._syncs
 
     @property
+    def sync_seconds(self) -> float:
+        """Wall seconds step() spent in mesh steps (compression, publishing, waiting for the
+        barrier and the peers' models, the mix, the outer step) since this optimizer was made:
+        the rest of step() is the inner optimizer's."""
+        return self._sync_seconds
+
+    @property
     def layout(self) -> Layout:
         """What this optimizer attached: parameters, then mixed buffers, moments, corrections."""
         layout = self.mesh.layout
@@ -385,7 +394,9 @@ class MeshOptimizer(torch.optim.Optimizer):
         self._model_steps += 1
         every = self.sync_every // self.fragments
         if self._local_steps % every == 0:
+            t0 = time.monotonic()
             self._sync(every)
+            self._sync_seconds += time.monotonic() - t0
         return loss
 
     def _sync(self, every: int) -> None:
