@@ -8,12 +8,13 @@ meshtrain agents with the outer optimizer, side by side on the network-namespace
    --ddp-steps steps; rank 0 evaluates every --eval-every steps. The target is the validation
    loss (bits per character, the example's fixed validation windows) DDP reached at its last
    evaluation; DDP's time is its first evaluation at or below it.
-2. Per --settings entry OUTER[@LR]/H[/COMPRESS][/fF][/overlap] (e.g. nesterov/50/int8/f5,
+2. Per --settings entry OUTER[@LR]/H[/COMPRESS][/fF][/overlap[K]] (e.g. nesterov/50/int8/f5,
    sgd@1.0/200/sparse:0.02:2/f4; LR: this setting's outer lr instead of --outer-lr): an agent
    per host (--trainer external, --compress COMPRESS, --agent-args), joined before the trainers
    start (COMPRESS sparse:F:B: the trainers send the top F of each pseudo-gradient at B bits,
    MeshOptimizer(compress=...), through agents with --compress sparse; overlap: each sync's
-   exchange runs during the next local steps, MeshOptimizer(overlap=True));
+   exchange runs during the next local steps, MeshOptimizer(overlap=True), and is mixed at the
+   next sync; overlapK: K local steps after it, MeshOptimizer(overlap=K));
    trainer i on shard i/N with MeshOptimizer(sync_every=H, outer=OUTER, fragments=F; nesterov: lr
    --outer-lr, momentum --outer-momentum) stops at its first evaluation at or below the target
    (--target-bpc) or after --mesh-steps. The mesh's time is the last node's first evaluation at
@@ -88,16 +89,18 @@ def describe_links(a):
 
 
 def parse_setting(setting):
-    """OUTER/H[/COMPRESS][/fF][/overlap] -> (outer, H, compress, F, overlap)."""
+    """OUTER/H[/COMPRESS][/fF][/overlap[K]] -> (outer, H, compress, F, overlap: False, True
+    or K as a string)."""
     parts = setting.split("/")
-    overlap = len(parts) > 2 and parts[-1] == "overlap"
+    overlap = len(parts) > 2 and parts[-1].startswith("overlap") and (
+        parts[-1][7:] == "" or parts[-1][7:].isdigit())
     if overlap:
-        parts.pop()
+        overlap = parts.pop()[7:] or True
     frags = "1"
     if len(parts) > 2 and parts[-1].startswith("f") and parts[-1][1:].isdigit():
         frags = parts.pop()[1:]
     if len(parts) not in (2, 3) or not parts[1].isdigit():
-        raise SystemExit(f"a setting is OUTER/H[/COMPRESS][/fF][/overlap], not {setting!r}")
+        raise SystemExit(f"a setting is OUTER/H[/COMPRESS][/fF][/overlap[K]], not {setting!r}")
     return parts[0], parts[1], parts[2] if len(parts) == 3 else "none", frags, overlap
 
 
@@ -318,7 +321,8 @@ def run_mesh(a, binary, emu, workdir, setting, target):
                                    f"{i}/{a.nodes}", "--sync-every", h, "--fragments", frags,
                                    *outer_args,
                                    *(["--compress", comp] if comp.startswith("sparse") else []),
-                                   *(["--overlap"] if overlap else []),
+                                   *(["--overlap"] if overlap is True else
+                                     ["--overlap", overlap] if overlap else []),
                                    *a.model.split(), *a.mesh_extra.split(),
                                    "--shard-mode", a.shard_mode,
                                    "--max-steps", str(a.mesh_steps),

@@ -390,9 +390,10 @@ def parse_args(argv=None):
                    help="mesh: send the top F of each sync's pseudo-gradient at B bits, with "
                    "error feedback (MeshOptimizer(compress=...); defaults F 0.02, B 2); run the "
                    "agent with --compress sparse")
-    g.add_argument("--overlap", action="store_true",
+    g.add_argument("--overlap", nargs="?", type=int, const=True, default=False, metavar="K",
                    help="mesh, with --compress: each sync's exchange runs during the next local "
-                   "steps (MeshOptimizer(overlap=True); --drift auto is then none)")
+                   "steps, and is mixed K steps later (MeshOptimizer(overlap=K); without K at "
+                   "the next sync, overlap=True); --drift auto is then none")
     a = p.parse_args(argv)
     if sum(bool(x) for x in (a.socket, a.ddp, a.diloco)) > 1:
         p.error("--socket, --ddp and --diloco exclude each other")

@@ -209,7 +209,8 @@ class MeshOptimizer(torch.optim.Optimizer):
     - ``compress="sparse:F:B"``: send the top F of each pseudo-gradient at B bits with error
       feedback instead of the model (meshtrain._sparse; the agent runs ``--compress sparse``);
       ``overlap=True`` with it: a sync's exchange runs during the next local steps, its outer
-      step is taken at the next sync.
+      step is taken at the next sync; ``overlap=K`` (an int from 1 to ``sync_every //
+      fragments``): K local steps after the sync (the exchange has K steps' time to arrive).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, mesh: Optional[Mesh] = None,
@@ -220,7 +221,7 @@ class MeshOptimizer(torch.optim.Optimizer):
                  fragments: int = 1, mix_state: bool = False,
                  drift_correction: Union[bool, str, None] = "auto",
                  outer_optimizer: Optional[OuterSpec] = None,
-                 compress: Optional[str] = None, overlap: bool = False) -> None:
+                 compress: Optional[str] = None, overlap: Union[bool, int] = False) -> None:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, not "
                             f"{type(optimizer).__name__}")
@@ -269,7 +270,15 @@ class MeshOptimizer(torch.optim.Optimizer):
             self.sparse = SparseExchange(compress, self.params, buffers)
         # overlap: the sync published last and not mixed yet ([lo, hi) and the parameters there
         # as published), completed at the next sync.
-        self.overlap = bool(overlap)
+        every = self.sync_every // self.fragments
+        if isinstance(overlap, bool):
+            self.overlap_steps = every if overlap else 0
+        elif not 1 <= int(overlap) <= every:
+            raise ValueError(f"overlap={overlap}: the local steps a sync's exchange runs "
+                             f"during must be in 1..sync_every // fragments ({every})")
+        else:
+            self.overlap_steps = int(overlap)
+        self.overlap = self.overlap_steps > 0
         self._pending: Optional[Tuple[int, int, torch.Tensor]] = None
         self._local_steps = 0  # local steps this optimizer took (the sync cadence)
         self._syncs = 0  # mesh steps taken (fragment k % fragments goes out at the k-th)
@@ -393,9 +402,15 @@ class MeshOptimizer(torch.optim.Optimizer):
         self._local_steps += 1
         self._model_steps += 1
         every = self.sync_every // self.fragments
-        if self._local_steps % every == 0:
+        # overlap=K < every: the exchange published K steps ago completes now (at K = every the
+        # next sync completes it before it publishes).
+        due = self._pending is not None and self._local_steps % every == self.overlap_steps
+        if due or self._local_steps % every == 0:
             t0 = time.monotonic()
-            self._sync(every)
+            if due:
+                self._complete_pending()
+            else:
+                self._sync(every)
             self._sync_seconds += time.monotonic() - t0
         return loss
 

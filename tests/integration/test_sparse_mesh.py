@@ -1,7 +1,8 @@
 """Compressed pseudo-gradients through real agents (loopback): the language-model example
 (examples/torch_charlm.py, a tiny model) on 3 agents with --compress sparse, each trainer with
 MeshOptimizer(compress="sparse:0.05:2", outer="sgd", sync_every=10, fragments=2), once as is and
-once with overlap=True, against the same run with models at int8 (--compress int8, no compress).
+once with overlap=True (mixed at the next sync), once with overlap=2 (mixed two steps after
+it), against the same run with models at int8 (--compress int8, no compress).
 
 Each run: every trainer ends its 40 steps and exits 0, its validation loss falls, finish() gives
 every node the same consensus model (one CRC); the sparse runs' agents sent at most a quarter of
@@ -92,7 +93,8 @@ def main():
         sys.exit(77)
     dense, dense_bytes = run(args.bin, py, "int8", [])
     check("int8 models", dense)
-    for label, extra in (("sparse", []), ("sparse, overlap", ["--overlap"])):
+    for label, extra in (("sparse", []), ("sparse, overlap", ["--overlap"]),
+                         ("sparse, overlap 2 steps", ["--overlap", 2])):
         out, sent = run(args.bin, py, "sparse", ["--compress", "sparse:0.05:2", *extra])
         check(label, out)
         print(f"    sync bytes sent per agent: {sent:.0f} vs int8 models {dense_bytes:.0f} "

@@ -12,7 +12,8 @@ Checked:
 - the nodes reach x* as the uncompressed run does (outer sgd; one fragment with the gradient
   drift correction, two with the parameter one); with two fragments, without error feedback,
   they do not (the top-k's bias stays);
-- state_dict round-trips the error buffer; a replaced model clears it.
+- state_dict round-trips the error buffer; a replaced model clears it; overlap=K outside
+  1..sync_every // fragments is refused.
 Skips (77) without torch.
 """
 import math
@@ -208,7 +209,18 @@ def main():
         assert "outer" in str(e), e
     else:
         raise AssertionError('compress="sparse" with outer="avg" was accepted')
-    print("state_dict keeps the error buffer; a replaced model clears it; avg refused")
+    for k in (0, 6):  # overlap=K: within 1..sync_every // fragments (here 4 // 2)
+        try:
+            mt.MeshOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1),
+                             FakeMesh([None], threading.Barrier(1), 0), sync_every=4,
+                             fragments=2, share_memory=False, outer="sgd", compress="sparse",
+                             overlap=k)
+        except ValueError as e:
+            assert "overlap" in str(e), e
+        else:
+            raise AssertionError(f"overlap={k} with sync_every 4, fragments 2 was accepted")
+    print("state_dict keeps the error buffer; a replaced model clears it; avg and overlap "
+          "outside 1..H/F refused")
     print("ok")
     return 0
 
