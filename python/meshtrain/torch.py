@@ -210,7 +210,8 @@ class MeshOptimizer(torch.optim.Optimizer):
       feedback instead of the model (meshtrain._sparse; the agent runs ``--compress sparse``);
       ``overlap=True`` with it: a sync's exchange runs during the next local steps, its outer
       step is taken at the next sync; ``overlap=K`` (an int from 1 to ``sync_every //
-      fragments``): K local steps after the sync (the exchange has K steps' time to arrive).
+      fragments``; 0 is False): K local steps after the sync (the exchange has K steps' time
+      to arrive).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, mesh: Optional[Mesh] = None,
@@ -271,7 +272,7 @@ class MeshOptimizer(torch.optim.Optimizer):
         # overlap: the sync published last and not mixed yet ([lo, hi) and the parameters there
         # as published), completed at the next sync.
         every = self.sync_every // self.fragments
-        if isinstance(overlap, bool):
+        if isinstance(overlap, bool) or overlap == 0:
             self.overlap_steps = every if overlap else 0
         elif not 1 <= int(overlap) <= every:
             raise ValueError(f"overlap={overlap}: the local steps a sync's exchange runs "

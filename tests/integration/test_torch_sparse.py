@@ -209,7 +209,7 @@ def main():
         assert "outer" in str(e), e
     else:
         raise AssertionError('compress="sparse" with outer="avg" was accepted')
-    for k in (0, 6):  # overlap=K: within 1..sync_every // fragments (here 4 // 2)
+    for k in (-1, 6):  # overlap=K: within 1..sync_every // fragments (here 4 // 2)
         try:
             mt.MeshOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1),
                              FakeMesh([None], threading.Barrier(1), 0), sync_every=4,
