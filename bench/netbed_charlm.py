@@ -8,8 +8,9 @@ meshtrain agents with the outer optimizer, side by side on the network-namespace
    --ddp-steps steps; rank 0 evaluates every --eval-every steps. The target is the validation
    loss (bits per character, the example's fixed validation windows) DDP reached at its last
    evaluation; DDP's time is its first evaluation at or below it.
-2. Per --settings entry OUTER[@LR]/H[/COMPRESS][/fF][/overlap[K]] (e.g. nesterov/50/int8/f5,
-   sgd@1.0/200/sparse:0.02:2/f4; LR: this setting's outer lr instead of --outer-lr): an agent
+2. Per --settings entry OUTER[@LR[@M]]/H[/COMPRESS][/fF][/overlap[K]] (e.g. nesterov/50/int8/f5,
+   sgd@1.0/200/sparse:0.02:2/f4; LR: this setting's outer lr instead of --outer-lr, M its
+   nesterov momentum instead of --outer-momentum): an agent
    per host (--trainer external, --compress COMPRESS, --agent-args), joined before the trainers
    start (COMPRESS sparse:F:B: the trainers send the top F of each pseudo-gradient at B bits,
    MeshOptimizer(compress=...), through agents with --compress sparse; overlap: each sync's
@@ -27,7 +28,7 @@ gossip and TCP overhead), mean over hosts; for meshtrain also the agents' params
 the end, and the compute utilisation: each trainer's time computing (forward, backward and the
 inner optimizer's step; the time in mesh steps is not) over its wall time outside evaluations,
 up to its target (the lowest node's; the share of forward and backward alone is printed
-beside it). Ratios are meshtrain / DDP (the targets: time <= 1.0, bytes <= 1/100).
+beside it, and the utilisation from the first step on, without the start-up). Ratios are meshtrain / DDP (the targets: time <= 1.0, bytes <= 1/100).
 
 Exit status 0 when the runs completed (whatever the figures), 2 on setup failure, 77 when no bed
 can be built here. Every namespace and process the bed made is removed, also on failure.
@@ -307,11 +308,13 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         for i in range(a.nodes):
             sock = os.path.join(workdir, f"n{i + 1}.sock")
             bl.wait_until(lambda: os.path.exists(sock), 20, what=f"{sock}")
-        outer, _, lr = outer.partition("@")  # OUTER@LR: this setting's own outer lr
+        # OUTER@LR[@MOMENTUM]: this setting's own outer lr (and nesterov momentum)
+        outer, _, lr = outer.partition("@")
+        lr, _, momentum = lr.partition("@")
         outer_args = ["--outer", outer]
         if outer == "nesterov":
             outer_args += ["--outer-lr", lr or str(a.outer_lr), "--outer-momentum",
-                           str(a.outer_momentum)]
+                           momentum or str(a.outer_momentum)]
         elif outer == "sgd":
             outer_args += ["--outer-lr", lr or str(a.outer_lr)]
         with TxSampler(bed) as tx:
@@ -337,6 +340,8 @@ def run_mesh(a, binary, emu, workdir, setting, target):
     for i in range(a.nodes):
         evals = [e for e in bl.read_events(outs[i]) if e["event"] == "eval"]
         hit = next((e for e in evals if e["val_bpc"] <= target), None)
+        if hit is not None and evals[0]["step"] == 0:
+            hit = dict(hit, first=evals[0])  # the evaluation before the first step
         reach.append(hit)
         last_t += [evals[-1]["t"]] if evals else []
         res.setdefault("last_bpc", []).append(evals[-1]["val_bpc"] if evals else None)
@@ -352,11 +357,21 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         res["bytes"] = tx.mean_sent_at(t_all, before=True)
         # Compute utilisation: time computing (forward, backward and the inner optimizer's
         # step) over the wall time outside the evaluations (which only measure), up to each
-        # node's target; the lowest node's. "fb": forward and backward alone.
-        for key, parts in (("util", ("compute_total", "inner_total")), ("util_fb",
-                                                                       ("compute_total",))):
-            utils = [sum(r[k] for k in parts) / (r["elapsed"] - r["eval_total"]) for r in reach
-                     if all(k in r for k in parts) and r["elapsed"] > r["eval_total"]]
+        # node's target; the lowest node's. "fb": forward and backward alone; "steady": from
+        # the evaluation before the first step on (without the start-up: imports, data, the
+        # agents' attach and the barrier that starts the trainers together).
+        for key, parts, steady in (("util", ("compute_total", "inner_total"), False),
+                                   ("util_fb", ("compute_total",), False),
+                                   ("util_steady", ("compute_total", "inner_total"), True)):
+            utils = []
+            for r in reach:
+                z = r.get("first", {}) if steady else {}
+                if not all(k in r for k in parts) or (steady and not z):
+                    continue
+                wall = (r["elapsed"] - z.get("elapsed", 0.0)) - (r["eval_total"]
+                                                                 - z.get("eval_total", 0.0))
+                if wall > 0:
+                    utils.append(sum(r[k] - z.get(k, 0.0) for k in parts) / wall)
             res[key] = min(utils) if len(utils) == len(reach) else None
     sent = [s.get("params_bytes_sent") for s in status if s.get("params_bytes_sent") is not None]
     res["params_bytes"] = sum(sent) / len(sent) if sent else None
@@ -409,7 +424,7 @@ def main():
     rows = [["DDP (gloo), all-reduce every step"
              + (f" (from {a.ddp_measure} steps)" if ddp.get("extrapolated") else ""), "1/1", bl.fmt(ddp["seconds"], ".1f"), "1.00",
              bl.fmt(ddp["step"]), bl.fmt(ddp["bytes"] and ddp["bytes"] / 1e6, ".2f"), "1", "-",
-             "-", bl.fmt(ddp["target"], ".4f"), "-"]]
+             "-", "-", bl.fmt(ddp["target"], ".4f"), "-"]]
     for s in [x for x in a.settings.split(",") if x]:
         wd = os.path.join(logdir, s.replace("/", "_"))
         m = run_mesh(a, binary, emu, wd, s, ddp["target"])
@@ -417,7 +432,8 @@ def main():
               f"{bl.fmt(m.get('seconds'), '.1f')} s, step {m.get('steps')}, "
               f"{bl.fmt(m.get('bytes') and m['bytes'] / 1e6, '.2f')} MB/node sent, "
               f"utilisation {bl.fmt(m.get('util'), '.3f')} (forward and backward "
-              f"{bl.fmt(m.get('util_fb'), '.3f')}), "
+              f"{bl.fmt(m.get('util_fb'), '.3f')}; from the first step "
+              f"{bl.fmt(m.get('util_steady'), '.3f')}), "
               f"{bl.fmt(m.get('bytes_run') and m['bytes_run'] / 1e6, '.2f')} MB/node over the "
               f"run, agent param MB/node {bl.fmt(m.get('params_bytes') and m['params_bytes'] / 1e6, '.2f')}"
               f", last bpc "
@@ -430,7 +446,8 @@ def main():
                      bl.fmt(m.get("bytes") and m["bytes"] / 1e6, ".2f"),
                      f"1/{1 / b_ratio:.0f}" if b_ratio else "-",
                      bl.fmt(m.get("params_bytes") and m["params_bytes"] / 1e6, ".2f"),
-                     bl.fmt(m.get("util"), ".2f"), mean_bpc(m["last_bpc"]),
+                     bl.fmt(m.get("util"), ".2f"), bl.fmt(m.get("util_steady"), ".2f"),
+                     mean_bpc(m["last_bpc"]),
                      mean_bpc(m["consensus_bpc"])])
     print()
     print(f"{a.nodes} hosts on the namespace bed, {describe_links(a)}; target "
@@ -441,7 +458,8 @@ def main():
           + ")")
     print(bl.table(["run", "nodes reached", "s to target", "time vs DDP", "step",
                     "MB sent/node (eth0)", "bytes vs DDP", "agent param MB/node",
-                    "utilisation", "bpc at the end (mean)", "consensus bpc"], rows))
+                    "utilisation", "from the first step", "bpc at the end (mean)",
+                    "consensus bpc"], rows))
     return 0
 
 

@@ -50,7 +50,8 @@ Output: JSON lines on stdout.
    "eval_total" (s spent evaluating), "compute_total" (s in forward and backward), "inner_total"
    (s in the inner optimizer's steps; a mesh step's time is not in it), and for DDP
    "allreduced_bytes" (gradient bytes handed to all-reduce so far by this rank: the payload; a
-   ring all-reduce sends about 2 (W-1)/W of it per rank), for the mesh "mesh_step" and "mixed" (peer models mixed in so far)}
+   ring all-reduce sends about 2 (W-1)/W of it per rank), for the mesh "sync_total" (s in mesh
+   steps, MeshOptimizer.sync_seconds), "mesh_step" and "mixed" (peer models mixed in so far)}
   {"event":"reached", "step", "val_bpc", "elapsed", "t"} the first time val_bpc <= --target-bpc
   {"event":"final", "step", "val_bpc", "elapsed", "t", "crc" (CRC-32 of the parameters),
    "reached": bool}
@@ -534,6 +535,7 @@ def main():
             if a.ddp:
                 ev["allreduced_bytes"] = allreduced[0]
             if mesh:
+                ev["sync_total"] = round(stepper.sync_seconds, 2)
                 ev["mesh_step"] = mesh.step_count
                 ev["mixed"] = mesh.mixed_total
             print(json.dumps(ev), flush=True)
