@@ -28,7 +28,8 @@ gossip and TCP overhead), mean over hosts; for meshtrain also the agents' params
 the end, and the compute utilisation: each trainer's time computing (forward, backward and the
 inner optimizer's step; the time in mesh steps is not) over its wall time outside evaluations,
 up to its target (the lowest node's; the share of forward and backward alone is printed
-beside it, and the utilisation from the first step on, without the start-up). Ratios are meshtrain / DDP (the targets: time <= 1.0, bytes <= 1/100).
+beside it, and the utilisation from the first step on, without the start-up). Ratios are
+meshtrain / DDP.
 
 Exit status 0 when the runs completed (whatever the figures), 2 on setup failure, 77 when no bed
 can be built here. Every namespace and process the bed made is removed, also on failure.
