@@ -270,7 +270,7 @@ class MeshOptimizer(torch.optim.Optimizer):
                                  'step (outer="sgd" or "nesterov", or outer_optimizer)')
             self.sparse = SparseExchange(compress, self.params, buffers)
         # overlap: the sync published last and not mixed yet ([lo, hi) and the parameters there
-        # as published), completed at the next sync.
+        # as published), completed overlap_steps local steps later (every: at the next sync).
         every = self.sync_every // self.fragments
         if isinstance(overlap, bool) or overlap == 0:
             self.overlap_steps = every if overlap else 0
