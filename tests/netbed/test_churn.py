@@ -1,7 +1,7 @@
 """Training through churn, short: bench/netbed_churn.py --short on 3 hosts of the namespace bed,
 each an agent (--trainer external, its own --data-dir) and a PyTorch trainer of the character
-language model (examples/torch_charlm.py, one layer, 500 steps, then `finish()`). Once every
-trainer has evaluated its first model, one fault every 10 s: kill -9 of one host's agent and
+language model (examples/torch_charlm.py, one layer, 700 steps paced as on hosts ten times
+slower, then `finish()`). Once every trainer has evaluated its first model, one fault every 10 s: kill -9 of one host's agent and
 trainer (both started again 5 s later with the same name, port and --data-dir), SIGSTOP of
 another host's for 5 s, a 6 s partition of a third (linkemu drops all of its link).
 Checks that:
