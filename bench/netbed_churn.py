@@ -28,7 +28,8 @@ On this bed the hosts share the machine's cores: a killed or stopped host's trai
 CPU to the others, which then step faster than they would on hosts of their own.
 
 --short: the CI variant (tests/netbed/test_churn.py): 3 hosts, a one-layer model, a kill, a stop
-and a partition (in that order) in ~30 s of training; no fault-free run unless --with-fault-free.
+and a partition (in that order) in ~35 s of training (700 steps at --slowdown 10); no fault-free
+run unless --with-fault-free.
 
 Exit status 0 when the runs completed (whatever the figures), 1 when a run failed (a host
 without the one model at the end), 2 on setup failure, 77 when no bed can be built here.

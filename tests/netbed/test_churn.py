@@ -1,9 +1,10 @@
 """Training through churn, short: bench/netbed_churn.py --short on 3 hosts of the namespace bed,
 each an agent (--trainer external, its own --data-dir) and a PyTorch trainer of the character
 language model (examples/torch_charlm.py, one layer, 700 steps paced as on hosts ten times
-slower, then `finish()`). Once every trainer has evaluated its first model, one fault every 10 s: kill -9 of one host's agent and
-trainer (both started again 5 s later with the same name, port and --data-dir), SIGSTOP of
-another host's for 5 s, a 6 s partition of a third (linkemu drops all of its link).
+slower, then `finish()`). Once every trainer has evaluated its first model, one fault every
+10 s: kill -9 of one host's agent and trainer (both started again 5 s later with the same name,
+port and --data-dir), SIGSTOP of another host's for 5 s, a 6 s partition of a third (linkemu
+drops all of its link).
 Checks that:
 - the run ends on every host (every trainer, restarted ones included, returns from finish());
 - every host holds the one model: the same CRC-32 from finish() on all three;
