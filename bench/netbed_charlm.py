@@ -90,6 +90,16 @@ def describe_links(a):
     return text
 
 
+def utilisation(hit, parts, since):
+    """Seconds in `parts` (eval-line totals) over the wall time outside evaluations, from the
+    eval line `since` ({}: from the launch) to `hit`; None when a figure is missing."""
+    if since is None or not all(k in hit for k in parts):
+        return None
+    wall = (hit["elapsed"] - since.get("elapsed", 0.0)) - (hit["eval_total"]
+                                                          - since.get("eval_total", 0.0))
+    return sum(hit[k] - since.get(k, 0.0) for k in parts) / wall if wall > 0 else None
+
+
 def parse_setting(setting):
     """OUTER/H[/COMPRESS][/fF][/overlap[K]] -> (outer, H, compress, F, overlap: False, True
     or K as a string)."""
@@ -339,14 +349,15 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         status = [nl.status(bed, i, binary) or {} for i in range(a.nodes)]
     reach, last_t = [], []
     for i in range(a.nodes):
-        evals = [e for e in bl.read_events(outs[i]) if e["event"] == "eval"]
+        events = bl.read_events(outs[i])
+        evals = [e for e in events if e["event"] == "eval"]
         hit = next((e for e in evals if e["val_bpc"] <= target), None)
         if hit is not None and evals[0]["step"] == 0:
             hit = dict(hit, first=evals[0])  # the evaluation before the first step
         reach.append(hit)
         last_t += [evals[-1]["t"]] if evals else []
         res.setdefault("last_bpc", []).append(evals[-1]["val_bpc"] if evals else None)
-        cons = [e for e in bl.read_events(outs[i]) if e["event"] == "consensus"]
+        cons = [e for e in events if e["event"] == "consensus"]
         res.setdefault("consensus_bpc", []).append(cons[-1]["val_bpc"] if cons else None)
     if last_t:  # what was sent over the whole run, reached or not
         res["bytes_run"] = tx.mean_sent_at(max(last_t))
@@ -364,16 +375,8 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         for key, parts, steady in (("util", ("compute_total", "inner_total"), False),
                                    ("util_fb", ("compute_total",), False),
                                    ("util_steady", ("compute_total", "inner_total"), True)):
-            utils = []
-            for r in reach:
-                z = r.get("first", {}) if steady else {}
-                if not all(k in r for k in parts) or (steady and not z):
-                    continue
-                wall = (r["elapsed"] - z.get("elapsed", 0.0)) - (r["eval_total"]
-                                                                 - z.get("eval_total", 0.0))
-                if wall > 0:
-                    utils.append(sum(r[k] - z.get(k, 0.0) for k in parts) / wall)
-            res[key] = min(utils) if len(utils) == len(reach) else None
+            utils = [utilisation(r, parts, r.get("first") if steady else {}) for r in reach]
+            res[key] = None if None in utils else min(utils)
     sent = [s.get("params_bytes_sent") for s in status if s.get("params_bytes_sent") is not None]
     res["params_bytes"] = sum(sent) / len(sent) if sent else None
     res["workdir"] = workdir

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import meshtrain.torch as mt  # noqa: E402
 import torch_charlm as T  # noqa: E402
-from fake_mesh import FakeMesh  # noqa: E402
+from fake_mesh import FakeMesh, run_nodes  # noqa: E402
 
 
 class SharedFakeMesh(FakeMesh):
@@ -102,31 +102,21 @@ def main():
         scheds.append(torch.optim.lr_scheduler.LambdaLR(inner, lambda st: T.lr_factor(a, st)))
     data = [T.shard_sampler(a, train, i, s.nodes) for i in range(s.nodes)]
     gens = [torch.Generator().manual_seed(1000 * (a.seed + 1) + i) for i in range(s.nodes)]
-    evals, errors = {}, []
+    evals = {}
     t0 = time.time()
 
     def node(i):
-        try:
-            tr, starts_of, n_starts, _ = data[i]
-            for step in range(1, s.steps + 1):
-                opts[i].zero_grad()
-                T.batch_loss(models[i], tr, starts_of, n_starts, gens[i], a).backward()
-                torch.nn.utils.clip_grad_norm_(models[i].parameters(), 1.0)
-                opts[i].step()
-                scheds[i].step()
-                if step % 300 == 0 or step == s.steps:
-                    evals.setdefault(step, {})[i] = T.evaluate(models[i], vx, vy)[0]
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-            barrier.abort()
+        tr, starts_of, n_starts, _ = data[i]
+        for step in range(1, s.steps + 1):
+            opts[i].zero_grad()
+            T.batch_loss(models[i], tr, starts_of, n_starts, gens[i], a).backward()
+            torch.nn.utils.clip_grad_norm_(models[i].parameters(), 1.0)
+            opts[i].step()
+            scheds[i].step()
+            if step % 300 == 0 or step == s.steps:
+                evals.setdefault(step, {})[i] = T.evaluate(models[i], vx, vy)[0]
 
-    threads = [threading.Thread(target=node, args=(i,)) for i in range(s.nodes)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_nodes(s.nodes, barrier, node, timeout=None)
     mean = copy.deepcopy(base)
     with torch.no_grad():
         for q, *qs in zip(mean.parameters(), *(m.parameters() for m in models)):

@@ -43,9 +43,10 @@ class FakeMesh:
                 off += n
 
 
-def run_nodes(n, barrier, steps):
+def run_nodes(n, barrier, steps, timeout=120):
     """Runs steps(i) for every node i in a thread of its own; a node's exception aborts the
-    barrier (the others stop too) and fails here, as does a thread that does not end."""
+    barrier (the others stop too) and fails here, as does a thread that does not end (within
+    `timeout` seconds a thread; None: waits)."""
     errors = []
 
     def node(i):
@@ -59,6 +60,6 @@ def run_nodes(n, barrier, steps):
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=120)
+        t.join(timeout=timeout)
     assert not errors, errors
     assert not any(t.is_alive() for t in threads), "a node thread did not end"
