@@ -99,6 +99,19 @@ def check_topk():
         assert set(nz.tolist()) == set(d.abs().topk(nz.numel()).indices.tolist())
         assert len(set(sent[nz].tolist())) <= 2 ** bits, (bits, sent[nz].unique())
         assert bool((torch.sign(sent[nz]) == torch.sign(d[nz])).all())
+    # top_magnitudes, the fast top-k of large tensors: the same values and set as torch.topk,
+    # with a threshold from its sample that holds, and with one that misses (fewer values above
+    # it than k: the large values sit exactly where the sample reads)
+    from meshtrain._sparse import top_magnitudes
+    n = 300_000
+    big = torch.randn(n, generator=torch.Generator().manual_seed(2)).abs()
+    missed = torch.ones(n)
+    missed[::n // 8192] = 10.0
+    for a, k in ((big, 9000), (big, 300), (missed, 9000)):
+        values, indices = top_magnitudes(a, k)
+        ref = torch.topk(a, k, sorted=True)
+        assert torch.equal(values, ref.values) and torch.equal(a[indices], values), k
+        assert set(indices.tolist()) == set(ref.indices.tolist()) or a is missed, k
     assert parse_sparse("sparse") == (0.02, 2) and parse_sparse("sparse:0.01:3") == (0.01, 3)
     for bad in ("sparse:0", "sparse:2", "sparse:0.1:9", "sparse:x", "topk:0.1", "sparse:1:2:3"):
         try:
