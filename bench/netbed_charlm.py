@@ -309,7 +309,10 @@ def run_mesh(a, binary, emu, workdir, setting, target):
                     "--compress", comp.split(":")[0],
                     # H local steps pass between two of the trainer's requests: at H = 50 and
                     # ~1 s per step on a loaded machine the default 60 s detached trainers.
-                    "--trainer-timeout", str(a.timeout), *a.agent_args.split()]
+                    "--trainer-timeout", str(a.timeout),
+                    # each sync's tally and the agent's counters, for a post-mortem
+                    "--metrics-file", os.path.join(workdir, f"agent{i}.metrics"),
+                    *a.agent_args.split()]
             if i > 0:
                 argv += ["--join", f"{bed.addr(0)}:{nl.PORT}", "--retry-join",
                          "--retry-interval", "1s"]
@@ -347,6 +350,9 @@ def run_mesh(a, binary, emu, workdir, setting, target):
             wait_procs(procs, a.timeout)
             time.sleep(1.5)
         status = [nl.status(bed, i, binary) or {} for i in range(a.nodes)]
+    for i, st in enumerate(status):  # each agent's status at the end, for a post-mortem
+        with open(os.path.join(workdir, f"status{i}.json"), "w") as f:
+            json.dump(st, f, indent=1)
     reach, last_t = [], []
     for i in range(a.nodes):
         events = bl.read_events(outs[i])
@@ -355,6 +361,8 @@ def run_mesh(a, binary, emu, workdir, setting, target):
         if hit is not None and evals[0]["step"] == 0:
             hit = dict(hit, first=evals[0])  # the evaluation before the first step
         reach.append(hit)
+        if evals and "sync_phases" in evals[-1]:
+            res.setdefault("phases", []).append(evals[-1]["sync_phases"])
         last_t += [evals[-1]["t"]] if evals else []
         res.setdefault("last_bpc", []).append(evals[-1]["val_bpc"] if evals else None)
         cons = [e for e in events if e["event"] == "consensus"]
@@ -442,6 +450,12 @@ def main():
               f"run, agent param MB/node {bl.fmt(m.get('params_bytes') and m['params_bytes'] / 1e6, '.2f')}"
               f", last bpc "
               f"{m['last_bpc']}, consensus (finish()) bpc {m['consensus_bpc'][0]}", flush=True)
+        if m.get("phases"):  # MeshOptimizer.sync_phases at each trainer's last evaluation
+            keys = list(m["phases"][0])
+            means = {k: sum(p.get(k, 0.0) for p in m["phases"]) / len(m["phases"]) for k in keys}
+            print(f"    mesh steps over the run, s a node (mean of {len(m['phases'])}): "
+                  f"{sum(means.values()):.2f} = "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in means.items()), flush=True)
         t_ratio = m.get("seconds") / ddp["seconds"] if m.get("seconds") and ddp["seconds"] \
             else None
         b_ratio = m.get("bytes") / ddp["bytes"] if m.get("bytes") and ddp["bytes"] else None

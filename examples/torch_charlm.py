@@ -51,7 +51,8 @@ Output: JSON lines on stdout.
    (s in the inner optimizer's steps; a mesh step's time is not in it), and for DDP
    "allreduced_bytes" (gradient bytes handed to all-reduce so far by this rank: the payload; a
    ring all-reduce sends about 2 (W-1)/W of it per rank), for the mesh "sync_total" (s in mesh
-   steps, MeshOptimizer.sync_seconds), "mesh_step" and "mixed" (peer models mixed in so far)}
+   steps, MeshOptimizer.sync_seconds; "sync_phases" splits it: MeshOptimizer.sync_phases),
+   "mesh_step" and "mixed" (peer models mixed in so far)}
   {"event":"reached", "step", "val_bpc", "elapsed", "t"} the first time val_bpc <= --target-bpc
   {"event":"final", "step", "val_bpc", "elapsed", "t", "crc" (CRC-32 of the parameters),
    "reached": bool}
@@ -539,6 +540,7 @@ def main():
                 ev["allreduced_bytes"] = allreduced[0]
             if mesh:
                 ev["sync_total"] = round(stepper.sync_seconds, 2)
+                ev["sync_phases"] = {k: round(v, 4) for k, v in stepper.sync_phases.items()}
                 ev["mesh_step"] = mesh.step_count
                 ev["mixed"] = mesh.mixed_total
             print(json.dumps(ev), flush=True)

@@ -42,6 +42,7 @@ __all__ = ["DriftCorrection", "GradientCorrection", "MeshOptimizer", "ModelAvera
 
 ModelLike = Union[torch.nn.Module, torch.Tensor, Iterable[torch.Tensor]]
 _STATE_FORMAT = "meshtrain.MeshOptimizer/1"
+_PHASES = ("prepare", "publish", "wait", "mix", "outer")
 
 
 def _params(model_or_params: ModelLike) -> List[torch.Tensor]:
@@ -284,6 +285,7 @@ class MeshOptimizer(torch.optim.Optimizer):
         self._local_steps = 0  # local steps this optimizer took (the sync cadence)
         self._syncs = 0  # mesh steps taken (fragment k % fragments goes out at the k-th)
         self._sync_seconds = 0.0  # wall time step() spent in mesh steps
+        self._phases = dict.fromkeys(_PHASES, 0.0)  # ... split by what it waited for
         self._attach(share_memory)
         # The steps the model in hand has taken: the agent's step when it gave us its model.
         self._model_steps = self.mesh.step_count
@@ -366,6 +368,22 @@ class MeshOptimizer(torch.optim.Optimizer):
         return self._sync_seconds
 
     @property
+    def sync_phases(self) -> Dict[str, float]:
+        """``sync_seconds`` split by phase (seconds since this optimizer was made): "prepare"
+        (the pseudo-gradient and its compression, the drift corrections, before publishing),
+        "publish" (the agent's PUBLISH: it copies the shared memory), "wait" (the barrier's
+        permit, which with an exact exchange also waits for the peers' models), "mix" (the
+        agent's MIX into the shared memory), "outer" (after the mix: the outer step, error
+        feedback, corrections). Without overlap, publish, wait and mix are one ``mesh.step``,
+        counted under "wait"."""
+        return dict(self._phases)
+
+    def _phase(self, name: str, t0: float) -> float:
+        now = time.monotonic()
+        self._phases[name] += now - t0
+        return now
+
+    @property
     def layout(self) -> Layout:
         """What this optimizer attached: parameters, then mixed buffers, moments, corrections."""
         layout = self.mesh.layout
@@ -426,6 +444,7 @@ class MeshOptimizer(torch.optim.Optimizer):
         if self.overlap:
             self._overlapped_sync(every, span)
             return
+        t = time.monotonic()
         lo, hi = span if span is not None else (0, None)
         if self.drift is not None:
             self.drift.before_mix(self.params, lo, hi)
@@ -437,7 +456,9 @@ class MeshOptimizer(torch.optim.Optimizer):
             starts = starts_of(self.outer, self.params)
             self.sparse.before_publish(self.params, starts, self.buffers, a, b)
             span = (total + a, total + b)
+        t = self._phase("prepare", t)
         self.mesh.step(self.layout, steps=every, span=span)
+        t = self._phase("wait", t)
         if self.mesh.adoptions != self._adoptions:
             self._took_mesh_model()
             return
@@ -452,6 +473,7 @@ class MeshOptimizer(torch.optim.Optimizer):
             self.sparse.keep_residual(self.params, a, b)
             if self.drift is not None:  # against the model the node goes on from, e kept
                 self.drift.after_mix(self.params)
+        self._phase("outer", t)
 
     def _overlapped_sync(self, every: int, span: Optional[Tuple[int, int]]) -> None:
         """overlap=True (Streaming DiLoCo's overlapping variant): completes the previous sync
@@ -460,12 +482,15 @@ class MeshOptimizer(torch.optim.Optimizer):
         if not self._complete_pending():
             return
         assert self.sparse is not None
+        t = time.monotonic()
         total = self.sparse.n_params + self.sparse.n_buffers
         a, b = span if span is not None else (0, total)
         self.sparse.before_publish(self.params, starts_of(self.outer, self.params),
                                    self.buffers, a, b)
         published = self._flat_range(a, b)
+        t = self._phase("prepare", t)
         self.mesh.publish(self.mesh.step_count + every, (total + a, total + b))
+        self._phase("publish", t)
         self._pending = (a, b, published)
 
     def _complete_pending(self) -> bool:
@@ -476,8 +501,11 @@ class MeshOptimizer(torch.optim.Optimizer):
             return True
         a, b, published = self._pending
         self._pending = None
+        t = time.monotonic()
         self.mesh.wait_permit(self.mesh.step_count + 1)
+        t = self._phase("wait", t)
         self.mesh.mix()
+        t = self._phase("mix", t)
         if self.mesh.adoptions != self._adoptions:
             self._took_mesh_model()
             return False
@@ -490,6 +518,7 @@ class MeshOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for v, va, vb, fa, fb in _ranges(self.params, a, b):
                 v[va:vb] += progress[fa - a:fb - a].to(v.dtype)
+        self._phase("outer", t)
         return True
 
     def _flat_range(self, a: int, b: int) -> torch.Tensor:

@@ -8,7 +8,9 @@ Each run: every trainer ends its 40 steps and exits 0, its validation loss falls
 every node the same consensus model (one CRC); the sparse runs' agents sent at most a quarter of
 the int8 run's bytes in their syncs (the agents' "sync" metrics lines of fragments; the final and
 consensus models at the end are whole layouts, the same models either way), so the
-pseudo-gradients went out compressed and no model did.
+pseudo-gradients went out compressed and no model did. MeshOptimizer.sync_phases (the eval
+lines' "sync_phases") adds up to at most sync_seconds, with PUBLISH and MIX timed apart only
+with overlap.
 
 Skips (77) without a python3 that has numpy and torch, or without the fortunes text.
 """
@@ -69,10 +71,17 @@ def sync_bytes(path):
     return sum(b for raw, b in rounds if raw < 0.75 * whole)
 
 
-def check(name, out):
+def check(name, out, overlap=False):
     crcs = set()
     for evals, consensus in out:
         assert [e["step"] for e in evals] == [0, 20, 40], evals
+        # MeshOptimizer.sync_phases: parts of sync_seconds (sync_total rounded to 0.01 s);
+        # PUBLISH and MIX are requests of their own only with overlap (else one mesh step)
+        phases, total = evals[-1]["sync_phases"], evals[-1]["sync_total"]
+        assert set(phases) == {"prepare", "publish", "wait", "mix", "outer"}, phases
+        assert min(phases.values()) >= 0 and sum(phases.values()) <= total + 0.03, (phases,
+                                                                                     total)
+        assert (phases["publish"] + phases["mix"] > 0) == overlap, phases
         assert evals[-1]["val_bpc"] < evals[0]["val_bpc"] - 0.3, evals
         assert consensus is not None and consensus["models"] == N, consensus
         crcs.add(consensus["crc32"])
@@ -96,7 +105,7 @@ def main():
     for label, extra in (("sparse", []), ("sparse, overlap", ["--overlap"]),
                          ("sparse, overlap 2 steps", ["--overlap", 2])):
         out, sent = run(args.bin, py, "sparse", ["--compress", "sparse:0.05:2", *extra])
-        check(label, out)
+        check(label, out, overlap=bool(extra))
         print(f"    sync bytes sent per agent: {sent:.0f} vs int8 models {dense_bytes:.0f} "
               f"({sent / dense_bytes:.3f})")
         assert sent < 0.25 * dense_bytes, (sent, dense_bytes)
