@@ -215,6 +215,7 @@ json SyncsJson(const TrainerState& st) {
           {"short", t.short_of},
           {"timeouts", t.timeouts},
           {"partial", t.partial},
+          {"unsent", t.unsent},
           {"wait_s", t.wait_s},
           {"last", {{"waited", t.last_waited}, {"mixed", t.last_mixed}, {"models", t.last_models}}},
           {"drift", st.drift},

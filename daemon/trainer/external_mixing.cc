@@ -112,6 +112,13 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
   state_.step = step;
   state_.waiting = false;
   unsent_publish_ = !snap && num_params_ > kOneSnapshotFloats;
+  if (unsent_publish_ && ((++state_.syncs.unsent) & (state_.syncs.unsent - 1)) == 0) {
+    // 1st, 2nd, 4th, ...: a round that outlasts the sync interval (a slow receiver)
+    spdlog::warn(
+        "publish at step {}: the snapshot before is still being sent, so this one goes out only "
+        "if that ends by the mix ({} such publishes)",
+        step, state_.syncs.unsent);
+  }
   published_local_ = snap != nullptr;  // latest_ is about to be this step's own model
   mixed_print_.reset();
   if (snap) {

@@ -169,10 +169,13 @@ using WaitHistogram = BucketHistogram<WaitBounds>;
 // What an external trainer's syncs mixed (docs/design.md "Mixing"): a sync waits for the whole
 // models of the live training peers that reached its step, then mixes them.
 struct SyncTally {
-  uint64_t count = 0;      // MIX requests answered
-  uint64_t short_of = 0;   // syncs that mixed fewer whole models than peers they waited for
-  uint64_t timeouts = 0;   // syncs that stopped waiting at the deadline
-  uint64_t partial = 0;    // syncs that mixed some peer's model only in part
+  uint64_t count = 0;     // MIX requests answered
+  uint64_t short_of = 0;  // syncs that mixed fewer whole models than peers they waited for
+  uint64_t timeouts = 0;  // syncs that stopped waiting at the deadline
+  uint64_t partial = 0;   // syncs that mixed some peer's model only in part
+  // PUBLISHes that published nothing new: the one snapshot buffer of a large layout was still
+  // being sent (the round before had not ended)
+  uint64_t unsent = 0;
   size_t last_waited = 0;  // the last sync: peers it waited for
   size_t last_mixed = 0;   // whole peer models it mixed
   double last_models = 0;  // peer models it mixed, in model-sized units (parameters covered)
