@@ -216,6 +216,7 @@ json SyncsJson(const TrainerState& st) {
           {"timeouts", t.timeouts},
           {"partial", t.partial},
           {"unsent", t.unsent},
+          {"publish_wait_s", t.publish_wait_s},
           {"wait_s", t.wait_s},
           {"last", {{"waited", t.last_waited}, {"mixed", t.last_mixed}, {"models", t.last_models}}},
           {"drift", st.drift},

@@ -63,15 +63,43 @@ void ExternalTrainer::HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p)
                   "publish(" + std::to_string(p.step) + ") goes back from step " +
                       std::to_string(state_.step));
   }
-  // A copy: the trainer overwrites the shared memory with its next step while this one is sent.
-  auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(SnapshotBuffer());
   if (p.end > num_params_) {
     return Reject(c, "trainer_message", seq,
                   "publish: fragment end " + std::to_string(p.end) + " is beyond the model's " +
                       std::to_string(num_params_) + " parameters");
   }
+  PublishInto(c, seq, p, SnapshotBuffer(), Clock::now());
+}
+
+void ExternalTrainer::RetryParkedPublish() {
+  if (!parked_) return;
+  const ParkedPublish pp = *parked_;
+  parked_.reset();
+  if (pp.gen != conn_gen_) return;  // the trainer detached meanwhile
+  job_ = false;
+  PublishInto(pp.c, pp.seq, pp.p, SnapshotBuffer(), pp.since);
+  if (!job_ && pp.gen == conn_gen_) HandleFrames(pp.c);  // answered here: the next request
+}
+
+void ExternalTrainer::PublishInto(Conn* c, uint32_t seq, const tp::Publish& p,
+                                  std::shared_ptr<std::vector<float>> buf,
+                                  Clock::time_point since) {
   const wire::StreamSpan span{static_cast<uint32_t>(p.begin), static_cast<uint32_t>(p.end)};
-  if (!*snap && !CanAllocateSnapshot()) return FinishPublish(c, seq, p.step, nullptr, span);
+  if (!buf && !CanAllocateSnapshot()) {
+    const double waited = Seconds(Clock::now() - since);
+    if (Gated() && waited < kSyncWaitS) {
+      job_ = true;  // the trainer waits for the reply; nothing else is taken from it meanwhile
+      parked_ = ParkedPublish{c, conn_gen_, seq, p, since};
+      if (!park_timer_) park_timer_ = std::make_unique<transport::Timer>(loop_);
+      park_timer_->Start(kParkRetryMs, [this] { RetryParkedPublish(); });
+      return;
+    }
+    state_.syncs.publish_wait_s += waited;
+    return FinishPublish(c, seq, p.step, nullptr, span);
+  }
+  state_.syncs.publish_wait_s += Seconds(Clock::now() - since);
+  // A copy: the trainer overwrites the shared memory with its next step while this one is sent.
+  auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(std::move(buf));
   // The copy and its finite check (and a new buffer's allocation: writing a large model's
   // pages is as costly as the copy) run on the thread pool; the trainer waits for the reply.
   job_ = true;
@@ -112,7 +140,8 @@ void ExternalTrainer::FinishPublish(Conn* c, uint32_t seq, uint64_t step,
   state_.step = step;
   state_.waiting = false;
   unsent_publish_ = !snap && num_params_ > kOneSnapshotFloats;
-  if (unsent_publish_ && ((++state_.syncs.unsent) & (state_.syncs.unsent - 1)) == 0) {
+  if (unsent_publish_) ++state_.syncs.unsent;
+  if (unsent_publish_ && (state_.syncs.unsent & (state_.syncs.unsent - 1)) == 0) {
     // 1st, 2nd, 4th, ...: a round that outlasts the sync interval (a slow receiver)
     spdlog::warn(
         "publish at step {}: the snapshot before is still being sent, so this one goes out only "

@@ -149,6 +149,7 @@ Status ExternalTrainer::Listen() {
 void ExternalTrainer::Stop() {
   if (conn_ != nullptr) Close(conn_, "the agent is stopping");
   if (tick_) tick_->Close();
+  if (park_timer_) park_timer_->Close();
   if (server_ != nullptr) {
     CloseServer(server_);
     server_ = nullptr;
@@ -340,6 +341,7 @@ void ExternalTrainer::Close(Conn* c, const std::string& why) {
   conn_ = nullptr;
   conn_gen_++;
   job_ = false;
+  parked_.reset();
   wait_.reset();
   gate_.reset();
   finish_seq_.reset();

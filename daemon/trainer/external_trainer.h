@@ -125,6 +125,14 @@ class ExternalTrainer : public Trainer {
   void FinishAttach(Conn* c, uint32_t seq, uint64_t step, bool have_params);
   void HandleWait(Conn* c, uint32_t seq, const tp::WaitPermit& w);
   void HandlePublish(Conn* c, uint32_t seq, const tp::Publish& p);
+  // The PUBLISH's copy into `buf` (a pooled buffer, or null: a new one if one may be made).
+  // Under the exact exchange (Gated) a PUBLISH that finds a large layout's one snapshot buffer
+  // still being sent waits for it (the trainer waits for the reply: backpressure), retried every
+  // kParkRetryMs up to kSyncWaitS from `since`: a sync's model must go out, or every peer's MIX
+  // of that step waits for it. Otherwise, or past the deadline, it publishes nothing new.
+  void PublishInto(Conn* c, uint32_t seq, const tp::Publish& p,
+                   std::shared_ptr<std::vector<float>> buf, Clock::time_point since);
+  void RetryParkedPublish();
   // unsent: the last PUBLISH made no snapshot (its buffer was being sent); if the buffer is free
   // now, the mixed model becomes the snapshot of that step, copied after the mix.
   void HandleMix(Conn* c, uint32_t seq, bool unsent);
@@ -177,6 +185,16 @@ class ExternalTrainer : public Trainer {
   uv_pipe_t* server_ = nullptr;
   bool listening_ = false;
   std::unique_ptr<transport::Timer> tick_;
+  struct ParkedPublish {
+    Conn* c;
+    uint64_t gen;  // conn_gen_ then: a detach drops it
+    uint32_t seq;
+    tp::Publish p;
+    Clock::time_point since;
+  };
+  std::optional<ParkedPublish> parked_;
+  std::unique_ptr<transport::Timer> park_timer_;
+  static constexpr int64_t kParkRetryMs = 2;
   Conn* conn_ = nullptr;  // the trainer's connection (accepted, maybe not attached yet)
   Shm shm_;
   uint64_t shm_counter_ = 0;

@@ -176,6 +176,8 @@ struct SyncTally {
   // PUBLISHes that published nothing new: the one snapshot buffer of a large layout was still
   // being sent (the round before had not ended)
   uint64_t unsent = 0;
+  // time PUBLISHes of the exact exchange waited for that buffer (the trainer waits meanwhile)
+  double publish_wait_s = 0;
   size_t last_waited = 0;  // the last sync: peers it waited for
   size_t last_mixed = 0;   // whole peer models it mixed
   double last_models = 0;  // peer models it mixed, in model-sized units (parameters covered)
