@@ -8,7 +8,7 @@ schedule as netbed_charlm's command in docs/benchmarks.md, at a few minutes a se
 Prints one JSON line: the nodes' mean validation loss (bpc) at every 300th step and the last,
 and the loss of the mean of the nodes' final models ("consensus").
 Example: /usr/bin/python3 bench/sparse_sweep.py --compress sparse:0.03:2 --h 100 --fragments 2 \\
-           --outer-lr 1.2 --outer-momentum 0.6 --overlap 5
+           --outer-lr 1.2 --outer-momentum 0.6 --overlap 15
 Needs numpy and torch (Debian: python3-numpy, python3-torch) and the fortunes text.
 """
 import argparse
