@@ -371,11 +371,12 @@ class MeshOptimizer(torch.optim.Optimizer):
     def sync_phases(self) -> Dict[str, float]:
         """``sync_seconds`` split by phase (seconds since this optimizer was made): "prepare"
         (the pseudo-gradient and its compression, the drift corrections, before publishing),
-        "publish" (the agent's PUBLISH: it copies the shared memory), "wait" (the barrier's
-        permit, which with an exact exchange also waits for the peers' models), "mix" (the
-        agent's MIX into the shared memory), "outer" (after the mix: the outer step, error
-        feedback, corrections). Without overlap, publish, wait and mix are one ``mesh.step``,
-        counted under "wait"."""
+        "publish" (the agent's PUBLISH: it copies the shared memory, a large layout's once its
+        one snapshot buffer is free), "wait" (the barrier's permit), "mix" (the agent's MIX: it
+        waits for the peers' models of the sync, with an exact exchange, and mixes them into
+        the shared memory), "outer" (after the mix: the outer step, error feedback,
+        corrections). Without overlap, publish, wait and mix are one ``mesh.step``, counted
+        under "wait"."""
         return dict(self._phases)
 
     def _phase(self, name: str, t0: float) -> float:
