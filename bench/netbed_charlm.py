@@ -437,9 +437,9 @@ def main():
              + (f" (from {a.ddp_measure} steps)" if ddp.get("extrapolated") else ""), "1/1", bl.fmt(ddp["seconds"], ".1f"), "1.00",
              bl.fmt(ddp["step"]), bl.fmt(ddp["bytes"] and ddp["bytes"] / 1e6, ".2f"), "1", "-",
              "-", "-", bl.fmt(ddp["target"], ".4f"), "-"]]
-    for k, s in enumerate(x for x in a.settings.split(",") if x):
+    for run_no, s in enumerate((x for x in a.settings.split(",") if x), 1):
         # a directory per run: a setting given twice (repeated runs) must not share one
-        wd = os.path.join(logdir, f"{k + 1}-" + s.replace("/", "_"))
+        wd = os.path.join(logdir, f"{run_no}-" + s.replace("/", "_"))
         m = run_mesh(a, binary, emu, wd, s, ddp["target"])
         print(f"  {s}: {m['reached']}/{a.nodes} nodes reached {ddp['target']} bpc, "
               f"{bl.fmt(m.get('seconds'), '.1f')} s, step {m.get('steps')}, "

@@ -85,19 +85,17 @@ void ExternalTrainer::PublishInto(Conn* c, uint32_t seq, const tp::Publish& p,
                                   std::shared_ptr<std::vector<float>> buf,
                                   Clock::time_point since) {
   const wire::StreamSpan span{static_cast<uint32_t>(p.begin), static_cast<uint32_t>(p.end)};
-  if (!buf && !CanAllocateSnapshot()) {
-    const double waited = Seconds(Clock::now() - since);
-    if (Gated() && waited < kSyncWaitS) {
-      job_ = true;  // the trainer waits for the reply; nothing else is taken from it meanwhile
-      parked_ = ParkedPublish{c, conn_gen_, seq, p, since};
-      if (!park_timer_) park_timer_ = std::make_unique<transport::Timer>(loop_);
-      park_timer_->Start(kParkRetryMs, [this] { RetryParkedPublish(); });
-      return;
-    }
-    state_.syncs.publish_wait_s += waited;
-    return FinishPublish(c, seq, p.step, nullptr, span);
+  const double waited = Seconds(Clock::now() - since);
+  const bool no_buffer = !buf && !CanAllocateSnapshot();
+  if (no_buffer && Gated() && waited < kSyncWaitS) {
+    job_ = true;  // the trainer waits for the reply; nothing else is taken from it meanwhile
+    parked_ = ParkedPublish{c, conn_gen_, seq, p, since};
+    if (!park_timer_) park_timer_ = std::make_unique<transport::Timer>(loop_);
+    park_timer_->Start(kParkRetryMs, [this] { RetryParkedPublish(); });
+    return;
   }
-  state_.syncs.publish_wait_s += Seconds(Clock::now() - since);
+  state_.syncs.publish_wait_s += waited;
+  if (no_buffer) return FinishPublish(c, seq, p.step, nullptr, span);
   // A copy: the trainer overwrites the shared memory with its next step while this one is sent.
   auto snap = std::make_shared<std::shared_ptr<std::vector<float>>>(std::move(buf));
   // The copy and its finite check (and a new buffer's allocation: writing a large model's
